@@ -1,0 +1,127 @@
+"""`citizen doctor`: check config, paths, permissions and the model, and say what to fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import click
+
+from citizen import config, paths
+from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
+from citizen.errors import CitizenError
+from citizen.llm import choose, make_provider
+from citizen.llm.base import Request
+
+OK, WARN, FAIL = "ok", "warn", "FAIL"
+
+
+@dataclass
+class Check:
+    """One line of the report."""
+
+    name: str
+    status: str
+    detail: str
+
+
+def _mode_problem(path: Path, forbidden: int, want: str) -> str:
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & forbidden:
+        return f"{path} has mode {mode:04o} - run: chmod {want} {path}"
+    return ""
+
+
+def _check_paths(name: str) -> list[Check]:
+    root = paths.civ_root()
+    checks: list[Check] = []
+    home = paths.citizen_home(name)
+    if not home.is_dir():
+        checks.append(Check("civilization", WARN if root != Path(paths.DEFAULT_ROOT) else OK,
+                            f"{home} does not exist yet: no civilization initialised under "
+                            f"{root}; using defaults from {paths.templates_dir()}"))
+        return checks
+    problems = [p for p in (
+        # Homes are 0750: group `citizens` may read (peer monitoring), nobody else.
+        _mode_problem(home, stat.S_IWOTH | stat.S_IROTH, "750"),
+    ) if p]
+    env = paths.citizen_env_file(name)
+    if env.exists():
+        # .env holds the API key and mail password: owner only.
+        problems += [p for p in [_mode_problem(env, 0o077, "600")] if p]
+        if env.stat().st_uid != os.getuid():
+            problems.append(f"{env} is not owned by the user running this ({os.getuid()})")
+    shared = paths.shared_dir()
+    if shared.is_dir():
+        # The commons is group-writable for `citizens`, never world-writable.
+        problems += [p for p in [_mode_problem(shared, stat.S_IWOTH, "2775")] if p]
+    checks.append(Check("paths", FAIL if problems else OK,
+                        "; ".join(problems) or f"{home} and its .env have safe modes"))
+    return checks
+
+
+def run_checks(name: str | None, provider: str | None) -> list[Check]:
+    """Every check, in order; stops early only when later checks cannot run."""
+    checks: list[Check] = []
+    try:
+        tpl = config.templates()
+        checks.append(Check("templates", OK, f"{tpl.dir}: {len(tpl.citizen_names())} citizens "
+                            f"({', '.join(tpl.citizen_names())}), {len(tpl.wake_types)} wake "
+                            "types, values for 3 roles"))
+        name = resolve_name(name)
+        cfg = config.load_citizen(name)
+        checks.append(Check("citizen", OK, f"{name} from {cfg.source}"))
+        checks += _check_paths(name)
+        secrets = config.load_secrets(name)
+        choice = choose(cfg, secrets, provider or "")
+        checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))
+    except CitizenError as exc:
+        checks.append(Check("config", FAIL, str(exc)))
+        return checks
+    try:
+        llm = make_provider(cfg, secrets, provider or "")
+        checks.append(Check("model", OK, llm.describe()))
+        prompt = tpl.prompt("doctor")
+        reply = llm.complete(Request(messages=[{"role": "user", "content": prompt}],
+                                     max_tokens=8, tier="fast", purpose="doctor"))
+    except CitizenError as exc:
+        checks.append(Check("model call", FAIL, str(exc)))
+        return checks
+    u = reply.usage
+    checks.append(Check(
+        "model call", OK,
+        f"{reply.model}: {reply.latency_s:.2f} s, {u.input_tokens} tokens in, {u.output_tokens} "
+        f"out, ${reply.cost_usd:.6f}; replied {reply.text.strip()[:40]!r}"))
+    return checks
+
+
+@click.command()
+@citizen_option
+@provider_option
+@json_option
+def doctor(name: str | None, provider: str | None, as_json: bool) -> None:
+    """Check config, paths, permissions and the model with one tiny real call.
+
+    Exits non-zero when any check fails. Works before any civilization exists
+    (it then uses the defaults in templates/).
+
+    \b
+    Examples:
+      citizen doctor
+      citizen doctor --citizen mira --provider local
+      citizen doctor --json
+    """
+    checks = run_checks(name, provider)
+    failed = any(c.status == FAIL for c in checks)
+    if as_json:
+        click.echo(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]},
+                              indent=2))
+    else:
+        for c in checks:
+            click.echo(f"{c.status:>4}  {c.name:<12} {c.detail}")
+        click.echo("doctor: " + ("FAILED - fix the lines marked FAIL" if failed else "all good"))
+    if failed:
+        raise SystemExit(1)

@@ -1,0 +1,554 @@
+"""The one config module: loads and validates every template and citizen config.
+
+Sources, in order of precedence for a citizen:
+1. `CIV_ROOT/<name>/config.json` - the citizen's own config, once it has a home;
+2. its entry in `templates/citizen_configs.json`, merged over that file's `defaults`.
+
+Every file is validated when loaded. A bad file raises `ConfigError` naming the
+file, the key and the fix - never a traceback from deep inside the code that
+later uses the value.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import yaml
+
+from citizen import paths
+from citizen.errors import ConfigError
+
+SCHEMA_VERSION = 1
+CONTEXT_TYPES = (
+    "identity", "history", "goals", "relationships", "skills", "dreams", "working", "peer_monitor",
+)
+MANDATORY_SLOTS = {0: "REFLECT", 1: "LIBRARY", 4: "DRY_AUDIT", 7: "PEER_MONITOR"}
+OWN_SLOTS = (2, 3, 5, 6, 8, 9)
+PROVIDERS = ("auto", "anthropic", "local", "replay")
+# Secrets that must never reach prompts, logs or tool subprocesses.
+SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
+
+_FIX_RESTORE = "compare with the shipped file (`git diff -- templates/`) or restore it"
+
+_SEAT = {
+    "type": "object",
+    "required": ["model", "role", "temperature"],
+    "additionalProperties": False,
+    "properties": {
+        "model": {"type": "string", "minLength": 1},
+        "role": {"type": "string", "minLength": 1},
+        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
+    },
+}
+_CITIZEN_PROPS: dict[str, Any] = {
+    "name": {"type": "string"},
+    "email": {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+$"},
+    "focus": {"type": "string", "minLength": 1},
+    "strengths": {"type": "array", "items": {"type": "string"}},
+    "council": {"type": "array", "minItems": 1, "items": _SEAT},
+    "context_limits": {
+        "type": "object",
+        "additionalProperties": {"type": "integer", "minimum": 500},
+        "propertyNames": {"enum": list(CONTEXT_TYPES)},
+    },
+    "permissions": {"type": "object", "additionalProperties": {"type": "boolean"}},
+    "budget": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "max_usd_per_wake": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
+            "max_iterations": {"type": "integer", "minimum": 1, "maximum": 200},
+            "max_output_tokens": {"type": "integer", "minimum": 16, "maximum": 64000},
+        },
+    },
+    "wake_interval_minutes": {"type": "number", "exclusiveMinimum": 0},
+    "llm": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "provider": {"enum": list(PROVIDERS)},
+            "local_url": {"type": "string"},
+            "anthropic_base_url": {"type": "string"},
+        },
+    },
+}
+_CITIZEN = {"type": "object", "additionalProperties": False, "properties": _CITIZEN_PROPS}
+_CITIZEN_CONFIGS = {
+    "type": "object",
+    "required": ["schema_version", "defaults", "citizens"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "defaults": {**_CITIZEN, "required": ["council", "context_limits", "permissions",
+                                              "budget", "wake_interval_minutes", "llm"]},
+        "citizens": {"type": "object", "minProperties": 1, "additionalProperties": _CITIZEN},
+    },
+}
+_PRICE = {
+    "type": "object",
+    "required": ["input", "output", "cache_write", "cache_read"],
+    "additionalProperties": False,
+    "properties": {k: {"type": "number", "minimum": 0}
+                   for k in ("input", "output", "cache_write", "cache_read")},
+}
+_MODELS = {
+    "type": "object",
+    "required": ["schema_version", "prices_usd_per_mtok", "local"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "prices_usd_per_mtok": {"type": "object", "additionalProperties": _PRICE},
+        "local": {
+            "type": "object",
+            "required": ["model", "context_tokens", "max_output_tokens", "threads",
+                         "max_concurrent_generations"],
+            "additionalProperties": False,
+            "properties": {
+                "model": {"type": "string"},
+                "context_tokens": {"type": "integer", "minimum": 512},
+                "max_output_tokens": {"type": "integer", "minimum": 16},
+                "threads": {"type": "integer", "minimum": 0},
+                "max_concurrent_generations": {"type": "integer", "minimum": 1},
+            },
+        },
+    },
+}
+_SLOTS = {"type": "object", "additionalProperties": {"type": "string"},
+          "propertyNames": {"pattern": "^[0-9]$"}}
+_ALLOCATIONS = {
+    "type": "object",
+    "required": ["schema_version", "mandatory", "default", "citizens"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "mandatory": _SLOTS,
+        "default": _SLOTS,
+        "citizens": {"type": "object", "additionalProperties": _SLOTS},
+    },
+}
+_WAKE_PROMPTS = {
+    "type": "object",
+    "required": ["schema_version", "wakes"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "wakes": {
+            "type": "object",
+            "propertyNames": {"pattern": "^[A-Z_]+$"},
+            "additionalProperties": {
+                "type": "object",
+                "required": ["mandatory", "purpose", "prompt"],
+                "properties": {
+                    "mandatory": {"type": "boolean"},
+                    "purpose": {"type": "string", "minLength": 1},
+                    "prompt": {"type": "string", "minLength": 1},
+                },
+            },
+        },
+    },
+}
+_IDENTITY = {"type": "object", "required": ["identity"],
+             "properties": {"identity": {"type": "string", "minLength": 1},
+                            "values": {"type": "array", "items": {"type": "string"}}}}
+_IDENTITIES = {
+    "type": "object",
+    "required": ["schema_version", "philosophy", "default", "citizens"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "philosophy": {"type": "object",
+                       "additionalProperties": {"type": "array", "items": {"type": "string"}}},
+        "default": _IDENTITY,
+        "citizens": {"type": "object", "additionalProperties": _IDENTITY},
+    },
+}
+_VALUES = {
+    "type": "object",
+    "required": ["schema_version", "base_values", "agent_roles"],
+    "properties": {
+        "schema_version": {"type": "integer"},
+        "base_values": {"type": "object", "minProperties": 1,
+                        "additionalProperties": {"type": "string"}},
+        "agent_roles": {
+            "type": "object",
+            "required": ["executor", "verifier", "integrator"],
+            "additionalProperties": {
+                "type": "object",
+                "required": ["weights", "bounds"],
+                "properties": {
+                    "weights": {"type": "object",
+                                "additionalProperties": {"type": "number", "minimum": 0,
+                                                         "maximum": 1}},
+                    "bounds": {"type": "object", "additionalProperties": {
+                        "type": "array", "minItems": 2, "maxItems": 2,
+                        "items": {"type": "number", "minimum": 0, "maximum": 1}}},
+                },
+            },
+        },
+    },
+}
+
+
+@dataclass(frozen=True)
+class CouncilSeat:
+    """One model in a citizen's council: the tier (`role`) it serves and its temperature."""
+
+    model: str
+    role: str
+    temperature: float
+
+
+@dataclass(frozen=True)
+class Budget:
+    """Per-wake limits, enforced before a call would exceed them."""
+
+    max_usd_per_wake: float
+    max_iterations: int
+    max_output_tokens: int
+
+
+@dataclass(frozen=True)
+class LLMSettings:
+    """Which provider a citizen uses and where to reach it."""
+
+    provider: str
+    local_url: str = ""
+    anthropic_base_url: str = ""
+
+
+@dataclass(frozen=True)
+class CitizenConfig:
+    """A citizen's validated configuration."""
+
+    name: str
+    email: str
+    focus: str
+    strengths: tuple[str, ...]
+    council: tuple[CouncilSeat, ...]
+    context_limits: Mapping[str, int]
+    permissions: Mapping[str, bool]
+    budget: Budget
+    wake_interval_minutes: float
+    llm: LLMSettings
+    source: Path
+
+    def seat(self, tier: str) -> CouncilSeat:
+        """The council seat serving `tier`; the primary seat when no seat has that role."""
+        for seat in self.council:
+            if seat.role == tier:
+                return seat
+        return next(s for s in self.council if s.role == "primary")
+
+
+@dataclass(frozen=True)
+class ModelPrice:
+    """US dollars per million tokens of each kind."""
+
+    input: float
+    output: float
+    cache_write: float
+    cache_read: float
+
+
+@dataclass(frozen=True)
+class LocalModelSettings:
+    """The embedded model's limits."""
+
+    model: str
+    context_tokens: int
+    max_output_tokens: int
+    threads: int
+    max_concurrent_generations: int
+
+
+@dataclass(frozen=True)
+class RoleValues:
+    """A Thought World role's value weights and the bounds they may move within."""
+
+    weights: Mapping[str, float]
+    bounds: Mapping[str, tuple[float, float]]
+
+
+@dataclass(frozen=True)
+class Secrets:
+    """A citizen's secrets: from its `.env` file, overridden by the process environment.
+
+    The repr never shows values, so a Secrets object cannot leak into a log by accident.
+    """
+
+    values: Mapping[str, str] = field(default_factory=dict)
+
+    def get(self, key: str) -> str:
+        """The secret's value, or "" when it is not set."""
+        return self.values.get(key, "")
+
+    def __repr__(self) -> str:
+        return f"Secrets(keys={sorted(self.values)})"
+
+
+# ---------------------------------------------------------------- file loading
+
+
+def _read(path: Path) -> Any:
+    if not path.is_file():
+        raise ConfigError(path, "", "file is missing", _FIX_RESTORE)
+    text = path.read_text(encoding="utf-8")
+    if path.suffix in (".yaml", ".yml"):
+        try:
+            return yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(path, "", f"not valid YAML ({exc})", "fix the syntax") from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(
+            path, "", f"not valid JSON (line {exc.lineno}, column {exc.colno}: {exc.msg})",
+            "fix the syntax; `python -m json.tool FILE` points at the spot",
+        ) from exc
+
+
+def _key(parts: Any) -> str:
+    out = ""
+    for part in parts:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _validate(path: Path, data: Any, schema: Mapping[str, Any]) -> None:
+    validator = jsonschema.Draft202012Validator(schema)
+    errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
+    if errors:
+        err = errors[0]
+        raise ConfigError(path, _key(err.absolute_path), err.message, _FIX_RESTORE)
+    if isinstance(data, dict) and "schema_version" in data:
+        version = data["schema_version"]
+        if version != SCHEMA_VERSION:
+            raise ConfigError(
+                path, "schema_version", f"version {version} is not the {SCHEMA_VERSION} "
+                "this code understands", "use the file shipped with this version of the code",
+            )
+
+
+def _load(path: Path, schema: Mapping[str, Any]) -> Any:
+    data = _read(path)
+    _validate(path, data, schema)
+    return data
+
+
+def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
+    """Deep-merge dicts (lists and scalars in `over` replace those in `base`)."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+# ---------------------------------------------------------------- templates
+
+
+class Templates:
+    """Every file in `templates/`, loaded and cross-checked once."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self._configs = _load(directory / "citizen_configs.json", _CITIZEN_CONFIGS)
+        models = _load(directory / "models.json", _MODELS)
+        self.prices = {m: ModelPrice(**p) for m, p in models["prices_usd_per_mtok"].items()}
+        self.local = LocalModelSettings(**models["local"])
+        self._prompts = _load(directory / "wake_prompts.json", _WAKE_PROMPTS)["wakes"]
+        self._alloc = _load(directory / "wake_allocations.json", _ALLOCATIONS)
+        self._identities = _load(directory / "identity_templates.json", _IDENTITIES)
+        self.values = self._load_values(directory / "values.yaml")
+        self._check_allocations(directory / "wake_allocations.json")
+        for name in self.citizen_names():
+            self.citizen(name)  # validate every template citizen now, not at first use
+
+    @property
+    def wake_types(self) -> tuple[str, ...]:
+        """Every wake type the templates describe."""
+        return tuple(self._prompts)
+
+    def citizen_names(self) -> list[str]:
+        """The citizens the templates define, in file order."""
+        return list(self._configs["citizens"])
+
+    def citizen_data(self, name: str) -> dict[str, Any]:
+        """A template citizen's config as plain data (defaults merged in)."""
+        entry = self._configs["citizens"].get(name)
+        if entry is None:
+            raise ConfigError(
+                self.dir / "citizen_configs.json", f"citizens.{name}", "no such citizen",
+                f"known: {', '.join(self.citizen_names())}; add one or run `citizen onboard`",
+            )
+        return _merge(self._configs["defaults"], {"name": name, **entry})
+
+    def citizen(self, name: str) -> CitizenConfig:
+        """A template citizen's validated config."""
+        return self.build_citizen(self.citizen_data(name), self.dir / "citizen_configs.json")
+
+    def build_citizen(self, data: Mapping[str, Any], source: Path) -> CitizenConfig:
+        """Validate merged citizen data and turn it into a `CitizenConfig`."""
+        data = _merge(self._configs["defaults"], data)
+        _validate(source, data, {**_CITIZEN, "required": ["name", "email", "focus"]})
+        name = paths.check_name(data["name"])
+        council = tuple(CouncilSeat(**s) for s in data["council"])
+        if not any(s.role == "primary" for s in council):
+            raise ConfigError(source, f"{name}.council", "no seat has role 'primary'",
+                              "give one council model the role 'primary'")
+        for i, seat in enumerate(council):
+            if seat.model not in self.prices:
+                raise ConfigError(
+                    source, f"{name}.council[{i}].model", f"no price for '{seat.model}'",
+                    f"add it to {self.dir / 'models.json'} prices_usd_per_mtok",
+                )
+        limits = {**self._configs["defaults"]["context_limits"], **data["context_limits"]}
+        missing = [t for t in CONTEXT_TYPES if t not in limits]
+        if missing:
+            raise ConfigError(source, f"{name}.context_limits", f"missing {missing}",
+                              "give every context type a token cap")
+        return CitizenConfig(
+            name=name,
+            email=data["email"],
+            focus=data["focus"],
+            strengths=tuple(data.get("strengths", ())),
+            council=council,
+            context_limits=limits,
+            permissions=dict(data["permissions"]),
+            budget=Budget(**data["budget"]),
+            wake_interval_minutes=float(data["wake_interval_minutes"]),
+            llm=LLMSettings(**data["llm"]),
+            source=source,
+        )
+
+    def wake_slots(self, name: str) -> dict[int, str]:
+        """Slot (0-9) → wake type for a citizen."""
+        own = self._alloc["citizens"].get(name, self._alloc["default"])
+        return dict(sorted((int(k), v) for k, v in {**own, **self._alloc["mandatory"]}.items()))
+
+    def wake_prompt(self, wake_type: str, /, **variables: object) -> str:
+        """The user-turn instruction for a wake type, with `${…}` placeholders filled."""
+        entry = self._prompts.get(wake_type)
+        if entry is None:
+            raise ConfigError(self.dir / "wake_prompts.json", f"wakes.{wake_type}",
+                              "no prompt for this wake type", "add an entry for it")
+        return string.Template(entry["prompt"]).safe_substitute(variables)
+
+    def prompt(self, prompt_name: str, /, **variables: object) -> str:
+        """A prompt file from `templates/prompts/` with `${…}` placeholders filled."""
+        path = self.dir / "prompts" / f"{prompt_name}.txt"
+        if not path.is_file():
+            raise ConfigError(path, "", "prompt file is missing", _FIX_RESTORE)
+        return string.Template(path.read_text(encoding="utf-8")).safe_substitute(variables)
+
+    def identity(self, name: str, focus: str = "") -> str:
+        """The starting identity text for a citizen (the default template for new ones)."""
+        entry = self._identities["citizens"].get(name, self._identities["default"])
+        return string.Template(entry["identity"]).safe_substitute(name=name, focus=focus)
+
+    @property
+    def philosophy(self) -> Mapping[str, list[str]]:
+        """The philosophy every identity carries."""
+        return dict(self._identities["philosophy"])
+
+    def _check_allocations(self, path: Path) -> None:
+        mandatory = {int(k): v for k, v in self._alloc["mandatory"].items()}
+        if mandatory != MANDATORY_SLOTS:
+            raise ConfigError(path, "mandatory", f"must be exactly {MANDATORY_SLOTS}",
+                              "mandatory wakes are the same for every citizen")
+        tables = {"default": self._alloc["default"],
+                  **{f"citizens.{c}": s for c, s in self._alloc["citizens"].items()}}
+        for key, slots in tables.items():
+            got = sorted(int(k) for k in slots)
+            if got != list(OWN_SLOTS):
+                raise ConfigError(path, key, f"covers slots {got}",
+                                  f"give exactly slots {list(OWN_SLOTS)} (0, 1, 4, 7 are "
+                                  "mandatory)")
+            for slot, wake in slots.items():
+                if wake not in self._prompts:
+                    raise ConfigError(path, f"{key}.{slot}", f"unknown wake type '{wake}'",
+                                      f"use one of {', '.join(self._prompts)}")
+
+    def _load_values(self, path: Path) -> dict[str, RoleValues]:
+        data = _load(path, _VALUES)
+        base = set(data["base_values"])
+        roles: dict[str, RoleValues] = {}
+        for role, spec in data["agent_roles"].items():
+            for part in ("weights", "bounds"):
+                if set(spec[part]) != base:
+                    raise ConfigError(path, f"agent_roles.{role}.{part}",
+                                      f"values {sorted(spec[part])} differ from base_values",
+                                      f"give exactly {sorted(base)}")
+            for value, weight in spec["weights"].items():
+                lo, hi = spec["bounds"][value]
+                if not lo <= weight <= hi:
+                    raise ConfigError(path, f"agent_roles.{role}.weights.{value}",
+                                      f"{weight} is outside its bounds [{lo}, {hi}]",
+                                      "move the weight or the bound")
+            roles[role] = RoleValues(dict(spec["weights"]),
+                                     {v: (b[0], b[1]) for v, b in spec["bounds"].items()})
+        return roles
+
+
+@cache
+def _templates_at(directory: Path) -> Templates:
+    return Templates(directory)
+
+
+def templates() -> Templates:
+    """The validated templates of this checkout (loaded once per directory)."""
+    return _templates_at(paths.templates_dir())
+
+
+def load_citizen(name: str) -> CitizenConfig:
+    """A citizen's config: its own `config.json` if it has one, else its template.
+
+    :raises ConfigError: the file is invalid, or the citizen is unknown.
+    """
+    tpl = templates()
+    own = paths.citizen_config_file(name)
+    if own.is_file():
+        data = _read(own)
+        if not isinstance(data, dict):
+            raise ConfigError(own, "", "must be a JSON object", "restore it from a backup")
+        return tpl.build_citizen({"name": name, **data}, own)
+    return tpl.citizen(name)
+
+
+def parse_env(path: Path) -> dict[str, str]:
+    """Parse a `.env` file: `KEY=VALUE` lines, `#` comments, optional quotes.
+
+    :raises ConfigError: a line is not `KEY=VALUE`.
+    """
+    out: dict[str, str] = {}
+    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        key, sep, value = line.removeprefix("export ").partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise ConfigError(path, f"line {lineno}", "not a KEY=VALUE line",
+                              "write one KEY=VALUE per line (no spaces around the key)")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out[key] = value
+    return out
+
+
+def load_secrets(name: str | None = None) -> Secrets:
+    """A citizen's secrets: its `.env` (when it has a home) overridden by the environment."""
+    values: dict[str, str] = {}
+    if name is not None:
+        env_file = paths.citizen_env_file(name)
+        if env_file.is_file():
+            values.update(parse_env(env_file))
+    values.update({k: v for k, v in os.environ.items() if k in values or k in _ENV_KEYS})
+    return Secrets({k: v for k, v in values.items() if v})
+
+
+_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "EXPERIENCE_PROVIDER",
+             "EXPERIENCE_LOCAL_URL", "ANTHROPIC_BASE_URL")

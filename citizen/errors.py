@@ -1,0 +1,50 @@
+"""Errors raised by the citizen package.
+
+Each specific error also subclasses the matching built-in, so callers can catch
+either, and each message names the fix. Exceptions never log: the caller decides.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class CitizenError(Exception):
+    """Base class of every error the citizen package raises on purpose."""
+
+
+class ConfigError(CitizenError, ValueError):
+    """A configuration or template file is missing, malformed or inconsistent."""
+
+    def __init__(self, path: Path | str, key: str, problem: str, fix: str) -> None:
+        self.path = Path(path)
+        self.key = key
+        self.problem = problem
+        self.fix = fix
+        where = f"{self.path}" + (f", key '{key}'" if key else "")
+        super().__init__(f"{where}: {problem} - {fix}")
+
+
+class ProviderError(CitizenError, RuntimeError):
+    """The model provider could not produce a reply (after its own retries)."""
+
+
+class ProviderUnavailable(ProviderError):
+    """The provider cannot be used here at all (missing package, model or key)."""
+
+
+class StructuredOutputError(CitizenError, ValueError):
+    """A model reply did not match the JSON schema it was asked for.
+
+    Carries the raw text and the validation problem, so the caller can hand both back
+    to the model as an observation and retry within its budget.
+    """
+
+    def __init__(self, problem: str, raw: str) -> None:
+        self.problem = problem
+        self.raw = raw
+        super().__init__(f"model output does not match its schema: {problem}")
+
+
+class ReplayMismatch(ProviderError):
+    """A replayed request differs from the recorded one, or the recording ran out."""

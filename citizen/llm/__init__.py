@@ -1,0 +1,78 @@
+"""Model providers behind one interface (`citizen.llm.base.Provider`).
+
+This package's import is cheap: a provider's module - and with it a model SDK or
+llama.cpp - is imported only when `make_provider` builds that provider.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import NamedTuple
+
+from citizen import config as cfg
+from citizen.errors import ConfigError, ProviderUnavailable
+from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
+
+__all__ = ["Choice", "Provider", "Reply", "Request", "ToolCall", "ToolSpec", "Usage",
+           "choose", "make_provider"]
+
+
+class Choice(NamedTuple):
+    """Which provider a citizen uses, and why - said to the operator."""
+
+    name: str
+    reason: str
+
+
+def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") -> Choice:
+    """Resolve `auto`: anthropic when an API key is configured, else the embedded model.
+
+    :raises ConfigError: an unknown provider name.
+    """
+    name = override or secrets.get("EXPERIENCE_PROVIDER") or config.llm.provider
+    if name not in cfg.PROVIDERS:
+        raise ConfigError(config.source, "llm.provider", f"unknown provider '{name}'",
+                          f"use one of {', '.join(cfg.PROVIDERS)}")
+    if name != "auto":
+        how = "--provider" if override else (
+            "EXPERIENCE_PROVIDER" if secrets.get("EXPERIENCE_PROVIDER") else "llm.provider")
+        return Choice(name, f"set by {how}")
+    if secrets.get("ANTHROPIC_API_KEY"):
+        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set")
+    return Choice("local", "auto: no ANTHROPIC_API_KEY, so the embedded local model")
+
+
+def make_provider(
+    config: cfg.CitizenConfig,
+    secrets: cfg.Secrets,
+    override: str = "",
+    replay_log: Path | None = None,
+) -> Provider:
+    """Build the provider a citizen should use.
+
+    :raises ProviderUnavailable: the chosen provider cannot run here (no key, no model).
+    :raises ConfigError: the configuration names something unknown.
+    """
+    choice = choose(config, secrets, override)
+    templates = cfg.templates()
+    if choice.name == "anthropic":
+        key = secrets.get("ANTHROPIC_API_KEY")
+        if not key:
+            raise ProviderUnavailable(
+                "provider 'anthropic' needs an API key - put ANTHROPIC_API_KEY=… in "
+                f"{config.source.parent / '.env'} or the environment, or use --provider local")
+        from citizen.llm.anthropic_api import AnthropicProvider  # noqa: PLC0415 - 2 s import
+
+        base_url = secrets.get("ANTHROPIC_BASE_URL") or config.llm.anthropic_base_url
+        return AnthropicProvider(config, templates.prices, key, base_url=base_url)
+    if choice.name == "replay":
+        if replay_log is None:
+            raise ProviderUnavailable("provider 'replay' needs a recorded wake log to answer "
+                                      "from - pass --replay LOG")
+        from citizen.llm.replay import ReplayProvider  # noqa: PLC0415
+
+        return ReplayProvider.from_log(replay_log)
+    from citizen.llm.local import LocalProvider  # noqa: PLC0415
+
+    url = secrets.get("EXPERIENCE_LOCAL_URL") or config.llm.local_url
+    return LocalProvider(config, templates.local, templates.prices, url=url)

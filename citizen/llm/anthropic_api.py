@@ -1,0 +1,165 @@
+"""The Anthropic provider: the official SDK, prompt caching, tool use, structured output.
+
+Importing this module imports the SDK (≈2 s, ≈65 MB): only a wake or a command that
+really calls the model may import it. `citizen.llm.make_provider` does so lazily.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import anthropic
+
+from citizen.config import CitizenConfig, ModelPrice
+from citizen.errors import ProviderError, StructuredOutputError
+from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
+from citizen.llm.structured import schema_problem
+
+# The forced tool through which structured output is requested.
+RESPOND_TOOL = "respond"
+DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
+
+_STATUS_FIX = {
+    400: "the request was malformed - this is a bug in Experience; report it with the wake log",
+    401: "the API key was refused - check ANTHROPIC_API_KEY in the citizen's .env",
+    403: "the key may not use this model - check the council models in the citizen config",
+    404: "no such model - check the council model names in the citizen config",
+    413: "the request is too large - lower the context caps",
+    429: "rate limited even after retries - lower wake frequency or raise the account's limits",
+    529: "the API stayed overloaded after retries - the next wake will try again",
+}
+
+
+class AnthropicProvider(Provider):
+    """Claude through the official SDK."""
+
+    name = "anthropic"
+
+    def __init__(
+        self,
+        config: CitizenConfig,
+        prices: Mapping[str, ModelPrice],
+        api_key: str,
+        *,
+        base_url: str = "",
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout_s: float = 300.0,
+    ) -> None:
+        self.config = config
+        self.prices = prices
+        self.base_url = base_url
+        self.max_retries = max_retries
+        # The key is passed explicitly so the SDK never falls back to ambient
+        # credentials (profiles, other environment variables) of whoever runs us.
+        self.client = anthropic.Anthropic(
+            api_key=api_key, base_url=base_url or None, max_retries=max_retries, timeout=timeout_s,
+        )
+
+    def describe(self) -> str:
+        where = self.base_url or "api.anthropic.com"
+        return f"anthropic ({self.config.seat('primary').model} via {where})"
+
+    def complete(self, request: Request) -> Reply:
+        seat = self.config.seat(request.tier)
+        kwargs = self._build(request, seat.model)
+        started = time.monotonic()
+        try:
+            message = self.client.messages.create(**kwargs)
+        except anthropic.APIStatusError as exc:
+            fix = _STATUS_FIX.get(exc.status_code) or (
+                "the API kept failing after retries - the next wake will try again"
+                if exc.status_code >= 500 else "see the message above")
+            raise ProviderError(
+                f"Anthropic API answered HTTP {exc.status_code} for {seat.model} "
+                f"(after up to {self.max_retries} retries): {_short(exc.message)} - {fix}"
+            ) from exc
+        except anthropic.APIConnectionError as exc:
+            raise ProviderError(
+                f"cannot reach the Anthropic API at {self.base_url or 'api.anthropic.com'} "
+                f"({_short(str(exc))}) - check the network, or ANTHROPIC_BASE_URL / "
+                "llm.anthropic_base_url"
+            ) from exc
+        latency = time.monotonic() - started
+        return self._reply(request, message, seat.model, latency)
+
+    def _build(self, request: Request, model: str) -> dict[str, Any]:
+        system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in request.system]
+        tools: list[dict[str, Any]] = [
+            {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
+            for t in request.tools
+        ]
+        kwargs: dict[str, Any] = {
+            "model": model, "max_tokens": request.max_tokens, "messages": list(request.messages),
+        }
+        if request.output_schema is not None:
+            tools.append({
+                "name": RESPOND_TOOL,
+                "description": "Give your answer in exactly this structure.",
+                "input_schema": dict(request.output_schema),
+            })
+            kwargs["tool_choice"] = {"type": "tool", "name": RESPOND_TOOL}
+        # One cache breakpoint after the stable prefix: the API caches tools, then
+        # system, in that order, so marking the last system block caches both.
+        if system:
+            system[-1]["cache_control"] = {"type": "ephemeral"}
+        elif tools:
+            tools[-1]["cache_control"] = {"type": "ephemeral"}
+        if system:
+            kwargs["system"] = system
+        if tools:
+            kwargs["tools"] = tools
+        return kwargs
+
+    def _reply(self, request: Request, message: Any, model: str, latency: float) -> Reply:
+        text_parts: list[str] = []
+        calls: list[ToolCall] = []
+        data: Any = None
+        schemas = {t.name: t.input_schema for t in request.tools}
+        for block in message.content:
+            if block.type == "text":
+                text_parts.append(block.text)
+            elif block.type == "tool_use":
+                payload = dict(block.input) if isinstance(block.input, dict) else block.input
+                if request.output_schema is not None and block.name == RESPOND_TOOL:
+                    problem = schema_problem(request.output_schema, payload)
+                    if problem:
+                        raise StructuredOutputError(problem, _json(payload))
+                    data = payload
+                    continue
+                schema = schemas.get(block.name)
+                problem = (f"unknown tool '{block.name}'" if schema is None
+                           else schema_problem(schema, payload))
+                calls.append(ToolCall(block.id, block.name, payload if isinstance(payload, dict)
+                                      else {"value": payload}, problem))
+        if request.output_schema is not None and data is None:
+            raise StructuredOutputError("the reply did not use the respond tool",
+                                        "".join(text_parts))
+        u = message.usage
+        usage = Usage(
+            input_tokens=u.input_tokens or 0,
+            output_tokens=u.output_tokens or 0,
+            cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
+            cache_read_tokens=getattr(u, "cache_read_input_tokens", 0) or 0,
+        )
+        return Reply(
+            text="".join(text_parts),
+            model=message.model or model,
+            provider=self.name,
+            usage=usage,
+            cost_usd=usage.cost(self.prices[model]),
+            tool_calls=tuple(calls),
+            data=data,
+            stop_reason=message.stop_reason or "",
+            latency_s=latency,
+        )
+
+
+def _short(text: str, limit: int = 300) -> str:
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+def _json(value: Any) -> str:
+    return json.dumps(value, default=str)

@@ -1,0 +1,158 @@
+"""The one interface every model provider implements: a `Request` in, a `Reply` out.
+
+Messages use the Anthropic shape (a role and either a string or a list of `text`,
+`tool_use` and `tool_result` blocks); providers for other protocols translate.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from citizen.config import ModelPrice
+
+Message = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """A tool the model may call: its name, what it does, and its input's JSON schema."""
+
+    name: str
+    description: str
+    input_schema: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Request:
+    """One model call.
+
+    `system` blocks are stable text placed first so providers can cache them;
+    `output_schema` asks for structured output validated against that JSON schema;
+    `tier` names the council role whose model serves the call ("primary", "fast", …).
+    """
+
+    messages: Sequence[Message]
+    system: Sequence[str] = ()
+    tools: Sequence[ToolSpec] = ()
+    output_schema: Mapping[str, Any] | None = None
+    max_tokens: int = 1024
+    tier: str = "primary"
+    purpose: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """The request as plain JSON-able data (for logs and replay)."""
+        return {
+            "messages": list(self.messages),
+            "system": list(self.system),
+            "tools": [asdict(t) for t in self.tools],
+            "output_schema": self.output_schema,
+            "max_tokens": self.max_tokens,
+            "tier": self.tier,
+            "purpose": self.purpose,
+        }
+
+    def digest(self) -> str:
+        """A stable fingerprint of what was asked, so a replay can check it asks the same."""
+        body = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        return hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call the model asked for. `problem` is set when its input broke the tool's schema."""
+
+    id: str
+    name: str
+    input: Mapping[str, Any]
+    problem: str = ""
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens of each kind a call used."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_write_tokens: int = 0
+    cache_read_tokens: int = 0
+
+    def cost(self, price: ModelPrice) -> float:
+        """US dollars for this usage at `price` (per million tokens)."""
+        return (
+            self.input_tokens * price.input
+            + self.output_tokens * price.output
+            + self.cache_write_tokens * price.cache_write
+            + self.cache_read_tokens * price.cache_read
+        ) / 1_000_000
+
+
+@dataclass(frozen=True)
+class Reply:
+    """What a model answered, what it cost and how long it took."""
+
+    text: str
+    model: str
+    provider: str
+    usage: Usage = field(default_factory=Usage)
+    cost_usd: float = 0.0
+    tool_calls: tuple[ToolCall, ...] = ()
+    data: Any = None
+    stop_reason: str = ""
+    latency_s: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The reply as plain JSON-able data (for logs and replay)."""
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Reply:
+        """Rebuild a reply recorded by `to_dict`."""
+        return cls(
+            text=raw["text"],
+            model=raw["model"],
+            provider=raw["provider"],
+            usage=Usage(**raw.get("usage", {})),
+            cost_usd=raw.get("cost_usd", 0.0),
+            tool_calls=tuple(ToolCall(**t) for t in raw.get("tool_calls", ())),
+            data=raw.get("data"),
+            stop_reason=raw.get("stop_reason", ""),
+            latency_s=raw.get("latency_s", 0.0),
+        )
+
+
+# Characters per token for English prose and JSON, measured with the Gemma 3
+# tokenizer on this project's prompts; used only where no tokenizer is at hand.
+CHARS_PER_TOKEN = 3.6
+
+
+def estimate_tokens(text: str) -> int:
+    """A calibrated estimate of a text's token count (no tokenizer needed)."""
+    return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+
+class Provider(ABC):
+    """A model provider. Implementations answer one `Request` at a time."""
+
+    name: str = "provider"
+
+    @abstractmethod
+    def complete(self, request: Request) -> Reply:
+        """Answer the request.
+
+        :raises ProviderError: the provider could not answer (after its own retries).
+        :raises StructuredOutputError: structured output did not match `output_schema`.
+        """
+
+    def describe(self) -> str:
+        """One line saying which model and where, for the operator."""
+        return self.name
+
+    def count_tokens(self, text: str) -> int:
+        """Tokens in `text` as this provider counts them; an estimate unless overridden."""
+        return estimate_tokens(text)

