@@ -321,8 +321,10 @@ def _validate(path: Path, data: Any, schema: Mapping[str, Any]) -> None:
     validator = jsonschema.Draft202012Validator(schema)
     errors = sorted(validator.iter_errors(data), key=lambda e: list(e.absolute_path))
     if errors:
-        err = errors[0]
-        raise ConfigError(path, _key(err.absolute_path), err.message, _FIX_RESTORE)
+        first, *more = errors
+        problem = first.message + "".join(
+            f"; also at {_key(e.absolute_path) or '(top level)'}: {e.message}" for e in more[:2])
+        raise ConfigError(path, _key(first.absolute_path), problem, _FIX_RESTORE)
     if isinstance(data, dict) and "schema_version" in data:
         version = data["schema_version"]
         if version != SCHEMA_VERSION:
@@ -503,7 +505,7 @@ def templates() -> Templates:
 
 
 def load_citizen(name: str) -> CitizenConfig:
-    """A citizen's config: its own `config.json` if it has one, else its template.
+    """A citizen's config: its own `config.json` merged over its template, else the template.
 
     :raises ConfigError: the file is invalid, or the citizen is unknown.
     """
@@ -513,7 +515,8 @@ def load_citizen(name: str) -> CitizenConfig:
         data = _read(own)
         if not isinstance(data, dict):
             raise ConfigError(own, "", "must be a JSON object", "restore it from a backup")
-        return tpl.build_citizen({"name": name, **data}, own)
+        base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
+        return tpl.build_citizen(_merge(base, {**data, "name": name}), own)
     return tpl.citizen(name)
 
 

@@ -31,7 +31,7 @@ from typing import Any, Protocol, cast
 from citizen.config import CitizenConfig, LocalModelSettings, ModelPrice
 from citizen.errors import ProviderError, ProviderUnavailable, StructuredOutputError
 from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
-from citizen.llm.structured import bound_schema, parse_json, schema_problem
+from citizen.llm.structured import clamp_numbers, fit_schema, parse_json, schema_problem
 
 FINAL = "none"  # the pseudo-tool a model picks to answer instead of calling a tool
 _ANSWER_CHARS = 1000
@@ -130,8 +130,10 @@ class _Http:
                                                 "schema": fmt["json_schema"]["schema"]}}
         try:
             return self._post(body)
-        except _Rejected as exc:
-            if fmt is None or self.legacy_json:
+        except _Refused as exc:
+            # A server that does not know the json_schema form says so about
+            # response_format (llama-cpp-python's server answers 500 for it).
+            if fmt is None or self.legacy_json or "response_format" not in exc.detail:
                 raise ProviderError(exc.message) from exc
             self.legacy_json = True
             return self.chat(body)
@@ -145,12 +147,8 @@ class _Http:
                 result: dict[str, Any] = json.load(resp)
                 return result
         except urllib.error.HTTPError as exc:
-            detail = exc.read(500).decode(errors="replace")
-            message = (f"the model server at {self.endpoint} answered HTTP {exc.code}: "
-                       f"{detail} - check llm.local_url and that the server runs a chat model")
-            if 400 <= exc.code < 500:
-                raise _Rejected(message) from exc
-            raise ProviderError(message) from exc
+            detail = exc.read(2000).decode(errors="replace")
+            raise _Refused(exc.code, detail, self.endpoint) from exc
         except (urllib.error.URLError, TimeoutError, OSError) as exc:
             raise ProviderError(
                 f"cannot reach the model server at {self.endpoint} ({exc}) - start it, or "
@@ -160,10 +158,14 @@ class _Http:
         return None
 
 
-class _Rejected(Exception):
-    def __init__(self, message: str) -> None:
-        self.message = message
-        super().__init__(message)
+class _Refused(Exception):
+    """The server answered with an HTTP error."""
+
+    def __init__(self, code: int, detail: str, endpoint: str) -> None:
+        self.detail = detail
+        self.message = (f"the model server at {endpoint} answered HTTP {code}: {detail[:300]} "
+                        "- check llm.local_url and that the server runs a chat model")
+        super().__init__(self.message)
 
 
 class LocalProvider(Provider):
@@ -206,16 +208,19 @@ class LocalProvider(Provider):
         if schema is None and tools:
             schema = action_schema(tools)
         messages = _to_chat(request, tools)
+        max_tokens = min(request.max_tokens, self.settings.max_output_tokens)
         body: dict[str, Any] = {
             "model": self.settings.model,
             "messages": messages,
-            "max_tokens": min(request.max_tokens, self.settings.max_output_tokens),
+            "max_tokens": max_tokens,
             "temperature": self.config.seat(request.tier).temperature,
         }
         if schema is not None:
+            # The grammar's worst case fits the token cap, so the JSON always closes.
+            fitted = fit_schema(schema, max_tokens)
             body["response_format"] = {
                 "type": "json_schema",
-                "json_schema": {"name": "reply", "schema": bound_schema(schema), "strict": True},
+                "json_schema": {"name": "reply", "schema": fitted, "strict": True},
             }
         started = time.monotonic()
         result = self.backend.chat(body)
@@ -235,7 +240,7 @@ class LocalProvider(Provider):
             latency_s=latency,
         )
         if request.output_schema is not None:
-            return _with(reply, data=parse_json(text, request.output_schema))
+            return _with(reply, data=parse_json(text, request.output_schema, clamp=True))
         if tools:
             return _as_action(reply, text, tools, result.get("id", "local"))
         return reply
@@ -276,6 +281,8 @@ def _as_action(reply: Reply, text: str, tools: Sequence[ToolSpec], call_id: str)
     args = action.get("args")
     if not isinstance(args, dict):
         args = {}
+    if spec is not None:
+        args = clamp_numbers(spec.input_schema, args)
     problem = f"unknown tool '{name}'" if spec is None else schema_problem(spec.input_schema, args)
     call = ToolCall(id=f"{call_id}-0", name=str(name), input=args, problem=problem)
     return _with(reply, text="", tool_calls=(call,), stop_reason="tool_use")

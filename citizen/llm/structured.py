@@ -58,6 +58,98 @@ def bound_schema(
     return out
 
 
+# Worst-case characters of a JSON number under llama.cpp's number grammar (at most
+# 16 integral digits, sign, point, decimals, exponent).
+_NUMBER_CHARS = 24
+
+
+def worst_case_chars(schema: Mapping[str, Any]) -> int:  # noqa: PLR0911 - a return per JSON type
+    """The longest JSON text a bounded schema admits (1 space allowed at each separator).
+
+    Under grammar-constrained decoding a string can cost one token per character, so
+    this is also the worst-case number of output tokens.
+    """
+    if "const" in schema:
+        return len(json.dumps(schema["const"]))
+    if "enum" in schema:
+        return max(len(json.dumps(v)) for v in schema["enum"])
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return max(worst_case_chars(option) for option in schema[key])
+    kind = schema.get("type")
+    if kind == "object":
+        props = schema.get("properties", {})
+        return 2 + sum(len(json.dumps(k)) + 4 + worst_case_chars(v) for k, v in props.items())
+    if kind == "array":
+        item = worst_case_chars(schema.get("items", {"type": "string"}))
+        return 2 + int(schema.get("maxItems", DEFAULT_MAX_ITEMS)) * (item + 2)
+    if kind == "string":
+        # Escapes (\n, \") can double a character; count them as two.
+        return 2 + 2 * int(schema.get("maxLength", DEFAULT_MAX_STRING))
+    if kind in ("number", "integer"):
+        return _NUMBER_CHARS
+    if kind == "boolean":
+        return 5
+    return 4  # null
+
+
+def fit_schema(schema: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
+    """Bound `schema` and shrink its string bounds until its worst case fits `max_tokens`.
+
+    Then decoding under the grammar always closes its JSON before the token cap.
+
+    :raises ValueError: not even one character per string fits (raise max_tokens).
+    """
+    bounded = bound_schema(schema)
+    scale = 1.0
+    while worst_case_chars(bounded) > max_tokens:
+        scale *= 0.8
+        bounded = _scaled(bound_schema(schema), scale)
+        if scale < 0.001:
+            raise ValueError(f"the schema cannot fit in {max_tokens} output tokens even with "
+                             "1-character strings - raise max_tokens or simplify the schema")
+    return bounded
+
+
+def _scaled(schema: dict[str, Any], scale: float) -> dict[str, Any]:
+    def walk(node: Any) -> None:
+        if isinstance(node, dict):
+            if "maxLength" in node:
+                node["maxLength"] = max(1, int(node["maxLength"] * scale))
+            if "maxItems" in node and scale < 0.25:
+                node["maxItems"] = max(node.get("minItems", 0), 1,
+                                       int(node["maxItems"] * scale * 4))
+            for value in node.values():
+                walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+
+    walk(schema)
+    return schema
+
+
+def clamp_numbers(schema: Mapping[str, Any], data: Any) -> Any:
+    """Clamp numbers into their schema's minimum/maximum.
+
+    llama.cpp's grammar cannot express numeric bounds, so a constrained decode may
+    yield confidence 1155079951 where the schema says at most 1. Clamping applies the
+    bound the grammar could not; everything else is still validated, not repaired.
+    """
+    if isinstance(data, bool):
+        return data
+    if isinstance(data, int | float) and schema.get("type") in ("number", "integer"):
+        low = schema.get("minimum", data)
+        high = schema.get("maximum", data)
+        return min(max(data, low), high)
+    if isinstance(data, dict) and schema.get("type") == "object":
+        props = schema.get("properties", {})
+        return {k: clamp_numbers(props[k], v) if k in props else v for k, v in data.items()}
+    if isinstance(data, list) and schema.get("type") == "array":
+        return [clamp_numbers(schema.get("items", {}), v) for v in data]
+    return data
+
+
 def schema_problem(schema: Mapping[str, Any], data: Any) -> str:
     """'' when `data` matches `schema`, otherwise the first problem, naming where."""
     validator = jsonschema.Draft202012Validator(schema)
@@ -69,8 +161,8 @@ def schema_problem(schema: Mapping[str, Any], data: Any) -> str:
     return f"at {where}: {err.message}"
 
 
-def parse_json(text: str, schema: Mapping[str, Any]) -> Any:
-    """Parse model text as JSON matching `schema`.
+def parse_json(text: str, schema: Mapping[str, Any], clamp: bool = False) -> Any:
+    """Parse model text as JSON matching `schema` (`clamp`: apply numeric bounds first).
 
     :raises StructuredOutputError: not JSON, or not matching the schema.
     """
@@ -79,6 +171,8 @@ def parse_json(text: str, schema: Mapping[str, Any]) -> Any:
         data = json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
         raise StructuredOutputError(f"not valid JSON ({exc.msg} at char {exc.pos})", text) from exc
+    if clamp:
+        data = clamp_numbers(schema, data)
     problem = schema_problem(schema, data)
     if problem:
         raise StructuredOutputError(problem, text)

@@ -1,0 +1,212 @@
+"""Config: every template loads; each kind of bad file gives a clear error naming the fix."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from citizen import config, paths
+from citizen.errors import ConfigError
+
+
+@pytest.fixture
+def tpl_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A private copy of templates/ that a test may break."""
+    target = tmp_path / "templates"
+    shutil.copytree(paths.project_dir() / "templates", target)
+    monkeypatch.setenv("EXPERIENCE_TEMPLATES", str(target))
+    return target
+
+
+def edit_json(path: Path, change: Callable[[Any], None]) -> None:
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def load_fails(directory: Path) -> ConfigError:
+    with pytest.raises(ConfigError) as info:
+        config.Templates(directory)
+    return info.value
+
+
+def test_every_shipped_template_loads() -> None:
+    tpl = config.templates()
+    assert tpl.citizen_names() == ["opus", "mira", "aria"]
+    for name in tpl.citizen_names():
+        cfg = tpl.citizen(name)
+        assert set(cfg.context_limits) == set(config.CONTEXT_TYPES)
+        assert cfg.seat("primary").role == "primary"
+        assert cfg.budget.max_usd_per_wake == 1.0 and cfg.budget.max_iterations == 25
+        slots = tpl.wake_slots(name)
+        assert sorted(slots) == list(range(10))
+        assert {s: slots[s] for s in (0, 1, 4, 7)} == config.MANDATORY_SLOTS
+        assert name in tpl.identity(name)
+    assert set(tpl.values) == {"executor", "verifier", "integrator"}
+    assert tpl.values["verifier"].weights["truth"] == 1.0
+    assert "${" not in tpl.prompt("system", name="opus", focus="x", max_usd_per_wake=1,
+                                  max_iterations=25)
+    assert "ready" in tpl.prompt("doctor")
+    for prompt in ("executor", "verifier", "integrator", "tool_select", "route"):
+        assert tpl.prompt(prompt)
+    assert "write a test" in tpl.wake_prompt("TASK", task="write a test")
+
+
+def test_seat_falls_back_to_primary() -> None:
+    cfg = config.templates().citizen("mira")
+    assert cfg.seat("balanced") == cfg.seat("primary")
+    assert cfg.seat("fast").model == "claude-haiku-4-5"
+
+
+def test_missing_file(tpl_dir: Path) -> None:
+    (tpl_dir / "models.json").unlink()
+    err = load_fails(tpl_dir)
+    assert err.path.name == "models.json" and "missing" in str(err)
+
+
+def test_invalid_json_says_where(tpl_dir: Path) -> None:
+    path = tpl_dir / "citizen_configs.json"
+    path.write_text(path.read_text().replace('"opus": {', '"opus": {,', 1))
+    err = load_fails(tpl_dir)
+    assert "not valid JSON (line" in str(err) and "citizen_configs.json" in str(err)
+
+
+def test_invalid_yaml(tpl_dir: Path) -> None:
+    (tpl_dir / "values.yaml").write_text("base_values: [unclosed\n")
+    assert "not valid YAML" in str(load_fails(tpl_dir))
+
+
+def test_wrong_type_names_the_key(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "citizen_configs.json",
+              lambda d: d["citizens"]["mira"]["council"][0].update(temperature=3))
+    err = load_fails(tpl_dir)
+    assert err.key == "citizens.mira.council[0].temperature"
+    assert "greater than the maximum of 2" in err.problem
+
+
+def test_unknown_key_is_refused(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "citizen_configs.json",
+              lambda d: d["citizens"]["aria"].update(budjet={"max_usd_per_wake": 5}))
+    err = load_fails(tpl_dir)
+    assert err.key == "citizens.aria" and "budjet" in err.problem
+
+
+def test_newer_schema_version(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "wake_prompts.json", lambda d: d.update(schema_version=2))
+    err = load_fails(tpl_dir)
+    assert err.key == "schema_version" and "version 2" in err.problem
+
+
+def test_council_model_without_a_price(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "citizen_configs.json",
+              lambda d: d["citizens"]["opus"]["council"][0].update(model="claude-unknown"))
+    err = load_fails(tpl_dir)
+    assert err.key == "opus.council[0].model" and "models.json" in err.fix
+
+
+def test_council_without_primary(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "citizen_configs.json", lambda d: d["citizens"]["mira"].update(
+        council=[{"model": "claude-haiku-4-5", "role": "fast", "temperature": 0.2}]))
+    assert "no seat has role 'primary'" in str(load_fails(tpl_dir))
+
+
+def test_mandatory_slot_cannot_be_moved(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "wake_allocations.json", lambda d: d["mandatory"].update({"4": "TASK"}))
+    assert load_fails(tpl_dir).key == "mandatory"
+
+
+def test_citizen_slots_must_cover_exactly_the_free_slots(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "wake_allocations.json", lambda d: d["citizens"]["opus"].pop("9"))
+    err = load_fails(tpl_dir)
+    assert err.key == "citizens.opus" and "[2, 3, 5, 6, 8, 9]" in err.fix
+
+
+def test_unknown_wake_type(tpl_dir: Path) -> None:
+    edit_json(tpl_dir / "wake_allocations.json",
+              lambda d: d["citizens"]["aria"].update({"3": "NAP"}))
+    err = load_fails(tpl_dir)
+    assert err.key == "citizens.aria.3" and "NAP" in err.problem
+
+
+def test_weight_outside_its_bounds(tpl_dir: Path) -> None:
+    path = tpl_dir / "values.yaml"
+    data = yaml.safe_load(path.read_text())
+    data["agent_roles"]["verifier"]["weights"]["truth"] = 0.5
+    path.write_text(yaml.safe_dump(data))
+    err = load_fails(tpl_dir)
+    assert err.key == "agent_roles.verifier.weights.truth" and "outside its bounds" in err.problem
+
+
+def test_role_weights_must_cover_every_base_value(tpl_dir: Path) -> None:
+    path = tpl_dir / "values.yaml"
+    data = yaml.safe_load(path.read_text())
+    del data["agent_roles"]["executor"]["weights"]["safety"]
+    path.write_text(yaml.safe_dump(data))
+    assert load_fails(tpl_dir).key == "agent_roles.executor.weights"
+
+
+def test_own_config_overrides_template(civ_root: Path) -> None:
+    home = civ_root / "mira"
+    home.mkdir()
+    (home / "config.json").write_text(json.dumps({
+        "email": "mira@example.org", "focus": "Systems",
+        "budget": {"max_usd_per_wake": 0.25}}))
+    cfg = config.load_citizen("mira")
+    assert cfg.email == "mira@example.org"
+    assert cfg.budget.max_usd_per_wake == 0.25
+    assert cfg.budget.max_iterations == 25  # from defaults
+    assert cfg.source == home / "config.json"
+
+
+def test_broken_own_config_names_its_file(civ_root: Path) -> None:
+    (civ_root / "opus").mkdir()
+    (civ_root / "opus" / "config.json").write_text('{"focus": 7}')
+    with pytest.raises(ConfigError) as info:
+        config.load_citizen("opus")
+    assert info.value.path == civ_root / "opus" / "config.json"
+    assert info.value.key == "focus"
+
+
+def test_unknown_citizen() -> None:
+    with pytest.raises(ConfigError, match="known: opus, mira, aria"):
+        config.load_citizen("zeno")
+
+
+@pytest.mark.parametrize("name", ["../etc", "Opus", "a/b", "", "-x", "x" * 40])
+def test_names_that_could_escape_the_root_are_refused(name: str) -> None:
+    with pytest.raises(ConfigError, match="not a valid citizen name"):
+        paths.citizen_home(name)
+
+
+def test_env_file_parsing_and_environment_override(civ_root: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    home = civ_root / "opus"
+    home.mkdir()
+    (home / ".env").write_text(
+        "# secrets\nANTHROPIC_API_KEY='sk-file'\nexport EMAIL_USER=opus@x.org\n\nEMAIL_PASS=\"p w\"\n")
+    secrets = config.load_secrets("opus")
+    assert secrets.get("ANTHROPIC_API_KEY") == "sk-file"
+    assert secrets.get("EMAIL_PASS") == "p w"
+    assert "sk-file" not in repr(secrets)  # never leaks into a log line
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env")
+    assert config.load_secrets("opus").get("ANTHROPIC_API_KEY") == "sk-env"
+
+
+def test_env_file_with_a_bad_line(civ_root: Path) -> None:
+    (civ_root / "opus").mkdir()
+    (civ_root / "opus" / ".env").write_text("ANTHROPIC_API_KEY=x\nthis is not an assignment\n")
+    with pytest.raises(ConfigError) as info:
+        config.load_secrets("opus")
+    assert info.value.key == "line 2"
+
+
+def test_every_path_derives_from_civ_root(civ_root: Path) -> None:
+    assert paths.shared_dir() == civ_root / "shared"
+    assert paths.citizen_home("aria") == civ_root / "aria"
+    assert paths.citizen_env_file("aria") == civ_root / "aria" / ".env"
