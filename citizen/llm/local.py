@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 import threading
 import time
@@ -66,7 +67,8 @@ class _InProcess:
                 llm = Llama(
                     model_path=str(model_file),
                     n_ctx=settings.context_tokens,
-                    n_threads=settings.threads or None,
+                    # llama-cpp-python defaults to half the cores; 0 means all of them.
+                    n_threads=settings.threads or os.cpu_count() or 1,
                     chat_format="gemma",  # the GGUF has no chat template of its own
                     verbose=False,
                 )
