@@ -25,7 +25,7 @@ class Exchange:
     headers: dict[str, str] = field(default_factory=dict)
 
 
-def message(content: list[dict[str, Any]], model: str = "claude-haiku-4-5",
+def message(content: list[dict[str, Any]], *, model: str = "claude-haiku-4-5",
             stop_reason: str = "end_turn", input_tokens: int = 100, output_tokens: int = 20,
             cache_write: int = 0, cache_read: int = 0) -> dict[str, Any]:
     """A Messages API response body."""

@@ -189,7 +189,8 @@ def test_env_file_parsing_and_environment_override(civ_root: Path,
     home = civ_root / "opus"
     home.mkdir()
     (home / ".env").write_text(
-        "# secrets\nANTHROPIC_API_KEY='sk-file'\nexport EMAIL_USER=opus@x.org\n\nEMAIL_PASS=\"p w\"\n")
+        "# secrets\nANTHROPIC_API_KEY='sk-file'\nexport EMAIL_USER=opus@x.org\n\n"
+        'EMAIL_PASS="p w"\n')
     secrets = config.load_secrets("opus")
     assert secrets.get("ANTHROPIC_API_KEY") == "sk-file"
     assert secrets.get("EMAIL_PASS") == "p w"
