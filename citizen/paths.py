@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 
 from citizen.errors import ConfigError
@@ -87,3 +88,61 @@ def model_cache_dir() -> Path:
         return server
     cache = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
     return Path(cache) / "experience" / "models"
+
+
+@dataclass(frozen=True)
+class Home:
+    """Every path of one citizen: its home, and its corners of the commons."""
+
+    name: str
+    dir: Path
+
+    @property
+    def config(self) -> Path:
+        return self.dir / "config.json"
+
+    @property
+    def env(self) -> Path:
+        return self.dir / ".env"
+
+    @property
+    def code(self) -> Path:
+        return self.dir / "code"
+
+    @property
+    def contexts(self) -> Path:
+        return self.dir / "contexts"
+
+    @property
+    def tasks(self) -> Path:
+        return self.dir / "tasks"
+
+    @property
+    def memory(self) -> Path:
+        return self.dir / "memory"
+
+    @property
+    def wake_logs(self) -> Path:
+        return self.dir / "logs" / "wakes"
+
+    @property
+    def state(self) -> Path:
+        """Wake counters that must survive restarts."""
+        return self.dir / "state.json"
+
+    @property
+    def daemon_lock(self) -> Path:
+        return self.dir / ".daemon.lock"
+
+    @property
+    def heartbeat(self) -> Path:
+        return shared_dir() / "monitor" / "heartbeats" / f"{self.name}.json"
+
+    @property
+    def doorbell(self) -> Path:
+        return shared_dir() / "doorbell" / self.name
+
+
+def home(name: str) -> Home:
+    """The paths of citizen `name`."""
+    return Home(name, citizen_home(name))

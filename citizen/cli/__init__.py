@@ -15,7 +15,16 @@ import click
 
 from citizen import __version__
 from citizen.cli.ask import ask
+from citizen.cli.demo import demo
 from citizen.cli.doctor import doctor
+from citizen.cli.init import init
+from citizen.cli.logs import logs
+from citizen.cli.memory import memory
+from citizen.cli.run import run
+from citizen.cli.status import status
+from citizen.cli.task import task
+from citizen.cli.tool import tool_cmd
+from citizen.cli.wake import wake
 from citizen.errors import CitizenError
 
 
@@ -39,9 +48,13 @@ def cli(root: str | None, verbose: int) -> None:
 
     \b
     Examples:
-      citizen doctor                 check config, paths and the model
-      citizen ask "What is DRY?"     one model call, with tokens and cost
-      citizen --root /tmp/civ doctor --citizen mira
+      citizen init --root /tmp/civ           create opus, mira and aria (dev mode)
+      citizen --root /tmp/civ task add opus "Write notes/hi.md"
+      citizen --root /tmp/civ run opus       the daemon (systemd runs this)
+      citizen --root /tmp/civ status
+      citizen --root /tmp/civ logs opus --wake 1
+      citizen doctor                         check config, paths and the model
+      citizen demo                           three daemons on the embedded model
     """
     if root:
         os.environ["CIV_ROOT"] = root  # every path derives from this one variable
@@ -51,8 +64,8 @@ def cli(root: str | None, verbose: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-cli.add_command(doctor)
-cli.add_command(ask)
+for _command in (init, status, logs, task, wake, run, tool_cmd, memory, demo, doctor, ask):
+    cli.add_command(_command)
 
 
 def main() -> None:

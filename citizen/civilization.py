@@ -1,0 +1,94 @@
+"""Creating a civilization's tree: the commons and one home per citizen.
+
+Dev mode (`citizen init`, no root): everything is owned by the current user. The
+server install (scripts/setup_server.sh) creates users and groups and then uses the
+same layout. Creation never overwrites: running it again fills only what is missing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from citizen import config, paths
+from citizen.contexts import ContextStore
+from citizen.llm.base import estimate_tokens
+from citizen.memory import Memory
+from citizen.tasks import TaskQueue
+
+SHARED_DIRS = (
+    "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
+    "tools/tests", "proposals/pending", "proposals/approved", "proposals/rejected", "debates",
+    "streams", "monitor/heartbeats", "doorbell",
+)
+ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
+# Leave ANTHROPIC_API_KEY empty to use the embedded local model.
+ANTHROPIC_API_KEY=
+IMAP_SERVER=
+SMTP_SERVER=
+EMAIL_USER={email}
+EMAIL_PASS=
+"""
+
+
+def _mkdir(path: Path, mode: int) -> bool:
+    created = not path.exists()
+    path.mkdir(parents=True, exist_ok=True)
+    if created:
+        os.chmod(path, mode)  # explicit: mkdir's mode is filtered by the umask
+    return created
+
+
+def init_shared() -> list[str]:
+    """Create the commons; returns what was created."""
+    made = []
+    root = paths.shared_dir()
+    # 2775: group `citizens` writes the commons; setgid keeps new files in that group.
+    if _mkdir(root, 0o2775):
+        made.append(str(root))
+    for sub in SHARED_DIRS:
+        if _mkdir(root / sub, 0o2775):
+            made.append(str(root / sub))
+    return made
+
+
+def init_citizen(name: str) -> list[str]:
+    """Create a citizen's home from its template; returns what was created."""
+    tpl = config.templates()
+    cfg = config.load_citizen(name)
+    home = paths.home(name)
+    made = []
+    # 0750: the citizen owns its home; group `citizens` may look in (peer monitoring).
+    if _mkdir(home.dir, 0o750):
+        made.append(str(home.dir))
+    for sub in (home.wake_logs, home.code):
+        _mkdir(sub, 0o750)
+    if not home.config.exists():
+        data = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
+        home.config.write_text(json.dumps({**data, "name": name}, indent=2) + "\n")
+        made.append(str(home.config))
+    if not home.env.exists():
+        # O_EXCL + 0600 at creation: the secrets file is never readable by others, not even
+        # for the moment between creating it and a chmod.
+        fd = os.open(home.env, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(ENV_TEMPLATE.format(name=name, email=cfg.email))
+        made.append(str(home.env))
+    TaskQueue(home.tasks).init()
+    Memory(home.memory).init()
+    store = ContextStore(home.contexts, cfg.context_limits, estimate_tokens)
+    before = {p.name for p in home.contexts.glob("*.json")} if home.contexts.exists() else set()
+    store.init(tpl.identity(name, cfg.focus))
+    made += [str(home.contexts / n) for n in
+             sorted({p.name for p in home.contexts.glob("*.json")} - before)]
+    (home.doorbell).mkdir(parents=True, exist_ok=True)
+    return made
+
+
+def init(names: list[str]) -> list[str]:
+    """Create the commons and the homes of `names`."""
+    made = init_shared()
+    for name in names:
+        made += init_citizen(name)
+    return made

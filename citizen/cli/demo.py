@@ -1,0 +1,157 @@
+"""`citizen demo`: three citizens, three daemons, real wakes on the embedded model."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import click
+
+from citizen import civilization, paths, wakelog
+from citizen.tasks import TaskQueue
+from shared import doorbell
+
+CITIZENS = ("opus", "mira", "aria")
+TASKS = {
+    "opus": "Write a file notes/plan.md with three short steps for organising a shared library.",
+    "mira": "Run the shell command `ls -la` in your home and write what you see to notes/home.md.",
+    "aria": "Write a short poem about persistence to notes/poem.md.",
+}
+# Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
+DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 6, "max_output_tokens": 160}
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, str]:
+    """One shared llama.cpp server for all daemons, when its extra is installed."""
+    try:
+        import llama_cpp.server  # noqa: F401, PLC0415
+    except ImportError:
+        return None, ""
+    from citizen.llm.model_file import ensure_model  # noqa: PLC0415
+
+    port = _free_port()
+    out = (log_dir / "model-server.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llama_cpp.server", "--model", str(ensure_model()),
+         "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port),
+         "--n_ctx", "8192", "--n_threads", str(os.cpu_count() or 1)],
+        stdout=out, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"{url}/v1/models", timeout=1).close()  # noqa: S310
+            return proc, url
+        except OSError:
+            if proc.poll() is not None:
+                break
+            time.sleep(0.3)
+    proc.kill()
+    return None, ""
+
+
+@click.command()
+@click.option("--root", type=click.Path(file_okay=False), default=None,
+              help="Civilization root (default: a new temporary directory).")
+@click.option("--wakes", type=int, default=4, show_default=True, help="Wakes per citizen.")
+@click.option("--interval", type=float, default=20.0, show_default=True,
+              help="Seconds between scheduled wakes.")
+def demo(root: str | None, wakes: int, interval: float) -> None:
+    """Run opus, mira and aria as daemons on the embedded model for a few wakes.
+
+    Each gets a small task by the doorbell; scheduled wakes follow their slots. The
+    daemons stop after WAKES wakes; then a summary says where the logs are.
+    """
+    base = Path(root or tempfile.mkdtemp(prefix="experience-demo-"))
+    os.environ["CIV_ROOT"] = str(base)
+    os.environ["EXPERIENCE_PROVIDER"] = "local"  # the demo never spends API money
+    civilization.init(list(CITIZENS))
+    for name in CITIZENS:
+        cfg_path = paths.home(name).config
+        data = json.loads(cfg_path.read_text())
+        data["budget"] = DEMO_BUDGET
+        cfg_path.write_text(json.dumps(data, indent=2))
+    click.echo(f"civilization: {base}")
+    server, url = _start_model_server(base)
+    if url:
+        os.environ["EXPERIENCE_LOCAL_URL"] = url
+        click.echo(f"one shared model server for all daemons: {url}")
+    else:
+        click.echo("each wake loads the embedded model in-process")
+    for name in CITIZENS:
+        task = TaskQueue(paths.home(name).tasks).add(TASKS[name], source="demo")
+        doorbell.ring(paths.home(name).doorbell, "TASK", f"task {task.id}", sender="demo")
+        click.echo(f"task for {name}: {TASKS[name]}")
+    daemons = {}
+    for name in CITIZENS:
+        out = (base / f"daemon-{name}.log").open("wb")
+        daemons[name] = subprocess.Popen(
+            [sys.executable, "-m", "citizen", "run", name, "--interval", str(interval),
+             "--max-wakes", str(wakes), "--wake-timeout", "600", "--first-wake",
+             str(interval)], stdout=out, stderr=subprocess.STDOUT)
+    seen: set[Path] = set()
+    deadline = time.monotonic() + wakes * (interval + 600) + 60
+    try:
+        while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
+            time.sleep(1)
+            _print_new(seen)
+    finally:
+        for d in daemons.values():
+            if d.poll() is None:
+                d.send_signal(signal.SIGTERM)
+        for d in daemons.values():
+            d.wait(timeout=120)
+        if server is not None:
+            server.terminate()
+            server.wait(timeout=30)
+    _print_new(seen)
+    _summary(base)
+
+
+def _print_new(seen: set[Path]) -> None:
+    for name in CITIZENS:
+        for path in wakelog.wake_logs(paths.home(name)):
+            if path in seen:
+                continue
+            row = wakelog.summary(path)
+            if row["status"] == "running":
+                continue
+            seen.add(path)
+            click.echo(f"  {name:<5} wake {row['wake']:>2} {row['type']:<12} {row['status']:<10}"
+                       f" {row['calls']:>2} calls {row['duration_s']:6.1f} s  "
+                       f"{(row['why'] or '')[:70]}")
+
+
+def _summary(base: Path) -> None:
+    click.echo("\nsummary")
+    for name in CITIZENS:
+        home = paths.home(name)
+        rows = [wakelog.summary(p) for p in wakelog.wake_logs(home)]
+        tokens = sum(e.get("tokens_in", 0) + e.get("tokens_out", 0)
+                     for p in wakelog.wake_logs(home) for e in wakelog.read(p)
+                     if e.get("event") == "wake_end")
+        counts = TaskQueue(home.tasks).counts()
+        statuses: dict[str, int] = {}
+        for r in rows:
+            statuses[r["status"]] = statuses.get(r["status"], 0) + 1
+        click.echo(f"  {name:<5} {len(rows)} wakes {statuses}  tasks done {counts['done']} "
+                   f"failed {counts['failed']} queued {counts['queue'] + counts['active']}  "
+                   f"{tokens} tokens")
+    click.echo(f"\nlogs: {base}/<citizen>/logs/wakes/   daemon output: {base}/daemon-*.log")
+    click.echo(f"read them with: citizen --root {base} logs opus   "
+               f"(one wake: citizen --root {base} logs opus --wake 1)")

@@ -1,0 +1,48 @@
+"""`citizen memory`: roll-ups (run by the daemon's schedule) and search."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen import config, paths
+from citizen.llm.base import Request
+from citizen.memory import Memory
+
+
+@click.group()
+def memory() -> None:
+    """A citizen's hierarchical memory."""
+
+
+@memory.command()
+@click.argument("name")
+def rollup(name: str) -> None:
+    """Write the due daily, weekly and monthly summaries of citizen NAME (model calls)."""
+    mem = Memory(paths.home(name).memory)
+    if not mem.pending():
+        click.echo("nothing to roll up")
+        return
+    from citizen.llm import make_provider  # noqa: PLC0415 - only when there is work
+
+    cfg = config.load_citizen(name)
+    llm = make_provider(cfg, config.load_secrets(name))
+
+    def summarize(level: str, key: str, text: str) -> str:
+        prompt = (f"Summarize these memories of {name} into a {level} summary for {key}. Keep "
+                  f"what was done, learned and left open; drop repetition.\n\n{text}")
+        reply = llm.complete(Request(messages=[{"role": "user", "content": prompt}],
+                                     max_tokens=600, tier="fast", purpose=f"rollup_{level}"))
+        return f"# {level} summary {key}\n\n{reply.text.strip()}\n"
+
+    for path in mem.rollup(summarize):
+        click.echo(f"wrote {path}")
+
+
+@memory.command()
+@click.argument("name")
+@click.argument("query")
+def search(name: str, query: str) -> None:
+    """Search citizen NAME's memory."""
+    click.echo(json.dumps(Memory(paths.home(name).memory).search(query), indent=2))

@@ -1,0 +1,35 @@
+"""`citizen run`: the resident daemon (what systemd starts)."""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import click
+
+from citizen.daemon import Daemon
+
+
+@click.command()
+@click.argument("name")
+@click.option("--interval", type=float, default=None,
+              help="Seconds between scheduled wakes (default: the citizen's config).")
+@click.option("--max-wakes", type=int, default=None, help="Stop after this many wakes.")
+@click.option("--wake-timeout", type=float, default=1200.0, show_default=True,
+              help="Seconds before a wake is killed.")
+@click.option("--first-wake", type=float, default=1.0, show_default=True,
+              help="Seconds from start to the first scheduled wake.")
+def run(*, name: str, interval: float | None, max_wakes: int | None, wake_timeout: float,
+        first_wake: float) -> None:
+    """Run the daemon of citizen NAME in the foreground (systemd runs this).
+
+    \b
+    Examples:
+      citizen run opus
+      citizen run opus --interval 30 --max-wakes 10
+    """
+    # The daemon logs to stdout, one line per event, for journald.
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
+                        format=f"%(levelname)s citizen:{name} %(message)s")
+    raise SystemExit(Daemon(name, interval_s=interval, max_wakes=max_wakes,
+                            wake_timeout_s=wake_timeout, first_wake_s=first_wake).run())

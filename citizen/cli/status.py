@@ -1,0 +1,96 @@
+"""`citizen status`: every citizen at a glance. Reads files only; never imports a model SDK."""
+
+from __future__ import annotations
+
+import json
+import os
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from citizen import paths, wakelog
+from citizen.cli.options import json_option
+from citizen.tasks import TaskQueue
+from shared.atomic import read_json
+
+STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process (server mode)
+    return True
+
+
+def citizen_status(name: str) -> dict[str, Any]:
+    """Daemon state, last and next wake, current task, wakes and dollars today."""
+    home = paths.home(name)
+    daemon, next_wake = "not running", None
+    if home.heartbeat.exists():
+        try:
+            beat = read_json(home.heartbeat)
+            age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
+            if beat["state"] == "stopped" or not _alive(int(beat["pid"])):
+                daemon = "not running"
+            elif age.total_seconds() > STALE_S and beat["state"] != "waking":
+                daemon = f"stale heartbeat ({int(age.total_seconds())} s old)"
+            else:
+                daemon = f"{beat['state']} (pid {beat['pid']})"
+                next_wake = beat.get("next_wake_at")
+        except (ValueError, KeyError, OSError) as exc:
+            daemon = f"unreadable heartbeat ({exc})"
+    logs = wakelog.wake_logs(home)
+    today = datetime.now(UTC).date()
+    todays = [p for p in logs
+              if datetime.fromtimestamp(p.stat().st_mtime, UTC).date() == today]
+    rows = [wakelog.summary(p) for p in todays]
+    last = wakelog.summary(logs[-1]) if logs else None
+    active = TaskQueue(home.tasks).active()
+    return {
+        "citizen": name, "daemon": daemon, "next_wake": next_wake,
+        "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
+        "current_task": active and {"id": active.id, "text": active.text[:120]},
+        "tasks": TaskQueue(home.tasks).counts(),
+        "wakes_today": len(rows),
+        "usd_today": round(sum(r["cost_usd"] for r in rows), 6),
+    }
+
+
+def citizens() -> list[str]:
+    root = paths.civ_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+
+
+@click.command()
+@json_option
+def status(as_json: bool) -> None:
+    """Show each citizen: daemon state, last and next wake, current task, wakes and $ today.
+
+    \b
+    Examples:
+      citizen status
+      citizen --root /tmp/civ status --json
+    """
+    rows = [citizen_status(n) for n in citizens()]
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no citizens under {paths.civ_root()} - create them with `citizen init`")
+        return
+    for r in rows:
+        last = r["last_wake"]
+        last_txt = f"#{last['wake']} {last['type']} {last['status']}" if last else "none"
+        task = r["current_task"]["id"] if r["current_task"] else "-"
+        t = r["tasks"]
+        click.echo(f"{r['citizen']:<10} {r['daemon']:<28} last {last_txt:<24} "
+                   f"next {r['next_wake'] or '-':<27} task {task}  "
+                   f"queue {t['queue']} done {t['done']} failed {t['failed']}  "
+                   f"today {r['wakes_today']} wakes ${r['usd_today']:.4f}")

@@ -1,0 +1,53 @@
+"""`citizen task`: give a citizen work, and see its tasks."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen import paths
+from citizen.cli.options import json_option
+from citizen.tasks import STATES, TASK_KINDS, TaskQueue
+from shared import doorbell
+
+
+@click.group()
+def task() -> None:
+    """Add and list a citizen's tasks."""
+
+
+@task.command("add")
+@click.argument("name")
+@click.argument("text")
+@click.option("--kind", type=click.Choice(TASK_KINDS), default="TASK", show_default=True)
+def add(name: str, text: str, kind: str) -> None:
+    """Queue a task for citizen NAME and ring its doorbell.
+
+    \b
+    Example:
+      citizen task add opus "Write notes/hello.md saying hello to mira"
+    """
+    home = paths.home(name)
+    if not home.dir.is_dir():
+        raise click.ClickException(f"citizen {name} has no home at {home.dir} - run "
+                                   "`citizen init` first")
+    queued = TaskQueue(home.tasks).add(text, kind=kind, source="cli")
+    doorbell.ring(home.doorbell, kind, f"task {queued.id}", sender="operator")
+    click.echo(f"queued {queued.id} for {name}; its daemon wakes for it within seconds")
+
+
+@task.command("list")
+@click.argument("name")
+@json_option
+def list_tasks(name: str, as_json: bool) -> None:
+    """List citizen NAME's tasks by state."""
+    tasks = TaskQueue(paths.home(name).tasks)
+    rows = [(state, tid, tasks.load(state, tid)) for state in STATES for tid in tasks.ids(state)]
+    if as_json:
+        click.echo(json.dumps([{"state": s, **t.to_dict()} for s, _, t in rows]))
+        return
+    for state, tid, t in rows:
+        click.echo(f"{state:<7} {tid}  {t.kind:<8} {t.text[:60]!r}  {t.result[:60]}")
+    if not rows:
+        click.echo("no tasks")

@@ -1,0 +1,54 @@
+"""`citizen tool`: run any registered tool as a citizen (for operators and scripts)."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen import config, paths
+from citizen.contexts import ContextStore
+from citizen.llm.base import estimate_tokens
+from citizen.memory import Memory
+from citizen.tasks import TaskQueue
+from citizen.tools import ToolFailure, core_tools
+from citizen.tools.base import ToolEnv
+
+
+@click.command("tool")
+@click.argument("name")
+@click.argument("tool_name", metavar="TOOL")
+@click.argument("args", default="{}")
+def tool_cmd(name: str, tool_name: str, args: str) -> None:
+    """Run tool TOOL as citizen NAME with JSON ARGS and print its result.
+
+    \b
+    Examples:
+      citizen tool opus read_file '{"path": "contexts/identity.json"}'
+      citizen tool opus memory_search '{"query": "lock"}'
+    """
+    tools = core_tools()
+    if tool_name not in tools:
+        raise click.ClickException(f"no tool '{tool_name}' - known: {', '.join(sorted(tools))}")
+    try:
+        parsed = json.loads(args)
+    except json.JSONDecodeError as exc:
+        raise click.ClickException(f"ARGS is not JSON: {exc}") from exc
+    from citizen.llm.structured import schema_problem  # noqa: PLC0415
+
+    problem = schema_problem(tools[tool_name].schema, parsed)
+    if problem:
+        raise click.ClickException(f"ARGS do not match {tool_name}'s schema: {problem}")
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    store = ContextStore(home.contexts, cfg.context_limits, estimate_tokens)
+    contexts = store.load_all()
+    tasks = TaskQueue(home.tasks)
+    env = ToolEnv(home, cfg, config.load_secrets(name), tasks, Memory(home.memory), contexts,
+                  task=tasks.active())
+    try:
+        click.echo(tools[tool_name].run(env, parsed))
+    except ToolFailure as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        store.save_all(contexts)

@@ -1,0 +1,41 @@
+"""`citizen wake`: one wake now, in the foreground - the same path the daemon's wakes take."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen.cli.options import json_option
+from citizen.wake import run_wake
+
+
+@click.command()
+@click.argument("name")
+@click.option("--type", "wake_type", default=None, metavar="TYPE",
+              help="Wake type (TASK, REFLECT, …); default: the next scheduled slot.")
+@click.option("--number", type=int, default=None, hidden=True)
+@click.option("--slot", type=int, default=None, hidden=True)
+@click.option("--reason", default="", hidden=True)
+@json_option
+def wake(*, name: str, wake_type: str | None, number: int | None, slot: int | None, reason: str,
+         as_json: bool) -> None:
+    """Run one wake of citizen NAME now and print how it ended.
+
+    \b
+    Examples:
+      citizen wake opus               the next scheduled slot
+      citizen wake opus --type TASK   a task wake now
+    """
+    if wake_type is not None:
+        wake_type = wake_type.upper()
+    result = run_wake(name, wake_type=wake_type, number=number, slot=slot, reason=reason)
+    if as_json:
+        click.echo(json.dumps({**result.__dict__, "log_path": str(result.log_path)}))
+    else:
+        click.echo(f"wake {result.number} {result.wake_type}: {result.status}"
+                   f"{' - ' + result.reason if result.reason else ''} "
+                   f"(${result.cost_usd:.4f}, {result.calls} model calls)\n"
+                   f"log: citizen logs {name} --wake {result.number}")
+    if result.status == "failed":
+        raise SystemExit(1)

@@ -1,0 +1,324 @@
+"""The resident daemon of one citizen: scheduler, doorbell, heartbeat - and nothing heavy.
+
+It never imports a model SDK. Each wake runs in a child process through the same
+entry point as `citizen wake`, so a crash, leak or hang in a wake cannot take the
+daemon down: it reaps the child, records how it ended, and kills it past a
+deadline. Manners (after rq's worker): the first SIGTERM lets the running wake
+finish, the second stops at once; a second daemon for the same citizen refuses to
+start; a heartbeat file and a process title say what it is doing.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from types import FrameType
+from typing import IO, Any
+
+import psutil
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from citizen import config, paths, state, wakelog
+from citizen.errors import CitizenError
+from citizen.memory import Memory
+from citizen.notify import notify, watchdog_interval
+from citizen.tasks import TaskQueue, now_iso
+from shared import doorbell
+from shared.atomic import append_line, write_json
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 5
+
+
+class State(StrEnum):
+    STARTING = "starting"
+    SLEEPING = "sleeping"
+    WAKING = "waking"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class AlreadyRunning(CitizenError, RuntimeError):
+    """Another daemon holds this citizen's lock."""
+
+
+@dataclass(frozen=True)
+class WakeRequest:
+    wake_type: str | None  # None: the next scheduled slot
+    reason: str
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle  # noqa: PLC0415 - optional nicety
+
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
+
+
+class Daemon:
+    """Runs one citizen until stopped (or until `max_wakes` wakes, for demos and tests)."""
+
+    def __init__(self, name: str, *, interval_s: float | None = None, max_wakes: int | None = None,
+                 wake_timeout_s: float = 1200.0, first_wake_s: float = 1.0,
+                 heartbeat_s: float = 30.0, rollup_s: float = 3600.0) -> None:
+        self.name = paths.check_name(name)
+        self.home = paths.home(name)
+        self.config = config.load_citizen(name)
+        self.interval_s = interval_s or self.config.wake_interval_minutes * 60
+        self.max_wakes = max_wakes
+        self.wake_timeout_s = wake_timeout_s
+        self.first_wake_s = first_wake_s
+        self.heartbeat_s = heartbeat_s
+        self.rollup_s = rollup_s
+        self.requests: queue.Queue[WakeRequest] = queue.Queue()
+        self.pending: set[str | None] = set()
+        self.pending_lock = threading.Lock()
+        self.state = State.STARTING
+        self.terms = 0
+        self.child: subprocess.Popen[bytes] | None = None
+        self.current: str = ""
+        self.wakes_run = 0
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self._lock_file: IO[str] | None = None
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self) -> int:
+        """Run until stopped. Returns the process exit code."""
+        if not self.home.dir.is_dir():
+            raise CitizenError(f"citizen {self.name} has no home at {self.home.dir} - create "
+                               "it with `citizen init` first")
+        self._acquire_lock()
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        for note in TaskQueue(self.home.tasks).recover():
+            log.warning("recovered task %s", note)
+        self.home.doorbell.mkdir(parents=True, exist_ok=True)
+        self._schedule()
+        watcher = threading.Thread(target=self._watch_doorbell, name="doorbell", daemon=True)
+        watcher.start()
+        self._enqueue_rings()  # events rung while the daemon was down
+        self._set_state(State.SLEEPING)
+        notify("READY=1")
+        log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
+                 os.getpid(), self.interval_s)
+        try:
+            self._main_loop()
+        finally:
+            self._set_state(State.STOPPING)
+            notify("STOPPING=1")
+            self.scheduler.shutdown(wait=False)
+            self._set_state(State.STOPPED)
+            log.info("citizen %s: daemon stopped after %d wakes", self.name, self.wakes_run)
+        return 0
+
+    def _acquire_lock(self) -> None:
+        # flock is released by the kernel if we die, so a stale lock never blocks a restart.
+        fh = self.home.daemon_lock.open("a+")
+        try:
+            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as exc:
+            fh.seek(0)
+            other = fh.read().strip() or "?"
+            fh.close()
+            raise AlreadyRunning(
+                f"citizen {self.name} already has a running daemon (pid {other}) - stop it "
+                f"first (systemctl stop citizen@{self.name}, or kill {other})") from exc
+        fh.seek(0)
+        fh.truncate()
+        fh.write(str(os.getpid()))
+        fh.flush()
+        self._lock_file = fh
+
+    def _schedule(self) -> None:
+        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
+        self.scheduler.add_job(
+            self._slot_due, IntervalTrigger(seconds=self.interval_s), id="wake",
+            next_run_time=start, max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(self.interval_s // 2)))
+        self.scheduler.add_job(self._heartbeat, IntervalTrigger(seconds=self.heartbeat_s),
+                               id="heartbeat", max_instances=1, coalesce=True,
+                               misfire_grace_time=int(self.heartbeat_s))
+        self.scheduler.add_job(self._rollup_due, IntervalTrigger(seconds=self.rollup_s),
+                               id="rollup", max_instances=1, coalesce=True,
+                               misfire_grace_time=int(self.rollup_s))
+        ping = watchdog_interval()
+        if ping:
+            self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",
+                                   max_instances=1, coalesce=True, misfire_grace_time=1)
+        self.scheduler.start()
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self.terms += 1
+        if self.terms == 1:
+            log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
+                        self.name)
+            self.state = State.STOPPING
+            return
+        log.warning("citizen %s: stopping now", self.name)
+        self._stop_child()
+
+    # ------------------------------------------------------------ work
+
+    def _request(self, wake_type: str | None, reason: str) -> None:
+        with self.pending_lock:
+            if wake_type in self.pending:
+                return  # coalesce: the same kind of wake is already waiting
+            self.pending.add(wake_type)
+        self.requests.put(WakeRequest(wake_type, reason))
+
+    def _slot_due(self) -> None:
+        self._request(None, "slot")
+
+    def _main_loop(self) -> None:
+        while self.terms == 0:
+            if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
+                log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
+                return
+            try:
+                req = self.requests.get(timeout=0.5)
+            except queue.Empty:
+                continue
+            with self.pending_lock:
+                self.pending.discard(req.wake_type)
+            self._run_wake(req)
+
+    def _run_wake(self, req: WakeRequest) -> None:
+        number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
+        args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
+                "--reason", req.reason]
+        args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
+        self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
+        self._set_state(State.WAKING)
+        started = time.monotonic()
+        # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
+        # reach the wake; we decide when it stops.
+        self.child = subprocess.Popen(args, start_new_session=True)
+        try:
+            code = self.child.wait(timeout=self.wake_timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("wake %d ran past its %.0f s deadline; killing it", number,
+                      self.wake_timeout_s)
+            self._stop_child()
+            code = self.child.wait()
+        self.child = None
+        self.wakes_run += 1
+        self._record_end(number, code, time.monotonic() - started)
+        self.current = ""
+        if self.state != State.STOPPING:
+            self._set_state(State.SLEEPING)
+
+    def _stop_child(self) -> None:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            # SIGINT first: the wake's `finally` still saves its contexts.
+            os.killpg(child.pid, signal.SIGINT)
+            child.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _record_end(self, number: int, code: int, duration: float) -> None:
+        logs = [p for p in wakelog.wake_logs(self.home) if p.name.startswith(f"{number:06d}-")]
+        end = None
+        if logs:
+            end = next((e for e in reversed(wakelog.read(logs[0]))
+                        if e.get("event") == "wake_end"), None)
+        if end is None:
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            if logs:
+                append_line(logs[0], {"ts": now_iso(), "wake": number, "event": "wake_end",
+                                      "status": "crashed", "reason": how,
+                                      "duration_s": round(duration, 3)})
+            log.error("wake %d: the wake process %s without finishing its log", number, how)
+            return
+        log.info("wake %d %s: %s in %.1f s ($%.4f, %s calls)%s", number,
+                 logs[0].stem.split("-", 1)[1], end.get("status"), duration,
+                 end.get("cost_usd", 0.0), end.get("calls", 0),
+                 f" - {end['reason']}" if end.get("reason") else "")
+
+    def _rollup_due(self) -> None:
+        """The deterministic gate for memory roll-ups; the model runs in a child."""
+        if self.state == State.STOPPING or not Memory(self.home.memory).pending():
+            return
+        subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
+                       check=False, timeout=self.wake_timeout_s)
+
+    # ------------------------------------------------------------ doorbell
+
+    def _enqueue_rings(self) -> None:
+        for r in doorbell.drain(self.home.doorbell):
+            log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
+            self._request(r.wake_type, f"doorbell: {r.reason}")
+
+    def _watch_doorbell(self) -> None:
+        try:
+            from inotify_simple import INotify, flags  # noqa: PLC0415
+        except ImportError:
+            inotify = None
+        else:
+            inotify = INotify()
+            inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
+        while self.state != State.STOPPED:
+            if inotify is not None:
+                if inotify.read(timeout=1000):
+                    self._enqueue_rings()
+            else:  # no inotify: poll once a second (≈600 ms to notice instead of ≈5 ms)
+                time.sleep(1)
+                self._enqueue_rings()
+
+    # ------------------------------------------------------------ status
+
+    def _set_state(self, new: State) -> None:
+        self.state = new
+        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        next_at = job.next_run_time if job else None
+        if new == State.WAKING:
+            title = f"citizen:{self.name} waking {self.current}"
+        elif next_at:
+            title = f"citizen:{self.name} {new.value} until {next_at:%H:%M:%S}"
+        else:
+            title = f"citizen:{self.name} {new.value}"
+        _set_title(title)
+        notify(f"STATUS={title}")
+        self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        beat: dict[str, Any] = {
+            "schema_version": 1, "citizen": self.name, "pid": os.getpid(),
+            "state": self.state.value, "current_wake": self.current,
+            "next_wake_at": job.next_run_time.isoformat() if job and job.next_run_time
+            else None,
+            "wakes_this_run": self.wakes_run,
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "updated": now_iso(),
+        }
+        try:
+            # 0664: peers read each other's heartbeats (PEER_MONITOR).
+            write_json(self.home.heartbeat, beat, mode=0o664)
+        except OSError as exc:
+            log.warning("heartbeat not written: %s", exc)
+
+    def _watchdog(self) -> None:
+        # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked
+        # interpreter) stops feeding it, and systemd kills and restarts the daemon.
+        if self.state != State.STOPPED:
+            notify("WATCHDOG=1")

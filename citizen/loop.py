@@ -1,0 +1,160 @@
+"""The tool-use loop of a wake, and the meter every model call of a wake goes through.
+
+Limits are enforced *before* a call would exceed them: the dollar cap (from the
+citizen's budget, with the next call priced at its worst case) and the iteration
+cap. Identical tool calls within a wake are answered from a cache; the same call
+coming back with the same result a third time is a loop, and ends the wake.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from citizen.config import Budget, ModelPrice
+from citizen.errors import ProviderError, StructuredOutputError
+from citizen.llm.base import Provider, Reply, Request, ToolCall, estimate_tokens
+from citizen.tools.base import Tool, ToolEnv, ToolFailure
+from citizen.wakelog import WakeLog
+from citizen.wakes.base import Ending
+
+NO_PROGRESS_REPEATS = 3
+_SUMMARY = 300
+
+
+class BudgetExceeded(ProviderError):
+    """The next call could push the wake past its dollar cap; it was not made."""
+
+
+@dataclass
+class Meter:
+    """Counts every model call of one wake, enforces the dollar cap, and logs each call."""
+
+    log: WakeLog
+    budget: Budget
+    price: ModelPrice
+    spent: float = 0.0
+    calls: int = 0
+    tokens_in: int = 0
+    tokens_out: int = 0
+    _logged: dict[str, int] = field(default_factory=dict)
+
+    def worst_case(self, request: Request) -> float:
+        """The most the request could cost: all input uncached, every output token used."""
+        body = json.dumps(request.to_dict(), default=str)
+        return (estimate_tokens(body) * self.price.input
+                + request.max_tokens * self.price.output) / 1_000_000
+
+    def call(self, llm: Provider, request: Request) -> Reply:
+        """Make one model call within the budget, and log it completely enough to replay.
+
+        :raises BudgetExceeded: the call could exceed the cap; nothing was sent.
+        """
+        worst = self.worst_case(request)
+        cap = self.budget.max_usd_per_wake
+        if self.spent + worst > cap:
+            raise BudgetExceeded(f"the next call could cost ${worst:.4f} and ${self.spent:.4f} "
+                                 f"of the ${cap:.2f} wake budget is spent")
+        seen = self._logged.get(request.purpose, 0)
+        new_messages = list(request.messages)[seen:]
+        if request.purpose not in self._logged:
+            self.log.event("prompt", purpose=request.purpose, system=list(request.system),
+                           tools=[t.name for t in request.tools])
+        self._logged[request.purpose] = len(request.messages)
+        try:
+            reply = llm.complete(request)
+        except StructuredOutputError as exc:
+            self.calls += 1
+            self.log.event("llm_call", purpose=request.purpose, request_digest=request.digest(),
+                           new_messages=new_messages, error=exc.problem, raw=exc.raw[:2000])
+            raise
+        self.calls += 1
+        self.spent += reply.cost_usd
+        self.tokens_in += reply.usage.input_tokens
+        self.tokens_out += reply.usage.output_tokens
+        u = reply.usage
+        self.log.event(
+            "llm_call", purpose=request.purpose, tier=request.tier, model=reply.model,
+            tokens_in=u.input_tokens, tokens_out=u.output_tokens,
+            cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
+            cost_usd=round(reply.cost_usd, 6), latency_s=round(reply.latency_s, 3),
+            request_digest=request.digest(), new_messages=new_messages, reply=reply.to_dict())
+        return reply
+
+
+def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
+        system: list[str], instruction: str, tier: str) -> Ending:
+    """Let the model work with its tools until it ends its turn or a limit stops it."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
+    specs = [t.spec() for t in tools.values()]
+    cache: dict[str, str] = {}
+    repeats: Counter[str] = Counter()
+    for _ in range(meter.budget.max_iterations):
+        request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
+                          max_tokens=meter.budget.max_output_tokens, purpose="execute")
+        try:
+            reply = meter.call(llm, request)
+        except BudgetExceeded as exc:
+            return Ending("budget", str(exc))
+        except StructuredOutputError as exc:
+            # The model's output is an observation, not a crash: show it the problem.
+            messages += [{"role": "assistant", "content": exc.raw[:2000] or "(empty)"},
+                         {"role": "user", "content": f"That was not a valid action: "
+                          f"{exc.problem}. Try again."}]
+            continue
+        except ProviderError as exc:
+            return Ending("provider_error", str(exc))
+        blocks: list[dict[str, Any]] = []
+        if reply.text:
+            blocks.append({"type": "text", "text": reply.text})
+        for call in reply.tool_calls:
+            blocks.append({"type": "tool_use", "id": call.id, "name": call.name,
+                           "input": dict(call.input)})
+        messages.append({"role": "assistant", "content": blocks or reply.text or "(no reply)"})
+        if not reply.tool_calls:
+            return Ending("end_turn", text=reply.text)
+        results = []
+        for call in reply.tool_calls:
+            key = call.name + json.dumps(call.input, sort_keys=True, default=str)
+            output, error = _dispatch(call, tools, env, cache, key)
+            repeats[key] += 1
+            results.append({"type": "tool_result", "tool_use_id": call.id, "content": output,
+                            **({"is_error": True} if error else {})})
+            if repeats[key] >= NO_PROGRESS_REPEATS:
+                meter.log.event("breaker", tool=call.name, repeats=repeats[key])
+                return Ending("no_progress", f"{call.name} was called {repeats[key]} times "
+                              "with the same arguments and got the same result")
+        messages.append({"role": "user", "content": results})
+        if env.task_outcome is not None:
+            return Ending("task_finished", text=env.task_outcome[1])
+    return Ending("iterations", f"reached the cap of {meter.budget.max_iterations} iterations")
+
+
+def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[str, str],
+              key: str) -> tuple[str, bool]:
+    """Run one tool call (or answer it from the cache); returns (output, is_error)."""
+    name, args, problem = call.name, dict(call.input), call.problem
+    started = time.monotonic()
+    error, cached = False, False
+    if problem:
+        output, error = f"error: {problem}", True
+    elif name not in tools:
+        output, error = f"error: no tool '{name}' in this wake", True
+    elif key in cache:
+        output, cached = cache[key], True
+    else:
+        try:
+            output = tools[name].run(env, args)
+        except ToolFailure as exc:
+            output, error = f"error: {exc}", True
+        except TypeError as exc:  # arguments the schema check let through but the function refuses
+            output, error = f"error: bad arguments ({exc})", True
+        cache[key] = output
+    if env.log is not None:
+        env.log.event("tool_call", tool=name, args=args, result=output[:_SUMMARY],
+                      result_chars=len(output), error=error, cached=cached,
+                      duration_s=round(time.monotonic() - started, 3))
+    return output, error

@@ -1,0 +1,137 @@
+"""Hierarchical memory: raw entries per wake, rolled up into daily, weekly, monthly summaries.
+
+Raw entries are append-only JSONL per day. Roll-ups are written by the model in a
+scheduled job; `pending()` is the deterministic gate, so an idle civilization
+makes no roll-up calls. Everything is indexed in SQLite FTS5 (stdlib) for search.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.atomic import append_line, write_bytes
+
+LEVELS = ("daily", "weekly", "monthly")
+Summarizer = Callable[[str, str, str], str]  # (level, key, source text) -> summary
+
+
+def _week_key(day: date) -> str:
+    year, week, _ = day.isocalendar()
+    return f"{year}-W{week:02d}"
+
+
+class Memory:
+    """One citizen's memory directory."""
+
+    def __init__(self, directory: Path) -> None:
+        self.dir = directory
+        self.index_path = directory / "index.sqlite"
+
+    def init(self) -> None:
+        for sub in ("raw", *LEVELS):
+            (self.dir / sub).mkdir(parents=True, exist_ok=True)
+
+    def _db(self) -> sqlite3.Connection:
+        fresh = not self.index_path.exists()
+        db = sqlite3.connect(self.index_path, timeout=30)
+        db.execute("CREATE VIRTUAL TABLE IF NOT EXISTS memory USING fts5(kind, ref, day, text)")
+        if fresh:
+            self._reindex(db)
+        return db
+
+    def _reindex(self, db: sqlite3.Connection) -> None:
+        for path in sorted((self.dir / "raw").glob("*.jsonl")):
+            for line in path.read_text(encoding="utf-8").splitlines():
+                try:
+                    entry = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a torn last line after a crash; the rest still counts
+                db.execute("INSERT INTO memory VALUES ('raw', ?, ?, ?)",
+                           (str(entry.get("wake", "")), path.stem, entry.get("text", "")))
+        for level in LEVELS:
+            for path in sorted((self.dir / level).glob("*.md")):
+                db.execute("INSERT INTO memory VALUES (?, ?, ?, ?)",
+                           (level, path.stem, path.stem, path.read_text(encoding="utf-8")))
+        db.commit()
+
+    def record(self, wake: int, wake_type: str, text: str, when: datetime | None = None) -> None:
+        """Append one raw memory entry and index it."""
+        when = when or datetime.now(UTC)
+        day = when.date().isoformat()
+        entry = {"ts": when.isoformat(timespec="seconds"), "wake": wake, "type": wake_type,
+                 "text": text}
+        append_line(self.dir / "raw" / f"{day}.jsonl", entry)
+        with self._db() as db:
+            db.execute("INSERT INTO memory VALUES ('raw', ?, ?, ?)", (str(wake), day, text))
+
+    def latest_wake(self) -> int:
+        """The wake number of the newest raw entry (0 when there is none)."""
+        files = sorted((self.dir / "raw").glob("*.jsonl"))
+        for path in reversed(files):
+            for line in reversed(path.read_text(encoding="utf-8").splitlines()):
+                try:
+                    return int(json.loads(line).get("wake", 0))
+                except (json.JSONDecodeError, ValueError):
+                    continue
+        return 0
+
+    def search(self, query: str, limit: int = 8) -> list[dict[str, Any]]:
+        """Full-text search over every level; the query is treated as plain words."""
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        match = " OR ".join(f'"{w}"' for w in words)  # quoted: user text is never FTS syntax
+        with self._db() as db:
+            rows = db.execute(
+                "SELECT kind, ref, day, snippet(memory, 3, '[', ']', '…', 24) FROM memory "
+                "WHERE memory MATCH ? ORDER BY rank LIMIT ?", (match, limit)).fetchall()
+        return [{"kind": k, "ref": r, "day": d, "snippet": s} for k, r, d, s in rows]
+
+    def pending(self, today: date | None = None) -> list[tuple[str, str, list[Path]]]:
+        """Roll-ups that are due: (level, key, source files). Empty when idle."""
+        today = today or datetime.now(UTC).date()
+        due: list[tuple[str, str, list[Path]]] = []
+        for path in sorted((self.dir / "raw").glob("*.jsonl")):
+            if date.fromisoformat(path.stem) < today and not (
+                    self.dir / "daily" / f"{path.stem}.md").exists():
+                due.append(("daily", path.stem, [path]))
+        this_week = _week_key(today)
+        weeks: dict[str, list[Path]] = {}
+        for path in sorted((self.dir / "daily").glob("*.md")):
+            weeks.setdefault(_week_key(date.fromisoformat(path.stem)), []).append(path)
+        for key, sources in weeks.items():
+            if key < this_week and not (self.dir / "weekly" / f"{key}.md").exists():
+                due.append(("weekly", key, sources))
+        months: dict[str, list[Path]] = {}
+        for path in sorted((self.dir / "weekly").glob("*.md")):
+            monday = datetime.strptime(path.stem + "-1", "%G-W%V-%u").date()
+            months.setdefault(monday.strftime("%Y-%m"), []).append(path)
+        for key, sources in months.items():
+            if key < today.strftime("%Y-%m") and not (
+                    self.dir / "monthly" / f"{key}.md").exists():
+                due.append(("monthly", key, sources))
+        return due
+
+    def rollup(self, summarize: Summarizer, today: date | None = None) -> list[str]:
+        """Write every due roll-up with `summarize`; returns the files written."""
+        written = []
+        # Daily before weekly before monthly: a new daily can complete a week.
+        for level in LEVELS:
+            for lvl, key, sources in self.pending(today):
+                if lvl != level:
+                    continue
+                text = "\n\n".join(p.read_text(encoding="utf-8") for p in sources)
+                summary = summarize(level, key, text[-60_000:])
+                out = self.dir / level / f"{key}.md"
+                write_bytes(out, summary.encode())
+                with self._db() as db:
+                    db.execute("INSERT INTO memory VALUES (?, ?, ?, ?)",
+                               (level, key, key, summary))
+                written.append(str(out))
+        return written

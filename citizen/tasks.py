@@ -1,0 +1,199 @@
+"""A citizen's tasks: `tasks/{queue,active,done,failed}/<id>.json`.
+
+A task moves between directories only by `os.rename`, which is atomic, and its
+content changes only by atomic rewrite in place. So after a `kill -9` at any
+moment every task file is whole and in exactly one directory. One task is active
+at a time; a task left in `active/` by a crash goes back to the queue on start,
+unless its content already records that it finished.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from citizen.errors import CitizenError
+from shared.atomic import CorruptFile, read_json, write_json
+
+SCHEMA_VERSION = 1
+STATES = ("queue", "active", "done", "failed")
+TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH")
+
+
+class TaskError(CitizenError, LookupError):
+    """A task is not where an operation expects it."""
+
+
+def now_iso() -> str:
+    """The current UTC time, ISO 8601 with seconds."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def new_id() -> str:
+    """Time-sortable and unique: `t-20261122T120000-1a2b3c`."""
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+    return f"t-{stamp}-{secrets.token_hex(3)}"
+
+
+@dataclass
+class Task:
+    """One task and its history."""
+
+    id: str
+    text: str
+    kind: str = "TASK"
+    source: str = "cli"
+    created: str = field(default_factory=now_iso)
+    status: str = "queued"
+    attempts: int = 0
+    result: str = ""
+    history: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, **self.__dict__}
+
+    @classmethod
+    def from_file(cls, path: Path) -> Task:
+        """Load a task file.
+
+        :raises CorruptFile: it does not parse or lacks required fields.
+        """
+        data = read_json(path, SCHEMA_VERSION)
+        data.pop("schema_version")
+        try:
+            return cls(**data)
+        except TypeError as exc:
+            raise CorruptFile(path, f"not a task ({exc})") from exc
+
+
+class TaskQueue:
+    """The four task directories of one citizen."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def dir(self, state: str) -> Path:
+        return self.root / state
+
+    def init(self) -> None:
+        for state in (*STATES, "corrupt"):
+            self.dir(state).mkdir(parents=True, exist_ok=True)
+
+    def _path(self, state: str, task_id: str) -> Path:
+        return self.dir(state) / f"{task_id}.json"
+
+    def add(self, text: str, kind: str = "TASK", source: str = "cli",
+            meta: dict[str, Any] | None = None) -> Task:
+        """Queue a new task."""
+        if kind not in TASK_KINDS:
+            raise TaskError(f"unknown task kind '{kind}' - use one of {', '.join(TASK_KINDS)}")
+        task = Task(id=new_id(), text=text, kind=kind, source=source, meta=meta or {})
+        task.history.append({"ts": task.created, "event": "queued", "source": source})
+        self.init()
+        write_json(self._path("queue", task.id), task.to_dict())
+        return task
+
+    def ids(self, state: str) -> list[str]:
+        """Task ids in a state, oldest first."""
+        directory = self.dir(state)
+        if not directory.is_dir():
+            return []
+        return sorted(p.stem for p in directory.glob("t-*.json"))
+
+    def load(self, state: str, task_id: str) -> Task:
+        return Task.from_file(self._path(state, task_id))
+
+    def active(self) -> Task | None:
+        """The active task, if any."""
+        ids = self.ids("active")
+        return self.load("active", ids[0]) if ids else None
+
+    def peek(self, kinds: tuple[str, ...] = ()) -> str | None:
+        """The id of the task the next claim would take (preferring `kinds`), without moving it."""
+        if self.ids("active"):
+            return self.ids("active")[0]
+        queued = self.ids("queue")
+        if kinds:
+            for task_id in queued:
+                try:
+                    if self.load("queue", task_id).kind in kinds:
+                        return task_id
+                except CorruptFile:
+                    return task_id  # surface it: the claim quarantines it with a reason
+        return queued[0] if queued else None
+
+    def claim(self, task_id: str) -> Task:
+        """Make a queued task active (or return the task already active).
+
+        :raises CorruptFile: the task file is unusable; it was moved to `corrupt/`.
+        """
+        current = self.active()
+        if current is not None:
+            return current
+        src = self._path("queue", task_id)
+        try:
+            task = Task.from_file(src)
+        except CorruptFile:
+            os.rename(src, self._path("corrupt", task_id))  # kept for inspection, out of the way
+            raise
+        dst = self._path("active", task_id)
+        os.rename(src, dst)
+        task.status = "active"
+        task.attempts += 1
+        task.history.append({"ts": now_iso(), "event": "claimed", "attempt": task.attempts})
+        write_json(dst, task.to_dict())
+        return task
+
+    def progress(self, task: Task, note: str) -> None:
+        """Record progress on the active task."""
+        task.history.append({"ts": now_iso(), "event": "progress", "note": note})
+        write_json(self._path("active", task.id), task.to_dict())
+
+    def finish(self, task: Task, status: str, result: str) -> Path:
+        """Move the active task to done (`status` "done") or failed, recording why.
+
+        The outcome is written into the task first, then the file is renamed: a
+        crash in between leaves a finished task in active/, which `recover` files
+        correctly instead of running it again.
+        """
+        target = "done" if status == "done" else "failed"
+        task.status = status
+        task.result = result
+        task.history.append({"ts": now_iso(), "event": status, "result": result[:2000]})
+        src = self._path("active", task.id)
+        write_json(src, task.to_dict())
+        dst = self._path(target, task.id)
+        os.rename(src, dst)
+        return dst
+
+    def recover(self) -> list[str]:
+        """After a crash: requeue interrupted tasks (once), file finished ones. Returns notes."""
+        notes = []
+        for task_id in self.ids("active"):
+            src = self._path("active", task_id)
+            try:
+                task = Task.from_file(src)
+            except CorruptFile as exc:
+                os.rename(src, self._path("corrupt", task_id))
+                notes.append(f"{task_id}: moved to corrupt/ ({exc.problem})")
+                continue
+            if task.status in ("done", "failed", "stuck"):
+                os.rename(src, self._path("done" if task.status == "done" else "failed", task_id))
+                notes.append(f"{task_id}: had finished ({task.status}); filed")
+                continue
+            dst = self._path("queue", task_id)
+            os.rename(src, dst)
+            task.status = "queued"
+            task.history.append({"ts": now_iso(), "event": "requeued after interruption"})
+            write_json(dst, task.to_dict())
+            notes.append(f"{task_id}: interrupted; requeued")
+        return notes
+
+    def counts(self) -> dict[str, int]:
+        return {state: len(self.ids(state)) for state in STATES}

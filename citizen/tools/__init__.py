@@ -1,0 +1,21 @@
+"""The tools a citizen can call, registered explicitly."""
+
+from __future__ import annotations
+
+from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
+from citizen.tools.files import read_file, str_replace_file, write_file
+from citizen.tools.memory import context_add, identity_update, memory_search
+from citizen.tools.shell import shell_command
+from citizen.tools.task import task_complete, task_progress, task_stuck
+from citizen.tools.web import search_configured, web_fetch, web_search
+
+__all__ = ["Tool", "ToolEnv", "ToolFailure", "core_tools", "tool"]
+
+
+def core_tools() -> dict[str, Tool]:
+    """Every core tool by name; `web_search` only when a search backend is configured."""
+    tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
+             task_progress, task_complete, task_stuck, context_add, identity_update]
+    if search_configured():
+        tools.append(web_search)
+    return {t.name: t for t in tools}

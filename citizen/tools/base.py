@@ -1,0 +1,116 @@
+"""Tools are typed functions: name, description and JSON schema come from the signature.
+
+    @tool
+    def read_file(env: ToolEnv, path: str, limit: int = 20000) -> str:
+        '''Read a text file.
+
+        :param path: file path, relative to your home
+        '''
+
+A tool returns text for the model. A fault in the tool's use (bad path, timeout)
+raises `ToolFailure`, which goes back to the model as an observation; anything
+else is a bug in our code and ends the wake with the traceback in its log.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import types
+import typing
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from citizen.config import CitizenConfig, Secrets
+from citizen.contexts import Context
+from citizen.errors import CitizenError
+from citizen.llm.base import ToolSpec
+from citizen.memory import Memory
+from citizen.paths import Home
+from citizen.tasks import Task, TaskQueue
+from citizen.wakelog import WakeLog
+
+RESULT_CHARS = 8000  # what a tool result may put into the conversation
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
+
+
+class ToolFailure(CitizenError, RuntimeError):
+    """The tool could not do what was asked; the message goes back to the model."""
+
+
+@dataclass
+class ToolEnv:
+    """What a tool may touch during one wake."""
+
+    home: Home
+    config: CitizenConfig
+    secrets: Secrets
+    tasks: TaskQueue
+    memory: Memory
+    contexts: dict[str, Context]
+    task: Task | None = None
+    task_outcome: tuple[str, str] | None = None  # (status, result) once a task tool ends it
+    log: WakeLog | None = None
+
+
+@dataclass(frozen=True)
+class Tool:
+    """A callable tool and its schema."""
+
+    name: str
+    description: str
+    schema: dict[str, Any]
+    func: Callable[..., str]
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.schema)
+
+    def run(self, env: ToolEnv, args: dict[str, Any]) -> str:
+        out = self.func(env, **args)
+        return clip(out)
+
+
+def clip(text: str, limit: int = RESULT_CHARS) -> str:
+    """Keep the head and the tail of a long text, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    half = limit // 2
+    return f"{text[:half]}\n[… {len(text) - limit} characters cut …]\n{text[-half:]}"
+
+
+def _param_docs(doc: str) -> dict[str, str]:
+    return {m[1]: m[2].strip() for m in re.finditer(r":param (\w+):\s*(.+)", doc)}
+
+
+def _json_type(annotation: Any) -> dict[str, Any]:
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        annotation = args[0]
+    if typing.get_origin(annotation) is typing.Literal:
+        return {"enum": list(typing.get_args(annotation))}
+    if annotation in _JSON_TYPES:
+        return {"type": _JSON_TYPES[annotation]}
+    raise TypeError(f"tool parameter type {annotation!r} has no JSON schema mapping")
+
+
+def tool(func: Callable[..., str]) -> Tool:
+    """Make a `Tool` from a function whose first parameter is the `ToolEnv`."""
+    doc = inspect.getdoc(func) or ""
+    summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
+    params = _param_docs(doc)
+    hints = typing.get_type_hints(func)
+    props: dict[str, Any] = {}
+    required: list[str] = []
+    for name, param in list(inspect.signature(func).parameters.items())[1:]:
+        prop = _json_type(hints[name])
+        if name in params:
+            prop["description"] = params[name]
+        if param.default is inspect.Parameter.empty:
+            required.append(name)
+        else:
+            prop["default"] = param.default
+        props[name] = prop
+    schema = {"type": "object", "properties": props, "required": required,
+              "additionalProperties": False}
+    return Tool(func.__name__, summary, schema, func)

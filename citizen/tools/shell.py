@@ -1,0 +1,48 @@
+"""`shell_command`: run a command in the citizen's home, with no secrets in its environment."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+
+from citizen.config import SECRET_KEYS
+from citizen.tools.base import ToolEnv, ToolFailure, tool
+
+MAX_TIMEOUT_S = 600
+# Anything that looks like a credential stays out of tool subprocesses, plus the
+# systemd sockets: a tool must not be able to signal readiness or feed the watchdog.
+_SECRET_NAME = re.compile(r"KEY|PASS|TOKEN|SECRET|CREDENTIAL|AUTH", re.IGNORECASE)
+_DAEMON_ONLY = ("NOTIFY_SOCKET", "WATCHDOG_USEC", "WATCHDOG_PID")
+
+
+def scrubbed_env(home_dir: str) -> dict[str, str]:
+    """The environment a tool subprocess gets: ours minus every secret."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in SECRET_KEYS and k not in _DAEMON_ONLY and not _SECRET_NAME.search(k)}
+    env["HOME"] = home_dir
+    return env
+
+
+@tool
+def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
+    """Run a shell command (bash) in your home directory and return its output.
+
+    :param command: the command line to run
+    :param timeout: seconds before the command is killed (at most 600)
+    """
+    timeout = max(1, min(timeout, MAX_TIMEOUT_S))
+    proc = subprocess.Popen(
+        ["bash", "-c", command], cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+        start_new_session=True,  # its own process group, so a timeout kills all it started
+    )
+    try:
+        out, _ = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired as exc:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        raise ToolFailure(f"command timed out after {timeout} s and was killed") from exc
+    text = out.decode("utf-8", errors="replace")
+    return f"exit code {proc.returncode}\n{text}"

@@ -1,0 +1,46 @@
+"""Task tools: report progress, finish, or say you are stuck."""
+
+from __future__ import annotations
+
+from citizen.tasks import Task
+from citizen.tools.base import ToolEnv, ToolFailure, tool
+
+
+def _active(env: ToolEnv) -> Task:
+    if env.task is None:
+        raise ToolFailure("there is no active task in this wake")
+    if env.task_outcome is not None:
+        raise ToolFailure(f"the task is already finished ({env.task_outcome[0]})")
+    return env.task
+
+
+@tool
+def task_progress(env: ToolEnv, note: str) -> str:
+    """Record progress on the current task (what you did, what is next).
+
+    :param note: a short progress note
+    """
+    env.tasks.progress(_active(env), note)
+    return "progress recorded"
+
+
+@tool
+def task_complete(env: ToolEnv, summary: str) -> str:
+    """Mark the current task as done, with a summary of the result for whoever asked.
+
+    :param summary: the result: what was done and where it is
+    """
+    _active(env)
+    env.task_outcome = ("done", summary)
+    return "task marked complete; end your turn"
+
+
+@tool
+def task_stuck(env: ToolEnv, reason: str) -> str:
+    """Give up on the current task because you cannot go on, saying why.
+
+    :param reason: what blocks you and what would unblock you
+    """
+    _active(env)
+    env.task_outcome = ("stuck", reason)
+    return "task marked stuck; end your turn"

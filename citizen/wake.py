@@ -1,0 +1,183 @@
+"""The wake: the one flow every wake runs, whoever starts it (daemon or operator).
+
+next action → gate → load contexts → select tools → route → execute → save contexts.
+The gate comes before any model call and before the provider is even built: an
+idle wake makes zero model calls and never imports a model SDK. Contexts are
+saved in `finally`; if that save fails, an emergency dump keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from citizen import config, paths, state, wakes
+from citizen.contexts import ContextStore
+from citizen.errors import CitizenError
+from citizen.llm.base import Provider
+from citizen.loop import Meter
+from citizen.loop import run as run_loop
+from citizen.memory import Memory
+from citizen.selection import route, select_tools
+from citizen.tasks import TaskQueue
+from citizen.tools import core_tools
+from citizen.tools.base import ToolEnv
+from citizen.wakelog import WakeLog
+from citizen.wakes.base import Setup
+from shared.atomic import CorruptFile
+
+log = logging.getLogger(__name__)
+
+ProviderFactory = Callable[[config.CitizenConfig, config.Secrets], Provider]
+
+
+@dataclass
+class WakeResult:
+    """How a wake ended."""
+
+    number: int
+    wake_type: str
+    status: str  # idle, skipped, done, failed, or the loop's ending (budget, iterations, …)
+    reason: str
+    cost_usd: float
+    calls: int
+    log_path: Path
+
+
+def _default_provider(cfg: config.CitizenConfig, secrets: config.Secrets) -> Provider:
+    from citizen.llm import make_provider  # noqa: PLC0415 - only once the gate says there is work
+
+    return make_provider(cfg, secrets)
+
+
+def run_wake(name: str, *, wake_type: str | None = None, number: int | None = None,
+             slot: int | None = None, reason: str = "",
+             provider: ProviderFactory = _default_provider) -> WakeResult:
+    """Run one wake of citizen `name`.
+
+    With no `wake_type`, this is a scheduled wake: the next slot number picks the type.
+    """
+    home = paths.home(name)
+    if not home.dir.is_dir():
+        raise WakeRefused(f"citizen {name} has no home at {home.dir} - create it with "
+                          f"`citizen init` (or `citizen onboard {name}` on a server)")
+    cfg = config.load_citizen(name)
+    tpl = config.templates()
+    if number is None:
+        number, slot = state.allocate(home, scheduled=wake_type is None)
+    if wake_type is None:
+        wake_type = tpl.wake_slots(name)[(slot or 0) % 10]
+    wlog = WakeLog(home, number, wake_type)
+    wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
+               reason=reason or ("slot" if slot is not None else "requested"))
+    started = time.monotonic()
+    meter = Meter(wlog, cfg.budget, tpl.prices[cfg.seat("primary").model])
+    status, why = "failed", ""
+    run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
+    try:
+        status, why = run.flow()
+    except Exception as exc:  # any bug ends this wake, recorded; the daemon lives on
+        status, why = "failed", f"{type(exc).__name__}: {exc}"
+        wlog.event("error", error=why, traceback=traceback.format_exc())
+        log.exception("wake %d of %s failed", number, name)
+    finally:
+        wlog.event("wake_end", status=status, reason=why, cost_usd=round(meter.spent, 6),
+                   calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
+                   duration_s=round(time.monotonic() - started, 3))
+        wlog.close()
+    return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path)
+
+
+@dataclass
+class _Run:
+    """One wake in progress."""
+
+    name: str
+    home: paths.Home
+    cfg: config.CitizenConfig
+    tpl: config.Templates
+    wake_type: str
+    number: int
+    wlog: WakeLog
+    meter: Meter
+    provider: ProviderFactory
+
+    def flow(self) -> tuple[str, str]:
+        kind = wakes.get(self.wake_type)
+        if kind is None:
+            why = (f"wake type {self.wake_type} is not available yet: no module registers it "
+                   f"(registered: {', '.join(wakes.registered())})")
+            self.wlog.event("gate", verdict="skip", reason=why)
+            return "skipped", why
+        tasks, memory = TaskQueue(self.home.tasks), Memory(self.home.memory)
+        setup = Setup(self.home, self.cfg, self.tpl, tasks, memory, self.number,
+                      state.load(self.home)["marks"])
+        gate = kind.gate(setup)
+        self.wlog.event("gate", verdict="work" if gate.work else "idle", reason=gate.reason)
+        if not gate.work:
+            return "idle", gate.reason
+        secrets = config.load_secrets(self.name)
+        llm = self.provider(self.cfg, secrets)
+        self.wlog.event("provider", provider=llm.describe())
+        store = ContextStore(self.home.contexts, self.cfg.context_limits, llm.count_tokens)
+        try:
+            contexts = store.load_all()
+        except CorruptFile as exc:
+            self.wlog.event("contexts_corrupt", path=str(exc.path), problem=exc.problem)
+            return "failed", str(exc)
+        env = ToolEnv(self.home, self.cfg, secrets, tasks, memory, contexts, log=self.wlog)
+        try:
+            return self._work(kind, setup, gate, env, llm=llm, store=store)
+        finally:
+            try:
+                forgotten = store.save_all(contexts)
+                self.wlog.event("contexts_saved", forgotten=forgotten)
+            except Exception as exc:  # noqa: BLE001 - whatever broke the save, keep the contexts
+                dump = store.emergency_dump(contexts, repr(exc))
+                self.wlog.event("contexts_emergency_dump", path=str(dump), error=repr(exc))
+
+    def _work(self, kind: wakes.WakeType, setup: Setup, gate: wakes.Gate, env: ToolEnv, *,
+              llm: Provider, store: ContextStore) -> tuple[str, str]:
+        try:
+            instruction = kind.begin(setup, gate, env)
+        except CorruptFile as exc:
+            self.wlog.event("task_corrupt", path=str(exc.path), problem=exc.problem)
+            return "failed", str(exc)
+        if env.task is not None:
+            self.wlog.event("task", id=env.task.id, transition="claimed",
+                            attempt=env.task.attempts)
+        contexts = env.contexts
+        self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
+        budget = self.cfg.budget
+        system = [self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
+                                  max_usd_per_wake=budget.max_usd_per_wake,
+                                  max_iterations=budget.max_iterations)]
+        system += [c.render() for c in contexts.values() if c.entries]
+        tools = core_tools()
+        chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
+                                      required=kind.required_tools)
+        self.wlog.event("tools_chosen", tools=chosen, method=method)
+        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type)
+        self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
+        ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
+                          instruction=instruction, tier=tier)
+        self.wlog.event("loop_end", status=ending.status, reason=ending.reason,
+                        text=ending.text[:1000])
+        summary = kind.end(setup, env, ending)
+        if env.task is not None:
+            self.wlog.event("task", id=env.task.id, transition=env.task.status, summary=summary)
+        setup.memory.record(self.number, self.wake_type,
+                            f"{self.wake_type} wake {self.number}: {summary}")
+        contexts["history"].add(f"Wake {self.number} ({self.wake_type}): {summary[:300]}")
+        if ending.status in ("end_turn", "task_finished"):
+            return "done", summary
+        return ending.status, f"{ending.reason} ({summary})"
+
+
+class WakeRefused(CitizenError, RuntimeError):
+    """A wake could not even start (the citizen has no home)."""

@@ -1,0 +1,31 @@
+"""Wake types, registered by name. A type another issue adds registers itself here."""
+
+from __future__ import annotations
+
+from citizen.wakes.base import Ending, Gate, Setup, WakeType
+from citizen.wakes.reflect import ReflectWake
+from citizen.wakes.task import CodeWake, DebugWake, ResearchWake, TaskWake
+
+__all__ = ["Ending", "Gate", "Setup", "WakeType", "get", "register", "registered"]
+
+_REGISTRY: dict[str, type[WakeType]] = {}
+
+
+def register(cls: type[WakeType]) -> type[WakeType]:
+    """Register a wake type under its name."""
+    _REGISTRY[cls.name] = cls
+    return cls
+
+
+def get(name: str) -> WakeType | None:
+    """A fresh instance of the wake type called `name`, or None when none is registered."""
+    cls = _REGISTRY.get(name)
+    return cls() if cls else None
+
+
+def registered() -> list[str]:
+    return sorted(_REGISTRY)
+
+
+for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake):
+    register(_cls)

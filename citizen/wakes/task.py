@@ -1,0 +1,81 @@
+"""TASK wakes, and their task-driven variants CODE, DEBUG and RESEARCH."""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from citizen.tasks import Task
+from citizen.tools.base import ToolEnv
+from citizen.wakes.base import Ending, Gate, Setup, WakeType
+
+# A task the model keeps working on without finishing fails after this many wakes.
+MAX_WAKES_PER_TASK = 5
+_FAILING_ENDINGS = {
+    "budget": "exceeded its wake budget",
+    "iterations": "hit the iteration cap",
+    "no_progress": "made no progress (a loop)",
+}
+
+
+class TaskWake(WakeType):
+    """Carry out the next queued task (or continue the active one)."""
+
+    name = "TASK"
+    prefer: ClassVar[tuple[str, ...]] = ()
+    required_tools = ("task_complete", "task_stuck", "task_progress")
+
+    def gate(self, setup: Setup) -> Gate:
+        task_id = setup.tasks.peek(self.prefer)
+        if task_id is None:
+            return Gate(False, "task queue is empty")
+        return Gate(True, f"task {task_id} is waiting", {"task_id": task_id})
+
+    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        task = setup.tasks.claim(gate.data["task_id"])
+        env.task = task
+        return setup.templates.wake_prompt(self.name, task=task.text)
+
+    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
+        task = env.task
+        if task is None:
+            return ending.status
+        if env.task_outcome is not None:
+            status, result = env.task_outcome
+            self._finish(setup, env, task, "done" if status == "done" else "stuck", result)
+            return f"task {task.id} {status}: {result[:200]}"
+        if ending.status in _FAILING_ENDINGS or ending.status == "provider_error":
+            why = _FAILING_ENDINGS.get(ending.status, "model provider failed")
+            self._finish(setup, env, task, "failed", f"{why}: {ending.reason}")
+            return f"task {task.id} failed: {why}"
+        wakes = sum(1 for h in task.history if h.get("event") == "wake")
+        note = ending.text[:500] or "(the wake ended without a result)"
+        task.history.append({"event": "wake", "wake": setup.number, "note": note})
+        if wakes + 1 >= MAX_WAKES_PER_TASK:
+            self._finish(setup, env, task, "failed",
+                         f"no result after {MAX_WAKES_PER_TASK} wakes; last note: {note}")
+            return f"task {task.id} failed: no result after {MAX_WAKES_PER_TASK} wakes"
+        setup.tasks.progress(task, f"wake {setup.number} ended ({ending.status}) without "
+                             "finishing; continues next wake")
+        return f"task {task.id} continues"
+
+    @staticmethod
+    def _finish(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
+        setup.tasks.finish(task, status, result)
+        env.contexts["working"].entries = []  # working memory is cleared when a task ends
+        env.contexts["history"].add(f"Task {task.id} ({status}): {task.text[:200]} -> "
+                                    f"{result[:300]}")
+
+
+class CodeWake(TaskWake):
+    name = "CODE"
+    prefer = ("CODE",)
+
+
+class DebugWake(TaskWake):
+    name = "DEBUG"
+    prefer = ("DEBUG",)
+
+
+class ResearchWake(TaskWake):
+    name = "RESEARCH"
+    prefer = ("RESEARCH",)

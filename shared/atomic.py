@@ -1,0 +1,93 @@
+"""Atomic, versioned files: the one way state is written, in a citizen's home or the commons.
+
+Write to a temporary file in the same directory, fsync it, `os.replace` it over the
+target, then fsync the directory: a reader (or a restart after `kill -9`) sees the
+old file or the new one, never a partial one. A file that does not parse is an
+error naming the file - it is kept for inspection, never silently reset.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shared.errors import SharedError
+
+
+class CorruptFile(SharedError, ValueError):
+    """A state file exists but cannot be used; it has been left untouched."""
+
+    def __init__(self, path: Path, problem: str) -> None:
+        self.path = path
+        self.problem = problem
+        super().__init__(f"{path}: {problem} - the file is kept as it is for inspection; "
+                         "restore it from a backup or move it aside to start that state afresh")
+
+
+def write_bytes(path: Path, data: bytes, mode: int = 0o640) -> None:
+    """Atomically replace `path` with `data`.
+
+    `mode` 0640 by default: owner writes, group `citizens` may read (peer
+    monitoring), nobody else. The commons passes 0660 for group-written documents.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    _fsync_dir(path.parent)
+
+
+def _fsync_dir(directory: Path) -> None:
+    # The rename is durable only once the directory entry is on disk.
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def write_json(path: Path, data: Any, mode: int = 0o640) -> bytes:
+    """Atomically write `data` as compact JSON (`indent` is 20x slower); return the bytes."""
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    write_bytes(path, raw, mode)
+    return raw
+
+
+def read_json(path: Path, schema_version: int | None = None) -> Any:
+    """Read a JSON state file, checking its `schema_version` when one is given.
+
+    :raises CorruptFile: it does not parse, or has another schema version.
+    :raises FileNotFoundError: it does not exist.
+    """
+    raw = path.read_bytes()
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise CorruptFile(path, f"not valid JSON ({exc})") from exc
+    if schema_version is not None:
+        found = data.get("schema_version") if isinstance(data, dict) else None
+        if found != schema_version:
+            raise CorruptFile(path, f"schema_version {found!r}, expected {schema_version}")
+    return data
+
+
+def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
+    """Append one JSON line (histories and logs are append-only JSONL)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:
+        os.write(fd, line.encode())
+    finally:
+        os.close(fd)
