@@ -34,8 +34,9 @@ from citizen.errors import CitizenError
 from citizen.memory import Memory
 from citizen.notify import notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
+from citizen.wake import DAEMON_PID_ENV
 from shared import doorbell
-from shared.atomic import append_line, write_json
+from shared.atomic import append_line, sweep_temp, write_json
 
 log = logging.getLogger(__name__)
 
@@ -107,6 +108,8 @@ class Daemon:
         signal.signal(signal.SIGINT, self._on_term)
         for note in TaskQueue(self.home.tasks).recover():
             log.warning("recovered task %s", note)
+        for stale in sweep_temp(self.home.dir):
+            log.warning("removed %s, left by a writer that was killed", stale)
         self.home.doorbell.mkdir(parents=True, exist_ok=True)
         self._schedule()
         watcher = threading.Thread(target=self._watch_doorbell, name="doorbell", daemon=True)
@@ -207,7 +210,8 @@ class Daemon:
         started = time.monotonic()
         # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
         # reach the wake; we decide when it stops.
-        self.child = subprocess.Popen(args, start_new_session=True)
+        env = {**os.environ, DAEMON_PID_ENV: str(os.getpid())}
+        self.child = subprocess.Popen(args, start_new_session=True, env=env)
         try:
             code = self.child.wait(timeout=self.wake_timeout_s)
         except subprocess.TimeoutExpired:

@@ -35,9 +35,11 @@ def now_iso() -> str:
 
 
 def new_id() -> str:
-    """Time-sortable and unique: `t-20261122T120000-1a2b3c`."""
-    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-    return f"t-{stamp}-{secrets.token_hex(3)}"
+    """Time-sortable (to the microsecond, so the queue is FIFO) and unique:
+    `t-20261122T120000.123456-1a2b3c`."""
+    now = time.time()
+    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
+    return f"t-{stamp}.{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
 
 
 @dataclass

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -80,6 +81,20 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
         if found != schema_version:
             raise CorruptFile(path, f"schema_version {found!r}, expected {schema_version}")
     return data
+
+
+def sweep_temp(directory: Path, older_than_s: float = 60.0) -> list[Path]:
+    """Remove temp files a killed writer left behind (only old ones: a live writer's are young)."""
+    removed = []
+    cutoff = time.time() - older_than_s
+    for path in directory.rglob(".*.tmp") if directory.is_dir() else ():
+        try:
+            if path.stat().st_mtime < cutoff:
+                path.unlink()
+                removed.append(path)
+        except FileNotFoundError:
+            continue
+    return removed
 
 
 def append_line(path: Path, record: Any, mode: int = 0o640) -> None:

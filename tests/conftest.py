@@ -30,3 +30,12 @@ def messages_api() -> Iterator[MessagesServer]:
     server = MessagesServer().start()
     yield server
     server.stop()
+
+
+@pytest.fixture
+def civ(civ_root: Path) -> Path:
+    """A dev-mode civilization with opus, mira and aria."""
+    from citizen import civilization
+
+    civilization.init(["opus", "mira", "aria"])
+    return civ_root

@@ -2,12 +2,29 @@
 
 from __future__ import annotations
 
+import ctypes
 import json
+import os
+import signal
 
 import click
 
 from citizen.cli.options import json_option
-from citizen.wake import run_wake
+from citizen.wake import DAEMON_PID_ENV, run_wake
+
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_daemon() -> None:
+    """A wake started by a daemon dies with it, so a restarted daemon never finds an
+    orphan still working on the task it is about to requeue."""
+    pid = os.environ.get(DAEMON_PID_ENV)
+    if not pid:
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != int(pid):  # the daemon died before prctl took effect
+        raise SystemExit(f"the daemon (pid {pid}) that started this wake is gone")
 
 
 @click.command()
@@ -27,6 +44,7 @@ def wake(*, name: str, wake_type: str | None, number: int | None, slot: int | No
       citizen wake opus               the next scheduled slot
       citizen wake opus --type TASK   a task wake now
     """
+    _die_with_daemon()
     if wake_type is not None:
         wake_type = wake_type.upper()
     result = run_wake(name, wake_type=wake_type, number=number, slot=slot, reason=reason)

@@ -1,0 +1,41 @@
+"""Scripted model behaviour for wake tests: the mechanics, never a model's judgement."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from citizen.llm.base import Reply, Request, ToolCall, Usage
+from citizen.llm.scripted import ScriptedProvider
+
+
+def call(name: str, cost: float = 0.0, **args: Any) -> Reply:
+    """A reply calling one tool."""
+    return Reply(text="", model="scripted", provider="scripted", usage=Usage(100, 10),
+                 cost_usd=cost, tool_calls=(ToolCall(f"c-{name}", name, args),))
+
+
+def say(text: str) -> Reply:
+    """A reply ending the turn with text."""
+    return Reply(text=text, model="scripted", provider="scripted", usage=Usage(100, 10))
+
+
+class Actor(ScriptedProvider):
+    """Answers routing and tool selection by rule, and the work from a script."""
+
+    def __init__(self, *work: Reply, tier: str = "fast") -> None:
+        self.work = list(work)
+        self.tier = tier
+        super().__init__(default=self._answer)
+
+    def _answer(self, request: Request) -> Reply:
+        if request.purpose == "route":
+            return say(json.dumps({"tier": self.tier}))
+        if request.purpose == "select_tools":
+            return say(json.dumps({"tools": [t.name for t in request.tools][:3]}))
+        if not self.work:
+            return say("nothing more to do")
+        return self.work.pop(0)
+
+    def purposes(self) -> list[str]:
+        return [r.purpose for r in self.requests]

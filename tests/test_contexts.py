@@ -1,0 +1,106 @@
+"""Contexts: caps, forget strategies, the 4-level fallback, and saving only what changed."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from citizen.config import templates
+from citizen.contexts import ORDER, STRATEGIES, ContextStore
+from citizen.llm.base import estimate_tokens
+from shared.atomic import CorruptFile
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ContextStore:
+    limits = dict(templates().citizen("opus").context_limits)
+    s = ContextStore(tmp_path / "contexts", limits, estimate_tokens)
+    s.init("I am opus.")
+    return s
+
+
+def fill(store: ContextStore, ctype: str, n: int, size: int = 400) -> None:
+    ctx = store.load(ctype)
+    for i in range(n):
+        ctx.add(f"Entry {i}. " + "word " * (size // 5), status="completed" if i % 2 else "open")
+    store.save_all({ctype: ctx})
+
+
+def test_the_seed_table_of_types_and_strategies() -> None:
+    assert set(ORDER) == set(STRATEGIES) and len(ORDER) == 8
+    assert STRATEGIES["dreams"] == ("keep_recent_n", 30)
+    assert STRATEGIES["peer_monitor"] == ("keep_recent_n", 15)
+    assert STRATEGIES["identity"][0] == "never"
+
+
+@pytest.mark.parametrize("ctype", ["history", "goals", "relationships", "skills", "dreams",
+                                   "working", "peer_monitor"])
+def test_every_context_ends_under_its_cap(store: ContextStore, ctype: str) -> None:
+    cap = store.limits[ctype]
+    fill(store, ctype, n=cap // 30)  # several times the cap
+    ctx = store.load(ctype)
+    assert store.tokens(ctx) <= cap
+    assert ctx.meta["forgotten"][-1]["levels"][0].startswith("1:")
+
+
+def test_keep_recent_n_keeps_the_newest(store: ContextStore) -> None:
+    fill(store, "dreams", n=400, size=200)
+    texts = [e["text"] for e in store.load("dreams").entries]
+    assert len(texts) <= 30 and texts[-1].startswith("Entry 399.")
+
+
+def test_archive_completed_moves_them_to_the_archive(store: ContextStore) -> None:
+    fill(store, "goals", n=300)
+    assert all(e.get("status") != "completed" for e in store.load("goals").entries)
+    archive = store.dir / "archive" / "goals.jsonl"
+    assert len(archive.read_text().splitlines()) == 150
+
+
+def test_levels_escalate_when_the_strategy_is_not_enough(store: ContextStore) -> None:
+    ctx = store.load("working")  # clear_on_task_complete: level 1 does nothing here
+    ctx.add("x " * 200_000)  # one entry far over the cap
+    levels = store.forget(ctx)
+    assert levels[0] == "1:clear_on_task_complete"
+    assert "3:truncate_oldest" in levels
+    assert store.tokens(ctx) <= ctx.cap
+
+
+def test_emergency_clear_keeps_metadata(store: ContextStore) -> None:
+    ctx = store.load("history")
+    ctx.cap = 1  # nothing fits: only the last level can satisfy it
+    ctx.add("a long entry " * 10)
+    levels = store.forget(ctx)
+    assert levels[-1] == "4:emergency_clear"
+    assert ctx.entries == [] and "created" in ctx.meta and ctx.meta["forgotten"]
+
+
+def test_identity_is_never_forgotten(store: ContextStore) -> None:
+    ctx = store.load("identity")
+    ctx.add("core " * 20_000)
+    assert store.forget(ctx) == ["never: over cap, kept"]
+    assert len(ctx.entries) == 2
+
+
+def test_only_changed_files_are_written(store: ContextStore) -> None:
+    contexts = store.load_all()
+    stamps = {t: store.path(t).stat().st_mtime_ns for t in ORDER}
+    contexts["history"].add("something happened")
+    store.save_all(contexts)
+    changed = [t for t in ORDER if store.path(t).stat().st_mtime_ns != stamps[t]]
+    assert changed == ["history"]
+
+
+def test_a_corrupt_context_is_an_error_and_is_kept(store: ContextStore) -> None:
+    store.path("skills").write_text("{broken")
+    with pytest.raises(CorruptFile, match=r"skills\.json: not valid JSON"):
+        store.load_all()
+    assert store.path("skills").read_text() == "{broken"
+
+
+def test_init_never_overwrites(store: ContextStore) -> None:
+    ctx = store.load("identity")
+    ctx.add("grown since")
+    store.save_all({"identity": ctx})
+    store.init("I am someone else.")
+    assert [e["text"] for e in store.load("identity").entries] == ["I am opus.", "grown since"]

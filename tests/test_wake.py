@@ -1,0 +1,182 @@
+"""The wake flow with a scripted model: gate, tools, limits, logs, crash safety, replay."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from citizen import config, paths, wakelog
+from citizen.llm.replay import ReplayProvider
+from citizen.tasks import TaskQueue
+from citizen.wake import WakeRefused, run_wake
+from tests.scripts import Actor, call, say
+
+
+def queue(name: str = "opus") -> TaskQueue:
+    return TaskQueue(paths.home(name).tasks)
+
+
+def events(result_path: Path, kind: str) -> list[dict]:
+    return [e for e in wakelog.read(result_path) if e["event"] == kind]
+
+
+def never(*_: object) -> Actor:
+    raise AssertionError("an idle wake must not even build a provider")
+
+
+def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
+    task = queue().add("Write hello.txt")
+    actor = Actor(call("write_file", path="notes/hello.txt", content="hello"),
+                  call("task_complete", summary="wrote notes/hello.txt"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "done", result.reason
+    assert (civ / "opus" / "notes" / "hello.txt").read_text() == "hello"
+    assert queue().ids("done") == [task.id]
+    assert queue().load("done", task.id).result == "wrote notes/hello.txt"
+    kinds = [e["event"] for e in wakelog.read(result.log_path)]
+    for expected in ("wake_start", "gate", "contexts", "tools_chosen", "route", "llm_call",
+                     "tool_call", "task", "contexts_saved", "wake_end"):
+        assert expected in kinds
+    end = events(result.log_path, "wake_end")[0]
+    assert end["calls"] == 3 and end["status"] == "done"
+
+
+@pytest.mark.parametrize("wake_type", ["TASK", "CODE", "REFLECT"])
+def test_idle_wakes_make_zero_model_calls(civ: Path, wake_type: str) -> None:
+    result = run_wake("opus", wake_type=wake_type, provider=never)
+    assert (result.status, result.calls, result.cost_usd) == ("idle", 0, 0.0)
+    assert events(result.log_path, "gate")[0]["verdict"] == "idle"
+    assert not events(result.log_path, "llm_call")
+
+
+def test_types_of_later_issues_are_skipped_with_a_reason(civ: Path) -> None:
+    result = run_wake("opus", wake_type="DEBATE", provider=never)
+    assert result.status == "skipped"
+    assert "DEBATE is not available yet" in result.reason
+
+
+def test_scheduled_wakes_follow_the_slots_across_calls(civ: Path) -> None:
+    types = [run_wake("mira", provider=never).wake_type for _ in range(10)]
+    slots = config.templates().wake_slots("mira")
+    assert types == [slots[i] for i in range(10)]
+    assert json.loads((civ / "mira" / "state.json").read_text())["slots"] == 10
+
+
+def test_budget_is_enforced_before_the_call(civ: Path) -> None:
+    cfg = civ / "opus" / "config.json"
+    data = json.loads(cfg.read_text())
+    data["budget"] = {"max_usd_per_wake": 0.02, "max_output_tokens": 1000}
+    cfg.write_text(json.dumps(data))
+    queue().add("expensive")
+    actor = Actor(call("task_progress", cost=0.015, note="one"),
+                  call("task_progress", cost=0.015, note="two"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    # Opus's primary model costs $25/M output: 1000 tokens could cost $0.025 > $0.02 left.
+    assert result.status == "budget"
+    assert actor.purposes() == ["route"]  # the work call was never sent
+    (failed,) = queue().ids("failed")
+    assert "exceeded its wake budget" in queue().load("failed", failed).result
+
+
+def test_iteration_cap(civ: Path) -> None:
+    cfg = civ / "opus" / "config.json"
+    data = json.loads(cfg.read_text())
+    data["budget"] = {"max_iterations": 4}
+    cfg.write_text(json.dumps(data))
+    queue().add("endless")
+    actor = Actor(*[call("task_progress", note=f"step {i}") for i in range(10)])
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "iterations"
+    assert actor.purposes().count("execute") == 4
+    assert "hit the iteration cap" in queue().load("failed", queue().ids("failed")[0]).result
+
+
+def test_identical_calls_are_cached_and_a_loop_is_broken(civ: Path) -> None:
+    queue().add("loop")
+    actor = Actor(*[call("shell_command", command="echo $RANDOM") for _ in range(5)])
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "no_progress"
+    tool_calls = events(result.log_path, "tool_call")
+    assert [c["cached"] for c in tool_calls] == [False, True, True]
+    assert len({c["result"] for c in tool_calls}) == 1  # ran once: $RANDOM not re-rolled
+    assert events(result.log_path, "breaker")[0]["repeats"] == 3
+
+
+def test_tool_errors_are_observations(civ: Path) -> None:
+    queue().add("read a missing file")
+    actor = Actor(call("read_file", path="nope.txt"),
+                  call("task_complete", summary="it was missing"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "done"
+    observed = actor.requests[2].messages[-1]["content"][0]
+    assert observed["is_error"] is True and "no such file" in observed["content"]
+
+
+def test_a_corrupt_context_fails_the_wake_and_is_kept(civ: Path) -> None:
+    queue().add("anything")
+    bad = civ / "opus" / "contexts" / "goals.json"
+    bad.write_text("{nope")
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: Actor())
+    assert result.status == "failed" and "goals.json" in result.reason
+    assert bad.read_text() == "{nope"
+    assert queue().ids("queue")  # the task was not touched
+
+
+def test_contexts_survive_a_failed_save_in_an_emergency_dump(civ: Path) -> None:
+    queue().add("break the history file")
+    # A real fault: the wake itself makes history.json unwritable (a directory).
+    actor = Actor(call("shell_command",
+                       command="rm contexts/history.json && mkdir contexts/history.json"),
+                  call("task_complete", summary="done"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    (dump_event,) = events(result.log_path, "contexts_emergency_dump")
+    dump = json.loads(Path(dump_event["path"]).read_text())
+    assert any("break the history file" in e["text"]
+               for e in dump["contexts"]["history"]["entries"])
+
+
+def test_secrets_never_reach_tools(civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-very-secret")
+    monkeypatch.setenv("EMAIL_PASS", "hunter2")
+    queue().add("print the environment")
+    actor = Actor(call("shell_command", command="env"), call("task_complete", summary="ok"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    output = events(result.log_path, "tool_call")[0]
+    log_text = result.log_path.read_text()
+    assert "PATH=" in output["result"] or output["result_chars"] > 0
+    assert "sk-very-secret" not in log_text and "hunter2" not in log_text
+
+
+def test_a_wake_replays_from_its_log(civ: Path, tmp_path: Path) -> None:
+    queue().add("Write hello.txt")
+    snapshot = tmp_path / "before"
+    shutil.copytree(civ, snapshot)
+    actor = Actor(call("write_file", path="hello.txt", content="hi"),
+                  call("task_complete", summary="wrote it"))
+    first = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    recorded = first.log_path.rename(tmp_path / "recorded.jsonl")
+    # Back to the state before the wake, then replay the recorded model answers.
+    shutil.rmtree(civ)
+    shutil.copytree(snapshot, civ)
+    replay = ReplayProvider.from_log(recorded)
+    second = run_wake("opus", wake_type="TASK", provider=lambda c, s: replay)
+    assert (second.status, second.reason) == (first.status, first.reason)
+    assert replay.position == len(replay.records) == 3
+
+
+def test_a_citizen_without_a_home_is_refused(civ_root: Path) -> None:
+    with pytest.raises(WakeRefused, match="citizen init"):
+        run_wake("opus", provider=never)
+
+
+def test_reflect_runs_once_per_new_experience(civ: Path) -> None:
+    queue().add("x")
+    run_wake("opus", wake_type="TASK",
+             provider=lambda c, s: Actor(call("task_complete", summary="x done")))
+    first = run_wake("opus", wake_type="REFLECT", provider=lambda c, s: Actor(say("I learned.")))
+    assert first.status == "done"
+    again = run_wake("opus", wake_type="REFLECT", provider=never)
+    assert again.status == "idle"
