@@ -84,6 +84,9 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
     run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
     try:
         status, why = run.flow()
+    except KeyboardInterrupt:
+        status, why = "interrupted", "stopped before it finished (second SIGTERM or Ctrl-C)"
+        raise
     except Exception as exc:  # any bug ends this wake, recorded; the daemon lives on
         status, why = "failed", f"{type(exc).__name__}: {exc}"
         wlog.event("error", error=why, traceback=traceback.format_exc())

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import json
 import threading
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -23,6 +25,7 @@ class Exchange:
     status: int
     body: dict[str, Any]
     headers: dict[str, str] = field(default_factory=dict)
+    delay_s: float = 0.0
 
 
 def message(content: list[dict[str, Any]], *, model: str = "claude-haiku-4-5",
@@ -59,6 +62,8 @@ class MessagesServer:
 
     def __init__(self) -> None:
         self.queue: list[Exchange] = []
+        # Answers requests when nothing is queued: request body -> response body.
+        self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
@@ -70,8 +75,8 @@ class MessagesServer:
         host, port = self.httpd.server_address[:2]
         return f"http://{host!s}:{port}"
 
-    def reply(self, body: dict[str, Any]) -> None:
-        self.queue.append(Exchange(200, body))
+    def reply(self, body: dict[str, Any], delay_s: float = 0.0) -> None:
+        self.queue.append(Exchange(200, body, delay_s=delay_s))
 
     def error(self, status: int, times: int = 1, message: str = "test error") -> None:
         body = {"type": "error", "error": {"type": _ERROR_TYPES.get(status, "api_error"),
@@ -118,10 +123,14 @@ class MessagesServer:
                             "type": "invalid_request_error", "message": "missing field"}})
                     elif server.queue:
                         ex = server.queue.pop(0)
+                    elif server.responder is not None:
+                        ex = Exchange(200, server.responder(body))
                     else:
                         ex = Exchange(500, {"type": "error", "error": {
                             "type": "api_error", "message": "test server: nothing queued"}},
                             {"x-should-retry": "false"})
+                if ex.delay_s:
+                    time.sleep(ex.delay_s)
                 data = json.dumps(ex.body).encode()
                 self.send_response(ex.status)
                 self.send_header("content-type", "application/json")

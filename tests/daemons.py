@@ -1,0 +1,59 @@
+"""Real daemon processes for tests, talking to the local Messages API server."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tests.anthropic_server import API_KEY, MessagesServer, tool_use
+
+
+def worker(body: dict[str, Any]) -> dict[str, Any]:
+    """A model that routes to 'fast', writes a file, then completes the task."""
+    choice = body.get("tool_choice") or {}
+    if choice.get("name") == "respond":
+        props = body["tools"][-1]["input_schema"]["properties"]
+        if "tier" in props:
+            return tool_use("respond", {"tier": "fast"})
+        return tool_use("respond", {"tools": props["tools"]["items"]["enum"][:3]})
+    last = body["messages"][-1]["content"]
+    if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
+        return tool_use("task_complete", {"summary": "wrote notes/out.md"})
+    return tool_use("write_file", {"path": "notes/out.md", "content": "from the daemon"})
+
+
+def daemon_env(root: Path, server: MessagesServer) -> dict[str, str]:
+    return {**os.environ, "CIV_ROOT": str(root), "ANTHROPIC_API_KEY": API_KEY,
+            "ANTHROPIC_BASE_URL": server.url}
+
+
+def start(env: dict[str, str], name: str = "opus", *args: str) -> subprocess.Popen[str]:
+    """Start `citizen run NAME` as its own process group (so a test can kill it whole)."""
+    return subprocess.Popen([sys.executable, "-m", "citizen", "run", name, *args], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            start_new_session=True)
+
+
+def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.05) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(every)
+    raise AssertionError(f"condition not met within {timeout} s")
+
+
+def heartbeat(root: Path, name: str = "opus") -> dict[str, Any]:
+    path = root / "shared" / "monitor" / "heartbeats" / f"{name}.json"
+    try:
+        data: dict[str, Any] = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data

@@ -1,0 +1,65 @@
+"""kill -9 at random moments: every file stays whole, no task is lost or run twice at once."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import time
+from collections import Counter
+from pathlib import Path
+
+from citizen import paths
+from citizen.tasks import STATES, TaskQueue
+from tests.anthropic_server import MessagesServer
+from tests.daemons import daemon_env, start, worker
+
+KILLS = 50
+TASKS = 40
+
+
+def check_invariants(home: Path, expected: set[str]) -> Counter[str]:
+    """Every state file parses; every task is in exactly one state directory."""
+    for path in home.rglob("*.json"):
+        if path.name.startswith("."):
+            continue  # a temp file a killed writer left; never read as state
+        if "emergency" in path.parts:
+            continue
+        json.loads(path.read_bytes())  # raises on a partial or corrupt file
+    seen: Counter[str] = Counter()
+    placed: Counter[str] = Counter()
+    for state in STATES:
+        for path in (home / "tasks" / state).glob("t-*.json"):
+            seen[path.stem] += 1
+            placed[state] += 1
+    assert set(seen) == expected, "a task was lost or invented"
+    assert max(seen.values()) == 1, f"a task is in two places: {seen.most_common(1)}"
+    assert placed["active"] <= 1, "more than one active task"
+    return placed
+
+
+def test_random_kill_9s(civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.responder = worker
+    env = daemon_env(civ, messages_api)
+    home = paths.home("opus")
+    tasks = TaskQueue(home.tasks)
+    expected = {tasks.add(f"task {i}").id for i in range(TASKS)}
+    rng = random.Random(20261122)
+    for _ in range(KILLS):
+        proc = start(env, "opus", "--interval", "0.1", "--first-wake", "0")
+        time.sleep(rng.uniform(0.05, 3.5))  # a wake needs ≈2.5 s: the SDK import alone is 2 s
+        os.killpg(proc.pid, signal.SIGKILL)  # the daemon; its wake dies with it (PDEATHSIG)
+        proc.wait()
+        time.sleep(0.05)
+        check_invariants(home.dir, expected)
+    # A last, clean run: the interrupted task goes back to the queue exactly once.
+    proc = start(env, "opus", "--interval", "0.1", "--first-wake", "0", "--max-wakes", "1")
+    proc.communicate(timeout=60)
+    placed = check_invariants(home.dir, expected)
+    assert placed["done"] > 0, "no task got done between the kills"
+    for task_id in tasks.ids("done"):
+        task = tasks.load("done", task_id)
+        claims = sum(1 for h in task.history if h["event"] == "claimed")
+        requeues = sum(1 for h in task.history if h["event"].startswith("requeued"))
+        assert claims == requeues + 1  # every retry follows a recorded interruption

@@ -1,0 +1,117 @@
+"""Core tools: schemas from signatures; shell isolation; file tool boundaries."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Literal
+
+import pytest
+
+from citizen import config, paths
+from citizen.contexts import ContextStore
+from citizen.llm.base import estimate_tokens
+from citizen.memory import Memory
+from citizen.tasks import TaskQueue
+from citizen.tools import ToolFailure, core_tools, tool
+from citizen.tools.base import ToolEnv
+
+
+@pytest.fixture
+def env(civ: Path) -> ToolEnv:
+    home = paths.home("opus")
+    cfg = config.load_citizen("opus")
+    contexts = ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all()
+    return ToolEnv(home, cfg, config.load_secrets("opus"), TaskQueue(home.tasks),
+                   Memory(home.memory), contexts)
+
+
+def test_schema_comes_from_the_signature_and_docstring() -> None:
+    @tool
+    def sample(env: ToolEnv, path: str, mode: Literal["a", "b"], count: int = 3,
+               ratio: float | None = None) -> str:
+        """Do a sample thing.
+
+        :param path: where
+        :param count: how many
+        """
+        return ""
+
+    assert sample.name == "sample" and sample.description == "Do a sample thing."
+    props = sample.schema["properties"]
+    assert props["path"] == {"type": "string", "description": "where"}
+    assert props["mode"] == {"enum": ["a", "b"]}
+    assert props["count"] == {"type": "integer", "description": "how many", "default": 3}
+    assert props["ratio"]["type"] == "number"
+    assert sample.schema["required"] == ["path", "mode"]
+
+
+def test_core_tools_are_registered() -> None:
+    names = set(core_tools())
+    assert {"shell_command", "read_file", "write_file", "str_replace_file", "memory_search",
+            "web_fetch", "task_complete", "task_stuck", "task_progress"} <= names
+    assert "web_search" not in names  # offered only when a search backend is configured
+
+
+def test_web_search_is_offered_when_configured(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPERIENCE_SEARCH_URL", "http://127.0.0.1:9/search")
+    assert "web_search" in core_tools()
+
+
+def test_shell_runs_in_the_home_without_secrets(env: ToolEnv,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-secret")
+    monkeypatch.setenv("EMAIL_PASS", "pw")
+    monkeypatch.setenv("SOME_SERVICE_TOKEN", "tok")
+    monkeypatch.setenv("NOTIFY_SOCKET", "/run/systemd/notify")
+    out = core_tools()["shell_command"].run(env, {"command": "pwd; env"})
+    assert out.startswith("exit code 0") and str(env.home.dir) in out
+    for leaked in ("sk-secret", "EMAIL_PASS", "SOME_SERVICE_TOKEN", "NOTIFY_SOCKET"):
+        assert leaked not in out
+
+
+def test_shell_timeout_kills_the_whole_group(env: ToolEnv) -> None:
+    started = time.monotonic()
+    with pytest.raises(ToolFailure, match="timed out after 1 s"):
+        core_tools()["shell_command"].run(
+            env, {"command": "sleep 30 & sleep 30; echo never", "timeout": 1})
+    assert time.monotonic() - started < 10
+
+
+def test_long_output_is_clipped(env: ToolEnv) -> None:
+    out = core_tools()["shell_command"].run(env, {"command": "yes x | head -c 50000"})
+    assert len(out) < 9000 and "characters cut" in out
+
+
+def test_files_stay_in_the_home_and_env_is_untouchable(env: ToolEnv) -> None:
+    tools = core_tools()
+    tools["write_file"].run(env, {"path": "notes/a.md", "content": "one two one"})
+    assert tools["read_file"].run(env, {"path": "notes/a.md"}) == "one two one"
+    with pytest.raises(ToolFailure, match="exactly once"):
+        tools["str_replace_file"].run(env, {"path": "notes/a.md", "old": "one", "new": "1"})
+    tools["str_replace_file"].run(env, {"path": "notes/a.md", "old": "two", "new": "2"})
+    assert (env.home.dir / "notes" / "a.md").read_text() == "one 2 one"
+    with pytest.raises(ToolFailure, match="outside your home"):
+        tools["write_file"].run(env, {"path": "../mira/x.txt", "content": "x"})
+    with pytest.raises(ToolFailure, match="secrets files"):
+        tools["read_file"].run(env, {"path": ".env"})
+    with pytest.raises(ToolFailure, match="secrets files"):
+        tools["read_file"].run(env, {"path": "../mira/.env"})
+
+
+def test_memory_search_finds_recorded_wakes(env: ToolEnv) -> None:
+    env.memory.record(3, "TASK", "Compared filelock and flock under contention")
+    env.memory.record(4, "TASK", "Wrote the README")
+    out = core_tools()["memory_search"].run(env, {"query": "flock contention?"})
+    assert "filelock" in out and "README" not in out
+    assert core_tools()["memory_search"].run(env, {"query": "*** OR ("}) == "no matches"
+
+
+def test_task_tools_need_an_active_task(env: ToolEnv) -> None:
+    with pytest.raises(ToolFailure, match="no active task"):
+        core_tools()["task_complete"].run(env, {"summary": "x"})
+
+
+def test_web_fetch_refuses_other_schemes(env: ToolEnv) -> None:
+    with pytest.raises(ToolFailure, match="only http and https"):
+        core_tools()["web_fetch"].run(env, {"url": "file:///etc/passwd"})
