@@ -45,7 +45,7 @@ class WakeResult:
 
     number: int
     wake_type: str
-    status: str  # idle, skipped, done, failed, or the loop's ending (budget, iterations, …)
+    status: str  # ok, idle, skipped, failed, interrupted, or how the loop ended (budget, …)
     reason: str
     cost_usd: float
     calls: int
@@ -181,7 +181,7 @@ class _Run:
                             f"{self.wake_type} wake {self.number}: {summary}")
         contexts["history"].add(f"Wake {self.number} ({self.wake_type}): {summary[:300]}")
         if ending.status in ("end_turn", "task_finished"):
-            return "done", summary
+            return "ok", summary
         return ending.status, f"{ending.reason} ({summary})"
 
 

@@ -32,7 +32,7 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
     actor = Actor(call("write_file", path="notes/hello.txt", content="hello"),
                   call("task_complete", summary="wrote notes/hello.txt"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
-    assert result.status == "done", result.reason
+    assert result.status == "ok", result.reason
     assert (civ / "opus" / "notes" / "hello.txt").read_text() == "hello"
     assert queue().ids("done") == [task.id]
     assert queue().load("done", task.id).result == "wrote notes/hello.txt"
@@ -41,7 +41,7 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
                      "tool_call", "task", "contexts_saved", "wake_end"):
         assert expected in kinds
     end = events(result.log_path, "wake_end")[0]
-    assert end["calls"] == 3 and end["status"] == "done"
+    assert end["calls"] == 3 and end["status"] == "ok"
 
 
 @pytest.mark.parametrize("wake_type", ["TASK", "CODE", "REFLECT"])
@@ -110,7 +110,7 @@ def test_tool_errors_are_observations(civ: Path) -> None:
     actor = Actor(call("read_file", path="nope.txt"),
                   call("task_complete", summary="it was missing"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
-    assert result.status == "done"
+    assert result.status == "ok"
     observed = actor.requests[2].messages[-1]["content"][0]
     assert observed["is_error"] is True and "no such file" in observed["content"]
 
@@ -177,6 +177,6 @@ def test_reflect_runs_once_per_new_experience(civ: Path) -> None:
     run_wake("opus", wake_type="TASK",
              provider=lambda c, s: Actor(call("task_complete", summary="x done")))
     first = run_wake("opus", wake_type="REFLECT", provider=lambda c, s: Actor(say("I learned.")))
-    assert first.status == "done"
+    assert first.status == "ok"
     again = run_wake("opus", wake_type="REFLECT", provider=never)
     assert again.status == "idle"

@@ -26,7 +26,7 @@ TASKS = {
     "aria": "Write a short poem about persistence to notes/poem.md.",
 }
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
-DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 6, "max_output_tokens": 160}
+DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 4, "max_output_tokens": 96}
 
 
 def _free_port() -> int:
@@ -68,8 +68,8 @@ def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, 
 @click.command()
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Civilization root (default: a new temporary directory).")
-@click.option("--wakes", type=int, default=4, show_default=True, help="Wakes per citizen.")
-@click.option("--interval", type=float, default=20.0, show_default=True,
+@click.option("--wakes", type=int, default=3, show_default=True, help="Wakes per citizen.")
+@click.option("--interval", type=float, default=10.0, show_default=True,
               help="Seconds between scheduled wakes.")
 def demo(root: str | None, wakes: int, interval: float) -> None:
     """Run opus, mira and aria as daemons on the embedded model for a few wakes.
