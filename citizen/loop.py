@@ -35,25 +35,26 @@ class Meter:
 
     log: WakeLog
     budget: Budget
-    price: ModelPrice
     spent: float = 0.0
     calls: int = 0
     tokens_in: int = 0
     tokens_out: int = 0
     _logged: dict[str, int] = field(default_factory=dict)
 
-    def worst_case(self, request: Request) -> float:
-        """The most the request could cost: all input uncached, every output token used."""
+    @staticmethod
+    def worst_case(request: Request, price: ModelPrice) -> float:
+        """The most the request could cost: all input written to the cache (the dearest
+        way to send it), every output token used."""
         body = json.dumps(request.to_dict(), default=str)
-        return (estimate_tokens(body) * self.price.input
-                + request.max_tokens * self.price.output) / 1_000_000
+        per_input = max(price.input, price.cache_write)
+        return (estimate_tokens(body) * per_input + request.max_tokens * price.output) / 1e6
 
     def call(self, llm: Provider, request: Request) -> Reply:
         """Make one model call within the budget, and log it completely enough to replay.
 
         :raises BudgetExceeded: the call could exceed the cap; nothing was sent.
         """
-        worst = self.worst_case(request)
+        worst = self.worst_case(request, llm.price(request.tier))
         cap = self.budget.max_usd_per_wake
         if self.spent + worst > cap:
             raise BudgetExceeded(f"the next call could cost ${worst:.4f} and ${self.spent:.4f} "
@@ -61,7 +62,8 @@ class Meter:
         seen = self._logged.get(request.purpose, 0)
         new_messages = list(request.messages)[seen:]
         if request.purpose not in self._logged:
-            self.log.event("prompt", purpose=request.purpose, system=list(request.system),
+            self.log.event("prompt", purpose=request.purpose,
+                           system_blobs=[self.log.blob(b) for b in request.system],
                            tools=[t.name for t in request.tools])
         self._logged[request.purpose] = len(request.messages)
         try:

@@ -79,7 +79,7 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
     wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
                reason=reason or ("slot" if slot is not None else "requested"))
     started = time.monotonic()
-    meter = Meter(wlog, cfg.budget, tpl.prices[cfg.seat("primary").model])
+    meter = Meter(wlog, cfg.budget)
     status, why = "failed", ""
     run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
     try:

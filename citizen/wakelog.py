@@ -7,6 +7,7 @@ request digest and the full reply.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import time
@@ -15,7 +16,7 @@ from typing import Any
 
 from citizen.paths import Home
 from citizen.tasks import now_iso
-from shared.atomic import append_line
+from shared.atomic import append_line, write_bytes
 
 
 class WakeLog:
@@ -28,6 +29,18 @@ class WakeLog:
 
     def event(self, event: str, **fields: Any) -> None:
         append_line(self.path, {"ts": now_iso(), "wake": self.number, "event": event, **fields})
+
+    def blob(self, text: str) -> str:
+        """Store a large text once under `logs/blobs/` (content-addressed); return its key.
+
+        System blocks (the contexts) repeat from wake to wake: storing each distinct
+        block once keeps logs small and still lets a replay rebuild every prompt.
+        """
+        key = hashlib.sha256(text.encode()).hexdigest()[:24]
+        path = self.path.parent.parent / "blobs" / f"{key}.txt"
+        if not path.exists():
+            write_bytes(path, text.encode())
+        return key
 
     def close(self) -> None:
         """Make the log durable (called once, at the end of the wake)."""

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from citizen.llm.base import Reply, Request, ToolCall, Usage
+from citizen.config import ModelPrice
+from citizen.llm.base import FREE, Reply, Request, ToolCall, Usage
 from citizen.llm.scripted import ScriptedProvider
 
 
@@ -23,10 +24,10 @@ def say(text: str) -> Reply:
 class Actor(ScriptedProvider):
     """Answers routing and tool selection by rule, and the work from a script."""
 
-    def __init__(self, *work: Reply, tier: str = "fast") -> None:
+    def __init__(self, *work: Reply, tier: str = "fast", price: ModelPrice = FREE) -> None:
         self.work = list(work)
         self.tier = tier
-        super().__init__(default=self._answer)
+        super().__init__(default=self._answer, price=price)
 
     def _answer(self, request: Request) -> Reply:
         if request.purpose == "route":

@@ -43,7 +43,7 @@ def test_a_rung_task_is_done_within_seconds(civ: Path, messages_api: MessagesSer
     finally:
         out = stop(proc)
     assert proc.returncode == 0, out
-    assert "doorbell: TASK wake" in out and "done in" in out
+    assert "doorbell: TASK wake" in out and ": ok in" in out
     (log,) = wakelog.wake_logs(paths.home("opus"))
     assert wakelog.summary(log)["reason"].startswith("doorbell: task t-")
 

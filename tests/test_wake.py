@@ -71,8 +71,9 @@ def test_budget_is_enforced_before_the_call(civ: Path) -> None:
     data["budget"] = {"max_usd_per_wake": 0.02, "max_output_tokens": 1000}
     cfg.write_text(json.dumps(data))
     queue().add("expensive")
+    opus_price = config.templates().prices["claude-opus-4-6"]
     actor = Actor(call("task_progress", cost=0.015, note="one"),
-                  call("task_progress", cost=0.015, note="two"))
+                  call("task_progress", cost=0.015, note="two"), price=opus_price)
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     # Opus's primary model costs $25/M output: 1000 tokens could cost $0.025 > $0.02 left.
     assert result.status == "budget"

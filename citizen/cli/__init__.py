@@ -6,6 +6,7 @@ commands that make no model call must stay fast (`import anthropic` alone is ≈
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import sys
@@ -14,22 +15,38 @@ from typing import Any
 import click
 
 from citizen import __version__
-from citizen.cli.ask import ask
-from citizen.cli.demo import demo
-from citizen.cli.doctor import doctor
-from citizen.cli.init import init
-from citizen.cli.logs import logs
-from citizen.cli.memory import memory
-from citizen.cli.run import run
-from citizen.cli.status import status
-from citizen.cli.task import task
-from citizen.cli.tool import tool_cmd
-from citizen.cli.wake import wake
 from citizen.errors import CitizenError
+
+# name -> "module:function". Loaded on first use, so `citizen status` never pays for the
+# scheduler, the wake machinery or a model SDK (goal: status in under 300 ms).
+COMMANDS = {
+    "init": "citizen.cli.init:init",
+    "status": "citizen.cli.status:status",
+    "logs": "citizen.cli.logs:logs",
+    "task": "citizen.cli.task:task",
+    "wake": "citizen.cli.wake:wake",
+    "run": "citizen.cli.run:run",
+    "tool": "citizen.cli.tool:tool_cmd",
+    "memory": "citizen.cli.memory:memory",
+    "demo": "citizen.cli.demo:demo",
+    "doctor": "citizen.cli.doctor:doctor",
+    "ask": "citizen.cli.ask:ask",
+}
 
 
 class _Group(click.Group):
-    """Turns our own errors into a one-line message and exit code 1, never a traceback."""
+    """Loads subcommands lazily, and turns our own errors into one line and exit code 1."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        command: click.Command = getattr(importlib.import_module(module), attr)
+        return command
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
@@ -64,8 +81,6 @@ def cli(root: str | None, verbose: int) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-for _command in (init, status, logs, task, wake, run, tool_cmd, memory, demo, doctor, ask):
-    cli.add_command(_command)
 
 
 def main() -> None:

@@ -63,6 +63,22 @@ def _check_paths(name: str) -> list[Check]:
     return checks
 
 
+def _budget_check(cfg: config.CitizenConfig, tpl: config.Templates) -> Check:
+    """Can one uncached call with every context at its cap fit in the wake budget?"""
+    seat = cfg.seat("primary")
+    price = tpl.prices[seat.model]
+    tokens = sum(cfg.context_limits.values())
+    worst = tokens * max(price.input, price.cache_write) / 1e6
+    budget = cfg.budget.max_usd_per_wake
+    if worst <= budget:
+        return Check("budget", OK, f"contexts at their caps ({tokens} tokens) cost at most "
+                     f"${worst:.2f} per uncached call on {seat.model}; wake budget ${budget:.2f}")
+    return Check("budget", WARN, f"contexts at their caps ({tokens} tokens) would cost "
+                 f"${worst:.2f} per uncached call on {seat.model}, over the ${budget:.2f} wake "
+                 "budget: such wakes will stop before calling - lower context_limits or raise "
+                 "budget.max_usd_per_wake")
+
+
 def run_checks(name: str | None, provider: str | None) -> list[Check]:
     """Every check, in order; stops early only when later checks cannot run."""
     checks: list[Check] = []
@@ -78,6 +94,8 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         secrets = config.load_secrets(name)
         choice = choose(cfg, secrets, provider or "")
         checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))
+        if choice.name == "anthropic":
+            checks.append(_budget_check(cfg, tpl))
     except CitizenError as exc:
         checks.append(Check("config", FAIL, str(exc)))
         return checks

@@ -31,5 +31,6 @@ def run(*, name: str, interval: float | None, max_wakes: int | None, wake_timeou
     # The daemon logs to stdout, one line per event, for journald.
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format=f"%(levelname)s citizen:{name} %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # job bookkeeping is noise here
     raise SystemExit(Daemon(name, interval_s=interval, max_wakes=max_wakes,
                             wake_timeout_s=wake_timeout, first_wake_s=first_wake).run())

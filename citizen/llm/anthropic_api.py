@@ -62,6 +62,9 @@ class AnthropicProvider(Provider):
         where = self.base_url or "api.anthropic.com"
         return f"anthropic ({self.config.seat('primary').model} via {where})"
 
+    def price(self, tier: str) -> ModelPrice:
+        return self.prices[self.config.seat(tier).model]
+
     def complete(self, request: Request) -> Reply:
         seat = self.config.seat(request.tier)
         kwargs = self._build(request, seat.model)

@@ -17,6 +17,7 @@ from typing import Any
 from citizen.config import ModelPrice
 
 Message = dict[str, Any]
+FREE = ModelPrice(0.0, 0.0, 0.0, 0.0)
 
 
 @dataclass(frozen=True)
@@ -153,6 +154,10 @@ class Provider(ABC):
     def describe(self) -> str:
         """One line saying which model and where, for the operator."""
         return self.name
+
+    def price(self, tier: str) -> ModelPrice:
+        """What a call on `tier` costs per million tokens (free unless overridden)."""
+        return FREE
 
     def count_tokens(self, text: str) -> int:
         """Tokens in `text` as this provider counts them; an estimate unless overridden."""

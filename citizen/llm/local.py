@@ -187,7 +187,7 @@ class LocalProvider(Provider):
     ) -> None:
         self.config = config
         self.settings = settings
-        self.price = prices.get(settings.model, ModelPrice(0, 0, 0, 0))
+        self.price_table = prices.get(settings.model, ModelPrice(0, 0, 0, 0))
         if url:
             self.backend: _Backend = _Http(url, timeout_s)
         else:
@@ -199,6 +199,9 @@ class LocalProvider(Provider):
 
     def describe(self) -> str:
         return f"local ({self.settings.model} via {self.backend.where})"
+
+    def price(self, tier: str) -> ModelPrice:
+        return self.price_table
 
     def count_tokens(self, text: str) -> int:
         counted = self.backend.count_tokens(text)
@@ -237,7 +240,7 @@ class LocalProvider(Provider):
             model=self.settings.model,
             provider=self.name,
             usage=usage,
-            cost_usd=usage.cost(self.price),
+            cost_usd=usage.cost(self.price_table),
             stop_reason=choice.get("finish_reason") or "",
             latency_s=latency,
         )

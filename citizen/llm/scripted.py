@@ -10,8 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 
+from citizen.config import ModelPrice
 from citizen.errors import ProviderError
-from citizen.llm.base import Provider, Reply, Request
+from citizen.llm.base import FREE, Provider, Reply, Request
 from citizen.llm.structured import parse_json
 
 Script = Reply | Callable[[Request], Reply]
@@ -22,10 +23,15 @@ class ScriptedProvider(Provider):
 
     name = "scripted"
 
-    def __init__(self, script: Iterable[Script] = (), default: Script | None = None) -> None:
+    def __init__(self, script: Iterable[Script] = (), default: Script | None = None,
+                 price: ModelPrice = FREE) -> None:
         self.script = list(script)
         self.default = default
         self.requests: list[Request] = []
+        self.price_per_mtok = price
+
+    def price(self, tier: str) -> ModelPrice:
+        return self.price_per_mtok
 
     def complete(self, request: Request) -> Reply:
         self.requests.append(request)

@@ -1,0 +1,169 @@
+"""Wake-cycle figures: overhead per wake, idle cost, sleeping daemon, doorbell, status.
+
+    .venv/bin/python bench/wake_cycle.py [--wakes N]
+
+Prints medians and p95s; nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+
+def pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
+
+
+def show(label: str, values: list[float], unit: str, scale: float = 1.0) -> None:
+    print(f"{label:<52} median {statistics.median(values) * scale:9.2f} {unit:<5} "
+          f"p95 {pct(values, 0.95) * scale:9.2f} {unit}  (n={len(values)})")
+
+
+def written_bytes() -> int:
+    for line in Path("/proc/self/io").read_text().splitlines():
+        if line.startswith("write_bytes:"):
+            return int(line.split()[1])
+    return 0
+
+
+def fill_contexts(name: str) -> int:
+    """Every context at ≈95% of its cap; returns the bytes on disk."""
+    from citizen import config, paths
+    from citizen.contexts import ContextStore
+    from citizen.llm.base import estimate_tokens
+
+    cfg = config.load_citizen(name)
+    store = ContextStore(paths.home(name).contexts, cfg.context_limits, estimate_tokens)
+    contexts = store.load_all()
+    for ctype, ctx in contexts.items():
+        target = int(cfg.context_limits[ctype] * 0.95)
+        i = 0
+        while store.tokens(ctx) < target:
+            ctx.add(f"{ctype} entry {i}: " + "a remembered detail about the work " * 12)
+            i += 1
+    store.save_all(contexts)
+    return sum(store.path(t).stat().st_size for t in contexts)
+
+
+def bench_wake_overhead(wakes: int) -> None:
+    from citizen import paths
+    from citizen.tasks import TaskQueue
+    from citizen.wake import run_wake
+    from tests.scripts import Actor, call
+
+    print("\n# one TASK wake with a zero-latency scripted model, 8 contexts near their caps")
+    size = fill_contexts("opus")
+    print(f"{'context files on disk':<52} {size / 1024:9.0f} KB")
+    tasks = TaskQueue(paths.home("opus").tasks)
+    times, writes = [], []
+    for i in range(wakes):
+        tasks.add(f"bench task {i}")
+        actor = Actor(call("task_progress", note=f"step {i}"),
+                      call("task_complete", summary=f"bench {i} done"))
+        before = written_bytes()
+        t = time.perf_counter()
+        result = run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
+        times.append(time.perf_counter() - t)
+        writes.append(written_bytes() - before)
+        if result.status != "ok":
+            print("unexpected:", result)
+    show("wake overhead (3 model calls, 2 tool calls)", times, "ms", 1000)
+    show("bytes written per wake (logs, contexts, task)", [w / 1024 for w in writes], "KB")
+    print("peer: LangGraph SqliteSaver 8-10 ms per step, ≈19 MB per 10-step run (TESTBEDS.md)")
+
+    idle = run_wake("opus", wake_type="TASK", provider=lambda c, s: (_ for _ in ()).throw(
+        AssertionError("an idle wake built a provider")))
+    print(f"{'idle wake: model calls, cost':<52} {idle.calls} calls, ${idle.cost_usd:.4f}"
+          f" ({idle.status}: {idle.reason})")
+    t_idle = []
+    for _ in range(wakes):
+        t = time.perf_counter()
+        run_wake("opus", wake_type="TASK", provider=lambda c, s: None)  # type: ignore[arg-type, return-value]
+        t_idle.append(time.perf_counter() - t)
+    show("idle wake, in-process", t_idle, "ms", 1000)
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ}
+
+
+def bench_daemon(seconds: float, status_runs: int) -> None:
+    import psutil
+
+    from citizen import paths
+    from shared import doorbell
+
+    print("\n# a sleeping daemon (real process)")
+    citizen = [sys.executable, "-m", "citizen"]
+    proc = subprocess.Popen([*citizen, "run", "mira", "--interval", "3600", "--first-wake",
+                             "3600"], env=_env(), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    p = psutil.Process(proc.pid)
+    time.sleep(4)
+    before = p.cpu_times()
+    time.sleep(seconds)
+    after = p.cpu_times()
+    cpu = (after.user + after.system - before.user - before.system) / seconds * 100
+    mem = p.memory_full_info()
+    print(f"{'sleeping daemon RSS / USS':<52} {mem.rss / 2**20:9.1f} MB / {mem.uss / 2**20:.1f} MB")
+    print(f"{'sleeping daemon CPU over ' + str(int(seconds)) + ' s':<52} {cpu:9.3f} %")
+    available = psutil.virtual_memory().available
+    print(f"{'sleeping daemons that fit in available memory (USS)':<52} "
+          f"{int(available / mem.uss):9d}  ({available / 2**30:.1f} GB available)")
+
+    home = paths.home("mira")
+    notice, start = [], []
+    for _ in range(20):
+        existing = set(home.wake_logs.glob("*.jsonl"))
+        t = time.perf_counter()
+        doorbell.ring(home.doorbell, "TASK", "bench")
+        while not p.children():
+            time.sleep(0.0005)
+        notice.append(time.perf_counter() - t)
+        while not (set(home.wake_logs.glob("*.jsonl")) - existing):
+            time.sleep(0.001)
+        start.append(time.perf_counter() - t)
+        while p.children():
+            time.sleep(0.01)
+    show("doorbell ring -> wake process started", notice, "ms", 1000)
+    show("doorbell ring -> wake log opened (child is up)", start, "ms", 1000)
+    proc.terminate()
+    proc.wait()
+
+    runs = []
+    for _ in range(status_runs):
+        t = time.perf_counter()
+        subprocess.run([*citizen, "status"], env=_env(), check=True, capture_output=True)
+        runs.append(time.perf_counter() - t)
+    show("`citizen status` wall time (3 citizens)", runs, "ms", 1000)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--wakes", type=int, default=30)
+    parser.add_argument("--sleep-seconds", type=float, default=20.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-civ-") as root:
+        os.environ["CIV_ROOT"] = root
+        from citizen import civilization
+
+        civilization.init(["opus", "mira", "aria"])
+        bench_wake_overhead(args.wakes)
+        bench_daemon(args.sleep_seconds, 10)
+        print(json.dumps({"civ_root": root}))
+
+
+if __name__ == "__main__":
+    main()
