@@ -32,9 +32,8 @@ from apscheduler.triggers.interval import IntervalTrigger
 from citizen import config, paths, state, wakelog
 from citizen.errors import CitizenError
 from citizen.memory import Memory
-from citizen.notify import notify, watchdog_interval
+from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
-from citizen.wake import DAEMON_PID_ENV
 from shared import doorbell
 from shared.atomic import append_line, sweep_temp, write_json
 
@@ -59,6 +58,9 @@ class AlreadyRunning(CitizenError, RuntimeError):
 class WakeRequest:
     wake_type: str | None  # None: the next scheduled slot
     reason: str
+
+
+_WAKE_UP = WakeRequest("", "signal")  # put by the signal handler; not a wake
 
 
 def _set_title(title: str) -> None:
@@ -167,6 +169,7 @@ class Daemon:
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
+        self.requests.put(_WAKE_UP)  # unblock the main loop's wait
         if self.terms == 1:
             log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
                         self.name)
@@ -189,16 +192,15 @@ class Daemon:
 
     def _main_loop(self) -> None:
         while self.terms == 0:
-            if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
-                log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
-                return
-            try:
-                req = self.requests.get(timeout=0.5)
-            except queue.Empty:
+            req = self.requests.get()  # blocks: a sleeping daemon uses no CPU
+            if req is _WAKE_UP:
                 continue
             with self.pending_lock:
                 self.pending.discard(req.wake_type)
             self._run_wake(req)
+            if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
+                log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
+                return
 
     def _run_wake(self, req: WakeRequest) -> None:
         number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
@@ -282,7 +284,7 @@ class Daemon:
             inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
         while self.state != State.STOPPED:
             if inotify is not None:
-                if inotify.read(timeout=1000):
+                if inotify.read():  # blocks until a file lands (this thread dies with us)
                     self._enqueue_rings()
             else:  # no inotify: poll once a second (≈600 ms to notice instead of ≈5 ms)
                 time.sleep(1)

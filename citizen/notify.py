@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 import socket
 
+# Set by the daemon in the environment of each wake process it starts, so the wake
+# can bind its life to the daemon's (see `citizen wake`).
+DAEMON_PID_ENV = "CITIZEN_DAEMON_PID"
+
 
 def notify(message: str) -> bool:
     """Send `READY=1`, `STATUS=…`, `WATCHDOG=1` or `STOPPING=1` to systemd, if it listens."""

@@ -33,9 +33,6 @@ from shared.atomic import CorruptFile
 
 log = logging.getLogger(__name__)
 
-# Set by the daemon for the wake processes it starts (see `citizen wake`).
-DAEMON_PID_ENV = "CITIZEN_DAEMON_PID"
-
 ProviderFactory = Callable[[config.CitizenConfig, config.Secrets], Provider]
 
 
