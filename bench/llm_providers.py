@@ -9,7 +9,6 @@ Prints medians and p95s. The Anthropic figures are the provider's own overhead
 from __future__ import annotations
 
 import argparse
-import statistics
 import subprocess
 import sys
 import time
@@ -19,6 +18,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.stats import show  # noqa: E402
 from citizen import config  # noqa: E402
 from citizen.llm.base import Request  # noqa: E402
 
@@ -27,16 +27,6 @@ VOTE = {"type": "object", "properties": {
     "rationale": {"type": "string", "maxLength": 200},
     "confidence": {"type": "number", "minimum": 0, "maximum": 1}},
     "required": ["decision", "rationale", "confidence"]}
-
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def show(label: str, values: list[float], unit: str, scale: float = 1.0) -> None:
-    print(f"{label:<46} median {statistics.median(values) * scale:8.2f} {unit:<6} "
-          f"p95 {pct(values, 0.95) * scale:8.2f} {unit}  (n={len(values)})")
 
 
 def timed(fn: Callable[[], object], runs: int) -> list[float]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -20,15 +19,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
-def pct(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
-
-
-def show(label: str, values: list[float], unit: str, scale: float = 1.0) -> None:
-    print(f"{label:<52} median {statistics.median(values) * scale:9.2f} {unit:<5} "
-          f"p95 {pct(values, 0.95) * scale:9.2f} {unit}  (n={len(values)})")
+from bench.stats import show  # noqa: E402
 
 
 def written_bytes() -> int:

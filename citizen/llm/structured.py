@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import copy
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -29,6 +29,17 @@ DEFAULT_MAX_ITEMS = 12
 GRAMMAR_MAX_STRING = 1000
 
 
+def _each_schema_node(node: Any, visit: Callable[[dict[str, Any]], None]) -> None:
+    """Call `visit` on every dict in a JSON schema, depth first."""
+    if isinstance(node, dict):
+        visit(node)
+        for value in node.values():
+            _each_schema_node(value, visit)
+    elif isinstance(node, list):
+        for value in node:
+            _each_schema_node(value, visit)
+
+
 def bound_schema(
     schema: Mapping[str, Any],
     max_string: int = DEFAULT_MAX_STRING,
@@ -40,21 +51,15 @@ def bound_schema(
     """
     out = copy.deepcopy(dict(schema))
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            kind = node.get("type")
-            kinds = kind if isinstance(kind, list) else [kind]
-            if "string" in kinds and "enum" not in node and "const" not in node:
-                node["maxLength"] = min(node.get("maxLength", max_string), GRAMMAR_MAX_STRING)
-            if "array" in kinds:
-                node.setdefault("maxItems", max_items)
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
+    def bound(node: dict[str, Any]) -> None:
+        kind = node.get("type")
+        kinds = kind if isinstance(kind, list) else [kind]
+        if "string" in kinds and "enum" not in node and "const" not in node:
+            node["maxLength"] = min(node.get("maxLength", max_string), GRAMMAR_MAX_STRING)
+        if "array" in kinds:
+            node.setdefault("maxItems", max_items)
 
-    walk(out)
+    _each_schema_node(out, bound)
     return out
 
 
@@ -112,20 +117,13 @@ def fit_schema(schema: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
 
 
 def _scaled(schema: dict[str, Any], scale: float) -> dict[str, Any]:
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            if "maxLength" in node:
-                node["maxLength"] = max(1, int(node["maxLength"] * scale))
-            if "maxItems" in node and scale < 0.25:
-                node["maxItems"] = max(node.get("minItems", 0), 1,
-                                       int(node["maxItems"] * scale * 4))
-            for value in node.values():
-                walk(value)
-        elif isinstance(node, list):
-            for value in node:
-                walk(value)
+    def shrink(node: dict[str, Any]) -> None:
+        if "maxLength" in node:
+            node["maxLength"] = max(1, int(node["maxLength"] * scale))
+        if "maxItems" in node and scale < 0.25:
+            node["maxItems"] = max(node.get("minItems", 0), 1, int(node["maxItems"] * scale * 4))
 
-    walk(schema)
+    _each_schema_node(schema, shrink)
     return schema
 
 
