@@ -53,10 +53,12 @@ def init_shared() -> list[str]:
     return made
 
 
-def init_citizen(name: str) -> list[str]:
-    """Create a citizen's home from its template; returns what was created."""
+def init_citizen(name: str, new: dict[str, str] | None = None) -> list[str]:
+    """Create a citizen's home from its template; returns what was created.
+
+    `new` gives email and focus for a citizen the templates do not know (onboarding).
+    """
     tpl = config.templates()
-    cfg = config.load_citizen(name)
     home = paths.home(name)
     made = []
     # 0750: the citizen owns its home; group `citizens` may look in (peer monitoring).
@@ -65,9 +67,12 @@ def init_citizen(name: str) -> list[str]:
     for sub in (home.wake_logs, home.code):
         _mkdir(sub, 0o750)
     if not home.config.exists():
-        data = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
+        data = tpl.citizen_data(name) if name in tpl.citizen_names() else dict(new or {})
+        # Validate before writing: a bad onboarding leaves no half-made config behind.
+        tpl.build_citizen({**data, "name": name}, home.config)
         home.config.write_text(json.dumps({**data, "name": name}, indent=2) + "\n")
         made.append(str(home.config))
+    cfg = config.load_citizen(name)
     if not home.env.exists():
         # O_EXCL + 0600 at creation: the secrets file is never readable by others, not even
         # for the moment between creating it and a chmod.

@@ -105,6 +105,7 @@ class Daemon:
         if not self.home.dir.is_dir():
             raise CitizenError(f"citizen {self.name} has no home at {self.home.dir} - create "
                                "it with `citizen init` first")
+        paths.require_owner(self.home)
         self._acquire_lock()
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)

@@ -46,5 +46,9 @@ class StructuredOutputError(CitizenError, ValueError):
         super().__init__(f"model output does not match its schema: {problem}")
 
 
+class WrongUser(CitizenError, PermissionError):
+    """A command would write into a citizen's home as another user."""
+
+
 class ReplayMismatch(ProviderError):
     """A replayed request differs from the recorded one, or the recording ran out."""

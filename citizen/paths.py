@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from citizen.errors import ConfigError
+from citizen.errors import ConfigError, WrongUser
 
 DEFAULT_ROOT = "/home"
 # Citizen names become Unix user names and path components: keep them to what
@@ -146,3 +146,15 @@ class Home:
 def home(name: str) -> Home:
     """The paths of citizen `name`."""
     return Home(name, citizen_home(name))
+
+
+def require_owner(h: Home) -> None:
+    """Refuse to act in a citizen's home as a different user (root included).
+
+    Files root wrote there would be unreadable to the citizen's own daemon.
+
+    :raises WrongUser: the home belongs to someone else.
+    """
+    if h.dir.is_dir() and h.dir.stat().st_uid != os.geteuid():
+        raise WrongUser(f"{h.dir} belongs to another user: run this as the citizen "
+                        f"(sudo -u {h.name} citizen …)")

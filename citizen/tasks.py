@@ -91,14 +91,14 @@ class TaskQueue:
         return self.dir(state) / f"{task_id}.json"
 
     def add(self, text: str, kind: str = "TASK", source: str = "cli",
-            meta: dict[str, Any] | None = None) -> Task:
-        """Queue a new task."""
+            meta: dict[str, Any] | None = None, owner: tuple[int, int] | None = None) -> Task:
+        """Queue a new task (`owner`: hand the file to the citizen when root writes it)."""
         if kind not in TASK_KINDS:
             raise TaskError(f"unknown task kind '{kind}' - use one of {', '.join(TASK_KINDS)}")
         task = Task(id=new_id(), text=text, kind=kind, source=source, meta=meta or {})
         task.history.append({"ts": task.created, "event": "queued", "source": source})
         self.init()
-        write_json(self._path("queue", task.id), task.to_dict())
+        write_json(self._path("queue", task.id), task.to_dict(), owner=owner)
         return task
 
     def ids(self, state: str) -> list[str]:

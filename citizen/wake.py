@@ -66,6 +66,7 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
     if not home.dir.is_dir():
         raise WakeRefused(f"citizen {name} has no home at {home.dir} - create it with "
                           f"`citizen init` (or `citizen onboard {name}` on a server)")
+    paths.require_owner(home)
     cfg = config.load_citizen(name)
     tpl = config.templates()
     if number is None:

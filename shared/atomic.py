@@ -28,11 +28,14 @@ class CorruptFile(SharedError, ValueError):
                          "restore it from a backup or move it aside to start that state afresh")
 
 
-def write_bytes(path: Path, data: bytes, mode: int = 0o640) -> None:
+def write_bytes(path: Path, data: bytes, mode: int = 0o640,
+                owner: tuple[int, int] | None = None) -> None:
     """Atomically replace `path` with `data`.
 
     `mode` 0640 by default: owner writes, group `citizens` may read (peer
     monitoring), nobody else. The commons passes 0660 for group-written documents.
+    `owner` (uid, gid): root writing on a citizen's behalf hands the file over before
+    it becomes visible, so the citizen never meets a file it cannot read.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -42,6 +45,8 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640) -> None:
             fh.flush()
             os.fsync(fh.fileno())
         os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
+        if owner is not None:
+            os.chown(tmp, *owner)
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
@@ -58,10 +63,11 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_json(path: Path, data: Any, mode: int = 0o640) -> bytes:
+def write_json(path: Path, data: Any, mode: int = 0o640,
+               owner: tuple[int, int] | None = None) -> bytes:
     """Atomically write `data` as compact JSON (`indent` is 20x slower); return the bytes."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    write_bytes(path, raw, mode)
+    write_bytes(path, raw, mode, owner)
     return raw
 
 

@@ -27,13 +27,14 @@ class Ring:
     sender: str
 
 
-def ring(directory: Path, wake_type: str, reason: str, sender: str = "operator") -> Path:
-    """Ring a citizen's doorbell."""
+def ring(directory: Path, wake_type: str, reason: str, sender: str = "operator",
+         owner: tuple[int, int] | None = None) -> Path:
+    """Ring a citizen's doorbell (`owner`: hand the file to the citizen when root rings)."""
     name = f"{time.time_ns()}-{os.getpid()}-{wake_type}.json"
     path = directory / name
     # 0660: rung by other citizens (group `citizens`), removed by the owner's daemon.
     write_json(path, {"wake_type": wake_type, "reason": reason, "sender": sender,
-                      "ts": time.time()}, mode=0o660)
+                      "ts": time.time()}, mode=0o660, owner=owner)
     return path
 
 

@@ -29,6 +29,7 @@ COMMANDS = {
     "tool": "citizen.cli.tool:tool_cmd",
     "memory": "citizen.cli.memory:memory",
     "demo": "citizen.cli.demo:demo",
+    "onboard": "citizen.cli.onboard:onboard",
     "doctor": "citizen.cli.doctor:doctor",
     "ask": "citizen.cli.ask:ask",
 }

@@ -20,7 +20,9 @@ def memory() -> None:
 @click.argument("name")
 def rollup(name: str) -> None:
     """Write the due daily, weekly and monthly summaries of citizen NAME (model calls)."""
-    mem = Memory(paths.home(name).memory)
+    home = paths.home(name)
+    paths.require_owner(home)
+    mem = Memory(home.memory)
     if not mem.pending():
         click.echo("nothing to roll up")
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import click
 
@@ -32,8 +33,10 @@ def add(name: str, text: str, kind: str) -> None:
     if not home.dir.is_dir():
         raise click.ClickException(f"citizen {name} has no home at {home.dir} - run "
                                    "`citizen init` first")
-    queued = TaskQueue(home.tasks).add(text, kind=kind, source="cli")
-    doorbell.ring(home.doorbell, kind, f"task {queued.id}", sender="operator")
+    # Root (an operator with sudo) writes on the citizen's behalf: the citizen owns the files.
+    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
+    queued = TaskQueue(home.tasks).add(text, kind=kind, source="cli", owner=owner)
+    doorbell.ring(home.doorbell, kind, f"task {queued.id}", sender="operator", owner=owner)
     click.echo(f"queued {queued.id} for {name}; its daemon wakes for it within seconds")
 
 

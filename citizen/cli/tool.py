@@ -40,6 +40,7 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
     if problem:
         raise click.ClickException(f"ARGS do not match {tool_name}'s schema: {problem}")
     home = paths.home(name)
+    paths.require_owner(home)
     cfg = config.load_citizen(name)
     store = ContextStore(home.contexts, cfg.context_limits, estimate_tokens)
     contexts = store.load_all()

@@ -51,7 +51,7 @@ def wake(*, name: str, wake_type: str | None, number: int | None, slot: int | No
     result = run_wake(name, wake_type=wake_type, number=number, slot=slot, reason=reason)
     if as_json:
         click.echo(json.dumps({**result.__dict__, "log_path": str(result.log_path)}))
-    else:
+    elif not os.environ.get(DAEMON_PID_ENV):  # under a daemon, the daemon logs the outcome
         click.echo(f"wake {result.number} {result.wake_type}: {result.status}"
                    f"{' - ' + result.reason if result.reason else ''} "
                    f"(${result.cost_usd:.4f}, {result.calls} model calls)\n"

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Install Experience on a Debian server (run as root). Idempotent: a second run
+# changes nothing and says so; a run from a newer checkout commits a new baseline.
+#
+#   sudo scripts/setup_server.sh                    # the citizens of templates/
+#   sudo scripts/setup_server.sh opus mira          # just these
+#
+# Layout (DESIGN.md §1): group `citizens`; /home/shared (2775, setgid); one user and
+# home (0750) per citizen with ~/code a clone of /home/shared/baseline; dependencies
+# only in /opt/experience/venv; units in /etc/systemd/system; `citizen` on the PATH.
+set -euo pipefail
+
+source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+shared=/home/shared
+prefix=/opt/experience
+venv="$prefix/venv"
+units=/etc/systemd/system
+changes=0
+
+step() { printf '==> %s\n' "$*"; }
+changed() { printf '    changed: %s\n' "$*"; changes=$((changes + 1)); }
+fail() { printf 'setup_server: FAILED at step: %s\n' "$*" >&2; exit 1; }
+trap 'fail "${current:-start} (line $LINENO)"' ERR
+
+current="checking we are root"
+[ "$(id -u)" -eq 0 ] || { echo "setup_server: run as root (sudo $0)" >&2; exit 1; }
+
+current="system packages"
+step "$current"
+missing=()
+for pkg in python3-venv git passwd util-linux; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    changed "installed ${missing[*]}"
+fi
+python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
+    || fail "Python >= 3.11 is required (Debian 12 or newer)"
+
+current="group citizens"
+step "$current"
+if ! getent group citizens >/dev/null; then
+    groupadd --system citizens
+    changed "group citizens"
+fi
+
+current="the commons under $shared"
+step "$current"
+for d in "" baseline library library/modules library/pending tools tools/impl tools/registry \
+         tools/tests proposals proposals/pending proposals/approved proposals/rejected debates \
+         streams monitor monitor/heartbeats doorbell; do
+    # 2775 root:citizens: every citizen writes the commons; setgid keeps the group on
+    # new files; others get nothing to write.
+    if [ ! -d "$shared/$d" ] || [ "$(stat -c '%a %U:%G' "$shared/$d")" != "2775 root:citizens" ]; then
+        install -d -m 2775 -o root -g citizens "$shared/$d"
+        changed "$shared/$d"
+    fi
+done
+
+current="baseline repository $shared/baseline"
+step "$current"
+baseline="$shared/baseline"
+if [ ! -d "$baseline/.git" ]; then
+    git init --quiet -b main "$baseline"
+    changed "git repository $baseline"
+fi
+# Citizens clone and fetch the baseline, which root owns: tell git that is expected
+# (a local clone checks both the work tree and the .git path).
+for safe in "$baseline" "$baseline/.git"; do
+    if ! git config --system --get-all safe.directory 2>/dev/null | grep -qx "$safe"; then
+        git config --system --add safe.directory "$safe"
+        changed "git safe.directory $safe"
+    fi
+done
+# The baseline's files are exactly the checkout's: clear the work tree (not .git) and
+# copy it in, so files deleted upstream disappear too; git sees what really changed.
+find "$baseline" -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {} +
+tar -C "$source_dir" --exclude=.git --exclude=.venv --exclude=__pycache__ \
+    --exclude=.pytest_cache --exclude=.mypy_cache --exclude=.ruff_cache --exclude='*.egg-info' \
+    -cf - . | tar -C "$baseline" -xf - --no-same-owner --no-overwrite-dir
+git -C "$baseline" add -A
+if [ -n "$(git -C "$baseline" status --porcelain)" ]; then
+    git -C "$baseline" -c user.name="Experience setup" -c user.email="root@localhost" \
+        commit --quiet -m "baseline from $(basename "$source_dir") at $(date -u +%FT%TZ)"
+    changed "baseline commit $(git -C "$baseline" rev-parse --short HEAD)"
+fi
+chgrp -R citizens "$baseline"
+chmod -R g+rX,o-w "$baseline"
+
+current="dependencies in $venv"
+step "$current"
+if [ ! -x "$venv/bin/python" ]; then
+    install -d -m 0755 "$prefix"
+    python3 -m venv "$venv"
+    changed "venv $venv"
+fi
+deps="$(python3 - "$source_dir/pyproject.toml" <<'PY'
+import sys, tomllib
+print("\n".join(tomllib.load(open(sys.argv[1], "rb"))["project"]["dependencies"]))
+PY
+)"
+stamp="$venv/.experience-deps-$(printf '%s' "$deps" | sha256sum | cut -c1-16)"
+if [ ! -f "$stamp" ]; then
+    # Only the dependencies: each citizen imports the project from its own ~/code.
+    printf '%s\n' "$deps" > "$prefix/requirements.txt"
+    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+        -r "$prefix/requirements.txt"
+    rm -f "$venv"/.experience-deps-*
+    touch "$stamp"
+    changed "dependencies installed"
+fi
+
+current="the citizen command"
+step "$current"
+wrapper=/usr/local/bin/citizen
+want="#!/bin/sh
+# Experience operator CLI, run from the baseline code with the server's venv.
+exec env CIV_ROOT=/home PYTHONPATH=$baseline $venv/bin/python -m citizen \"\$@\""
+if [ "$(cat "$wrapper" 2>/dev/null)" != "$want" ]; then
+    printf '%s\n' "$want" > "$wrapper"
+    chmod 0755 "$wrapper"
+    changed "$wrapper"
+fi
+
+current="systemd units"
+step "$current"
+reload=0
+for unit in citizen@.service citizens.target; do
+    if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
+        install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
+        changed "$units/$unit"
+        reload=1
+    fi
+done
+if [ "$reload" -eq 1 ]; then
+    systemctl daemon-reload
+fi
+if ! systemctl is-enabled --quiet citizens.target; then
+    systemctl enable --quiet citizens.target
+    changed "citizens.target enabled"
+fi
+
+current="citizens"
+if [ "$#" -gt 0 ]; then
+    names=("$@")
+else
+    mapfile -t names < <(python3 -c 'import json,sys; print("\n".join(json.load(open(sys.argv[1]))["citizens"]))' \
+        "$source_dir/templates/citizen_configs.json")
+fi
+for name in "${names[@]}"; do
+    current="citizen $name"
+    step "$current"
+    out="$(CIV_ROOT=/home PYTHONPATH="$baseline" "$venv/bin/python" -m citizen onboard "$name")"
+    if grep -q '^created ' <<<"$out"; then
+        grep '^created ' <<<"$out" | sed 's/^created /    changed: /'
+        changes=$((changes + $(grep -c '^created ' <<<"$out")))
+    fi
+done
+
+trap - ERR
+if [ "$changes" -eq 0 ]; then
+    echo "setup_server: nothing changed - the server was already set up."
+else
+    echo "setup_server: done, $changes changes. Next: put ANTHROPIC_API_KEY (optional) and mail"
+    echo "settings in /home/<citizen>/.env, then: systemctl start citizens.target"
+fi

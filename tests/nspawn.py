@@ -1,0 +1,110 @@
+"""A real systemd, booted in a container with systemd-nspawn (shared/TESTBEDS.md).
+
+The Debian root filesystem is debootstrapped once and cached; each test module boots
+a throw-away copy of it (`--ephemeral`), so every run starts from a fresh server.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+ROOTFS = Path(os.environ.get("EXPERIENCE_ROOTFS", "/var/cache/experience/rootfs-bookworm"))
+PACKAGES = ("systemd,systemd-sysv,dbus,procps,libpam-systemd,python3,python3-venv,python3-pip,"
+            "git,ca-certificates")
+PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a root login shell's PATH
+
+
+def unavailable() -> str:
+    """Why a container cannot be booted here ('' when it can)."""
+    if os.geteuid() != 0:
+        return "booting a container needs root"
+    for tool in ("systemd-nspawn", "nsenter"):
+        if shutil.which(tool) is None:
+            return f"{tool} is missing (apt-get install systemd-container)"
+    if not ROOTFS.is_dir() and shutil.which("debootstrap") is None:
+        return "no cached root filesystem and no debootstrap (apt-get install debootstrap)"
+    return ""
+
+
+def _mirror() -> str:
+    sources = Path("/etc/apt/sources.list.d/debian.sources")
+    if sources.exists():
+        for line in sources.read_text().splitlines():
+            if line.startswith("URIs:"):
+                return line.split()[1]
+    return "http://deb.debian.org/debian"
+
+
+def ensure_rootfs() -> Path:
+    """The cached Debian root filesystem, built on first use (≈2.5 min)."""
+    if ROOTFS.is_dir():
+        return ROOTFS
+    partial = ROOTFS.with_name(ROOTFS.name + ".partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["debootstrap", "--variant=minbase", f"--include={PACKAGES}", "bookworm",
+                    str(partial), _mirror()], check=True, capture_output=True)
+    # pip inside the container must trust what the host trusts (an egress proxy's CA).
+    for crt in Path("/usr/local/share/ca-certificates").glob("*.crt"):
+        shutil.copy(crt, partial / "usr/local/share/ca-certificates" / crt.name)
+    subprocess.run(["chroot", str(partial), "update-ca-certificates"], check=True,
+                   capture_output=True)
+    partial.rename(ROOTFS)
+    return ROOTFS
+
+
+class Container:
+    """One booted, ephemeral container with the project bound read-only at /srv/project."""
+
+    def __init__(self, project: Path, name: str = "experience-test") -> None:
+        self.project = project
+        self.name = name
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.systemd_pid = 0
+
+    def boot(self, timeout: float = 90.0) -> None:
+        self.proc = subprocess.Popen(
+            ["systemd-nspawn", "-D", str(ensure_rootfs()), "--ephemeral", "--boot",
+             "--register=no", "--keep-unit", "--console=passive", f"--machine={self.name}",
+             f"--bind-ro={self.project}:/srv/project"],
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            found = subprocess.run(["pgrep", "-P", str(self.proc.pid), "-x", "systemd"],
+                                   capture_output=True, text=True, check=False).stdout.split()
+            if found:
+                self.systemd_pid = int(found[0])
+                state = self.run("systemctl", "is-system-running", check=False).stdout.strip()
+                if state in ("running", "degraded"):
+                    return
+            if self.proc.poll() is not None:
+                raise RuntimeError("systemd-nspawn exited while booting")
+            time.sleep(0.3)
+        raise RuntimeError("the container did not finish booting")
+
+    def run(self, *cmd: str, check: bool = True, timeout: float = 600.0,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        """Run a command inside, as root, with a clean environment (`env -i`)."""
+        extra = [f"{k}={v}" for k, v in (env or {}).items()]
+        result = subprocess.run(
+            ["nsenter", "-t", str(self.systemd_pid), "-m", "-u", "-i", "-n", "-p", "-C", "-r",
+             "-w", "env", "-i", f"PATH={PATH}", *extra, *cmd],
+            capture_output=True, text=True, timeout=timeout, check=False)
+        if check and result.returncode != 0:
+            raise AssertionError(f"{' '.join(cmd)} exited {result.returncode}:\n"
+                                 f"{result.stdout}\n{result.stderr}")
+        return result
+
+    def shutdown(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.terminate()  # SIGTERM to nspawn powers the container off
+        try:
+            self.proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
