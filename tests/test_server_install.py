@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pytest
 
 from citizen import paths
-from tests.anthropic_server import API_KEY, MessagesServer, tool_use
+from tests.anthropic_server import API_KEY, MessagesServer, text, tool_use
 from tests.nspawn import Container, unavailable
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
@@ -182,6 +182,24 @@ def test_stopping_the_target_lets_the_running_wake_finish(
     journal = server.run("journalctl", "-u", "citizen@opus", "--no-pager")
     assert "stopping after the current wake" in journal
     assert "TASK: ok in" in journal
+
+
+def test_operator_commands(server: Server, messages_api: MessagesServer) -> None:
+    server.run("sh", "-c", f"printf 'ANTHROPIC_BASE_URL={messages_api.url}\\n' "
+               ">> /home/opus/.env")
+    messages_api.reply(text("ready"))
+    doctor = server.run("citizen", "doctor", "--citizen", "opus")
+    assert "doctor: all good" in doctor and "safe modes" in doctor
+    server.run("systemctl", "start", "citizen@opus")
+    until(lambda: server.sleeping("opus"))
+    assert "sleeping until" in server.run("systemctl", "status", "citizen@opus", "--no-pager")
+    assert "daemon running" in server.run("journalctl", "-u", "citizen@opus", "--no-pager")
+    assert "TASK" in server.run("citizen", "logs", "opus")
+    assert "wake 1 REFLECT started" in server.run("citizen", "logs", "opus", "--wake", "1")
+    idle = server.run("runuser", "-u", "opus", "--", "citizen", "wake", "opus", "--type", "TASK")
+    assert "TASK: idle" in idle
+    refused = server.box.run("citizen", "wake", "opus", check=False)
+    assert refused.returncode == 1 and "run this as the citizen" in refused.stderr
 
 
 def test_onboard_adds_a_fourth_working_citizen(server: Server) -> None:

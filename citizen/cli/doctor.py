@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -52,8 +51,9 @@ def _check_paths(name: str) -> list[Check]:
     if env.exists():
         # .env holds the API key and mail password: owner only.
         problems += [p for p in [_mode_problem(env, 0o077, "600")] if p]
-        if env.stat().st_uid != os.getuid():
-            problems.append(f"{env} is not owned by the user running this ({os.getuid()})")
+        if env.stat().st_uid != home.stat().st_uid:
+            problems.append(f"{env} is not owned by the citizen who owns {home} - run: chown "
+                            f"--reference={home} {env}")
     shared = paths.shared_dir()
     if shared.is_dir():
         # The commons is group-writable for `citizens`, never world-writable.
