@@ -67,6 +67,20 @@ _CITIZEN_PROPS: dict[str, Any] = {
         },
     },
     "wake_interval_minutes": {"type": "number", "exclusiveMinimum": 0},
+    "mail": {
+        "type": "object",
+        "additionalProperties": False,
+        "properties": {
+            "allowed_senders": {"type": "array", "items": {"type": "string"}},
+            "max_message_mb": {"type": "number", "exclusiveMinimum": 0},
+            "max_attachment_mb": {"type": "number", "exclusiveMinimum": 0},
+            "poll_seconds": {"type": "number", "minimum": 5},
+            "idle": {"type": "boolean"},
+            "processed_folder": {"type": "string", "minLength": 1},
+            "quarantine_folder": {"type": "string", "minLength": 1},
+            "max_sends_per_hour": {"type": "integer", "minimum": 0},
+        },
+    },
     "llm": {
         "type": "object",
         "additionalProperties": False,
@@ -84,7 +98,8 @@ _CITIZEN_CONFIGS = {
     "properties": {
         "schema_version": {"type": "integer"},
         "defaults": {**_CITIZEN, "required": ["council", "context_limits", "permissions",
-                                              "budget", "wake_interval_minutes", "llm"]},
+                                              "budget", "wake_interval_minutes", "llm",
+                                              "mail"]},
         "citizens": {"type": "object", "minProperties": 1, "additionalProperties": _CITIZEN},
     },
 }
@@ -217,6 +232,20 @@ class LLMSettings:
 
 
 @dataclass(frozen=True)
+class MailSettings:
+    """Who may give a citizen tasks by mail, and the limits of its mailbox."""
+
+    allowed_senders: tuple[str, ...]
+    max_message_mb: float
+    max_attachment_mb: float
+    poll_seconds: float
+    idle: bool
+    processed_folder: str
+    quarantine_folder: str
+    max_sends_per_hour: int
+
+
+@dataclass(frozen=True)
 class CitizenConfig:
     """A citizen's validated configuration."""
 
@@ -230,6 +259,7 @@ class CitizenConfig:
     budget: Budget
     wake_interval_minutes: float
     llm: LLMSettings
+    mail: MailSettings
     source: Path
 
     def seat(self, tier: str) -> CouncilSeat:
@@ -422,6 +452,8 @@ class Templates:
             budget=Budget(**data["budget"]),
             wake_interval_minutes=float(data["wake_interval_minutes"]),
             llm=LLMSettings(**data["llm"]),
+            mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
+                a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),
             source=source,
         )
 
@@ -553,5 +585,6 @@ def load_secrets(name: str | None = None) -> Secrets:
     return Secrets({k: v for k, v in values.items() if v})
 
 
-_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "EXPERIENCE_PROVIDER",
+_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS", "SMTP_TLS",
+             "EXPERIENCE_PROVIDER",
              "EXPERIENCE_LOCAL_URL", "ANTHROPIC_BASE_URL")

@@ -29,8 +29,10 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, paths, state, wakelog
+from citizen import config, mail, paths, state, wakelog
 from citizen.errors import CitizenError
+from citizen.mail.intake import Intake
+from citizen.mail.outbox import flush
 from citizen.memory import Memory
 from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
@@ -97,6 +99,10 @@ class Daemon:
         self.wakes_run = 0
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self._lock_file: IO[str] | None = None
+        self.intake: Intake | None = None
+        self.mail_stop = threading.Event()
+        self.mail_failures = 0
+        self.mail_retry_at = 0.0
 
     # ------------------------------------------------------------ lifecycle
 
@@ -118,6 +124,7 @@ class Daemon:
         watcher = threading.Thread(target=self._watch_doorbell, name="doorbell", daemon=True)
         watcher.start()
         self._enqueue_rings()  # events rung while the daemon was down
+        self._start_mail()
         self._set_state(State.SLEEPING)
         notify("READY=1")
         log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
@@ -127,6 +134,7 @@ class Daemon:
         finally:
             self._set_state(State.STOPPING)
             notify("STOPPING=1")
+            self.mail_stop.set()
             self.scheduler.shutdown(wait=False)
             self._set_state(State.STOPPED)
             log.info("citizen %s: daemon stopped after %d wakes", self.name, self.wakes_run)
@@ -267,6 +275,44 @@ class Daemon:
             return
         subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
                        check=False, timeout=self.wake_timeout_s)
+
+    # ------------------------------------------------------------ mail
+
+    def _start_mail(self) -> None:
+        secrets = config.load_secrets(self.name)
+        if not mail.configured(secrets):
+            log.info("citizen %s: no mailbox configured (%s in .env)", self.name,
+                     ", ".join(mail.SETTINGS))
+            return
+        self.intake = Intake(self.home, self.config, mail.account(secrets),
+                             mail.citizen_addresses())
+        every = self.config.mail.poll_seconds
+        self.scheduler.add_job(self._mail_due, IntervalTrigger(seconds=every), id="mail",
+                               next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
+                               misfire_grace_time=int(every))
+        if self.config.mail.idle:
+            threading.Thread(target=self.intake.watch, args=(self._mail_now, self.mail_stop),
+                             name="mail-idle", daemon=True).start()
+
+    def _mail_due(self) -> None:
+        if time.monotonic() >= self.mail_retry_at:
+            self._mail_now()
+
+    def _mail_now(self) -> None:
+        """Poll the INBOX and send the outbox; back off while the server fails."""
+        if self.intake is None:
+            return
+        try:
+            for o in self.intake.poll():
+                log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
+            flush(self.home, self.intake.account)
+            self.mail_failures = 0
+        except mail.MailError as exc:
+            self.mail_failures += 1
+            delay = min(self.config.mail.poll_seconds * 2 ** self.mail_failures, 3600.0)
+            self.mail_retry_at = time.monotonic() + delay
+            log.error("mail: %s (failure %d; next try in %.0f s)", exc, self.mail_failures,
+                      delay)
 
     # ------------------------------------------------------------ doorbell
 

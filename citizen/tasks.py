@@ -90,12 +90,15 @@ class TaskQueue:
     def _path(self, state: str, task_id: str) -> Path:
         return self.dir(state) / f"{task_id}.json"
 
-    def add(self, text: str, kind: str = "TASK", source: str = "cli",
-            meta: dict[str, Any] | None = None, owner: tuple[int, int] | None = None) -> Task:
-        """Queue a new task (`owner`: hand the file to the citizen when root writes it)."""
+    def add(self, text: str, *, kind: str = "TASK", source: str = "cli",
+            meta: dict[str, Any] | None = None, owner: tuple[int, int] | None = None,
+            task_id: str | None = None) -> Task:
+        """Queue a new task (`owner`: hand the file to the citizen when root writes it;
+        `task_id`: a deterministic id, for intake that must never queue a message twice)."""
         if kind not in TASK_KINDS:
             raise TaskError(f"unknown task kind '{kind}' - use one of {', '.join(TASK_KINDS)}")
-        task = Task(id=new_id(), text=text, kind=kind, source=source, meta=meta or {})
+        task = Task(id=task_id or new_id(), text=text, kind=kind, source=source,
+                    meta=meta or {})
         task.history.append({"ts": task.created, "event": "queued", "source": source})
         self.init()
         write_json(self._path("queue", task.id), task.to_dict(), owner=owner)
@@ -107,6 +110,10 @@ class TaskQueue:
         if not directory.is_dir():
             return []
         return sorted(p.stem for p in directory.glob("t-*.json"))
+
+    def where(self, task_id: str) -> str | None:
+        """The state a task is in (None: no such task)."""
+        return next((s for s in (*STATES, "corrupt") if self._path(s, task_id).exists()), None)
 
     def load(self, state: str, task_id: str) -> Task:
         return Task.from_file(self._path(state, task_id))

@@ -22,6 +22,7 @@ from citizen.errors import CitizenError
 from citizen.llm.base import Provider
 from citizen.loop import Meter
 from citizen.loop import run as run_loop
+from citizen.mail.account import configured as mail_configured
 from citizen.memory import Memory
 from citizen.selection import route, select_tools
 from citizen.tasks import TaskQueue
@@ -162,7 +163,7 @@ class _Run:
                                   max_usd_per_wake=budget.max_usd_per_wake,
                                   max_iterations=budget.max_iterations)]
         system += [c.render() for c in contexts.values() if c.entries]
-        tools = core_tools()
+        tools = core_tools(mail=mail_configured(env.secrets))
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)

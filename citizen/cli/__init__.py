@@ -28,6 +28,7 @@ COMMANDS = {
     "run": "citizen.cli.run:run",
     "tool": "citizen.cli.tool:tool_cmd",
     "memory": "citizen.cli.memory:memory",
+    "mail": "citizen.cli.mail:mail_group",
     "demo": "citizen.cli.demo:demo",
     "onboard": "citizen.cli.onboard:onboard",
     "doctor": "citizen.cli.doctor:doctor",

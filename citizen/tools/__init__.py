@@ -12,10 +12,15 @@ from citizen.tools.web import search_configured, web_fetch, web_search
 __all__ = ["Tool", "ToolEnv", "ToolFailure", "core_tools", "tool"]
 
 
-def core_tools() -> dict[str, Tool]:
-    """Every core tool by name; `web_search` only when a search backend is configured."""
+def core_tools(mail: bool = False) -> dict[str, Tool]:
+    """Every core tool by name; `web_search` only when a search backend is configured,
+    the mail tools only when the citizen has a mailbox."""
     tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
              task_progress, task_complete, task_stuck, context_add, identity_update]
     if search_configured():
         tools.append(web_search)
+    if mail:
+        from citizen.tools.mail import check_email, send_email  # noqa: PLC0415
+
+        tools += [send_email, check_email]
     return {t.name: t for t in tools}

@@ -34,6 +34,13 @@ class _Text(HTMLParser):
             self.parts.append(data.strip())
 
 
+def html_to_text(html: str) -> str:
+    """The visible text of an HTML document, one line per text node."""
+    parser = _Text()
+    parser.feed(html)
+    return "\n".join(parser.parts)
+
+
 def _get(url: str) -> tuple[bytes, str]:
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ToolFailure("only http and https URLs can be fetched")
@@ -53,11 +60,7 @@ def web_fetch(env: ToolEnv, url: str) -> str:
     """
     body, ctype = _get(url)
     text = body.decode("utf-8", errors="replace")
-    if ctype == "text/html":
-        parser = _Text()
-        parser.feed(text)
-        text = "\n".join(parser.parts)
-    return text
+    return html_to_text(text) if ctype == "text/html" else text
 
 
 def search_configured() -> bool:

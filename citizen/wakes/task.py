@@ -61,6 +61,16 @@ class TaskWake(WakeType):
     @staticmethod
     def _finish(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
         setup.tasks.finish(task, status, result)
+        if task.source == "mail" and task.meta.get("message_id"):
+            from citizen.mail import MailError, account  # noqa: PLC0415 - mail tasks only
+            from citizen.mail.outbox import answer  # noqa: PLC0415
+
+            try:
+                note = answer(setup.home, account(env.secrets), task)
+            except MailError as exc:
+                note = f"no reply: {exc}"
+            if env.log is not None:
+                env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
         env.contexts["working"].entries = []  # working memory is cleared when a task ends
         env.contexts["history"].add(f"Task {task.id} ({status}): {task.text[:200]} -> "
                                     f"{result[:300]}")

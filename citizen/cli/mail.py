@@ -1,0 +1,60 @@
+"""`citizen mail`: poll a mailbox now, and list what was quarantined."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen import config, mail, paths
+from citizen.cli.options import json_option
+from citizen.mail.intake import Intake
+from citizen.mail.outbox import flush
+
+
+def _intake(name: str) -> Intake:
+    home = paths.home(name)
+    return Intake(home, config.load_citizen(name), mail.account(config.load_secrets(name)),
+                  mail.citizen_addresses())
+
+
+@click.group("mail")
+def mail_group() -> None:
+    """A citizen's mailbox."""
+
+
+@mail_group.command()
+@click.argument("name")
+def poll(name: str) -> None:
+    """Poll citizen NAME's INBOX once and send its outbox, saying what happened to each message.
+
+    \b
+    Example:
+      sudo -u opus citizen mail poll opus
+    """
+    paths.require_owner(paths.home(name))
+    intake = _intake(name)
+    outcomes = intake.poll()
+    for o in outcomes:
+        click.echo(f"{o.action:<15} {o.message_id}  {o.detail}")
+    sent, error = flush(paths.home(name), intake.account)
+    click.echo(f"{len(outcomes)} messages; {sent} sent from the outbox"
+               + (f"; outbox: {error}" if error else ""))
+
+
+@mail_group.command()
+@click.argument("name")
+@json_option
+def quarantine(name: str, as_json: bool) -> None:
+    """List the messages citizen NAME refused, with the reason for each."""
+    home = paths.home(name)
+    path = home.dir / "mail" / "quarantine.jsonl"
+    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] \
+        if path.exists() else []
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['ts']}  {r['from']:<30} {r['reason']}  {r['message_id']}")
+    if not rows:
+        click.echo("nothing quarantined")
