@@ -5,11 +5,14 @@ set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The server-install test boots a real systemd in a container: as root, install what it
 # needs (it debootstraps and caches a Debian root filesystem on first use, ≈2.5 min).
+# The mail tests run a real Dovecot (IMAP + LMTP) on loopback.
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
-        && ! { command -v systemd-nspawn && command -v debootstrap; } >/dev/null; then
-    echo "==> installing systemd-container and debootstrap for the server-install test"
+        && ! { command -v systemd-nspawn && command -v debootstrap && command -v dovecot; } \
+            >/dev/null; then
+    echo "==> installing systemd-container, debootstrap and dovecot for the integration tests"
     apt-get update -qq
-    apt-get install -y -qq -o DPkg::Lock::Timeout=120 systemd-container debootstrap >/dev/null
+    apt-get install -y -qq -o DPkg::Lock::Timeout=120 systemd-container debootstrap \
+        dovecot-imapd dovecot-lmtpd >/dev/null
 fi
 "$here/scripts/bootstrap.sh"
 cd "$here"

@@ -32,7 +32,9 @@ from shared.atomic import append_line, write_bytes
 
 log = logging.getLogger(__name__)
 
-IDLE_RENEW_S = 240  # servers drop IDLE after ~30 min; renew well before (and imapclient #519)
+# Renew IDLE this often: servers drop it after ~30 min, and a server that died mid-IDLE
+# is only noticed on the next command (its socket may just stay silent).
+IDLE_RENEW_S = 60.0
 MB = 1024 * 1024
 
 
@@ -65,6 +67,7 @@ class Intake:
         self.dir = home.dir / "mail"
         self.tasks = TaskQueue(home.tasks)
         self.lock = threading.Lock()  # the scheduled poll and IDLE never poll at once
+        self.idle_renew_s = IDLE_RENEW_S
 
     # ------------------------------------------------------------ records
 
@@ -204,14 +207,17 @@ class Intake:
                 client.idle()
                 renewed = time.monotonic()
                 backoff = 1.0
+                # IDLE reports only what arrives from now on: catch up on anything that
+                # came while we were (re)connecting.
+                on_new()
                 while not stop.is_set():
-                    responses = client.idle_check(timeout=20)
+                    responses = client.idle_check(timeout=min(20.0, self.idle_renew_s))
                     if any(r[1] in (b"EXISTS", b"RECENT") for r in responses if len(r) > 1):
                         client.idle_done()
                         on_new()
                         client.idle()
                         renewed = time.monotonic()
-                    elif time.monotonic() - renewed > IDLE_RENEW_S:
+                    elif time.monotonic() - renewed > self.idle_renew_s:
                         client.idle_done()
                         client.idle()
                         renewed = time.monotonic()

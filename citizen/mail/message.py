@@ -45,10 +45,14 @@ class Incoming:
 
 def _header(msg: EmailMessage, name: str) -> str:
     try:
-        value = str(msg.get(name, "") or "")
+        header = msg.get(name, "")
+        value = str(header or "")
     except (ValueError, LookupError, UnicodeError) as exc:
         raise BadMail(f"undecodable {name} header ({exc})") from exc
-    if any("\udc80" <= ch <= "\udcff" for ch in value):
+    undecodable = any(type(d).__name__ == "UndecodableBytesDefect"
+                      for d in getattr(header, "defects", ()))
+    # Raw 8-bit bytes surface as surrogates or U+FFFD, depending on the header's kind.
+    if undecodable or any("\udc80" <= ch <= "\udcff" or ch == "\ufffd" for ch in value):
         raise BadMail(f"undecodable {name} header (raw non-UTF-8 bytes)")
     return value.strip()
 
