@@ -250,3 +250,37 @@ def test_kill_9_between_fetch_and_move_loses_nothing_and_duplicates_nothing(
     message_ids = [tasks.load("queue", t).meta["message_id"] for t in ids]
     assert sorted(message_ids) == sorted(sent)  # every message exactly once
     assert folder(mx, OPUS, "INBOX") == []
+
+
+def test_doctor_checks_the_mail_logins(opus_mail: Path, mx: MailSystem,
+                                       messages_api: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from tests.anthropic_server import API_KEY, text
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", messages_api.url)
+    messages_api.reply(text("ready"))
+    good = CliRunner().invoke(cli, ["doctor"])
+    assert "ok  mail" in good.output and "logins work" in good.output, good.output
+    env = opus_mail / ".env"
+    env.write_text(env.read_text().replace("EMAIL_PASS=pw-opus", "EMAIL_PASS=nope"))
+    messages_api.reply(text("ready"))
+    bad = CliRunner().invoke(cli, ["doctor"])
+    assert bad.exit_code == 1 and "FAIL  mail" in bad.output and "EMAIL_PASS" in bad.output
+
+
+def test_a_daemon_answers_mail_end_to_end(opus_mail: Path, mx: MailSystem,
+                                          messages_api: Any) -> None:
+    from tests.daemons import daemon_env, start, wait_for, worker
+
+    messages_api.responder = worker
+    proc = start(daemon_env(opus_mail.parent, messages_api), "opus", "--interval", "3600",
+                 "--first-wake", "3600")
+    try:
+        original = mail("Write notes/out.md please")
+        mx.send(original, OPERATOR, OPUS)
+        replies = wait_for(lambda: folder(mx, OPERATOR, "INBOX"), timeout=60, every=0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert replies[0]["In-Reply-To"] == original["Message-ID"], out
+    assert (opus_mail / "notes" / "out.md").read_text() == "from the daemon"

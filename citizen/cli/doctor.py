@@ -79,6 +79,25 @@ def _budget_check(cfg: config.CitizenConfig, tpl: config.Templates) -> Check:
                  "budget.max_usd_per_wake")
 
 
+def _mail_check(cfg: config.CitizenConfig, secrets: config.Secrets) -> Check:
+    """Log in to IMAP and SMTP when the citizen has a mailbox."""
+    from citizen import mail  # noqa: PLC0415
+    from citizen.mail.account import connect_imap, connect_smtp  # noqa: PLC0415
+
+    if not mail.configured(secrets):
+        return Check("mail", OK, "no mailbox configured (IMAP_SERVER, SMTP_SERVER, EMAIL_USER, "
+                     "EMAIL_PASS in .env)")
+    try:
+        acct = mail.account(secrets, timeout_s=10)
+        connect_imap(acct).logout()
+        connect_smtp(acct).quit()
+    except mail.MailError as exc:
+        return Check("mail", FAIL, str(exc))
+    senders = len(cfg.mail.allowed_senders)
+    return Check("mail", OK, f"{acct.user}: IMAP {acct.imap} and SMTP {acct.smtp} logins work; "
+                 f"{senders} operator address{'es' if senders != 1 else ''} may send tasks")
+
+
 def run_checks(name: str | None, provider: str | None) -> list[Check]:
     """Every check, in order; stops early only when later checks cannot run."""
     checks: list[Check] = []
@@ -96,6 +115,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))
         if choice.name == "anthropic":
             checks.append(_budget_check(cfg, tpl))
+        checks.append(_mail_check(cfg, secrets))
     except CitizenError as exc:
         checks.append(Check("config", FAIL, str(exc)))
         return checks
