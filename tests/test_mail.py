@@ -284,3 +284,33 @@ def test_a_daemon_answers_mail_end_to_end(opus_mail: Path, mx: MailSystem,
         out, _ = proc.communicate(timeout=60)
     assert replies[0]["In-Reply-To"] == original["Message-ID"], out
     assert (opus_mail / "notes" / "out.md").read_text() == "from the daemon"
+
+
+def test_send_email_goes_only_to_operators_and_citizens_and_is_rate_limited(
+        opus_mail: Path, mx: MailSystem) -> None:
+    from citizen.contexts import ContextStore
+    from citizen.llm.base import estimate_tokens
+    from citizen.memory import Memory
+    from citizen.tools import ToolFailure, core_tools
+    from citizen.tools.base import ToolEnv
+
+    cfg_path = opus_mail / "config.json"
+    data = json.loads(cfg_path.read_text())
+    data["mail"]["max_sends_per_hour"] = 2
+    cfg_path.write_text(json.dumps(data))
+    home, cfg = paths.home("opus"), config.load_citizen("opus")
+    env = ToolEnv(home, cfg, config.load_secrets("opus"), TaskQueue(home.tasks),
+                  Memory(home.memory),
+                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+    tools = core_tools(mail=True)
+    assert tools["send_email"].run(env, {"to": OPERATOR, "subject": "status",
+                                         "body": "All well."}) == "sent"
+    assert tools["send_email"].run(env, {"to": "mira@experience.local", "subject": "hi",
+                                         "body": "Hello, peer."}) == "sent"
+    with pytest.raises(ToolFailure, match="limit of 2 messages per hour"):
+        tools["send_email"].run(env, {"to": OPERATOR, "subject": "again", "body": "x"})
+    with pytest.raises(ToolFailure, match="not an operator on the allow-list or a citizen"):
+        tools["send_email"].run(env, {"to": "someone@else.example", "subject": "x", "body": "x"})
+    (got,) = folder(mx, OPERATOR, "INBOX")
+    assert got["Subject"] == "status" and got["From"] == OPUS
+    assert len(folder(mx, "mira@experience.local", "INBOX")) == 1
