@@ -37,6 +37,10 @@ log = logging.getLogger(__name__)
 ProviderFactory = Callable[[config.CitizenConfig, config.Secrets], Provider]
 
 
+class WakeRefused(CitizenError, RuntimeError):
+    """A wake could not even start (the citizen has no home)."""
+
+
 @dataclass
 class WakeResult:
     """How a wake ended."""
@@ -182,7 +186,3 @@ class _Run:
         if ending.status in ("end_turn", "task_finished"):
             return "ok", summary
         return ending.status, f"{ending.reason} ({summary})"
-
-
-class WakeRefused(CitizenError, RuntimeError):
-    """A wake could not even start (the citizen has no home)."""

@@ -72,7 +72,7 @@ def flush(home: Home, acct: Account) -> tuple[int, str]:
                 "source": path.stem.split("-", 1)[1], "message_id": str(msg["Message-ID"])})
             path.unlink()
             sent += 1
-    except (OSError, TimeoutError, Exception) as exc:  # noqa: BLE001 - the rest stays queued
+    except Exception as exc:  # noqa: BLE001 - whatever failed, the unsent rest stays queued
         log.warning("outbox: sent %d, then %s; the rest waits for the next try", sent, exc)
         return sent, str(exc)
     finally:
