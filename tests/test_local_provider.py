@@ -178,3 +178,11 @@ def test_unreachable_server_names_the_fix() -> None:
     llm = make(url=f"http://127.0.0.1:{_free_port()}")
     with pytest.raises(ProviderError, match="cannot reach the model server"):
         llm.complete(ask("hi", max_tokens=4))
+
+
+def test_a_cap_too_small_for_the_tool_schema_is_raised_not_a_crash() -> None:
+    from citizen.tools import core_tools
+
+    tools = tuple(t.spec() for t in core_tools().values())
+    reply = make().complete(ask("Read README.md", tools=tools, max_tokens=16))
+    assert reply.tool_calls or reply.stop_reason == "end_turn"

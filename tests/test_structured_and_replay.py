@@ -176,3 +176,12 @@ def test_clamp_numbers_applies_bounds_and_nothing_else() -> None:
     assert clamp_numbers(BIG, {"confidence": -3})["confidence"] == 0
     assert {k: v for k, v in out.items() if k != "confidence"} == {
         k: v for k, v in data.items() if k != "confidence"}
+
+
+def test_minimum_tokens_is_the_least_cap_that_fits() -> None:
+    from citizen.llm.structured import fit_schema, minimum_tokens
+
+    need = minimum_tokens(BIG)
+    fit_schema(BIG, need)  # fits exactly at the minimum
+    with pytest.raises(ValueError):
+        fit_schema(BIG, need - 1)

@@ -32,7 +32,13 @@ from typing import Any, Protocol, cast
 from citizen.config import CitizenConfig, LocalModelSettings, ModelPrice
 from citizen.errors import ProviderError, ProviderUnavailable, StructuredOutputError
 from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
-from citizen.llm.structured import clamp_numbers, fit_schema, parse_json, schema_problem
+from citizen.llm.structured import (
+    clamp_numbers,
+    fit_schema,
+    minimum_tokens,
+    parse_json,
+    schema_problem,
+)
 
 FINAL = "none"  # the pseudo-tool a model picks to answer instead of calling a tool
 _ANSWER_CHARS = 1000
@@ -221,7 +227,10 @@ class LocalProvider(Provider):
             "temperature": self.config.seat(request.tier).temperature,
         }
         if schema is not None:
-            # The grammar's worst case fits the token cap, so the JSON always closes.
+            # The grammar's worst case fits the token cap, so the JSON always closes. A cap
+            # too small for even one-character strings is raised to the least that fits.
+            max_tokens = max(max_tokens, minimum_tokens(schema))
+            body["max_tokens"] = max_tokens
             fitted = fit_schema(schema, max_tokens)
             body["response_format"] = {
                 "type": "json_schema",

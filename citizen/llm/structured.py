@@ -116,6 +116,11 @@ def fit_schema(schema: Mapping[str, Any], max_tokens: int) -> dict[str, Any]:
     return bounded
 
 
+def minimum_tokens(schema: Mapping[str, Any]) -> int:
+    """The smallest token cap under which `schema` can still be decoded completely."""
+    return worst_case_chars(_scaled(bound_schema(schema), 0.0001))
+
+
 def _scaled(schema: dict[str, Any], scale: float) -> dict[str, Any]:
     def shrink(node: dict[str, Any]) -> None:
         if "maxLength" in node:
