@@ -115,3 +115,37 @@ def test_task_tools_need_an_active_task(env: ToolEnv) -> None:
 def test_web_fetch_refuses_other_schemes(env: ToolEnv) -> None:
     with pytest.raises(ToolFailure, match="only http and https"):
         core_tools()["web_fetch"].run(env, {"url": "file:///etc/passwd"})
+
+
+def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv) -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Page(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            big = self.path == "/big"
+            body = (b"x" * 2_000_000) if big else (
+                b"<html><head><style>p{}</style></head><body><h1>Lighthouse</h1>"
+                b"<p>keeps the light</p><script>track()</script></body></html>")
+            self.send_response(200)
+            self.send_header("Content-Type", "text/plain" if big else "text/html")
+            self.end_headers()
+            self.wfile.write(body)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}"
+        text = core_tools()["web_fetch"].run(env, {"url": f"{url}/page"})
+        assert text == "Lighthouse\nkeeps the light"
+        big = core_tools()["web_fetch"].run(env, {"url": f"{url}/big"})
+        assert len(big) <= 8200  # 500 KB read at most, then clipped for the conversation
+        with pytest.raises(ToolFailure, match="could not fetch"):
+            core_tools()["web_fetch"].run(env, {"url": f"{url}/missing".replace(
+                str(server.server_address[1]), "9")})
+    finally:
+        server.shutdown()
+        server.server_close()
