@@ -91,6 +91,14 @@ def init_citizen(name: str, new: dict[str, str] | None = None) -> list[str]:
     return made
 
 
+def citizens() -> list[str]:
+    """The citizens of this civilization: every home under the root with a config.json."""
+    root = paths.civ_root()
+    if not root.is_dir():
+        return []
+    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+
+
 def init(names: list[str]) -> list[str]:
     """Create the commons and the homes of `names`."""
     made = init_shared()

@@ -167,7 +167,8 @@ class _Run:
                                   max_usd_per_wake=budget.max_usd_per_wake,
                                   max_iterations=budget.max_iterations)]
         system += [c.render() for c in contexts.values() if c.entries]
-        tools = core_tools(mail=mail_configured(env.secrets))
+        tools = core_tools(mail=mail_configured(env.secrets),
+                           code=(self.home.code / ".git").exists())
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)

@@ -33,7 +33,9 @@ class Actor(ScriptedProvider):
         if request.purpose == "route":
             return say(json.dumps({"tier": self.tier}))
         if request.purpose == "select_tools":
-            return say(json.dumps({"tools": [t.name for t in request.tools][:3]}))
+            offered = request.output_schema["properties"]["tools"]["items"]["enum"]  # type: ignore[index]
+            scripted = {c.name for r in self.work for c in r.tool_calls}
+            return say(json.dumps({"tools": [n for n in offered if n in scripted][:12]}))
         if not self.work:
             return say("nothing more to do")
         return self.work.pop(0)

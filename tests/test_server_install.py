@@ -167,11 +167,14 @@ def test_stopping_the_target_lets_the_running_wake_finish(
                f"{messages_api.url}\\n' >> /home/opus/.env")
     server.run("systemctl", "restart", "citizen@opus")
     until(lambda: server.sleeping("opus"))
+    # Its ~/code is a git clone, so the code tools are offered too: more than 12 tools,
+    # and the fast model picks them first.
+    messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "finished while stopping"}),
                        delay_s=4)
     server.run("citizen", "task", "add", "opus", "Finish even though we are stopping")
-    until(lambda: len(messages_api.requests) >= 2)  # the slow call is in flight
+    until(lambda: len(messages_api.requests) >= 3)  # the slow call is in flight
     started = time.monotonic()
     server.run("systemctl", "stop", "citizens.target")
     assert time.monotonic() - started >= 2  # it waited for the wake

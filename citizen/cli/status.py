@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from citizen import paths, wakelog
+from citizen import civilization, paths, wakelog
 from citizen.cli.options import json_option
 from citizen.tasks import TaskQueue
 from shared.atomic import read_json
@@ -61,13 +61,6 @@ def citizen_status(name: str) -> dict[str, Any]:
     }
 
 
-def citizens() -> list[str]:
-    root = paths.civ_root()
-    if not root.is_dir():
-        return []
-    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
-
-
 @click.command()
 @json_option
 def status(as_json: bool) -> None:
@@ -78,7 +71,7 @@ def status(as_json: bool) -> None:
       citizen status
       citizen --root /tmp/civ status --json
     """
-    rows = [citizen_status(n) for n in citizens()]
+    rows = [citizen_status(n) for n in civilization.citizens()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

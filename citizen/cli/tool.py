@@ -27,7 +27,7 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
       citizen tool opus read_file '{"path": "contexts/identity.json"}'
       citizen tool opus memory_search '{"query": "lock"}'
     """
-    tools = core_tools()
+    tools = core_tools(mail=True, code=True)
     if tool_name not in tools:
         raise click.ClickException(f"no tool '{tool_name}' - known: {', '.join(sorted(tools))}")
     try:

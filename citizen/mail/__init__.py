@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from citizen import config, paths
+from citizen import config
 from citizen.mail.account import (
     SETTINGS,
     Account,
@@ -18,13 +18,12 @@ __all__ = ["SETTINGS", "Account", "MailError", "MailNotConfigured", "account",
 
 def citizen_addresses() -> set[str]:
     """Every citizen's address in this civilization (citizens may mail each other)."""
-    root = paths.civ_root()
+    from citizen.civilization import citizens  # noqa: PLC0415 - avoids an import cycle
+
     found = set()
-    if root.is_dir():
-        for home in root.iterdir():
-            if (home / "config.json").is_file():
-                try:
-                    found.add(config.load_citizen(home.name).email.lower())
-                except Exception:  # noqa: BLE001, S112 - one bad config must not stop the others' mail
-                    continue
+    for name in citizens():
+        try:
+            found.add(config.load_citizen(name).email.lower())
+        except Exception:  # noqa: BLE001, S112 - one bad config must not stop the others' mail
+            continue
     return found

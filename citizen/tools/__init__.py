@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
+from citizen.tools.code import CODE_TOOLS
 from citizen.tools.files import read_file, str_replace_file, write_file
 from citizen.tools.memory import context_add, identity_update, memory_search
 from citizen.tools.shell import shell_command
@@ -12,11 +13,14 @@ from citizen.tools.web import search_configured, web_fetch, web_search
 __all__ = ["Tool", "ToolEnv", "ToolFailure", "core_tools", "tool"]
 
 
-def core_tools(mail: bool = False) -> dict[str, Tool]:
+def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     """Every core tool by name; `web_search` only when a search backend is configured,
-    the mail tools only when the citizen has a mailbox."""
+    the mail tools only when the citizen has a mailbox, the code evolution tools only
+    when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
              task_progress, task_complete, task_stuck, context_add, identity_update]
+    if code:
+        tools += CODE_TOOLS
     if search_configured():
         tools.append(web_search)
     if mail:

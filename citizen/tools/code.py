@@ -1,0 +1,134 @@
+"""Code evolution tools (Experience v2 §Change Tools), over `shared.evolution`."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Literal
+
+import git
+
+from citizen import civilization, paths
+from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
+from citizen.tools.shell import scrubbed_env
+from shared.evolution import Evolution, EvolutionError, divergence
+from shared.identity import server_mode
+
+TEST_TIMEOUT_S = 900
+# What "test it" runs in a scratch worktree of the change: the project's own tests,
+# without the slow integration suites (containers, mail servers, the model).
+TEST_COMMAND = ("python -m pytest -q -x -m 'not model' --ignore=tests/test_server_install.py "
+                "--ignore=tests/test_mail.py --ignore=tests/test_crash.py")
+
+
+def evolution() -> Evolution:
+    shared = paths.shared_dir()
+    return Evolution(shared, civilization.citizens(), server_mode(shared))
+
+
+def _run(step: object) -> str:
+    try:
+        return json.dumps(step() if callable(step) else step, default=str)
+    except EvolutionError as exc:
+        raise ToolFailure(str(exc)) from exc
+
+
+@tool
+def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
+    """Announce the change you committed last in your code, so peers test and may adopt it.
+
+    :param description: what the change does and why
+    :param expected_outcome: a falsifiable prediction of what it improves
+    """
+    return _run(lambda: evolution().announce(env.home.name, env.home.code, description,
+                                             expected_outcome).summary())
+
+
+@tool
+def code_report_outcome(env: ToolEnv, change_id: str,
+                        outcome: Literal["worked", "failed", "unclear"], note: str) -> str:
+    """Report whether a change worked for you (two matching peer reports verify it).
+
+    :param change_id: the change, as listed by code_pending_reviews
+    :param outcome: worked, failed or unclear
+    :param note: the evidence: what you ran and what you saw
+    """
+    return _run(lambda: evolution().report(change_id, env.home.name, outcome, note).summary())
+
+
+@tool
+def code_pending_reviews(env: ToolEnv) -> str:
+    """List peers' changes waiting for your test and report."""
+    return _run(lambda: [c.summary() for c in evolution().pending_reviews(env.home.name)])
+
+
+@tool
+def code_verified_good(env: ToolEnv) -> str:
+    """List the changes verified to work, which you may adopt."""
+    return _run(lambda: [c.summary() for c in evolution().verified_good()])
+
+
+@tool
+def code_test(env: ToolEnv, change_id: str) -> str:
+    """Run the project's tests on a peer's change in a scratch worktree; returns the result.
+
+    :param change_id: the change to test
+    """
+    evo = evolution()
+    try:
+        change = evo.get(change_id)
+        evo.fetch(change, env.home.code)
+    except EvolutionError as exc:
+        raise ToolFailure(str(exc)) from exc
+    repo = git.Repo(env.home.code)
+    with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
+        tree = Path(scratch) / "tree"
+        repo.git.worktree("add", "--detach", "--quiet", str(tree), change.commit)
+        try:
+            result = subprocess.run(["bash", "-c", TEST_COMMAND], cwd=tree, capture_output=True,
+                                    text=True, timeout=TEST_TIMEOUT_S, check=False,
+                                    env={**scrubbed_env(str(env.home.dir)),
+                                         "PYTHONPATH": str(tree)})
+        except subprocess.TimeoutExpired as exc:
+            raise ToolFailure(f"the tests ran past {TEST_TIMEOUT_S} s") from exc
+        finally:
+            repo.git.worktree("remove", "--force", str(tree))
+    verdict = "passed" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
+    return clip(f"tests {verdict} on {change.commit[:12]}\n{result.stdout[-3000:]}"
+                f"{result.stderr[-1000:]}", 4000)
+
+
+@tool
+def code_adopt(env: ToolEnv, change_id: str) -> str:
+    """Adopt a verified-good change into your code (cherry-pick; aborted cleanly on conflict).
+
+    :param change_id: the change to adopt
+    """
+    return _run(lambda: evolution().adopt(change_id, env.home.name, env.home.code).summary())
+
+
+@tool
+def code_my_divergence(env: ToolEnv) -> str:
+    """List the files in which your code differs from the baseline."""
+    return _run(lambda: divergence(env.home.code, paths.shared_dir() / "baseline"))
+
+
+@tool
+def code_list_changes(env: ToolEnv, citizen: str) -> str:
+    """List the files in which a peer's code differs from the baseline.
+
+    :param citizen: the peer's name
+    """
+    return _run(lambda: divergence(paths.home(citizen).code, paths.shared_dir() / "baseline"))
+
+
+@tool
+def code_status(env: ToolEnv) -> str:
+    """Adoption rates of every change, and what is still pending."""
+    return _run(lambda: evolution().status())
+
+
+CODE_TOOLS = (code_announce, code_report_outcome, code_pending_reviews, code_verified_good,
+              code_test, code_adopt, code_my_divergence, code_list_changes, code_status)

@@ -1,0 +1,252 @@
+"""Peer-verified code evolution (Experience v2 §Code Evolution).
+
+A citizen commits a change in its own `~/code` and announces it; peers fetch the
+commit from the announcer's repository, test it, and report an outcome; two matching
+peer reports verify it; peers adopt a verified-good change (cherry-pick); once 2/3 of
+the citizens have it (the author counts), it is merged into the baseline.
+
+Layout under `shared/changes/<change id>/`: `announce.json` (by the author),
+`reports/<citizen>.json`, `adoptions/<citizen>.json`, `merged.json`. Each record is a
+file of its own, so its Unix owner is its author (checked in server mode, see
+`shared.identity`). The status of a change is derived from these files every time it
+is read - never stored, so it cannot disagree with them.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import git
+
+from shared.atomic import CorruptFile, read_json, write_json
+from shared.errors import SharedError
+from shared.identity import ForgedRecord, check_author
+
+log = logging.getLogger(__name__)
+
+OUTCOMES = ("worked", "failed", "unclear")
+REPORTS_TO_VERIFY = 2
+# 0664: the author writes its records; every citizen (and the operator) reads them.
+RECORD_MODE = 0o664
+
+
+class EvolutionError(SharedError, RuntimeError):
+    """An evolution step is not allowed now; the message says why and what to do."""
+
+
+class AdoptConflict(EvolutionError):
+    """A cherry-pick conflicted; it was aborted and the repository left as it was."""
+
+
+@dataclass
+class Change:
+    """One announced change with every valid record filed about it."""
+
+    id: str
+    citizen: str
+    commit: str
+    files: list[str]
+    description: str
+    expected_outcome: str
+    announced: str
+    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
+    adoptions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    merged: dict[str, Any] | None = None
+
+    @property
+    def status(self) -> str:
+        """merged, verified_good, verified_failed or pending - derived from the reports."""
+        if self.merged:
+            return "merged"
+        peers = [r["outcome"] for c, r in self.reports.items() if c != self.citizen]
+        if peers.count("worked") >= REPORTS_TO_VERIFY:
+            return "verified_good"
+        if peers.count("failed") >= REPORTS_TO_VERIFY:
+            return "verified_failed"
+        return "pending"
+
+    def holders(self) -> set[str]:
+        """Citizens who have the change: its author and every adopter."""
+        return {self.citizen, *self.adoptions}
+
+    def summary(self) -> dict[str, Any]:
+        return {"id": self.id, "citizen": self.citizen, "commit": self.commit[:12],
+                "files": self.files, "description": self.description,
+                "expected_outcome": self.expected_outcome, "status": self.status,
+                "reports": {c: r["outcome"] for c, r in self.reports.items()},
+                "adopted_by": sorted(self.adoptions)}
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Evolution:
+    """The change records of one civilization."""
+
+    def __init__(self, shared_dir: Path, citizens: list[str], enforce_identity: bool) -> None:
+        self.dir = shared_dir / "changes"
+        self.baseline = shared_dir / "baseline"
+        self.citizens = sorted(citizens)
+        self.enforce = enforce_identity
+
+    # ------------------------------------------------------------ reading
+
+    def _record(self, path: Path, claimed: str) -> dict[str, Any] | None:
+        try:
+            check_author(path, claimed, self.enforce)
+            data: dict[str, Any] = read_json(path)
+        except (ForgedRecord, CorruptFile) as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return None
+        return data
+
+    def get(self, change_id: str) -> Change:
+        """A change and its valid records.
+
+        :raises EvolutionError: no such change.
+        """
+        base = self.dir / change_id
+        if not (base / "announce.json").exists():
+            raise EvolutionError(f"no change {change_id} - see code_pending_reviews or "
+                                 "code_status for the known ones")
+        announce = read_json(base / "announce.json")
+        check_author(base / "announce.json", announce["citizen"], self.enforce)
+        change = Change(**{k: announce[k] for k in (
+            "id", "citizen", "commit", "files", "description", "expected_outcome",
+            "announced")})
+        for kind in ("reports", "adoptions"):
+            for path in sorted((base / kind).glob("*.json")):
+                record = self._record(path, path.stem)
+                if record is not None:
+                    getattr(change, kind)[path.stem] = record
+        if (base / "merged.json").exists():
+            change.merged = read_json(base / "merged.json")
+        return change
+
+    def changes(self) -> list[Change]:
+        if not self.dir.is_dir():
+            return []
+        return [self.get(p.name) for p in sorted(self.dir.iterdir())
+                if (p / "announce.json").exists()]
+
+    # ------------------------------------------------------------ steps
+
+    def announce(self, citizen: str, repo: Path, description: str,
+                 expected_outcome: str) -> Change:
+        """Announce the commit at the head of `repo` (the citizen's ~/code)."""
+        head = git.Repo(repo).head.commit
+        change_id = f"{citizen}-{head.hexsha[:10]}"
+        if (self.dir / change_id).exists():
+            raise EvolutionError(f"commit {head.hexsha[:10]} is already announced as "
+                                 f"{change_id}")
+        files = sorted(str(f) for f in head.stats.files) if head.parents else []
+        write_json(self.dir / change_id / "announce.json", {
+            "id": change_id, "citizen": citizen, "commit": head.hexsha, "files": files,
+            "description": description, "expected_outcome": expected_outcome,
+            "announced": _now()}, mode=RECORD_MODE)
+        return self.get(change_id)
+
+    def report(self, change_id: str, citizen: str, outcome: str, note: str) -> Change:
+        """File (or replace) `citizen`'s report on a change."""
+        if outcome not in OUTCOMES:
+            raise EvolutionError(f"outcome must be one of {', '.join(OUTCOMES)}")
+        change = self.get(change_id)
+        write_json(self.dir / change_id / "reports" / f"{citizen}.json",
+                   {"outcome": outcome, "note": note, "ts": _now()}, mode=RECORD_MODE)
+        if citizen == change.citizen:
+            log.info("%s reported on its own change %s: recorded, not counted", citizen,
+                     change_id)
+        return self.get(change_id)
+
+    def pending_reviews(self, citizen: str) -> list[Change]:
+        """Changes of others that `citizen` has not reported on and that are not decided."""
+        return [c for c in self.changes() if c.citizen != citizen and c.status == "pending"
+                and citizen not in c.reports]
+
+    def verified_good(self) -> list[Change]:
+        return [c for c in self.changes() if c.status in ("verified_good", "merged")]
+
+    def fetch(self, change: Change, into: Path) -> None:
+        """Fetch the change's commit from its author's repository into `into`."""
+        author_repo = self.dir.parent.parent / change.citizen / "code"
+        repo = git.Repo(into)
+        repo.git.fetch("--quiet", str(author_repo), "HEAD")
+        try:
+            repo.commit(change.commit)
+        except (ValueError, git.BadName) as exc:
+            raise EvolutionError(f"commit {change.commit[:12]} is no longer in "
+                                 f"{author_repo}; ask {change.citizen} to announce again") \
+                from exc
+
+    def adopt(self, change_id: str, citizen: str, repo_path: Path) -> Change:
+        """Cherry-pick a verified-good change into `citizen`'s repository; merge into the
+        baseline when this adoption brings it to 2/3 of the citizens.
+
+        :raises AdoptConflict: the cherry-pick conflicted (aborted cleanly).
+        """
+        change = self.get(change_id)
+        if change.status not in ("verified_good", "merged"):
+            raise EvolutionError(f"{change_id} is {change.status}; only verified-good changes "
+                                 "can be adopted")
+        if citizen in change.holders():
+            raise EvolutionError(f"{citizen} already has {change_id}")
+        self.fetch(change, repo_path)
+        new_head = _cherry_pick(git.Repo(repo_path), change, citizen)
+        write_json(self.dir / change_id / "adoptions" / f"{citizen}.json",
+                   {"commit": new_head, "ts": _now()}, mode=RECORD_MODE)
+        change = self.get(change_id)
+        if len(change.holders()) >= math.ceil(len(self.citizens) * 2 / 3):
+            self.merge_into_baseline(change, citizen)
+            change = self.get(change_id)
+        return change
+
+    def merge_into_baseline(self, change: Change, by: str) -> str:
+        """Apply the change to the baseline repository; returns the new baseline commit."""
+        if change.merged:
+            return str(change.merged["baseline_commit"])
+        self.fetch(change, self.baseline)
+        new_head = _cherry_pick(git.Repo(self.baseline), change, by)
+        write_json(self.dir / change.id / "merged.json",
+                   {"baseline_commit": new_head, "by": by, "ts": _now()}, mode=RECORD_MODE)
+        log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
+        return new_head
+
+    def status(self) -> dict[str, Any]:
+        """Adoption rates and what is pending, for `code_status`."""
+        changes = self.changes()
+        return {
+            "citizens": self.citizens,
+            "changes": [{**c.summary(), "adoption_rate":
+                         f"{len(c.holders())}/{len(self.citizens)}"} for c in changes],
+            "pending": [c.id for c in changes if c.status == "pending"],
+        }
+
+
+def _cherry_pick(repo: git.Repo, change: Change, committer: str) -> str:
+    # The author stays the change's author; the one applying it commits it.
+    repo.git.update_environment(GIT_COMMITTER_NAME=committer,
+                                GIT_COMMITTER_EMAIL=f"{committer}@experience.local")
+    try:
+        repo.git.cherry_pick("--allow-empty", "--keep-redundant-commits", change.commit)
+    except git.GitCommandError as exc:
+        conflicted = sorted(str(p) for p in repo.index.unmerged_blobs())
+        repo.git.cherry_pick("--abort")
+        raise AdoptConflict(
+            f"{change.id} conflicts with {repo.working_dir} in {', '.join(conflicted) or '?'}; "
+            "the cherry-pick was aborted and nothing changed - resolve by hand or skip it "
+            f"({exc.stderr.strip()[:200]})") from exc
+    return str(repo.head.commit.hexsha)
+
+
+def divergence(repo_path: Path, baseline: Path) -> list[str]:
+    """Files in which `repo_path` differs from the baseline's head."""
+    repo = git.Repo(repo_path)
+    repo.git.fetch("--quiet", str(baseline), "HEAD")
+    out = repo.git.diff("--name-only", "FETCH_HEAD", "HEAD")
+    return [line for line in out.splitlines() if line]

@@ -1,0 +1,53 @@
+"""Who wrote a record in the commons: the Unix owner of its file, not what it claims.
+
+Every record a citizen files (a report, an adoption, a vote) is a file of its own,
+so its owner is its author. In server mode a record whose file is owned by anyone
+but the citizen it names is refused. In dev mode (one Unix user for everyone) the
+check cannot tell citizens apart and is off - `server_mode()` says which applies.
+"""
+
+from __future__ import annotations
+
+import grp
+import os
+import pwd
+from pathlib import Path
+
+from shared.errors import SharedError
+
+GROUP = "citizens"
+
+
+class ForgedRecord(SharedError, PermissionError):
+    """A record claims an author who does not own its file."""
+
+
+def server_mode(shared_dir: Path) -> bool:
+    """Server mode: the commons belongs to group `citizens` (set up by setup_server.sh)."""
+    try:
+        gid = grp.getgrnam(GROUP).gr_gid
+    except KeyError:
+        return False
+    return shared_dir.is_dir() and shared_dir.stat().st_gid == gid
+
+
+def check_author(path: Path, claimed: str, enforce: bool) -> None:
+    """Refuse a record whose file is not owned by the citizen it names.
+
+    :raises ForgedRecord: in server mode, the owner differs from `claimed`.
+    """
+    if not enforce:
+        return
+    try:
+        uid = pwd.getpwnam(claimed).pw_uid
+    except KeyError as exc:
+        raise ForgedRecord(f"{path} claims to be from {claimed}, who is no user here") from exc
+    owner = path.stat().st_uid
+    if owner != uid:
+        raise ForgedRecord(f"{path} claims to be from {claimed} (uid {uid}) but was written "
+                           f"by uid {owner}; it is ignored")
+
+
+def current_user() -> str:
+    """The Unix user this process runs as."""
+    return pwd.getpwuid(os.geteuid()).pw_name

@@ -1,0 +1,121 @@
+"""Code evolution among three citizens (dev mode): announce, verify, adopt, merge, conflict."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import git
+import pytest
+from click.testing import CliRunner
+
+from citizen import config, paths
+from citizen.cli import cli
+from citizen.contexts import ContextStore
+from citizen.llm.base import estimate_tokens
+from citizen.memory import Memory
+from citizen.tasks import TaskQueue
+from citizen.tools import ToolFailure, core_tools
+from citizen.tools.base import ToolEnv
+
+APP = "def greet():\n    return 'hi'\n"
+TEST = "from app import greet\n\n\ndef test_greet():\n    assert greet().startswith('h')\n"
+
+
+def commit(repo: git.Repo, files: dict[str, str], message: str) -> str:
+    for name, text in files.items():
+        path = Path(repo.working_dir) / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    repo.index.add(list(files))
+    return str(repo.index.commit(message).hexsha)
+
+
+@pytest.fixture
+def evo(civ: Path) -> Path:
+    """A baseline with a tiny project, cloned into each citizen's ~/code."""
+    baseline = git.Repo.init(civ / "shared" / "baseline", initial_branch="main")
+    with baseline.config_writer() as cw:
+        cw.set_value("user", "name", "setup").set_value("user", "email", "setup@x")
+    commit(baseline, {"app.py": APP, "tests/test_app.py": TEST}, "baseline")
+    for name in ("opus", "mira", "aria"):
+        code = civ / name / "code"
+        code.rmdir()
+        repo = git.Repo.clone_from(str(baseline.working_dir), code)
+        with repo.config_writer() as cw:
+            cw.set_value("user", "name", name).set_value("user", "email", f"{name}@x")
+    return civ
+
+
+def run(name: str, tool_name: str, **args: object) -> object:
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    env = ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
+                  Memory(home.memory),
+                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+    return json.loads(core_tools(code=True)[tool_name].run(env, dict(args)))
+
+
+def test_a_change_is_verified_adopted_and_merged_into_the_baseline(evo: Path) -> None:
+    opus = git.Repo(evo / "opus" / "code")
+    commit(opus, {"app.py": APP.replace("'hi'", "'hello'")}, "warmer greeting")
+    change = run("opus", "code_announce", description="warmer greeting",
+                 expected_outcome="greet() says hello; tests still pass")
+    cid = change["id"]
+    assert change["files"] == ["app.py"] and change["status"] == "pending"
+    assert [c["id"] for c in run("mira", "code_pending_reviews")] == [cid]
+    assert run("opus", "code_pending_reviews") == []  # nobody reviews their own change
+    tested = core_tools(code=True)["code_test"]
+    # the tests run on the change in a scratch worktree of mira's repository
+    home = paths.home("mira")
+    cfg = config.load_citizen("mira")
+    env = ToolEnv(home, cfg, config.load_secrets("mira"), TaskQueue(home.tasks),
+                  Memory(home.memory),
+                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+    assert tested.run(env, {"change_id": cid}).startswith("tests passed")
+    run("opus", "code_report_outcome", change_id=cid, outcome="worked", note="mine")
+    run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+    # opus's report on its own change is recorded but not counted
+    assert run("mira", "code_status")["changes"][0]["status"] == "pending"
+    after = run("aria", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    assert after["status"] == "verified_good"
+    assert [c["id"] for c in run("aria", "code_verified_good")] == [cid]
+    assert run("mira", "code_my_divergence") == []
+    adopted = run("mira", "code_adopt", change_id=cid)
+    # opus (author) + mira = 2 of 3 citizens: the change goes into the baseline
+    assert adopted["status"] == "merged" and adopted["adopted_by"] == ["mira"]
+    baseline = evo / "shared" / "baseline"
+    assert "'hello'" in (baseline / "app.py").read_text()
+    assert "'hello'" in (evo / "mira" / "code" / "app.py").read_text()
+    assert run("aria", "code_list_changes", citizen="opus") == []  # opus == baseline now
+    final = run("aria", "code_adopt", change_id=cid)
+    assert sorted(final["adopted_by"]) == ["aria", "mira"]
+
+
+def test_a_conflicting_adoption_aborts_cleanly(evo: Path) -> None:
+    commit(git.Repo(evo / "opus" / "code"), {"app.py": APP.replace("'hi'", "'hello'")}, "a")
+    cid = run("opus", "code_announce", description="a", expected_outcome="b")["id"]
+    for peer in ("mira", "aria"):
+        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    aria = git.Repo(evo / "aria" / "code")
+    commit(aria, {"app.py": APP.replace("'hi'", "'hey'")}, "aria's own greeting")
+    before = aria.head.commit.hexsha
+    with pytest.raises(ToolFailure, match=r"conflicts with .* in app.py; the cherry-pick was"):
+        run("aria", "code_adopt", change_id=cid)
+    assert aria.head.commit.hexsha == before and not aria.is_dirty()
+    assert run("aria", "code_my_divergence") == ["app.py"]
+
+
+def test_a_change_verified_as_failed_cannot_be_adopted(evo: Path) -> None:
+    commit(git.Repo(evo / "opus" / "code"), {"app.py": "def greet(:\n"}, "broken")
+    cid = run("opus", "code_announce", description="x", expected_outcome="y")["id"]
+    for peer in ("mira", "aria"):
+        run(peer, "code_report_outcome", change_id=cid, outcome="failed", note="syntax error")
+    with pytest.raises(ToolFailure, match="verified_failed; only verified-good"):
+        run("mira", "code_adopt", change_id=cid)
+
+
+def test_code_tools_are_reachable_through_the_cli(evo: Path) -> None:
+    result = CliRunner().invoke(cli, ["tool", "opus", "code_status", "{}"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["citizens"] == ["aria", "mira", "opus"]
