@@ -29,7 +29,7 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, mail, paths, state, wakelog
+from citizen import config, mail, paths, rollback, state, wakelog
 from citizen.errors import CitizenError
 from citizen.mail.intake import Intake
 from citizen.mail.outbox import flush
@@ -103,6 +103,7 @@ class Daemon:
         self.mail_stop = threading.Event()
         self.mail_failures = 0
         self.mail_retry_at = 0.0
+        self.crashes = 0  # consecutive wakes that crashed
 
     # ------------------------------------------------------------ lifecycle
 
@@ -127,6 +128,7 @@ class Daemon:
         self._start_mail()
         self._set_state(State.SLEEPING)
         notify("READY=1")
+        rollback.ready(self.home)
         log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
                  os.getpid(), self.interval_s)
         try:
@@ -218,6 +220,7 @@ class Daemon:
         args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
         self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
         self._set_state(State.WAKING)
+        commit = rollback.head(self.home)  # the code this wake runs
         started = time.monotonic()
         # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
         # reach the wake; we decide when it stops.
@@ -232,10 +235,34 @@ class Daemon:
             code = self.child.wait()
         self.child = None
         self.wakes_run += 1
-        self._record_end(number, code, time.monotonic() - started)
+        crashed = self._record_end(number, code, time.monotonic() - started)
+        self._after_wake(crashed, commit)
         self.current = ""
         if self.state != State.STOPPING:
             self._set_state(State.SLEEPING)
+
+    def _after_wake(self, crashed: bool, commit: str | None) -> None:
+        """Keep last-known-good current; after three crashes in a row, roll back."""
+        if not crashed:
+            self.crashes = 0
+            if commit:
+                rollback.record_good(self.home, commit)
+            return
+        self.crashes += 1
+        if self.crashes < rollback.CRASHES_BEFORE_ROLLBACK:
+            return
+        reason = f"{self.crashes} wakes in a row crashed"
+        broken = rollback.roll_back(self.home, reason)
+        self.crashes = 0
+        if broken:
+            from citizen.civilization import citizens  # noqa: PLC0415
+            from shared.identity import server_mode  # noqa: PLC0415
+
+            shared = paths.shared_dir()
+            filed = rollback.report_failed(self.home, broken, reason, shared_dir=shared,
+                                           citizens=citizens(), enforce=server_mode(shared))
+            log.error("rolled back %s; filed 'failed' for %s", broken[:12],
+                      ", ".join(filed) or "no announced change")
 
     def _stop_child(self) -> None:
         child = self.child
@@ -250,7 +277,8 @@ class Daemon:
         except ProcessLookupError:
             pass
 
-    def _record_end(self, number: int, code: int, duration: float) -> None:
+    def _record_end(self, number: int, code: int, duration: float) -> bool:
+        """Log how the wake ended; True when it crashed (died, or our code raised)."""
         logs = [p for p in wakelog.wake_logs(self.home) if p.name.startswith(f"{number:06d}-")]
         end = None
         if logs:
@@ -263,11 +291,12 @@ class Daemon:
                                       "status": "crashed", "reason": how,
                                       "duration_s": round(duration, 3)})
             log.error("wake %d: the wake process %s without finishing its log", number, how)
-            return
+            return True
         log.info("wake %d %s: %s in %.1f s ($%.4f, %s calls)%s", number,
                  logs[0].stem.split("-", 1)[1], end.get("status"), duration,
                  end.get("cost_usd", 0.0), end.get("calls", 0),
                  f" - {end['reason']}" if end.get("reason") else "")
+        return any(e.get("event") == "error" for e in wakelog.read(logs[0]))
 
     def _rollup_due(self) -> None:
         """The deterministic gate for memory roll-ups; the model runs in a child."""
