@@ -85,8 +85,15 @@ if [ -n "$(git -C "$baseline" status --porcelain)" ]; then
         commit --quiet -m "baseline from $(basename "$source_dir") at $(date -u +%FT%TZ)"
     changed "baseline commit $(git -C "$baseline" rev-parse --short HEAD)"
 fi
+# Citizens merge verified changes into the baseline (2/3 adoption), so the group
+# writes it; git keeps new objects group-writable with core.sharedRepository=group.
+if [ "$(git -C "$baseline" config core.sharedRepository || true)" != "group" ]; then
+    git -C "$baseline" config core.sharedRepository group
+    changed "baseline shared with group citizens"
+fi
 chgrp -R citizens "$baseline"
-chmod -R g+rX,o-w "$baseline"
+chmod -R g+rwX,o-w "$baseline"
+find "$baseline" -type d -exec chmod g+s {} +
 
 current="dependencies in $venv"
 step "$current"
@@ -109,6 +116,13 @@ if [ ! -f "$stamp" ]; then
     rm -f "$venv"/.experience-deps-*
     touch "$stamp"
     changed "dependencies installed"
+fi
+
+current="the start guard"
+step "$current"
+if ! cmp -s "$source_dir/scripts/start_guard.py" "$prefix/start_guard.py"; then
+    install -m 0755 "$source_dir/scripts/start_guard.py" "$prefix/start_guard.py"
+    changed "$prefix/start_guard.py"
 fi
 
 current="the citizen command"
