@@ -20,7 +20,7 @@ from citizen.tasks import TaskQueue
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
     "tools/tests", "proposals/pending", "proposals/approved", "proposals/rejected", "debates",
-    "streams", "monitor/heartbeats", "doorbell",
+    "streams", "monitor/heartbeats", "doorbell", "changes",
 )
 ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
 # Leave ANTHROPIC_API_KEY empty to use the embedded local model.
@@ -87,7 +87,8 @@ def init_citizen(name: str, new: dict[str, str] | None = None) -> list[str]:
     store.init(tpl.identity(name, cfg.focus))
     made += [str(home.contexts / n) for n in
              sorted({p.name for p in home.contexts.glob("*.json")} - before)]
-    (home.doorbell).mkdir(parents=True, exist_ok=True)
+    # 2770: peers ring each other's doorbell (group write); nobody else looks in.
+    _mkdir(home.doorbell, 0o2770)
     return made
 
 

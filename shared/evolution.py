@@ -33,6 +33,9 @@ OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2
 # 0664: the author writes its records; every citizen (and the operator) reads them.
 RECORD_MODE = 0o664
+# 3775 on record directories: group `citizens` adds records (setgid keeps the group),
+# and the sticky bit stops a citizen from deleting or replacing another's record.
+DIR_MODE = 0o3775
 
 
 class EvolutionError(SharedError, RuntimeError):
@@ -97,6 +100,14 @@ class Evolution:
 
     # ------------------------------------------------------------ reading
 
+    def _write(self, path: Path, record: dict[str, Any]) -> None:
+        for directory in reversed([p for p in (path.parent, *path.parents)
+                                   if p.is_relative_to(self.dir)]):
+            if not directory.exists():
+                directory.mkdir()
+                directory.chmod(DIR_MODE)
+        write_json(path, record, mode=RECORD_MODE)
+
     def _record(self, path: Path, claimed: str) -> dict[str, Any] | None:
         try:
             check_author(path, claimed, self.enforce)
@@ -146,10 +157,10 @@ class Evolution:
             raise EvolutionError(f"commit {head.hexsha[:10]} is already announced as "
                                  f"{change_id}")
         files = sorted(str(f) for f in head.stats.files) if head.parents else []
-        write_json(self.dir / change_id / "announce.json", {
+        self._write(self.dir / change_id / "announce.json", {
             "id": change_id, "citizen": citizen, "commit": head.hexsha, "files": files,
             "description": description, "expected_outcome": expected_outcome,
-            "announced": _now()}, mode=RECORD_MODE)
+            "announced": _now()})
         return self.get(change_id)
 
     def report(self, change_id: str, citizen: str, outcome: str, note: str) -> Change:
@@ -157,8 +168,8 @@ class Evolution:
         if outcome not in OUTCOMES:
             raise EvolutionError(f"outcome must be one of {', '.join(OUTCOMES)}")
         change = self.get(change_id)
-        write_json(self.dir / change_id / "reports" / f"{citizen}.json",
-                   {"outcome": outcome, "note": note, "ts": _now()}, mode=RECORD_MODE)
+        self._write(self.dir / change_id / "reports" / f"{citizen}.json",
+                    {"outcome": outcome, "note": note, "ts": _now()})
         if citizen == change.citizen:
             log.info("%s reported on its own change %s: recorded, not counted", citizen,
                      change_id)
@@ -198,8 +209,8 @@ class Evolution:
             raise EvolutionError(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
         new_head = _cherry_pick(git.Repo(repo_path), change, citizen)
-        write_json(self.dir / change_id / "adoptions" / f"{citizen}.json",
-                   {"commit": new_head, "ts": _now()}, mode=RECORD_MODE)
+        self._write(self.dir / change_id / "adoptions" / f"{citizen}.json",
+                    {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
         if len(change.holders()) >= math.ceil(len(self.citizens) * 2 / 3):
             self.merge_into_baseline(change, citizen)
@@ -212,8 +223,8 @@ class Evolution:
             return str(change.merged["baseline_commit"])
         self.fetch(change, self.baseline)
         new_head = _cherry_pick(git.Repo(self.baseline), change, by)
-        write_json(self.dir / change.id / "merged.json",
-                   {"baseline_commit": new_head, "by": by, "ts": _now()}, mode=RECORD_MODE)
+        self._write(self.dir / change.id / "merged.json",
+                    {"baseline_commit": new_head, "by": by, "ts": _now()})
         log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
         return new_head
 

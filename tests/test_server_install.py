@@ -9,6 +9,7 @@ local Messages API test server over the shared loopback.
 
 from __future__ import annotations
 
+import json
 import re
 import time
 from collections.abc import Callable, Iterator
@@ -80,7 +81,7 @@ def test_setup_creates_everything_and_a_second_run_changes_nothing(server: Serve
     assert "/home/opus 750 opus:citizens" in modes
     assert "/home/opus/.env 600 opus:citizens" in modes
     assert "/home/shared 2775 root:citizens" in modes
-    assert re.search(r"/home/opus/code 7[57]5 opus:citizens", modes)  # its own clone
+    assert re.search(r"/home/opus/code 7[57][05] opus:citizens", modes)  # its own clone
     assert server.run("ls", "/opt/experience/venv/lib/python3.11/site-packages").count(
         "experience") == 0  # the venv holds dependencies only
 
@@ -203,6 +204,36 @@ def test_operator_commands(server: Server, messages_api: MessagesServer) -> None
     assert "TASK: idle" in idle
     refused = server.box.run("citizen", "wake", "opus", check=False)
     assert refused.returncode == 1 and "run this as the citizen" in refused.stderr
+
+
+def test_code_evolution_across_users_and_a_forged_report_is_ignored(server: Server) -> None:
+    def tool(name: str, tool_name: str, args: dict[str, str]) -> dict[str, object]:
+        out = server.run("runuser", "-u", name, "--", "citizen", "tool", name, tool_name,
+                         json.dumps(args))
+        return json.loads(out)  # type: ignore[no-any-return]
+
+    server.run("runuser", "-u", "opus", "--", "sh", "-c",
+               "cd /home/opus/code && echo '# evolved by opus' >> DEPLOY.md && "
+               "git commit -qam 'a note from opus'")
+    change = tool("opus", "code_announce", {"description": "a note",
+                                            "expected_outcome": "nothing breaks"})
+    cid = str(change["id"])
+    reports = f"/home/shared/changes/{cid}/reports"
+    # mira tries to report in aria's name: the file is mira's, so it does not count.
+    tool("mira", "code_report_outcome", {"change_id": cid, "outcome": "worked",
+                                         "note": "tested"})
+    server.run("runuser", "-u", "mira", "--", "cp", f"{reports}/mira.json",
+               f"{reports}/aria.json")
+    assert tool("opus", "code_status", {})["pending"] == [cid]  # type: ignore[comparison-overlap]
+    # aria cannot even replace it (sticky directory); the operator removes the forgery.
+    server.run("rm", f"{reports}/aria.json")
+    tool("aria", "code_report_outcome", {"change_id": cid, "outcome": "worked", "note": "ok"})
+    adopted = tool("mira", "code_adopt", {"change_id": cid})
+    assert adopted["status"] == "merged"
+    assert "# evolved by opus" in server.run("tail", "-1", "/home/shared/baseline/DEPLOY.md")
+    owners = server.run("stat", "-c", "%U", f"{reports}/mira.json",
+                        f"/home/shared/changes/{cid}/announce.json").split()
+    assert owners == ["mira", "opus"]
 
 
 def test_onboard_adds_a_fourth_working_citizen(server: Server) -> None:

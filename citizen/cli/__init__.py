@@ -87,4 +87,7 @@ def cli(root: str | None, verbose: int) -> None:
 
 def main() -> None:
     """Console-script entry point."""
+    # Same umask as the systemd unit: peers may read what a citizen creates but never
+    # write it (shared documents set group-write modes explicitly); others get nothing.
+    os.umask(0o027)
     cli()
