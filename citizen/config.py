@@ -67,6 +67,7 @@ _CITIZEN_PROPS: dict[str, Any] = {
         },
     },
     "wake_interval_minutes": {"type": "number", "exclusiveMinimum": 0},
+    "library_approvals": {"type": "integer", "minimum": 1},
     "mail": {
         "type": "object",
         "additionalProperties": False,
@@ -99,7 +100,7 @@ _CITIZEN_CONFIGS = {
         "schema_version": {"type": "integer"},
         "defaults": {**_CITIZEN, "required": ["council", "context_limits", "permissions",
                                               "budget", "wake_interval_minutes", "llm",
-                                              "mail"]},
+                                              "mail", "library_approvals"]},
         "citizens": {"type": "object", "minProperties": 1, "additionalProperties": _CITIZEN},
     },
 }
@@ -258,6 +259,7 @@ class CitizenConfig:
     permissions: Mapping[str, bool]
     budget: Budget
     wake_interval_minutes: float
+    library_approvals: int
     llm: LLMSettings
     mail: MailSettings
     source: Path
@@ -451,6 +453,7 @@ class Templates:
             permissions=dict(data["permissions"]),
             budget=Budget(**data["budget"]),
             wake_interval_minutes=float(data["wake_interval_minutes"]),
+            library_approvals=int(data["library_approvals"]),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

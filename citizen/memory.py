@@ -70,14 +70,16 @@ class Memory:
         with self._db() as db:
             db.execute("INSERT INTO memory VALUES ('raw', ?, ?, ?)", (str(wake), day, text))
 
-    def latest_wake(self) -> int:
-        """The wake number of the newest raw entry (0 when there is none)."""
+    def latest_wake(self, kinds: tuple[str, ...] = ()) -> int:
+        """The wake number of the newest raw entry, of one of `kinds` if given (0: none)."""
         files = sorted((self.dir / "raw").glob("*.jsonl"))
         for path in reversed(files):
             for line in reversed(path.read_text(encoding="utf-8").splitlines()):
                 try:
-                    return int(json.loads(line).get("wake", 0))
-                except (json.JSONDecodeError, ValueError):
+                    entry = json.loads(line)
+                    if not kinds or entry.get("type") in kinds:
+                        return int(entry.get("wake", 0))
+                except (json.JSONDecodeError, ValueError, AttributeError):
                     continue
         return 0
 

@@ -41,7 +41,7 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
                      "tool_call", "task", "contexts_saved", "wake_end"):
         assert expected in kinds
     end = events(result.log_path, "wake_end")[0]
-    assert end["calls"] == 3 and end["status"] == "ok"
+    assert end["calls"] == 4 and end["status"] == "ok"  # select, route, two turns
 
 
 @pytest.mark.parametrize("wake_type", ["TASK", "CODE", "REFLECT"])
@@ -77,7 +77,7 @@ def test_budget_is_enforced_before_the_call(civ: Path) -> None:
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     # Opus's primary model costs $25/M output: 1000 tokens could cost $0.025 > $0.02 left.
     assert result.status == "budget"
-    assert actor.purposes() == ["route"]  # the work call was never sent
+    assert actor.purposes() == ["select_tools", "route"]  # the work call was never sent
     (failed,) = queue().ids("failed")
     assert "exceeded its wake budget" in queue().load("failed", failed).result
 
@@ -112,7 +112,7 @@ def test_tool_errors_are_observations(civ: Path) -> None:
                   call("task_complete", summary="it was missing"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     assert result.status == "ok"
-    observed = actor.requests[2].messages[-1]["content"][0]
+    observed = actor.requests[-1].messages[-1]["content"][0]
     assert observed["is_error"] is True and "no such file" in observed["content"]
 
 
@@ -165,7 +165,7 @@ def test_a_wake_replays_from_its_log(civ: Path, tmp_path: Path) -> None:
     replay = ReplayProvider.from_log(recorded)
     second = run_wake("opus", wake_type="TASK", provider=lambda c, s: replay)
     assert (second.status, second.reason) == (first.status, first.reason)
-    assert replay.position == len(replay.records) == 3
+    assert replay.position == len(replay.records) == 4
 
 
 def test_a_citizen_without_a_home_is_refused(civ_root: Path) -> None:
@@ -181,3 +181,15 @@ def test_reflect_runs_once_per_new_experience(civ: Path) -> None:
     assert first.status == "ok"
     again = run_wake("opus", wake_type="REFLECT", provider=never)
     assert again.status == "idle"
+
+
+def test_reflection_and_curation_do_not_feed_each_other(civ: Path) -> None:
+    queue().add("x")
+    run_wake("opus", wake_type="TASK",
+             provider=lambda c, s: Actor(call("task_complete", summary="x done")))
+    for kind in ("REFLECT", "LIBRARY"):
+        assert run_wake("opus", wake_type=kind,
+                        provider=lambda c, s: Actor(say("looked back"))).status == "ok"
+    # Nothing new happened in the world: both are idle now, whatever order they come in.
+    for kind in ("LIBRARY", "REFLECT", "LIBRARY"):
+        assert run_wake("opus", wake_type=kind, provider=never).status == "idle"

@@ -5,6 +5,7 @@ from __future__ import annotations
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.code import CODE_TOOLS
 from citizen.tools.files import read_file, str_replace_file, write_file
+from citizen.tools.library import LIBRARY_TOOLS
 from citizen.tools.memory import context_add, identity_update, memory_search
 from citizen.tools.shell import shell_command
 from citizen.tools.task import task_complete, task_progress, task_stuck
@@ -18,7 +19,8 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     the mail tools only when the citizen has a mailbox, the code evolution tools only
     when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
-             task_progress, task_complete, task_stuck, context_add, identity_update]
+             task_progress, task_complete, task_stuck, context_add, identity_update,
+             *LIBRARY_TOOLS]
     if code:
         tools += CODE_TOOLS
     if search_configured():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
+from citizen.wakes.library import LibraryWake
 from citizen.wakes.reflect import ReflectWake
 from citizen.wakes.task import CodeWake, DebugWake, ResearchWake, TaskWake
 
@@ -27,5 +28,5 @@ def registered() -> list[str]:
     return sorted(_REGISTRY)
 
 
-for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake):
+for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake):
     register(_cls)

@@ -12,6 +12,11 @@ from citizen.paths import Home
 from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 
+# Wakes that do work in the world. Reflection and curation look back on these only:
+# if they counted each other, an idle civilization would reflect on its reflections
+# forever, paying for every one.
+WORK_WAKES = ("TASK", "CODE", "DEBUG", "RESEARCH")
+
 
 @dataclass
 class Gate:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from citizen import state
 from citizen.tools.base import ToolEnv
-from citizen.wakes.base import Ending, Gate, Setup, WakeType
+from citizen.wakes.base import WORK_WAKES, Ending, Gate, Setup, WakeType
 
 MARK = "reflected_through_wake"
 
@@ -13,7 +13,7 @@ class ReflectWake(WakeType):
     name = "REFLECT"
 
     def gate(self, setup: Setup) -> Gate:
-        latest = setup.memory.latest_wake()
+        latest = setup.memory.latest_wake(WORK_WAKES)
         done = int(setup.marks.get(MARK, 0))
         if latest <= done:
             return Gate(False, f"nothing new since the reflection at wake {done}")

@@ -1,0 +1,46 @@
+"""LIBRARY wakes: review peers' proposed modules, or distill new experience into one."""
+
+from __future__ import annotations
+
+import json
+
+from citizen import paths, state
+from citizen.tools.base import ToolEnv
+from citizen.wakes.base import WORK_WAKES, Ending, Gate, Setup, WakeType
+from shared.identity import server_mode
+from shared.library import Library
+
+MARK = "library_through_wake"
+
+
+class LibraryWake(WakeType):
+    name = "LIBRARY"
+    required_tools = ("library_pending", "library_review", "library_propose")
+
+    def gate(self, setup: Setup) -> Gate:
+        shared = paths.shared_dir()
+        library = Library(shared, setup.config.library_approvals, server_mode(shared))
+        me = setup.home.name
+        to_review = [p for p in library.pending()
+                     if p["maintainer"] != me and me not in p["reviews"]]
+        if to_review:
+            return Gate(True, f"{len(to_review)} proposals wait for my review",
+                        {"to_review": to_review})
+        latest = setup.memory.latest_wake(WORK_WAKES)
+        done = int(setup.marks.get(MARK, 0))
+        if latest > done:
+            return Gate(True, f"experience from wakes up to {latest} not yet distilled",
+                        {"to_review": []})
+        return Gate(False, "no proposals to review and no new experience")
+
+    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        text = setup.templates.wake_prompt(self.name)
+        if gate.data["to_review"]:
+            text += ("\n\nProposals waiting for your review:\n"
+                     + json.dumps(gate.data["to_review"], ensure_ascii=False))
+        return text
+
+    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
+        if ending.status in ("end_turn", "task_finished"):
+            state.mark(setup.home, MARK, setup.number)
+        return f"library {ending.status}"

@@ -1,0 +1,162 @@
+"""The shared library: knowledge modules proposed by one citizen, approved by peers.
+
+`library/pending/<id>.json` is a proposal (its file owned by its maintainer);
+`library/pending/<id>.reviews/<citizen>.json` are reviews (each owned by its
+reviewer); once `approvals` peers approve, the module moves to `library/modules/`
+(a new version when it replaces an older one). Search is full-text (SQLite FTS5)
+over an index built from the module files on each search - derived, never stale.
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.atomic import CorruptFile, read_json, write_json
+from shared.errors import SharedError
+from shared.identity import ForgedRecord, check_author
+
+ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,60}$")
+RECORD_MODE = 0o664  # the author writes; every citizen reads
+DIR_MODE = 0o3775  # group adds records; sticky: nobody removes another's
+DECISIONS = ("approve", "reject")
+
+
+class LibraryError(SharedError, ValueError):
+    """A library step is not allowed; the message says why."""
+
+
+@dataclass
+class Review:
+    citizen: str
+    decision: str
+    note: str
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+class Library:
+    """The library of one civilization."""
+
+    def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
+        self.dir = shared_dir / "library"
+        self.approvals = approvals
+        self.enforce = enforce_identity
+
+    def _mkdir(self, path: Path) -> None:
+        if not path.exists():
+            path.mkdir(parents=True)
+            path.chmod(DIR_MODE)
+
+    def modules(self, domain: str = "") -> list[dict[str, Any]]:
+        """Approved modules (summaries), optionally of one domain."""
+        out = []
+        for path in sorted((self.dir / "modules").glob("*.json")):
+            module = read_json(path)
+            if not domain or module["domain"] == domain:
+                out.append({k: module[k] for k in ("id", "domain", "summary", "version",
+                                                     "maintainer")})
+        return out
+
+    def load(self, module_id: str) -> dict[str, Any]:
+        path = self.dir / "modules" / f"{module_id}.json"
+        if not path.exists():
+            raise LibraryError(f"no approved module {module_id} - see library_list")
+        data: dict[str, Any] = read_json(path)
+        return data
+
+    def propose(self, citizen: str, module_id: str, domain: str, summary: str,
+                content: str) -> dict[str, Any]:
+        """Propose a new module, or a new version of one you maintain."""
+        if not ID_RE.match(module_id):
+            raise LibraryError("a module id is 2-61 lowercase letters, digits, '-' or '_'")
+        pending = self.dir / "pending" / f"{module_id}.json"
+        if pending.exists():
+            raise LibraryError(f"{module_id} is already waiting for review")
+        current = self.dir / "modules" / f"{module_id}.json"
+        version = 1
+        if current.exists():
+            old = read_json(current)
+            if old["maintainer"] != citizen:
+                raise LibraryError(f"{module_id} is maintained by {old['maintainer']}; "
+                                   "propose a module of your own or ask them")
+            version = int(old["version"]) + 1
+        self._mkdir(self.dir / "pending")
+        module = {"id": module_id, "domain": domain, "summary": summary, "content": content,
+                  "version": version, "maintainer": citizen, "proposed": _now()}
+        write_json(pending, module, mode=RECORD_MODE)
+        return module
+
+    def pending(self) -> list[dict[str, Any]]:
+        """Proposals waiting for review, with the reviews they have."""
+        out = []
+        for path in sorted((self.dir / "pending").glob("*.json")):
+            try:
+                module = read_json(path)
+                check_author(path, module["maintainer"], self.enforce)
+            except (CorruptFile, ForgedRecord):
+                continue
+            reviews = self.reviews(module["id"])
+            out.append({**{k: module[k] for k in ("id", "domain", "summary", "maintainer",
+                                                  "version")},
+                        "reviews": {r.citizen: r.decision for r in reviews}})
+        return out
+
+    def reviews(self, module_id: str) -> list[Review]:
+        found = []
+        for path in sorted((self.dir / "pending" / f"{module_id}.reviews").glob("*.json")):
+            try:
+                check_author(path, path.stem, self.enforce)
+                data = read_json(path)
+            except (CorruptFile, ForgedRecord):
+                continue  # a forged or broken review never counts
+            found.append(Review(path.stem, data["decision"], data.get("note", "")))
+        return found
+
+    def review(self, citizen: str, module_id: str, decision: str, note: str) -> str:
+        """Review a proposal; the approval that reaches the threshold publishes it."""
+        if decision not in DECISIONS:
+            raise LibraryError(f"decision must be {' or '.join(DECISIONS)}")
+        pending = self.dir / "pending" / f"{module_id}.json"
+        if not pending.exists():
+            raise LibraryError(f"no proposal {module_id} - see library_pending")
+        module = read_json(pending)
+        if module["maintainer"] == citizen:
+            raise LibraryError("nobody reviews their own module")
+        reviews_dir = self.dir / "pending" / f"{module_id}.reviews"
+        self._mkdir(reviews_dir)
+        write_json(reviews_dir / f"{citizen}.json", {"decision": decision, "note": note,
+                                                     "ts": _now()}, mode=RECORD_MODE)
+        approvals = [r for r in self.reviews(module_id) if r.decision == "approve"
+                     and r.citizen != module["maintainer"]]
+        if len(approvals) < self.approvals:
+            return f"{module_id}: {len(approvals)} of {self.approvals} approvals"
+        self._mkdir(self.dir / "modules")
+        published = {**module, "approved_by": sorted(r.citizen for r in approvals),
+                     "published": _now()}
+        write_json(self.dir / "modules" / f"{module_id}.json", published, mode=RECORD_MODE)
+        pending.unlink()
+        return f"{module_id}: approved by {', '.join(published['approved_by'])}; published"
+
+    def search(self, query: str, limit: int = 8) -> list[dict[str, Any]]:
+        """Full-text search over approved modules."""
+        words = re.findall(r"\w+", query)
+        if not words:
+            return []
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE m USING fts5(id, domain, summary, content)")
+        for path in sorted((self.dir / "modules").glob("*.json")):
+            module = read_json(path)
+            db.execute("INSERT INTO m VALUES (?, ?, ?, ?)", (module["id"], module["domain"],
+                                                            module["summary"],
+                                                            module["content"]))
+        match = " OR ".join(f'"{w}"' for w in words)  # quoted: user text is never FTS syntax
+        rows = db.execute("SELECT id, summary, snippet(m, 3, '[', ']', '…', 16) FROM m "
+                          "WHERE m MATCH ? ORDER BY rank LIMIT ?", (match, limit)).fetchall()
+        return [{"id": i, "summary": s, "snippet": n} for i, s, n in rows]

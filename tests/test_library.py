@@ -1,0 +1,80 @@
+"""The library: propose, peer review with a threshold, publish, search; the LIBRARY gate."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from citizen import config, paths
+from citizen.contexts import ContextStore
+from citizen.llm.base import estimate_tokens
+from citizen.memory import Memory
+from citizen.tasks import TaskQueue
+from citizen.tools import ToolFailure, core_tools
+from citizen.tools.base import ToolEnv
+from citizen.wake import run_wake
+
+
+def run(name: str, tool_name: str, **args: object) -> str:
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    env = ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
+                  Memory(home.memory),
+                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+    return core_tools()[tool_name].run(env, dict(args))
+
+
+def never(*_: object) -> None:
+    raise AssertionError("an idle wake must not build a provider")
+
+
+def test_a_module_is_published_after_two_peer_approvals(civ: Path) -> None:
+    out = run("opus", "library_propose", module_id="git-bisect", domain="git",
+              summary="Find the commit that broke something",
+              content="git bisect start; git bisect bad; git bisect good <sha>; test; repeat.")
+    assert "waits for peer review" in out
+    assert json.loads(run("mira", "library_list")) == []
+    with pytest.raises(ToolFailure, match="nobody reviews their own module"):
+        run("opus", "library_review", module_id="git-bisect", decision="approve", note="mine")
+    assert run("mira", "library_review", module_id="git-bisect", decision="approve",
+               note="clear") == "git-bisect: 1 of 2 approvals"
+    assert "published" in run("aria", "library_review", module_id="git-bisect",
+                              decision="approve", note="checked it")
+    (listed,) = json.loads(run("aria", "library_list", domain="git"))
+    assert listed == {"id": "git-bisect", "domain": "git", "version": 1, "maintainer": "opus",
+                      "summary": "Find the commit that broke something"}
+    assert "bisect" in json.loads(run("mira", "library_load", module_id="git-bisect"))["content"]
+    assert json.loads(run("mira", "library_search", query="which commit broke"))[0]["id"] == \
+        "git-bisect"
+    with pytest.raises(ToolFailure, match="maintained by opus"):
+        run("mira", "library_propose", module_id="git-bisect", domain="git", summary="x",
+            content="y")
+    assert "version 2" in run("opus", "library_propose", module_id="git-bisect", domain="git",
+                              summary="Find the breaking commit, faster", content="git bisect run")
+
+
+def test_rejections_do_not_publish_and_bad_ids_are_refused(civ: Path) -> None:
+    run("aria", "library_propose", module_id="poems", domain="docs", summary="s", content="c")
+    run("opus", "library_review", module_id="poems", decision="reject", note="too vague")
+    run("mira", "library_review", module_id="poems", decision="approve", note="fine")
+    assert json.loads(run("opus", "library_list")) == []
+    pending = json.loads(run("opus", "library_pending"))
+    assert pending[0]["reviews"] == {"mira": "approve", "opus": "reject"}
+    with pytest.raises(ToolFailure, match="lowercase"):
+        run("aria", "library_propose", module_id="../escape", domain="x", summary="s",
+            content="c")
+
+
+def test_library_wake_gate(civ: Path) -> None:
+    assert run_wake("mira", wake_type="LIBRARY", provider=never).status == "idle"
+    run("opus", "library_propose", module_id="flock", domain="systems", summary="s",
+        content="use a blocking flock")
+    from tests.scripts import Actor, call
+
+    actor = Actor(call("library_review", module_id="flock", decision="approve", note="ok"))
+    result = run_wake("mira", wake_type="LIBRARY", provider=lambda c, s: actor)
+    assert result.status == "ok"
+    assert "flock" in actor.requests[-1].messages[0]["content"]  # the proposal is in the brief
+    assert run_wake("mira", wake_type="LIBRARY", provider=never).status == "idle"  # reviewed
