@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
 from citizen.wakes.library import LibraryWake
+from citizen.wakes.peer_monitor import PeerMonitorWake
 from citizen.wakes.reflect import ReflectWake
 from citizen.wakes.task import CodeWake, DebugWake, ResearchWake, TaskWake
 
@@ -28,5 +29,6 @@ def registered() -> list[str]:
     return sorted(_REGISTRY)
 
 
-for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake):
+for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
+             PeerMonitorWake):
     register(_cls)

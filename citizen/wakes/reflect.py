@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
-from citizen import state
+from pathlib import Path
+
+from citizen import paths, state
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import WORK_WAKES, Ending, Gate, Setup, WakeType
+from shared.atomic import read_json
 
 MARK = "reflected_through_wake"
+SEEN = "peer_reports_seen"
+
+
+def _reports_about(setup: Setup) -> list[Path]:
+    directory = paths.shared_dir() / "monitor" / "findings" / setup.home.name
+    return sorted(directory.glob("*.json")) if directory.is_dir() else []
 
 
 class ReflectWake(WakeType):
@@ -15,17 +24,25 @@ class ReflectWake(WakeType):
     def gate(self, setup: Setup) -> Gate:
         latest = setup.memory.latest_wake(WORK_WAKES)
         done = int(setup.marks.get(MARK, 0))
-        if latest <= done:
+        reports = _reports_about(setup)[int(setup.marks.get(SEEN, 0)):]
+        if latest <= done and not reports:
             return Gate(False, f"nothing new since the reflection at wake {done}")
-        return Gate(True, f"wakes up to {latest} happened since the last reflection",
-                    {"through": latest})
+        why = (f"wakes up to {latest} happened since the last reflection" if latest > done
+               else f"{len(reports)} new peer reports about me")
+        return Gate(True, why, {"through": latest, "reports": reports})
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
-        return setup.templates.wake_prompt(self.name)
+        text = setup.templates.wake_prompt(self.name)
+        for path in gate.data["reports"]:
+            report = read_json(path)
+            text += (f"\n\nA peer, {report['by']}, reported about you: "
+                     + "; ".join(f"{f['kind']}: {f['detail']}" for f in report["findings"]))
+        return text
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         if ending.status in ("end_turn", "task_finished"):
             state.mark(setup.home, MARK, setup.number)
+            state.mark(setup.home, SEEN, len(_reports_about(setup)))
             if ending.text:
                 env.contexts["dreams"].add(ending.text[:1000])
         return f"reflection {ending.status}"

@@ -1,0 +1,137 @@
+"""Peer monitoring: deterministic checks of one citizen by another.
+
+Reads only what peers may read (heartbeats in the commons; wake logs and tasks in the
+peer's home, group-readable): a dead or stale daemon, a loop across wakes (the same
+tool call with the same result wake after wake - polling, whose results change, is
+not a loop), a stuck task, stalled progress. Findings are filed under
+`shared/monitor/findings/<peer>/` (one file per report, owned by its author) and ring
+the peer's doorbell.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from shared.atomic import read_json, write_json
+
+STALE_HEARTBEAT_S = 300  # ten missed beats
+STUCK_TASK_S = 6 * 3600
+LOOP_WAKES = 3  # the same call with the same result in this many wakes
+STALLED_WAKES = 5  # this many work wakes in a row without a good ending
+RECORD_MODE = 0o664
+DIR_MODE = 0o3775  # group adds findings; sticky: nobody removes another's
+
+
+@dataclass(frozen=True)
+class Finding:
+    kind: str  # dead, looping, stuck, stalled
+    detail: str
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's live process
+    return True
+
+
+def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
+    """A missing, stale or dead daemon (a cleanly stopped one is not a finding)."""
+    now = now or time.time()
+    if not path.exists():
+        return [Finding("dead", "no heartbeat at all: the daemon has never run")]
+    beat = read_json(path)
+    if beat.get("state") == "stopped":
+        return []
+    age = now - datetime.fromisoformat(beat["updated"]).timestamp()
+    if not _alive(int(beat["pid"])):
+        return [Finding("dead", f"daemon pid {beat['pid']} is gone without stopping cleanly")]
+    if age > STALE_HEARTBEAT_S and beat.get("state") != "waking":
+        return [Finding("dead", f"heartbeat is {int(age)} s old while {beat.get('state')}")]
+    return []
+
+
+def _events(path: Path) -> list[dict[str, Any]]:
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
+    """Loops across wakes and stalled progress, from the peer's recent wake logs."""
+    findings = []
+    seen: dict[str, set[int]] = defaultdict(set)
+    results: dict[str, set[str]] = defaultdict(set)
+    endings = []
+    for path in logs:
+        events = _events(path)
+        for e in events:
+            if e.get("event") == "tool_call":
+                key = f"{e['tool']} {json.dumps(e.get('args'), sort_keys=True)}"
+                seen[key].add(int(e["wake"]))
+                results[key].add(str(e.get("result")))
+        end = next((e for e in reversed(events) if e.get("event") == "wake_end"), None)
+        kind = path.stem.split("-", 1)[1]
+        if end and kind in work_kinds and end.get("status") != "idle":
+            endings.append(end.get("status"))
+    for key, wakes in seen.items():
+        if len(wakes) >= LOOP_WAKES and len(results[key]) == 1:
+            findings.append(Finding("looping", f"{key[:120]} returned the same result in "
+                                    f"{len(wakes)} wakes"))
+    recent = endings[-STALLED_WAKES:]
+    if len(recent) == STALLED_WAKES and "ok" not in recent:
+        findings.append(Finding("stalled", f"the last {STALLED_WAKES} work wakes ended "
+                                f"{', '.join(recent)}"))
+    return findings
+
+
+def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
+    """An active task that has been active for hours."""
+    now = now or time.time()
+    findings = []
+    for path in active_dir.glob("t-*.json"):
+        age = now - path.stat().st_mtime
+        if age > STUCK_TASK_S:
+            findings.append(Finding("stuck", f"task {path.stem} has not moved for "
+                                    f"{int(age // 3600)} h"))
+    return findings
+
+
+def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding]) -> Path:
+    """Record a report about `peer`; returns its path."""
+    directory = shared_dir / "monitor" / "findings" / peer
+    for d in (directory.parent, directory):
+        if not d.exists():
+            d.mkdir(parents=True)
+            d.chmod(DIR_MODE)
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    path = directory / f"{stamp}-{by}.json"
+    write_json(path, {"peer": peer, "by": by, "ts": time.time(),
+                      "findings": [asdict(f) for f in findings]}, mode=RECORD_MODE)
+    return path
+
+
+def recent_reports(shared_dir: Path, peer: str, within_s: float = 86400) -> int:
+    """How many reports with findings were filed about `peer` recently."""
+    directory = shared_dir / "monitor" / "findings" / peer
+    cutoff = time.time() - within_s
+    count = 0
+    for path in directory.glob("*.json") if directory.is_dir() else ():
+        data = read_json(path)
+        if data["ts"] >= cutoff and data["findings"]:
+            count += 1
+    return count

@@ -1,0 +1,88 @@
+"""Peer monitoring: deterministic checks, findings filed, the peer told, idle when healthy."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+from citizen import paths
+from citizen.tasks import TaskQueue
+from citizen.wake import run_wake
+from shared.atomic import write_json
+from shared.monitor import check_heartbeat, check_task, check_wakes
+from tests.scripts import Actor, say
+
+
+def log(path: Path, wake: int, calls: list[tuple[str, dict, str]], status: str = "ok") -> Path:
+    lines = [{"wake": wake, "event": "tool_call", "tool": t, "args": a, "result": r}
+             for t, a, r in calls]
+    lines.append({"wake": wake, "event": "wake_end", "status": status})
+    path.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return path
+
+
+def test_a_loop_is_the_same_call_with_the_same_result(tmp_path: Path) -> None:
+    same = [log(tmp_path / f"00000{i}-TASK.jsonl", i,
+                [("read_file", {"path": "x"}, "same text")]) for i in range(1, 4)]
+    (finding,) = check_wakes(same, ("TASK",))
+    assert finding.kind == "looping" and "3 wakes" in finding.detail
+    polling = [log(tmp_path / f"00001{i}-TASK.jsonl", 10 + i,
+                   [("shell_command", {"command": "date"}, f"12:0{i}")]) for i in range(3)]
+    assert check_wakes(polling, ("TASK",)) == []  # results change: polling, not a loop
+
+
+def test_stalled_progress(tmp_path: Path) -> None:
+    logs = [log(tmp_path / f"00000{i}-TASK.jsonl", i, [], status="no_progress")
+            for i in range(1, 6)]
+    assert [f.kind for f in check_wakes(logs, ("TASK",))] == ["stalled"]
+    logs.append(log(tmp_path / "000006-TASK.jsonl", 6, [], status="ok"))
+    assert check_wakes(logs, ("TASK",)) == []
+
+
+def test_heartbeats_and_stuck_tasks(tmp_path: Path) -> None:
+    beat = tmp_path / "hb.json"
+    assert check_heartbeat(beat)[0].kind == "dead"  # never ran
+    write_json(beat, {"pid": os.getpid(), "state": "sleeping",
+                      "updated": "2026-01-01T00:00:00+00:00"})
+    assert "old" in check_heartbeat(beat)[0].detail
+    write_json(beat, {"pid": 2**22 + 7, "state": "sleeping",
+                      "updated": "2026-01-01T00:00:00+00:00"})
+    assert "gone" in check_heartbeat(beat)[0].detail
+    write_json(beat, {"pid": 2**22 + 7, "state": "stopped", "updated": "2026-01-01T00:00:00"})
+    assert check_heartbeat(beat) == []  # a clean stop is not a problem
+    active = tmp_path / "active"
+    active.mkdir()
+    task = active / "t-1.json"
+    task.write_text("{}")
+    assert check_task(active) == []
+    os.utime(task, (time.time() - 7 * 3600,) * 2)
+    assert check_task(active)[0].kind == "stuck"
+
+
+def never(*_: object) -> None:
+    raise AssertionError("an idle wake must not build a provider")
+
+
+def test_peer_monitor_wake_files_findings_and_the_peer_reflects_on_them(civ: Path) -> None:
+    for name in ("mira", "aria"):  # healthy peers: recent heartbeats of live processes
+        write_json(paths.home(name).heartbeat, {"pid": os.getpid(), "state": "sleeping",
+                                                "updated": time.strftime("%Y-%m-%dT%H:%M:%S+00:00",
+                                                                         time.gmtime())})
+    assert run_wake("opus", wake_type="PEER_MONITOR", provider=never).status == "idle"
+    # Now aria's task is stuck for hours.
+    tasks = TaskQueue(paths.home("aria").tasks)
+    task = tasks.claim(tasks.add("long").id)
+    os.utime(paths.home("aria").tasks / "active" / f"{task.id}.json",
+             (time.time() - 8 * 3600,) * 2)
+    outcomes = {run_wake("opus", wake_type="PEER_MONITOR",
+                         provider=lambda c, s: Actor(say("told aria"))).status
+                for _ in range(6)}  # the peer is drawn at random: aria comes up
+    assert "ok" in outcomes
+    reports = list((civ / "shared" / "monitor" / "findings" / "aria").glob("*-opus.json"))
+    assert reports and json.loads(reports[0].read_text())["findings"][0]["kind"] == "stuck"
+    assert list(paths.home("aria").doorbell.glob("*REFLECT.json"))
+    reflect = run_wake("aria", wake_type="REFLECT", provider=lambda c, s: Actor(say("noted")))
+    assert reflect.status == "ok"
+    assert run_wake("aria", wake_type="REFLECT", provider=never).status == "idle"
