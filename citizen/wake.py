@@ -18,7 +18,7 @@ from pathlib import Path
 
 from citizen import config, paths, state, wakes
 from citizen.contexts import ContextStore
-from citizen.errors import CitizenError
+from citizen.errors import CitizenError, ProviderError
 from citizen.llm.base import Provider
 from citizen.loop import Meter
 from citizen.loop import run as run_loop
@@ -131,7 +131,11 @@ class _Run:
         if not gate.work:
             return "idle", gate.reason
         secrets = config.load_secrets(self.name)
-        llm = self.provider(self.cfg, secrets)
+        try:
+            llm = self.provider(self.cfg, secrets)
+        except ProviderError as exc:  # no key, no model: the operator's to fix, not a crash
+            self.wlog.event("provider_unavailable", reason=str(exc))
+            return "failed", str(exc)
         self.wlog.event("provider", provider=llm.describe())
         store = ContextStore(self.home.contexts, self.cfg.context_limits, llm.count_tokens)
         try:

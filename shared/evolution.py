@@ -23,19 +23,15 @@ from typing import Any
 
 import git
 
-from shared.atomic import CorruptFile, read_json, write_json
+from shared import records
+from shared.atomic import read_json
 from shared.errors import SharedError
-from shared.identity import ForgedRecord, check_author
+from shared.identity import check_author
 
 log = logging.getLogger(__name__)
 
 OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2
-# 0664: the author writes its records; every citizen (and the operator) reads them.
-RECORD_MODE = 0o664
-# 3775 on record directories: group `citizens` adds records (setgid keeps the group),
-# and the sticky bit stops a citizen from deleting or replacing another's record.
-DIR_MODE = 0o3775
 
 
 class EvolutionError(SharedError, RuntimeError):
@@ -101,21 +97,7 @@ class Evolution:
     # ------------------------------------------------------------ reading
 
     def _write(self, path: Path, record: dict[str, Any]) -> None:
-        for directory in reversed([p for p in (path.parent, *path.parents)
-                                   if p.is_relative_to(self.dir)]):
-            if not directory.exists():
-                directory.mkdir()
-                directory.chmod(DIR_MODE)
-        write_json(path, record, mode=RECORD_MODE)
-
-    def _record(self, path: Path, claimed: str) -> dict[str, Any] | None:
-        try:
-            check_author(path, claimed, self.enforce)
-            data: dict[str, Any] = read_json(path)
-        except (ForgedRecord, CorruptFile) as exc:
-            log.warning("ignoring %s: %s", path, exc)
-            return None
-        return data
+        records.write(self.dir, path, record)
 
     def get(self, change_id: str) -> Change:
         """A change and its valid records.
@@ -133,7 +115,7 @@ class Evolution:
             "announced")})
         for kind in ("reports", "adoptions"):
             for path in sorted((base / kind).glob("*.json")):
-                record = self._record(path, path.stem)
+                record = records.read(path, path.stem, self.enforce)
                 if record is not None:
                     getattr(change, kind)[path.stem] = record
         if (base / "merged.json").exists():

@@ -16,13 +16,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.atomic import CorruptFile, read_json, write_json
+from shared import records
+from shared.atomic import read_json
 from shared.errors import SharedError
-from shared.identity import ForgedRecord, check_author
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,60}$")
-RECORD_MODE = 0o664  # the author writes; every citizen reads
-DIR_MODE = 0o3775  # group adds records; sticky: nobody removes another's
 DECISIONS = ("approve", "reject")
 
 
@@ -48,11 +46,6 @@ class Library:
         self.dir = shared_dir / "library"
         self.approvals = approvals
         self.enforce = enforce_identity
-
-    def _mkdir(self, path: Path) -> None:
-        if not path.exists():
-            path.mkdir(parents=True)
-            path.chmod(DIR_MODE)
 
     def modules(self, domain: str = "") -> list[dict[str, Any]]:
         """Approved modules (summaries), optionally of one domain."""
@@ -87,20 +80,17 @@ class Library:
                 raise LibraryError(f"{module_id} is maintained by {old['maintainer']}; "
                                    "propose a module of your own or ask them")
             version = int(old["version"]) + 1
-        self._mkdir(self.dir / "pending")
         module = {"id": module_id, "domain": domain, "summary": summary, "content": content,
                   "version": version, "maintainer": citizen, "proposed": _now()}
-        write_json(pending, module, mode=RECORD_MODE)
+        records.write(self.dir, pending, module)
         return module
 
     def pending(self) -> list[dict[str, Any]]:
         """Proposals waiting for review, with the reviews they have."""
         out = []
         for path in sorted((self.dir / "pending").glob("*.json")):
-            try:
-                module = read_json(path)
-                check_author(path, module["maintainer"], self.enforce)
-            except (CorruptFile, ForgedRecord):
+            module = records.read_claimed(path, self.enforce, key="maintainer")
+            if module is None:
                 continue
             reviews = self.reviews(module["id"])
             out.append({**{k: module[k] for k in ("id", "domain", "summary", "maintainer",
@@ -111,10 +101,8 @@ class Library:
     def reviews(self, module_id: str) -> list[Review]:
         found = []
         for path in sorted((self.dir / "pending" / f"{module_id}.reviews").glob("*.json")):
-            try:
-                check_author(path, path.stem, self.enforce)
-                data = read_json(path)
-            except (CorruptFile, ForgedRecord):
+            data = records.read(path, path.stem, self.enforce)
+            if data is None:
                 continue  # a forged or broken review never counts
             found.append(Review(path.stem, data["decision"], data.get("note", "")))
         return found
@@ -130,17 +118,15 @@ class Library:
         if module["maintainer"] == citizen:
             raise LibraryError("nobody reviews their own module")
         reviews_dir = self.dir / "pending" / f"{module_id}.reviews"
-        self._mkdir(reviews_dir)
-        write_json(reviews_dir / f"{citizen}.json", {"decision": decision, "note": note,
-                                                     "ts": _now()}, mode=RECORD_MODE)
+        records.write(self.dir, reviews_dir / f"{citizen}.json",
+                      {"decision": decision, "note": note, "ts": _now()})
         approvals = [r for r in self.reviews(module_id) if r.decision == "approve"
                      and r.citizen != module["maintainer"]]
         if len(approvals) < self.approvals:
             return f"{module_id}: {len(approvals)} of {self.approvals} approvals"
-        self._mkdir(self.dir / "modules")
         published = {**module, "approved_by": sorted(r.citizen for r in approvals),
                      "published": _now()}
-        write_json(self.dir / "modules" / f"{module_id}.json", published, mode=RECORD_MODE)
+        records.write(self.dir, self.dir / "modules" / f"{module_id}.json", published)
         pending.unlink()
         return f"{module_id}: approved by {', '.join(published['approved_by'])}; published"
 

@@ -19,14 +19,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared.atomic import read_json, write_json
+from shared import records
+from shared.atomic import read_json
 
 STALE_HEARTBEAT_S = 300  # ten missed beats
 STUCK_TASK_S = 6 * 3600
 LOOP_WAKES = 3  # the same call with the same result in this many wakes
 STALLED_WAKES = 5  # this many work wakes in a row without a good ending
-RECORD_MODE = 0o664
-DIR_MODE = 0o3775  # group adds findings; sticky: nobody removes another's
 
 
 @dataclass(frozen=True)
@@ -113,15 +112,11 @@ def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
 
 def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding]) -> Path:
     """Record a report about `peer`; returns its path."""
-    directory = shared_dir / "monitor" / "findings" / peer
-    for d in (directory.parent, directory):
-        if not d.exists():
-            d.mkdir(parents=True)
-            d.chmod(DIR_MODE)
+    top = shared_dir / "monitor" / "findings"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
-    path = directory / f"{stamp}-{by}.json"
-    write_json(path, {"peer": peer, "by": by, "ts": time.time(),
-                      "findings": [asdict(f) for f in findings]}, mode=RECORD_MODE)
+    path = top / peer / f"{stamp}-{by}.json"
+    records.write(top, path, {"peer": peer, "by": by, "ts": time.time(),
+                              "findings": [asdict(f) for f in findings]})
     return path
 
 

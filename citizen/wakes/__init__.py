@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
+from citizen.wakes.dry_audit import DryAuditWake
 from citizen.wakes.library import LibraryWake
 from citizen.wakes.peer_monitor import PeerMonitorWake
 from citizen.wakes.reflect import ReflectWake
@@ -30,5 +31,5 @@ def registered() -> list[str]:
 
 
 for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
-             PeerMonitorWake):
+             PeerMonitorWake, DryAuditWake):
     register(_cls)

@@ -1,0 +1,66 @@
+"""Records in the commons: one file per record, its Unix owner its author.
+
+The pattern every protocol here follows (changes, reviews, findings, DRY
+violations, goals): a record is never edited by anyone but its author, a change of
+state is a new record, and the state of a thing is derived from its records when
+read - never stored twice, so it cannot drift.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+import time
+from pathlib import Path
+from typing import Any
+
+from shared.atomic import CorruptFile, read_json, write_json
+from shared.identity import ForgedRecord, check_author
+
+log = logging.getLogger(__name__)
+
+RECORD_MODE = 0o664  # the author writes; every citizen (and the operator) reads
+# 3775 on record directories: group `citizens` adds records (setgid keeps the group),
+# and the sticky bit stops a citizen from deleting or replacing another's record.
+DIR_MODE = 0o3775
+
+
+def make_dirs(path: Path, top: Path) -> None:
+    """Create `path` and any missing parents up to `top`, each with DIR_MODE."""
+    for directory in reversed([p for p in (path, *path.parents) if p.is_relative_to(top)]):
+        if not directory.exists():
+            directory.mkdir()
+            directory.chmod(DIR_MODE)
+
+
+def new_id(prefix: str) -> str:
+    """Time-sortable, unique: `dry-20261122T120000-1a2b`."""
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def write(top: Path, path: Path, record: dict[str, Any]) -> None:
+    """Write one record (its directories made group-addable and sticky)."""
+    make_dirs(path.parent, top)
+    write_json(path, record, mode=RECORD_MODE)
+
+
+def read_claimed(path: Path, enforce: bool, key: str = "citizen") -> dict[str, Any] | None:
+    """A record that names its own author under `key`, if that author owns its file."""
+    try:
+        data: dict[str, Any] = read_json(path)
+        check_author(path, str(data.get(key, "")), enforce)
+    except (ForgedRecord, CorruptFile) as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    return data
+
+
+def read(path: Path, author: str, enforce: bool) -> dict[str, Any] | None:
+    """A record if it is whole and its file belongs to `author`; None (logged) otherwise."""
+    try:
+        check_author(path, author, enforce)
+        data: dict[str, Any] = read_json(path)
+    except (ForgedRecord, CorruptFile) as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    return data
