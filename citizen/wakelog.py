@@ -16,7 +16,7 @@ from typing import Any
 
 from citizen.paths import Home
 from citizen.tasks import now_iso
-from shared.atomic import append_line, write_bytes
+from shared.atomic import append_line, read_jsonl, write_bytes
 
 
 class WakeLog:
@@ -59,13 +59,7 @@ def wake_logs(home: Home) -> list[Path]:
 
 def read(path: Path) -> list[dict[str, Any]]:
     """The events of a wake log; a torn last line (crash mid-write) is skipped."""
-    events = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            events.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return events
+    return [e for e in read_jsonl(path) if isinstance(e, dict)]
 
 
 def _first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:

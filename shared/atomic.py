@@ -89,6 +89,17 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
     return data
 
 
+def read_jsonl(path: Path) -> list[Any]:
+    """Every whole line of a JSONL history; a torn last line (a killed writer) is skipped."""
+    out = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
 def sweep_temp(directory: Path, older_than_s: float = 60.0) -> list[Path]:
     """Remove temp files a killed writer left behind (only old ones: a live writer's are young)."""
     removed = []

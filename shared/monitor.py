@@ -17,10 +17,9 @@ from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
 
 from shared import records
-from shared.atomic import read_json
+from shared.atomic import read_json, read_jsonl
 
 STALE_HEARTBEAT_S = 300  # ten missed beats
 STUCK_TASK_S = 6 * 3600
@@ -34,7 +33,8 @@ class Finding:
     detail: str
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether a process exists (another user's counts: signalling it is refused)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -53,21 +53,11 @@ def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
     if beat.get("state") == "stopped":
         return []
     age = now - datetime.fromisoformat(beat["updated"]).timestamp()
-    if not _alive(int(beat["pid"])):
+    if not alive(int(beat["pid"])):
         return [Finding("dead", f"daemon pid {beat['pid']} is gone without stopping cleanly")]
     if age > STALE_HEARTBEAT_S and beat.get("state") != "waking":
         return [Finding("dead", f"heartbeat is {int(age)} s old while {beat.get('state')}")]
     return []
-
-
-def _events(path: Path) -> list[dict[str, Any]]:
-    out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
 
 
 def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
@@ -77,7 +67,7 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
     results: dict[str, set[str]] = defaultdict(set)
     endings = []
     for path in logs:
-        events = _events(path)
+        events = [e for e in read_jsonl(path) if isinstance(e, dict)]
         for e in events:
             if e.get("event") == "tool_call":
                 key = f"{e['tool']} {json.dumps(e.get('args'), sort_keys=True)}"

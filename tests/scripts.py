@@ -21,6 +21,22 @@ def say(text: str) -> Reply:
     return Reply(text=text, model="scripted", provider="scripted", usage=Usage(100, 10))
 
 
+def tool_env(name: str) -> Any:
+    """The ToolEnv a tool of citizen `name` gets in a wake."""
+    from citizen import config, paths
+    from citizen.contexts import ContextStore
+    from citizen.llm.base import estimate_tokens
+    from citizen.memory import Memory
+    from citizen.tasks import TaskQueue
+    from citizen.tools.base import ToolEnv
+
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    return ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
+                   Memory(home.memory),
+                   ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+
+
 class Actor(ScriptedProvider):
     """Answers routing and tool selection by rule, and the work from a script."""
 

@@ -9,14 +9,9 @@ import git
 import pytest
 from click.testing import CliRunner
 
-from citizen import config, paths
 from citizen.cli import cli
-from citizen.contexts import ContextStore
-from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
-from citizen.tools.base import ToolEnv
+from tests.scripts import tool_env
 
 APP = "def greet():\n    return 'hi'\n"
 TEST = "from app import greet\n\n\ndef test_greet():\n    assert greet().startswith('h')\n"
@@ -48,12 +43,7 @@ def evo(civ: Path) -> Path:
 
 
 def run(name: str, tool_name: str, **args: object) -> object:
-    home = paths.home(name)
-    cfg = config.load_citizen(name)
-    env = ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
-                  Memory(home.memory),
-                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
-    return json.loads(core_tools(code=True)[tool_name].run(env, dict(args)))
+    return json.loads(core_tools(code=True)[tool_name].run(tool_env(name), dict(args)))
 
 
 def test_a_change_is_verified_adopted_and_merged_into_the_baseline(evo: Path) -> None:
@@ -67,12 +57,7 @@ def test_a_change_is_verified_adopted_and_merged_into_the_baseline(evo: Path) ->
     assert run("opus", "code_pending_reviews") == []  # nobody reviews their own change
     tested = core_tools(code=True)["code_test"]
     # the tests run on the change in a scratch worktree of mira's repository
-    home = paths.home("mira")
-    cfg = config.load_citizen("mira")
-    env = ToolEnv(home, cfg, config.load_secrets("mira"), TaskQueue(home.tasks),
-                  Memory(home.memory),
-                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
-    assert tested.run(env, {"change_id": cid}).startswith("tests passed")
+    assert tested.run(tool_env("mira"), {"change_id": cid}).startswith("tests passed")
     run("opus", "code_report_outcome", change_id=cid, outcome="worked", note="mine")
     run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
     # opus's report on its own change is recorded but not counted

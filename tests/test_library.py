@@ -7,23 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from citizen import config, paths
-from citizen.contexts import ContextStore
-from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
-from citizen.tools.base import ToolEnv
 from citizen.wake import run_wake
+from tests.scripts import tool_env
 
 
 def run(name: str, tool_name: str, **args: object) -> str:
-    home = paths.home(name)
-    cfg = config.load_citizen(name)
-    env = ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
-                  Memory(home.memory),
-                  ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
-    return core_tools()[tool_name].run(env, dict(args))
+    return core_tools()[tool_name].run(tool_env(name), dict(args))
 
 
 def never(*_: object) -> None:

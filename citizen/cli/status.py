@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 from datetime import UTC, datetime
 from typing import Any
 
@@ -13,18 +12,9 @@ from citizen import civilization, paths, wakelog
 from citizen.cli.options import json_option
 from citizen.tasks import TaskQueue
 from shared.atomic import read_json
+from shared.monitor import alive
 
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's live process (server mode)
-    return True
 
 
 def citizen_status(name: str) -> dict[str, Any]:
@@ -35,7 +25,7 @@ def citizen_status(name: str) -> dict[str, Any]:
         try:
             beat = read_json(home.heartbeat)
             age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
-            if beat["state"] == "stopped" or not _alive(int(beat["pid"])):
+            if beat["state"] == "stopped" or not alive(int(beat["pid"])):
                 daemon = "not running"
             elif age.total_seconds() > STALE_S and beat["state"] != "waking":
                 daemon = f"stale heartbeat ({int(age.total_seconds())} s old)"
