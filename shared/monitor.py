@@ -65,7 +65,7 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
     findings = []
     seen: dict[str, set[int]] = defaultdict(set)
     results: dict[str, set[str]] = defaultdict(set)
-    endings = []
+    endings: list[str] = []
     for path in logs:
         events = [e for e in read_jsonl(path) if isinstance(e, dict)]
         for e in events:
@@ -76,7 +76,7 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
         end = next((e for e in reversed(events) if e.get("event") == "wake_end"), None)
         kind = path.stem.split("-", 1)[1]
         if end and kind in work_kinds and end.get("status") != "idle":
-            endings.append(end.get("status"))
+            endings.append(str(end.get("status")))
     for key, wakes in seen.items():
         if len(wakes) >= LOOP_WAKES and len(results[key]) == 1:
             findings.append(Finding("looping", f"{key[:120]} returned the same result in "
