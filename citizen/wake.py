@@ -28,6 +28,7 @@ from citizen.selection import route, select_tools
 from citizen.tasks import TaskQueue
 from citizen.tools import core_tools
 from citizen.tools.base import ToolEnv
+from citizen.tools.dynamic import dynamic_tools
 from citizen.wakelog import WakeLog
 from citizen.wakes.base import Setup
 from shared.atomic import CorruptFile
@@ -171,8 +172,9 @@ class _Run:
                                   max_usd_per_wake=budget.max_usd_per_wake,
                                   max_iterations=budget.max_iterations)]
         system += [c.render() for c in contexts.values() if c.entries]
-        tools = core_tools(mail=mail_configured(env.secrets),
-                           code=(self.home.code / ".git").exists())
+        tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
+                 **core_tools(mail=mail_configured(env.secrets),
+                              code=(self.home.code / ".git").exists())}
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)

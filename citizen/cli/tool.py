@@ -13,6 +13,7 @@ from citizen.memory import Memory
 from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
+from citizen.tools.dynamic import dynamic_tools
 
 
 @click.command("tool")
@@ -27,7 +28,7 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
       citizen tool opus read_file '{"path": "contexts/identity.json"}'
       citizen tool opus memory_search '{"query": "lock"}'
     """
-    tools = core_tools(mail=True, code=True)
+    tools = {**dynamic_tools(config.load_citizen(name)), **core_tools(mail=True, code=True)}
     if tool_name not in tools:
         raise click.ClickException(f"no tool '{tool_name}' - known: {', '.join(sorted(tools))}")
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.code import CODE_TOOLS
 from citizen.tools.dry import COMMONS_TOOLS
+from citizen.tools.dynamic import DYNAMIC_ADMIN_TOOLS
 from citizen.tools.files import read_file, str_replace_file, write_file
 from citizen.tools.library import LIBRARY_TOOLS
 from citizen.tools.memory import context_add, identity_update, memory_search
@@ -21,7 +22,7 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
              task_progress, task_complete, task_stuck, context_add, identity_update,
-             *LIBRARY_TOOLS, *COMMONS_TOOLS]
+             *LIBRARY_TOOLS, *COMMONS_TOOLS, *DYNAMIC_ADMIN_TOOLS]
     if code:
         tools += CODE_TOOLS
     if search_configured():

@@ -1,0 +1,87 @@
+"""Dynamic tools: propose, review (the reviewer runs the tests) and call approved ones."""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+from citizen import paths
+from citizen.config import CitizenConfig
+from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
+from citizen.tools.shell import scrubbed_env
+from shared.dyntools import DynToolError, DynTools
+from shared.identity import server_mode
+
+
+def registry(config: CitizenConfig) -> DynTools:
+    shared = paths.shared_dir()
+    return DynTools(shared, config.library_approvals, server_mode(shared))
+
+
+@tool
+def tool_propose(env: ToolEnv, *, name: str, description: str, input_schema: str, code: str,
+                 tests: str) -> str:
+    """Propose a new tool: its code (defining run(**args) -> str) and its pytest tests.
+
+    :param name: the tool's name (lowercase, digits, '_')
+    :param description: what it does, for whoever picks tools
+    :param input_schema: its arguments as a JSON schema (a JSON object, as text)
+    :param code: Python source defining `def run(**args) -> str`
+    :param tests: pytest source; it may `import <name>`
+    """
+    from citizen.tools import core_tools  # noqa: PLC0415 - the names it may not take
+
+    try:
+        schema = json.loads(input_schema)
+        data = registry(env.config).propose(
+            env.home.name, name, description=description, input_schema=schema, code=code,
+            tests=tests, reserved=set(core_tools(mail=True, code=True)))
+    except (json.JSONDecodeError, DynToolError) as exc:
+        raise ToolFailure(str(exc)) from exc
+    return f"proposed {data['name']}; peers review it (and run its tests) before it is callable"
+
+
+@tool
+def tool_review(env: ToolEnv, name: str, decision: Literal["approve", "reject"],
+                note: str) -> str:
+    """Review a peer's proposed tool: its tests are run first, and the result recorded.
+
+    :param name: the tool's name
+    :param decision: approve or reject
+    :param note: why
+    """
+    try:
+        review = registry(env.config).review(env.home.name, name, decision, note)
+    except DynToolError as exc:
+        raise ToolFailure(str(exc)) from exc
+    return json.dumps({k: review[k] for k in ("decision", "tests_passed", "callable")})
+
+
+@tool
+def tool_list(env: ToolEnv) -> str:
+    """List the proposed tools and whether each is callable."""
+    return json.dumps(registry(env.config).listing())
+
+
+DYNAMIC_ADMIN_TOOLS = (tool_propose, tool_review, tool_list)
+
+
+def dynamic_tools(config: CitizenConfig) -> dict[str, Tool]:
+    """Every approved, passing, unmodified dynamic tool, as a callable Tool."""
+    reg = registry(config)
+    out: dict[str, Tool] = {}
+    for entry in reg.listing():
+        if not entry["callable"]:
+            continue
+        manifest = reg.manifest(entry["name"])
+
+        def call(env: ToolEnv, _name: str = entry["name"], **args: Any) -> str:
+            try:
+                return registry(env.config).call(_name, args, env.home.dir,
+                                                 scrubbed_env(str(env.home.dir)))
+            except DynToolError as exc:
+                raise ToolFailure(str(exc)) from exc
+
+        out[entry["name"]] = Tool(entry["name"], f"{manifest['description']} (by "
+                                  f"{manifest['author']})", dict(manifest["input_schema"]), call)
+    return out

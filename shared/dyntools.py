@@ -1,0 +1,156 @@
+"""Dynamic tools: written by a citizen, tested and approved by peers, then callable.
+
+`tools/impl/<name>.py` defines `run(**args) -> str`; `tools/tests/test_<name>.py` tests
+it (it may `import <name>`); `tools/registry/<name>.json` is the manifest (owned by the
+author) with the sha256 of both files. A reviewer runs the tests itself, in a
+subprocess with a timeout, and files its review with the hashes it tested. A tool is
+callable only while enough approvals with passing tests match the current files: an
+unapproved, failing, or modified-after-approval tool is never callable.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from shared import records
+from shared.atomic import write_bytes
+from shared.errors import SharedError
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,40}$")
+TEST_TIMEOUT_S = 120
+CALL_TIMEOUT_S = 60
+# Runs one tool call in a fresh interpreter: arguments in on stdin, result out on stdout.
+RUNNER = (
+    "import importlib.util, json, sys\n"
+    "spec = importlib.util.spec_from_file_location('dyntool', sys.argv[1])\n"
+    "module = importlib.util.module_from_spec(spec)\n"
+    "spec.loader.exec_module(module)\n"
+    "print(module.run(**json.load(sys.stdin)))\n"
+)
+
+
+class DynToolError(SharedError, ValueError):
+    """A dynamic-tool step is not allowed, or a call failed."""
+
+
+def _sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+class DynTools:
+    def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
+        self.dir = shared_dir / "tools"
+        self.approvals = approvals
+        self.enforce = enforce_identity
+
+    def _paths(self, name: str) -> tuple[Path, Path, Path]:
+        return (self.dir / "impl" / f"{name}.py", self.dir / "tests" / f"test_{name}.py",
+                self.dir / "registry" / f"{name}.json")
+
+    def propose(self, citizen: str, name: str, *, description: str,
+                input_schema: dict[str, Any], code: str, tests: str,
+                reserved: set[str]) -> dict[str, Any]:
+        if not NAME_RE.match(name) or name in reserved:
+            raise DynToolError(f"'{name}' is not a free tool name (3-41 lowercase letters, "
+                               "digits, '_'; not a core tool)")
+        impl, test, manifest = self._paths(name)
+        existing = records.read_claimed(manifest, self.enforce, key="author") \
+            if manifest.exists() else None
+        if existing and existing["author"] != citizen:
+            raise DynToolError(f"{name} belongs to {existing['author']}")
+        for path, text in ((impl, code), (test, tests)):
+            records.make_dirs(path.parent, self.dir)
+            write_bytes(path, text.encode(), mode=records.RECORD_MODE)
+        data = {"name": name, "description": description, "input_schema": input_schema,
+                "author": citizen, "impl_sha": _sha(impl), "tests_sha": _sha(test)}
+        records.write(self.dir, manifest, data)
+        return data
+
+    def manifest(self, name: str) -> dict[str, Any]:
+        _, _, manifest = self._paths(name)
+        data = records.read_claimed(manifest, self.enforce, key="author") \
+            if manifest.exists() else None
+        if data is None:
+            raise DynToolError(f"no tool {name} - see tool_list")
+        return data
+
+    def run_tests(self, name: str) -> tuple[bool, str]:
+        """Run the tool's tests on a private copy, in a subprocess with a timeout."""
+        impl, test, _ = self._paths(name)
+        with tempfile.TemporaryDirectory(prefix=f"tooltest-{name}-") as tmp:
+            shutil.copy(impl, Path(tmp) / f"{name}.py")
+            shutil.copy(test, Path(tmp) / f"test_{name}.py")
+            try:
+                result = subprocess.run(
+                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                     f"test_{name}.py"], cwd=tmp, capture_output=True, text=True,
+                    timeout=TEST_TIMEOUT_S, check=False, env={"PATH": "/usr/bin:/bin",
+                                                              "PYTHONPATH": tmp})
+            except subprocess.TimeoutExpired:
+                return False, f"tests ran past {TEST_TIMEOUT_S} s"
+        return result.returncode == 0, (result.stdout + result.stderr)[-1500:]
+
+    def review(self, citizen: str, name: str, decision: str, note: str) -> dict[str, Any]:
+        data = self.manifest(name)
+        if data["author"] == citizen:
+            raise DynToolError("nobody reviews their own tool")
+        passed, output = self.run_tests(name)
+        review = {"decision": decision, "note": note, "impl_sha": data["impl_sha"],
+                  "tests_sha": data["tests_sha"], "tests_passed": passed, "output": output}
+        records.write(self.dir, self.dir / "registry" / f"{name}.reviews" / f"{citizen}.json",
+                      review)
+        return {**review, "callable": self.callable(name)}
+
+    def callable(self, name: str) -> bool:
+        """Approved by enough peers whose passing tests ran on exactly the current files."""
+        try:
+            data = self.manifest(name)
+        except DynToolError:
+            return False
+        impl, test, _ = self._paths(name)
+        if not impl.exists() or not test.exists():
+            return False
+        current = (_sha(impl), _sha(test))
+        if current != (data["impl_sha"], data["tests_sha"]):
+            return False  # the files changed after the manifest: never callable
+        approvals = 0
+        for path in (self.dir / "registry" / f"{name}.reviews").glob("*.json"):
+            review = records.read(path, path.stem, self.enforce)
+            if (review and path.stem != data["author"] and review["decision"] == "approve"
+                    and review["tests_passed"]
+                    and (review["impl_sha"], review["tests_sha"]) == current):
+                approvals += 1
+        return approvals >= self.approvals
+
+    def listing(self) -> list[dict[str, Any]]:
+        out = []
+        for path in sorted((self.dir / "registry").glob("*.json")):
+            data = records.read_claimed(path, self.enforce, key="author")
+            if data:
+                out.append({k: data[k] for k in ("name", "description", "author")}
+                           | {"callable": self.callable(data["name"])})
+        return out
+
+    def call(self, name: str, args: dict[str, Any], cwd: Path, env: dict[str, str]) -> str:
+        """Run an approved tool in a fresh interpreter with a timeout."""
+        if not self.callable(name):
+            raise DynToolError(f"{name} is not callable (not approved, failing, or changed "
+                               "since its approval)")
+        impl, _, _ = self._paths(name)
+        try:
+            result = subprocess.run([sys.executable, "-c", RUNNER, str(impl)],
+                                    input=json.dumps(args), capture_output=True, text=True,
+                                    cwd=cwd, env=env, timeout=CALL_TIMEOUT_S, check=False)
+        except subprocess.TimeoutExpired as exc:
+            raise DynToolError(f"{name} ran past {CALL_TIMEOUT_S} s") from exc
+        if result.returncode != 0:
+            raise DynToolError(f"{name} failed: {result.stderr.strip()[-500:]}")
+        return result.stdout.strip()

@@ -1,0 +1,67 @@
+"""Dynamic tools: only approved tools whose tests pass on the current files are callable."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from citizen.tools import ToolFailure, core_tools
+from citizen.tools.dynamic import dynamic_tools
+from tests.scripts import tool_env
+
+CODE = "def run(text: str) -> str:\n    return text[::-1]\n"
+TESTS = ("from reverse_text import run\n\n\n"
+         "def test_reverse():\n    assert run(text='abc') == 'cba'\n")
+SCHEMA = json.dumps({"type": "object", "properties": {"text": {"type": "string"}},
+                     "required": ["text"]})
+
+
+def admin(citizen: str, tool_name: str, /, **args: object) -> str:
+    return core_tools()[tool_name].run(tool_env(citizen), dict(args))
+
+
+def propose(code: str = CODE, tests: str = TESTS) -> str:
+    return admin("opus", "tool_propose", name="reverse_text", description="Reverse a text.",
+                 input_schema=SCHEMA, code=code, tests=tests)
+
+
+def test_a_tool_becomes_callable_after_two_approvals_with_passing_tests(civ: Path) -> None:
+    assert "proposed reverse_text" in propose()
+    assert dynamic_tools(tool_env("opus").config) == {}
+    with pytest.raises(ToolFailure, match="nobody reviews their own tool"):
+        admin("opus", "tool_review", name="reverse_text", decision="approve", note="mine")
+    first = json.loads(admin("mira", "tool_review", name="reverse_text", decision="approve",
+                             note="ok"))
+    assert first == {"decision": "approve", "tests_passed": True, "callable": False}
+    second = json.loads(admin("aria", "tool_review", name="reverse_text", decision="approve",
+                              note="ok"))
+    assert second["callable"] is True
+    tools = dynamic_tools(tool_env("mira").config)
+    assert tools["reverse_text"].run(tool_env("mira"), {"text": "stressed"}) == "desserts"
+
+
+def test_failing_tests_never_make_a_tool_callable(civ: Path) -> None:
+    propose(tests=TESTS.replace("'cba'", "'abc'"))
+    for peer in ("mira", "aria"):
+        review = json.loads(admin(peer, "tool_review", name="reverse_text", decision="approve",
+                                  note="looks fine"))
+        assert review["tests_passed"] is False
+    assert "reverse_text" not in dynamic_tools(tool_env("opus").config)
+
+
+def test_a_tool_modified_after_approval_is_not_callable(civ: Path) -> None:
+    propose()
+    for peer in ("mira", "aria"):
+        admin(peer, "tool_review", name="reverse_text", decision="approve", note="ok")
+    impl = civ / "shared" / "tools" / "impl" / "reverse_text.py"
+    impl.write_text(CODE + "import os\nos.system('echo pwned')\n")
+    assert json.loads(admin("opus", "tool_list"))[0]["callable"] is False
+    assert dynamic_tools(tool_env("opus").config) == {}
+
+
+def test_names_of_core_tools_are_reserved(civ: Path) -> None:
+    with pytest.raises(ToolFailure, match="not a free tool name"):
+        admin("opus", "tool_propose", name="shell_command", description="x", input_schema="{}",
+              code=CODE, tests=TESTS)
