@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import io
+import subprocess
+import tarfile
 from collections.abc import Iterator
 from pathlib import Path
 
+import git
 import pytest
 
+from citizen import paths
 from tests.anthropic_server import MessagesServer
 
 _ISOLATED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
@@ -39,3 +44,26 @@ def civ(civ_root: Path) -> Path:
 
     civilization.init(["opus", "mira", "aria"])
     return civ_root
+
+
+@pytest.fixture
+def own_code(civ: Path) -> Path:
+    """opus's ~/code: a git clone of a baseline made from this checkout's HEAD."""
+    project = paths.project_dir()
+    archive = subprocess.run(["git", "-C", str(project), "archive", "HEAD"], check=True,
+                             capture_output=True).stdout
+    baseline = civ / "shared" / "baseline"
+    baseline.mkdir(parents=True, exist_ok=True)
+    with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
+        tar.extractall(baseline, filter="data")
+    repo = git.Repo.init(baseline, initial_branch="main")
+    repo.git.add("-A")
+    repo.git.commit("-q", "-m", "baseline", env={"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@x",
+                                                 "GIT_COMMITTER_NAME": "t",
+                                                 "GIT_COMMITTER_EMAIL": "t@x"})
+    code = civ / "opus" / "code"
+    code.rmdir()
+    clone = git.Repo.clone_from(str(baseline), code)
+    with clone.config_writer() as cw:
+        cw.set_value("user", "name", "opus").set_value("user", "email", "opus@x")
+    return code
