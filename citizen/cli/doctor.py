@@ -60,6 +60,14 @@ def _check_paths(name: str) -> list[Check]:
         problems += [p for p in [_mode_problem(shared, stat.S_IWOTH, "2775")] if p]
     checks.append(Check("paths", FAIL if problems else OK,
                         "; ".join(problems) or f"{home} and its .env have safe modes"))
+    from shared.identity import server_mode  # noqa: PLC0415
+
+    if server_mode(shared):
+        checks.append(Check("identity", OK, "server mode: every record in the commons is "
+                            "checked against its file's owner"))
+    else:
+        checks.append(Check("identity", OK, "dev mode (one Unix user): identity checks of "
+                            "commons records are off"))
     return checks
 
 
