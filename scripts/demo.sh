@@ -11,5 +11,5 @@ echo "==> citizen doctor"
 # --provider local: the demo never spends API money, even if a key is in the environment.
 "$citizen" --root "$(mktemp -d -t experience-doctor.XXXXXX)" doctor --provider local
 echo
-echo "==> citizen demo (three daemons on the embedded model; about 5 minutes on 2 cores)"
+echo "==> citizen demo (three daemons on the embedded model; 5 to 10 minutes on 2 cores)"
 "$citizen" demo "$@"

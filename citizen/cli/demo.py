@@ -26,7 +26,7 @@ TASKS = {
     "aria": "Write a short poem about persistence to notes/poem.md.",
 }
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
-DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 4, "max_output_tokens": 192}
+DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 3, "max_output_tokens": 192}
 
 
 def _free_port() -> int:
