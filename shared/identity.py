@@ -9,7 +9,6 @@ check cannot tell citizens apart and is off - `server_mode()` says which applies
 from __future__ import annotations
 
 import grp
-import os
 import pwd
 from pathlib import Path
 
@@ -47,7 +46,3 @@ def check_author(path: Path, claimed: str, enforce: bool) -> None:
         raise ForgedRecord(f"{path} claims to be from {claimed} (uid {uid}) but was written "
                            f"by uid {owner}; it is ignored")
 
-
-def current_user() -> str:
-    """The Unix user this process runs as."""
-    return pwd.getpwuid(os.geteuid()).pw_name
