@@ -279,11 +279,9 @@ class Daemon:
 
     def _record_end(self, number: int, code: int, duration: float) -> bool:
         """Log how the wake ended; True when it crashed (died, or our code raised)."""
-        logs = [p for p in wakelog.wake_logs(self.home) if p.name.startswith(f"{number:06d}-")]
-        end = None
-        if logs:
-            end = next((e for e in reversed(wakelog.read(logs[0]))
-                        if e.get("event") == "wake_end"), None)
+        logs = sorted(self.home.wake_logs.glob(f"{number:06d}-*.jsonl"))
+        events = wakelog.read(logs[0]) if logs else []
+        end = next((e for e in reversed(events) if e.get("event") == "wake_end"), None)
         if end is None:
             how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
             if logs:
@@ -296,7 +294,7 @@ class Daemon:
                  logs[0].stem.split("-", 1)[1], end.get("status"), duration,
                  end.get("cost_usd", 0.0), end.get("calls", 0),
                  f" - {end['reason']}" if end.get("reason") else "")
-        return any(e.get("event") == "error" for e in wakelog.read(logs[0]))
+        return any(e.get("event") == "error" for e in events)
 
     def _rollup_due(self) -> None:
         """The deterministic gate for memory roll-ups; the model runs in a child."""

@@ -14,16 +14,23 @@ from typing import Any
 from tests.anthropic_server import API_KEY, MessagesServer, tool_use
 
 
+def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, Any] | None:
+    """The answer to a wake's forced `respond` calls: route to 'fast'; pick the tools that
+    `wanted` accepts. None for any other call."""
+    if (body.get("tool_choice") or {}).get("name") != "respond":
+        return None
+    props = body["tools"][-1]["input_schema"]["properties"]
+    if "tier" in props:
+        return tool_use("respond", {"tier": "fast"})
+    return tool_use("respond", {"tools": [t for t in props["tools"]["items"]["enum"]
+                                          if wanted(t)]})
+
+
 def worker(body: dict[str, Any]) -> dict[str, Any]:
     """A model that routes to 'fast', writes a file, then completes the task."""
-    choice = body.get("tool_choice") or {}
-    if choice.get("name") == "respond":
-        props = body["tools"][-1]["input_schema"]["properties"]
-        if "tier" in props:
-            return tool_use("respond", {"tier": "fast"})
-        offered = props["tools"]["items"]["enum"]
-        return tool_use("respond", {"tools": [t for t in ("write_file", "task_complete")
-                                              if t in offered]})
+    answer = routing(body, lambda t: t in ("write_file", "task_complete"))
+    if answer is not None:
+        return answer
     last = body["messages"][-1]["content"]
     if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
         return tool_use("task_complete", {"summary": "wrote notes/out.md"})

@@ -20,20 +20,16 @@ from citizen import paths
 from citizen.tasks import TaskQueue
 from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer, tool_use
-from tests.daemons import daemon_env, wait_for
+from tests.daemons import daemon_env, routing, wait_for
 
 CITIZENS = ("opus", "mira", "aria")
 
 
 def citizen_model(body: dict[str, Any]) -> dict[str, Any]:
     """What each citizen 'decides', by who it is and how far its task has got."""
-    choice = body.get("tool_choice") or {}
-    if choice.get("name") == "respond":
-        props = body["tools"][-1]["input_schema"]["properties"]
-        if "tier" in props:
-            return tool_use("respond", {"tier": "fast"})
-        return tool_use("respond", {"tools": [t for t in props["tools"]["items"]["enum"]
-                                              if t.startswith("code_") or t == "task_complete"]})
+    answer = routing(body, lambda t: t.startswith("code_") or t == "task_complete")
+    if answer is not None:
+        return answer
     me = re.search(r"You are (\w+),", body["system"][0]["text"])[1]  # type: ignore[index]
     results = [b for m in body["messages"] if isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ from citizen.errors import ProviderError
 from citizen.llm.base import Request, ToolSpec
 from citizen.llm.local import FINAL, LocalProvider, _to_chat
 from citizen.llm.model_file import MODEL_FILE, ensure_model, model_path
+from tests.mailserver import free_port
 
 pytestmark = pytest.mark.model
 
@@ -133,17 +133,10 @@ def test_concurrent_first_assembly_yields_one_complete_file(tmp_path: Path) -> N
     assert not list(cache.glob("*.partial-*"))  # no half-written file left behind
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
-
-
 @pytest.fixture(scope="module")
 def model_server() -> Iterator[str]:
     """llama-cpp-python's own OpenAI-compatible server, as a real subprocess."""
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(ensure_model()),
          "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "4096"],
@@ -175,7 +168,7 @@ def test_openai_compatible_server_by_url(model_server: str) -> None:
 
 
 def test_unreachable_server_names_the_fix() -> None:
-    llm = make(url=f"http://127.0.0.1:{_free_port()}")
+    llm = make(url=f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ProviderError, match="cannot reach the model server"):
         llm.complete(ask("hi", max_tokens=4))
 
