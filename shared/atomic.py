@@ -71,6 +71,25 @@ def write_json(path: Path, data: Any, mode: int = 0o640,
     return raw
 
 
+def create_json(path: Path, data: Any, mode: int = 0o640) -> None:
+    """Write `data` to `path` atomically, only if `path` does not exist yet.
+
+    :raises FileExistsError: it exists (a vote, once cast, is never replaced).
+    """
+    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(raw)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
+        os.link(tmp, path)  # atomic and exclusive: fails when the name is taken
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    _fsync_dir(path.parent)
+
+
 def read_json(path: Path, schema_version: int | None = None) -> Any:
     """Read a JSON state file, checking its `schema_version` when one is given.
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.atomic import CorruptFile, read_json, write_json
+from shared.atomic import CorruptFile, create_json, read_json, write_json
 from shared.identity import ForgedRecord, check_author
 
 log = logging.getLogger(__name__)
@@ -42,6 +42,12 @@ def write(top: Path, path: Path, record: dict[str, Any]) -> None:
     """Write one record (its directories made group-addable and sticky)."""
     make_dirs(path.parent, top)
     write_json(path, record, mode=RECORD_MODE)
+
+
+def create(top: Path, path: Path, record: dict[str, Any]) -> None:
+    """Write one record that may exist only once (a vote): FileExistsError if it does."""
+    make_dirs(path.parent, top)
+    create_json(path, record, mode=RECORD_MODE)
 
 
 def read_claimed(path: Path, enforce: bool, key: str = "citizen") -> dict[str, Any] | None:

@@ -1,0 +1,110 @@
+"""Collective episodic memory: `shared/memory/episodes.jsonl` and `consensus_history.jsonl`.
+
+Each finished proposal leaves one episode (goal, outcome, rounds, conflicts, key
+learnings, values served, weight adjustments). The seed's compaction keeps the
+last KEEP episodes in full; older ones move to `episodes_archive.jsonl` and their
+learnings are summarised (extractively - no model) into `episodes_summary.md`.
+Relevant episodes for a prompt are found with SQLite FTS5 over the kept ones.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from filelock import FileLock
+
+from shared.atomic import append_line, read_jsonl, write_bytes
+
+KEEP = 100  # episodes kept in full (the seed's sliding window)
+COMPACT_AT = 200  # compact once this many have accumulated
+MODE = 0o664  # appended by every integrator (group `citizens`), read by all
+
+
+class Episodes:
+    def __init__(self, shared_dir: Path) -> None:
+        self.dir = shared_dir / "memory"
+        self.path = self.dir / "episodes.jsonl"
+        self.history_path = self.dir / "consensus_history.jsonl"
+        self.archive = self.dir / "episodes_archive.jsonl"
+        self.summary = self.dir / "episodes_summary.md"
+        # One lock for appends and compaction: compaction rewrites episodes.jsonl.
+        self.lock = FileLock(str(self.dir / ".episodes.lock"), mode=0o660)
+
+    def all(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.path) if self.path.exists() else []
+
+    def history(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.history_path) if self.history_path.exists() else []
+
+    def add(self, episode: dict[str, Any]) -> None:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        with self.lock:
+            append_line(self.path, episode, mode=MODE)
+            if len(self.all()) > COMPACT_AT:
+                self._compact()
+
+    def decision(self, line: dict[str, Any]) -> None:
+        """Append one consensus decision to the history."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        append_line(self.history_path, line, mode=MODE)
+
+    def _compact(self) -> None:
+        episodes = self.all()
+        old, keep = episodes[:-KEEP], episodes[-KEEP:]
+        for ep in old:
+            append_line(self.archive, ep, mode=MODE)
+        learnings = Counter(str(x) for ep in self.archive_all() for x in
+                            ep.get("key_learnings", []))
+        outcomes = Counter(str(ep.get("outcome")) for ep in self.archive_all())
+        lines = ["# Older episodes, summarised", "",
+                 "Outcomes: " + ", ".join(f"{k} {v}" for k, v in outcomes.most_common()), "",
+                 "Most repeated learnings:", ""]
+        lines += [f"- ({n}×) {text}" for text, n in learnings.most_common(30)]
+        write_bytes(self.summary, ("\n".join(lines) + "\n").encode(), mode=MODE)
+        body = "".join(_line(ep) for ep in keep).encode()
+        write_bytes(self.path, body, mode=MODE)
+
+    def archive_all(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.archive) if self.archive.exists() else []
+
+    def relevant(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
+        """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
+        episodes = self.all()
+        words = re.findall(r"[A-Za-z0-9]{3,}", text.lower())[:30]
+        if not episodes:
+            return []
+        if not words:
+            return episodes[-limit:]
+        db = sqlite3.connect(":memory:")
+        db.execute("CREATE VIRTUAL TABLE e USING fts5(body)")
+        db.executemany("INSERT INTO e(rowid, body) VALUES (?, ?)",
+                       [(i, _searchable(ep)) for i, ep in enumerate(episodes)])
+        query = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+        rows = db.execute("SELECT rowid FROM e WHERE e MATCH ? ORDER BY rank LIMIT ?",
+                          (query, limit)).fetchall()
+        db.close()
+        found = [episodes[r[0]] for r in rows]
+        return found or episodes[-limit:]
+
+
+def _line(ep: dict[str, Any]) -> str:
+    return json.dumps(ep, ensure_ascii=False, separators=(",", ":")) + "\n"
+
+
+def _searchable(ep: dict[str, Any]) -> str:
+    parts = [str(ep.get("goal", "")), str(ep.get("outcome", "")),
+             " ".join(str(x) for x in ep.get("key_learnings", []))]
+    return " ".join(parts)
+
+
+def brief(episodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """What a prompt sees of an episode: id, goal, outcome, learnings."""
+    return [{"id": ep.get("id"), "goal": str(ep.get("goal", ""))[:200],
+             "outcome": ep.get("outcome"),
+             "key_learnings": [str(x)[:200] for x in ep.get("key_learnings", [])][:3]}
+            for ep in episodes]

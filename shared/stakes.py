@@ -1,0 +1,122 @@
+"""Stakes of a proposal, classified from its actions - never from what the proposer claims.
+
+The seed's table: read, list, search → low (2/3 agree); write, edit, test → medium
+(unanimous); delete, deploy, architecture → high (unanimous and a human). A
+proposal's stakes are those of its highest action. Anything this module does not
+recognise is high: an unknown action is exactly what a human should look at.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+LEVELS = ("low", "medium", "high")
+THRESHOLDS = {"low": "2/3", "medium": "unanimous", "high": "unanimous + human"}
+
+ACTION_TOOLS = ("read_file", "list_files", "search", "write_file", "append_file", "edit_file",
+                "run_tests", "delete_file", "run")
+_LOW_TOOLS = {"read_file", "list_files", "search"}
+_MEDIUM_TOOLS = {"write_file", "append_file", "edit_file", "run_tests"}
+
+# Paths whose change alters the civilization's architecture or its shared baseline.
+_ARCHITECTURE = re.compile(
+    r"(^|/)(baseline|systemd|scripts|\.git|\.ci)(/|$)|(^|/)(DESIGN|DEPLOY)\.md$"
+    r"|(^|/)(pyproject\.toml|setup\.py|values\.yaml)$|(^|/)templates/", re.IGNORECASE)
+
+# Shell programs that only look.
+_READ_ONLY = {"ls", "cat", "head", "tail", "grep", "rg", "find", "wc", "pwd", "echo", "stat",
+              "file", "diff", "du", "df", "tree", "sort", "uniq", "true"}
+_READ_ONLY_GIT = {"status", "log", "diff", "show", "blame", "branch", "ls-files", "rev-parse"}
+_TESTS = {"pytest", "ruff", "mypy"}
+# Programs that remove, overwrite, publish or escalate: always a human's call.
+_DESTRUCTIVE = {"rm", "rmdir", "mv", "dd", "mkfs", "shred", "truncate", "chmod", "chown",
+                "chgrp", "kill", "pkill", "killall", "sudo", "su", "systemctl", "reboot",
+                "shutdown", "curl", "wget", "scp", "rsync", "ssh", "useradd", "userdel",
+                "crontab", "tee", "sed", "install", "ln", "cp"}
+_DESTRUCTIVE_GIT = {"push", "reset", "clean", "rebase", "checkout", "restore", "rm", "mv",
+                    "filter-branch", "gc", "prune", "branch-D"}
+# Interpreters given code inline: what they do cannot be read from the command line.
+_INTERPRETERS = {"python", "python3", "bash", "sh", "zsh", "perl", "ruby", "node", "eval",
+                 "exec", "xargs", "env", "awk"}
+_SEPARATORS = re.compile(r"&&|\|\||[;|&\n]|\$\(|`")
+
+
+def _rank(level: str) -> int:
+    return LEVELS.index(level)
+
+
+def highest(levels: Iterable[str]) -> str:
+    return max(levels, key=_rank, default="low")
+
+
+def command_stakes(command: str) -> tuple[str, str]:
+    """Stakes of a shell command line, and why."""
+    if re.search(r"(^|[^0-9&])>{1,2}(?!&)", command):
+        return "high", "redirects output into a file (overwrites)"
+    found = [("low", "reads only")]
+    for part in _SEPARATORS.split(command):
+        try:
+            words = shlex.split(part)
+        except ValueError:
+            return "high", "a command line that does not parse"
+        if not words:
+            continue
+        prog = words[0].rsplit("/", 1)[-1]
+        if prog == "git":
+            sub = words[1] if len(words) > 1 else ""
+            if sub in _DESTRUCTIVE_GIT or (sub == "branch" and "-D" in words):
+                return "high", f"git {sub} rewrites or removes history or files"
+            level = "low" if sub in _READ_ONLY_GIT else "medium"
+            found.append((level, f"git {sub}"))
+        elif prog in _DESTRUCTIVE:
+            return "high", f"{prog} removes, overwrites, publishes or escalates"
+        elif prog in _INTERPRETERS or prog.startswith("python"):
+            if prog.startswith("python") and words[1:3] == ["-m", "pytest"]:
+                found.append(("medium", "runs tests"))
+                continue
+            return "high", f"{prog} runs code that cannot be read from the command line"
+        elif prog in _TESTS:
+            found.append(("medium", "runs tests"))
+        elif prog in _READ_ONLY:
+            found.append(("low", f"{prog} reads only"))
+        else:
+            found.append(("medium", f"{prog} is not a known read-only program"))
+    level = highest(f[0] for f in found)
+    return level, next(why for lvl, why in reversed(found) if lvl == level)
+
+
+def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:
+    """Stakes of one action `{"tool": …, "args": {…}}`, and why."""
+    tool = str(action.get("tool", ""))
+    args = action.get("args") or {}
+    path = str(args.get("path", "")) if isinstance(args, Mapping) else ""
+    if tool in _LOW_TOOLS:
+        return "low", f"{tool} reads only"
+    if tool in _MEDIUM_TOOLS:
+        if _ARCHITECTURE.search(path):
+            return "high", f"{tool} changes {path}, part of the baseline or architecture"
+        return "medium", f"{tool} changes {path or 'files'}"
+    if tool == "delete_file":
+        return "high", f"deletes {path or 'a file'}"
+    if tool == "run":
+        command = str(args.get("command", "")) if isinstance(args, Mapping) else ""
+        return command_stakes(command)
+    return "high", f"unknown action '{tool}' (known: {', '.join(ACTION_TOOLS)})"
+
+
+def classify(actions: Iterable[Mapping[str, Any]]) -> tuple[str, list[str]]:
+    """A proposal's stakes (its highest action's) and the reason for each action."""
+    rated = [action_stakes(a) for a in actions]
+    if not rated:
+        return "low", ["no actions"]
+    return highest(r[0] for r in rated), [f"{lvl}: {why}" for lvl, why in rated]
+
+
+def threshold_met(stakes: str, approvals: int, voters: int) -> bool:
+    """Whether `approvals` of `voters` citizens meet the stakes' threshold (humans aside)."""
+    if stakes == "low":
+        return approvals * 3 >= voters * 2
+    return approvals == voters

@@ -1,0 +1,129 @@
+"""Frozen values, mutable weights (the Thought World value framework).
+
+`templates/values.yaml` holds the base values (frozen) and, per role profile, the
+starting weights and their bounds. A citizen's current weights are its profile's
+plus every adjustment in `shared/values/weight_history.jsonl` - each line applied
+only if it keeps the weight within the profile's bounds, so even a hand-edited
+history can never push a weight outside them.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.atomic import append_line, read_jsonl
+from shared.errors import SharedError
+
+MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
+HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
+
+
+class WeightError(SharedError, ValueError):
+    """A weight change that is not allowed (unknown value, no cited episode, out of bounds)."""
+
+
+@dataclass(frozen=True)
+class Framework:
+    """The base values and the role profiles."""
+
+    base_values: dict[str, str]
+    profiles: dict[str, dict[str, float]]
+    bounds: dict[str, dict[str, tuple[float, float]]]
+
+    @classmethod
+    def load(cls, path: Path) -> Framework:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        roles = data["agent_roles"]
+        return cls(dict(data["base_values"]),
+                   {r: {v: float(w) for v, w in p["weights"].items()} for r, p in roles.items()},
+                   {r: {v: (float(b[0]), float(b[1])) for v, b in p["bounds"].items()}
+                    for r, p in roles.items()})
+
+
+class Weights:
+    """Every citizen's weights, derived from its profile and the history."""
+
+    def __init__(self, shared_dir: Path, framework: Framework,
+                 profiles: Mapping[str, str]) -> None:
+        self.history_path = shared_dir / "values" / "weight_history.jsonl"
+        self.framework = framework
+        self.profiles = dict(profiles)  # citizen -> profile name (executor, verifier, …)
+
+    def profile(self, citizen: str) -> str:
+        return self.profiles.get(citizen, "integrator")
+
+    def history(self) -> list[dict[str, Any]]:
+        return read_jsonl(self.history_path) if self.history_path.exists() else []
+
+    def current(self, citizen: str) -> dict[str, float]:
+        prof = self.profile(citizen)
+        weights = dict(self.framework.profiles[prof])
+        bounds = self.framework.bounds[prof]
+        for line in self.history():
+            if line.get("citizen") != citizen or line.get("value") not in weights:
+                continue
+            value = str(line["value"])
+            try:
+                new = round(weights[value] + float(line["delta"]), 4)
+            except (TypeError, ValueError):
+                continue
+            low, high = bounds[value]
+            if low <= new <= high and abs(float(line["delta"])) <= MAX_STEP + 1e-9:
+                weights[value] = new
+        return weights
+
+    def adjust(self, citizen: str, value: str, delta: float, *, episodes: list[str],
+               approved_by: str, reason: str) -> dict[str, Any]:
+        """Record one adjustment approved by the integrator `approved_by`.
+
+        :raises WeightError: unknown value, no cited episode, a step over MAX_STEP, the
+            integrator adjusting itself, or a result outside the profile's bounds.
+        """
+        if value not in self.framework.base_values:
+            raise WeightError(f"'{value}' is not a base value "
+                              f"({', '.join(self.framework.base_values)})")
+        if not episodes:
+            raise WeightError("a weight change must cite the episodes that motivate it")
+        if approved_by == citizen:
+            raise WeightError(f"{citizen} cannot approve a change to its own weights")
+        if abs(delta) > MAX_STEP + 1e-9:
+            raise WeightError(f"a step of {delta:+.2f} is over the limit of ±{MAX_STEP}")
+        old = self.current(citizen)[value]
+        new = round(old + delta, 4)
+        low, high = self.framework.bounds[self.profile(citizen)][value]
+        if not low <= new <= high:
+            raise WeightError(f"{citizen}'s {value} would become {new:.2f}, outside its "
+                              f"bounds [{low}, {high}]")
+        line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "citizen": citizen,
+                "value": value, "old": old, "new": new, "delta": delta, "episodes": episodes,
+                "approved_by": approved_by, "reason": reason[:500]}
+        append_line(self.history_path, line, mode=HISTORY_MODE)
+        return line
+
+    def diversity(self, citizens: Iterable[str]) -> dict[str, float]:
+        """Standard deviation of each value's weight across citizens (seed: σ > 0.15)."""
+        rows = [self.current(c) for c in citizens]
+        if len(rows) < 2:
+            return {v: 0.0 for v in self.framework.base_values}
+        return {v: round(statistics.pstdev(r[v] for r in rows), 4)
+                for v in self.framework.base_values}
+
+
+def alignment(weights_by_citizen: Mapping[str, Mapping[str, float]],
+              cited: Mapping[str, Iterable[str]]) -> float:
+    """The seed's tiebreak score of one position: for each value its holders cite, the
+    highest weight any holder gives it, summed (each value counted once, so a position
+    cannot win by repeating itself)."""
+    best: dict[str, float] = {}
+    for citizen, values in cited.items():
+        for v in values:
+            w = float(weights_by_citizen[citizen].get(v, 0.0))
+            best[v] = max(best.get(v, 0.0), w)
+    return round(sum(best.values()), 4)

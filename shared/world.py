@@ -1,0 +1,191 @@
+"""The Thought World repository (`shared/world/`): where approved proposals act.
+
+An approved proposal's actions run here, mechanically - the executor's daemon
+carries out exactly the actions that were voted on, nothing a model says later -
+and are committed with git in one commit naming the proposal, so any outcome can
+be inspected and reverted. Paths are confined to the repository.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import git
+from filelock import FileLock
+
+from shared.errors import SharedError
+
+FILE_MODE = 0o664  # the next executor may be another citizen (group `citizens`)
+DIR_MODE = 0o2775  # group-writable; setgid keeps group `citizens`
+RUN_TIMEOUT_S = 120
+OUTPUT_CHARS = 4000
+
+
+class ActionError(SharedError, ValueError):
+    """An action that cannot run (bad path, unknown tool, failing command)."""
+
+
+def _git_env(repo_dir: Path) -> dict[str, str]:
+    # Each citizen is its own Unix user; git refuses a repository another user owns
+    # unless it is declared safe. Declared for this command only, not globally.
+    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
+            "GIT_CONFIG_VALUE_0": str(repo_dir)}
+
+
+class World:
+    def __init__(self, shared_dir: Path) -> None:
+        self.dir = shared_dir / "world"
+        # One executor at a time: actions and their commit must not interleave with another's.
+        self.lock = FileLock(str(shared_dir / ".world.lock"), mode=0o660)
+
+    def repo(self) -> git.Repo:
+        """The repository, created on first use."""
+        if not (self.dir / ".git").exists():
+            self.dir.mkdir(exist_ok=True)
+            os.chmod(self.dir, DIR_MODE)  # explicit: mkdir's mode is filtered by the umask
+            repo = git.Repo.init(self.dir, shared="group")
+            repo.git.update_environment(**_git_env(self.dir))
+            readme = self.dir / "README.md"
+            readme.write_text("# Thought World\n\nChanged only by approved proposals.\n")
+            os.chmod(readme, FILE_MODE)
+            repo.index.add(["README.md"])
+            repo.index.commit("Thought World repository",
+                              author=git.Actor("experience", "experience@localhost"),
+                              committer=git.Actor("experience", "experience@localhost"))
+            return repo
+        repo = git.Repo(self.dir)
+        repo.git.update_environment(**_git_env(self.dir))
+        return repo
+
+    def path(self, rel: str) -> Path:
+        """A path inside the repository.
+
+        :raises ActionError: absolute, escaping, or inside `.git`.
+        """
+        if not rel or rel.startswith("/") or "\x00" in rel:
+            raise ActionError(f"path '{rel}' must be relative to the world repository")
+        full = (self.dir / rel).resolve()
+        if not full.is_relative_to(self.dir.resolve()) or ".git" in full.parts:
+            raise ActionError(f"path '{rel}' leaves the world repository")
+        return full
+
+    def run(self, actions: list[Mapping[str, Any]], env: Mapping[str, str]) -> list[dict[str, Any]]:
+        """Carry out actions in order; stop at the first that fails. Returns one result each."""
+        results = []
+        for i, action in enumerate(actions):
+            try:
+                out = self._one(action, env)
+                results.append({"action": i, "tool": action.get("tool"), "ok": True,
+                                "output": out[:OUTPUT_CHARS]})
+            except (ActionError, OSError) as exc:
+                results.append({"action": i, "tool": action.get("tool"), "ok": False,
+                                "output": str(exc)[:OUTPUT_CHARS]})
+                break
+        return results
+
+    def _one(self, action: Mapping[str, Any], env: Mapping[str, str]) -> str:  # noqa: PLR0911
+        tool = str(action.get("tool", ""))
+        args = dict(action.get("args") or {})
+        if tool in ("run", "run_tests"):
+            return self._command(str(args.get("command", "")), env)
+        target = self.path(str(args.get("path", "")))
+        if tool == "read_file":
+            return target.read_text(encoding="utf-8", errors="replace")
+        if tool == "list_files":
+            return "\n".join(sorted(str(p.relative_to(self.dir)) for p in target.rglob("*")
+                                    if ".git" not in p.parts))
+        if tool == "search":
+            pattern = str(args.get("pattern", ""))
+            return "\n".join(str(p.relative_to(self.dir)) for p in sorted(target.rglob("*"))
+                             if p.is_file() and ".git" not in p.parts
+                             and pattern in p.read_text(errors="replace"))
+        if tool in ("write_file", "append_file"):
+            self._make_parents(target)
+            content = str(args.get("content", ""))
+            with target.open("a" if tool == "append_file" else "w", encoding="utf-8") as fh:
+                fh.write(content)
+            os.chmod(target, FILE_MODE)
+            return f"wrote {len(content)} characters to {args['path']}"
+        if tool == "edit_file":
+            text = target.read_text(encoding="utf-8")
+            old, new = str(args.get("old", "")), str(args.get("new", ""))
+            if not old or old not in text:
+                raise ActionError(f"edit_file: the text to replace is not in {args['path']}")
+            target.write_text(text.replace(old, new, 1), encoding="utf-8")
+            return f"edited {args['path']}"
+        if tool == "delete_file":
+            target.unlink()
+            return f"deleted {args['path']}"
+        raise ActionError(f"unknown action '{tool}'")
+
+    def _make_parents(self, target: Path) -> None:
+        missing = [p for p in target.parents if p.is_relative_to(self.dir) and not p.exists()]
+        for directory in reversed(missing):
+            directory.mkdir()
+            os.chmod(directory, DIR_MODE)  # explicit: the umask would drop group write
+
+    def _command(self, command: str, env: Mapping[str, str]) -> str:
+        if not command.strip():
+            raise ActionError("run: no command given")
+        try:
+            proc = subprocess.run(["bash", "-c", command], cwd=self.dir, env=dict(env),
+                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
+                                  check=False, stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise ActionError(f"run: timed out after {RUN_TIMEOUT_S} s") from exc
+        out = f"exit code {proc.returncode}\n{proc.stdout}{proc.stderr}"
+        if proc.returncode != 0:
+            raise ActionError(out[:OUTPUT_CHARS])
+        return out
+
+    def commit(self, message: str, citizen: str) -> str | None:
+        """Commit every change; None when nothing changed."""
+        repo = self.repo()
+        repo.git.add("--all")
+        if not repo.is_dirty(index=True, untracked_files=True):
+            return None
+        who = git.Actor(citizen, f"{citizen}@localhost")
+        return str(repo.index.commit(message, author=who, committer=who).hexsha)
+
+    def revert(self, sha: str, citizen: str) -> str:
+        repo = self.repo()
+        repo.git.revert("--no-edit", sha, env={"GIT_AUTHOR_NAME": citizen,
+                                                "GIT_COMMITTER_NAME": citizen,
+                                                "GIT_AUTHOR_EMAIL": f"{citizen}@localhost",
+                                                "GIT_COMMITTER_EMAIL": f"{citizen}@localhost"})
+        return str(repo.head.commit.hexsha)
+
+    def discard(self) -> None:
+        """Throw away uncommitted changes (a failed execution leaves nothing behind)."""
+        repo = self.repo()
+        repo.git.reset("--hard")
+        repo.git.clean("-fd")
+
+    def check(self, actions: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Mechanical outcome checks: does each change's result exist as stated?"""
+        checks = []
+        for action in actions:
+            tool = action.get("tool")
+            args = dict(action.get("args") or {})
+            rel = str(args.get("path", ""))
+            if tool not in ("write_file", "append_file", "edit_file", "delete_file"):
+                continue
+            try:
+                target = self.path(rel)
+            except ActionError as exc:
+                checks.append({"check": f"{tool} {rel}", "met": False, "evidence": str(exc)})
+                continue
+            if tool == "delete_file":
+                checks.append({"check": f"{rel} is gone", "met": not target.exists(),
+                               "evidence": "absent" if not target.exists() else "still there"})
+                continue
+            want = str(args.get("new" if tool == "edit_file" else "content", ""))
+            text = target.read_text(errors="replace") if target.is_file() else None
+            met = text is not None and want in text
+            checks.append({"check": f"{rel} holds the stated text", "met": met,
+                           "evidence": "missing" if text is None else text[:300]})
+        return checks
