@@ -16,6 +16,9 @@ from citizen.contexts import ContextStore
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
+from shared.consensus import Consensus
+from shared.identity import server_mode
+from shared.values import Framework
 
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
@@ -98,6 +101,14 @@ def citizens() -> list[str]:
     if not root.is_dir():
         return []
     return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+
+
+def consensus(tpl: config.Templates) -> Consensus:
+    """The Thought World protocol over this civilization's commons."""
+    shared = paths.shared_dir()
+    names = citizens()
+    return Consensus(shared, Framework.load(tpl.dir / "values.yaml"),
+                     {n: tpl.values_profile(n) for n in names}, names, server_mode(shared))
 
 
 def init(names: list[str]) -> list[str]:

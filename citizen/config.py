@@ -50,6 +50,8 @@ _CITIZEN_PROPS: dict[str, Any] = {
     "email": {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+$"},
     "focus": {"type": "string", "minLength": 1},
     "strengths": {"type": "array", "items": {"type": "string"}},
+    # Which Thought World weight profile (values.yaml agent_roles) a citizen starts from.
+    "values_profile": {"enum": ["executor", "verifier", "integrator"]},
     "council": {"type": "array", "minItems": 1, "items": _SEAT},
     "context_limits": {
         "type": "object",
@@ -464,6 +466,11 @@ class Templates:
         """Slot (0-9) → wake type for a citizen."""
         own = self._alloc["citizens"].get(name, self._alloc["default"])
         return dict(sorted((int(k), v) for k, v in {**own, **self._alloc["mandatory"]}.items()))
+
+    def values_profile(self, name: str) -> str:
+        """The value-weight profile a citizen starts from (integrator when none is set)."""
+        entry = self._configs["citizens"].get(name, {})
+        return str(entry.get("values_profile", "integrator"))
 
     def wake_prompt(self, wake_type: str, /, **variables: object) -> str:
         """The user-turn instruction for a wake type, with `${…}` placeholders filled."""

@@ -22,7 +22,7 @@ from shared.atomic import CorruptFile, read_json, write_json
 
 SCHEMA_VERSION = 1
 STATES = ("queue", "active", "done", "failed")
-TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH")
+TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH", "CONSENSUS")
 
 
 class TaskError(CitizenError, LookupError):
@@ -123,19 +123,30 @@ class TaskQueue:
         ids = self.ids("active")
         return self.load("active", ids[0]) if ids else None
 
-    def peek(self, kinds: tuple[str, ...] = ()) -> str | None:
-        """The id of the task the next claim would take (preferring `kinds`), without moving it."""
-        if self.ids("active"):
-            return self.ids("active")[0]
-        queued = self.ids("queue")
-        if kinds:
-            for task_id in queued:
-                try:
-                    if self.load("queue", task_id).kind in kinds:
-                        return task_id
-                except CorruptFile:
-                    return task_id  # surface it: the claim quarantines it with a reason
-        return queued[0] if queued else None
+    def peek(self, kinds: tuple[str, ...] = (), exclude: tuple[str, ...] = ()) -> str | None:
+        """The id of the task the next claim would take (preferring `kinds`, never one of
+        `exclude`), without moving it."""
+        active = self.ids("active")
+        if active:
+            return active[0] if not exclude or self._kind("active", active[0]) not in exclude \
+                else None
+        fallback = None
+        for task_id in self.ids("queue"):
+            kind = self._kind("queue", task_id)
+            if kind is None:
+                return task_id  # surface it: the claim quarantines it with a reason
+            if kind in exclude:
+                continue
+            if not kinds or kind in kinds:
+                return task_id
+            fallback = fallback or task_id
+        return fallback
+
+    def _kind(self, state: str, task_id: str) -> str | None:
+        try:
+            return self.load(state, task_id).kind
+        except CorruptFile:
+            return None
 
     def claim(self, task_id: str) -> Task:
         """Make a queued task active (or return the task already active).

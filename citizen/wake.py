@@ -172,6 +172,9 @@ class _Run:
                                   max_usd_per_wake=budget.max_usd_per_wake,
                                   max_iterations=budget.max_iterations)]
         system += [c.render() for c in contexts.values() if c.entries]
+        if not kind.loop:
+            ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
+            return self._ended(kind, setup, env, ending)
         tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
                  **core_tools(mail=mail_configured(env.secrets),
                               code=(self.home.code / ".git").exists())}
@@ -182,6 +185,11 @@ class _Run:
         self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
                           instruction=instruction, tier=tier)
+        return self._ended(kind, setup, env, ending)
+
+    def _ended(self, kind: wakes.WakeType, setup: Setup, env: ToolEnv,
+               ending: wakes.Ending) -> tuple[str, str]:
+        contexts = env.contexts
         self.wlog.event("loop_end", status=ending.status, reason=ending.reason,
                         text=ending.text[:1000])
         summary = kind.end(setup, env, ending)

@@ -38,6 +38,7 @@ from shared import gaming, records, stakes
 from shared.atomic import CorruptFile, read_json, write_json
 from shared.episodes import Episodes
 from shared.errors import SharedError
+from shared.identity import ForgedRecord, check_author
 from shared.values import Framework, WeightError, Weights, alignment
 from shared.world import World
 
@@ -324,7 +325,19 @@ class Consensus:
         except CorruptFile as exc:
             log.warning("ignoring %s: %s", path, exc)
             return None
-        if self.enforce:
+        relay = str(rec.get("relayed_by", ""))
+        if relay:
+            # A mail decision is filed by the citizen that received the mail; it must be
+            # that citizen's file and name the message (its mail ledger has it).
+            try:
+                check_author(path, relay, self.enforce)
+            except ForgedRecord as exc:
+                log.warning("ignoring %s: %s", path, exc)
+                return None
+            if not rec.get("message_id"):
+                log.warning("ignoring %s: a mail decision without its Message-ID", path)
+                return None
+        elif self.enforce:
             owner = path.stat().st_uid
             for c in self.citizens:
                 try:
@@ -429,9 +442,11 @@ class Consensus:
                                 "flags": after.flags})
         return after
 
-    def decide_human(self, pid: str, operator: str, decision: str, why: str = "") -> Derived:
+    def decide_human(self, pid: str, operator: str, decision: str, why: str = "", *,
+                     relayed_by: str = "", message_id: str = "") -> Derived:
         """An operator approves (only when a human is owed) or rejects (any time before
-        execution)."""
+        execution). `relayed_by`: the citizen whose mailbox received the operator's mail
+        decision (then the record is that citizen's file, naming the mail)."""
         d = self.load(pid)
         if decision == "approve" and d.phase != "human":
             raise ConsensusError(f"{pid} is at '{d.phase}': there is nothing for a human to "
@@ -444,7 +459,8 @@ class Consensus:
         try:
             records.create(self.shared, self.records_dir / pid / "human.json",
                            {"operator": operator, "decision": decision, "why": why[:2000],
-                            "ts": now_iso()})
+                            "ts": now_iso(), "relayed_by": relayed_by,
+                            "message_id": message_id})
         except FileExistsError as exc:
             raise ConsensusError(f"{pid}: a human has already decided") from exc
         return self.refresh(pid)

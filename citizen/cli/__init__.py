@@ -33,6 +33,11 @@ COMMANDS = {
     "onboard": "citizen.cli.onboard:onboard",
     "doctor": "citizen.cli.doctor:doctor",
     "ask": "citizen.cli.ask:ask",
+    "proposals": "citizen.cli.consensus:proposals",
+    "proposal": "citizen.cli.consensus:proposal",
+    "approve": "citizen.cli.consensus:approve",
+    "reject": "citizen.cli.consensus:reject",
+    "consensus": "citizen.cli.consensus:consensus",
 }
 
 

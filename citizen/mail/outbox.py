@@ -101,6 +101,25 @@ def sent_recently(home: Home, source: str, seconds: float = 3600.0) -> int:
     return count
 
 
+def notice(home: Home, acct: Account, to: str, subject: str, body: str, *,
+           in_reply_to: str = "") -> str:
+    """Queue a message the daemon sends on its own (e.g. a proposal's outcome to the
+    operator who asked for it) and try to send it now."""
+    msg = EmailMessage()
+    msg["From"] = acct.user
+    msg["To"] = to
+    msg["Subject"] = subject
+    if in_reply_to:
+        msg["In-Reply-To"] = in_reply_to
+        msg["References"] = in_reply_to
+    msg["Date"] = formatdate(localtime=False)
+    msg["Message-ID"] = make_msgid(domain=acct.user.rpartition("@")[2] or "experience.local")
+    msg.set_content(body)
+    queue(home, msg, "notice")
+    sent, error = flush(home, acct)
+    return "sent" if sent and not error else f"queued ({error or 'will retry'})"
+
+
 def answer(home: Home, acct: Account, task: Task) -> str:
     """Queue the threaded reply for a finished mail task and try to send it now."""
     queue(home, reply_to_task(task, acct.user), "reply")

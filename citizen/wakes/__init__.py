@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from citizen.wakes.base import Ending, Gate, Setup, WakeType
+from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wakes.consensus import ConsensusWake
 from citizen.wakes.dry_audit import DryAuditWake
 from citizen.wakes.library import LibraryWake
 from citizen.wakes.peer_monitor import PeerMonitorWake
 from citizen.wakes.reflect import ReflectWake
 from citizen.wakes.task import CodeWake, DebugWake, ResearchWake, TaskWake
 
-__all__ = ["Ending", "Gate", "Setup", "WakeType", "get", "register", "registered"]
+__all__ = ["Ask", "Ending", "Gate", "Setup", "WakeType", "get", "register", "registered"]
 
 _REGISTRY: dict[str, type[WakeType]] = {}
 
@@ -31,5 +32,5 @@ def registered() -> list[str]:
 
 
 for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
-             PeerMonitorWake, DryAuditWake):
+             PeerMonitorWake, DryAuditWake, ConsensusWake):
     register(_cls)

@@ -8,6 +8,8 @@ from citizen.tasks import Task
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
 
+# Task kinds with a wake type of their own that is not a tool loop: never taken here.
+OWN_WAKE_KINDS = ("CONSENSUS",)
 # A task the model keeps working on without finishing fails after this many wakes.
 MAX_WAKES_PER_TASK = 5
 _FAILING_ENDINGS = {
@@ -25,7 +27,7 @@ class TaskWake(WakeType):
     required_tools = ("task_complete", "task_stuck", "task_progress")
 
     def gate(self, setup: Setup) -> Gate:
-        task_id = setup.tasks.peek(self.prefer)
+        task_id = setup.tasks.peek(self.prefer, exclude=OWN_WAKE_KINDS)
         if task_id is None:
             return Gate(False, "task queue is empty")
         return Gate(True, f"task {task_id} is waiting", {"task_id": task_id})
@@ -41,39 +43,40 @@ class TaskWake(WakeType):
             return ending.status
         if env.task_outcome is not None:
             status, result = env.task_outcome
-            self._finish(setup, env, task, "done" if status == "done" else "stuck", result)
+            finish_task(setup, env, task, "done" if status == "done" else "stuck", result)
             return f"task {task.id} {status}: {result[:200]}"
         if ending.status in _FAILING_ENDINGS or ending.status == "provider_error":
             why = _FAILING_ENDINGS.get(ending.status, "model provider failed")
-            self._finish(setup, env, task, "failed", f"{why}: {ending.reason}")
+            finish_task(setup, env, task, "failed", f"{why}: {ending.reason}")
             return f"task {task.id} failed: {why}"
         wakes = sum(1 for h in task.history if h.get("event") == "wake")
         note = ending.text[:500] or "(the wake ended without a result)"
         task.history.append({"event": "wake", "wake": setup.number, "note": note})
         if wakes + 1 >= MAX_WAKES_PER_TASK:
-            self._finish(setup, env, task, "failed",
+            finish_task(setup, env, task, "failed",
                          f"no result after {MAX_WAKES_PER_TASK} wakes; last note: {note}")
             return f"task {task.id} failed: no result after {MAX_WAKES_PER_TASK} wakes"
         setup.tasks.progress(task, f"wake {setup.number} ended ({ending.status}) without "
                              "finishing; continues next wake")
         return f"task {task.id} continues"
 
-    @staticmethod
-    def _finish(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
-        setup.tasks.finish(task, status, result)
-        if task.source == "mail" and task.meta.get("message_id"):
-            from citizen.mail import MailError, account  # noqa: PLC0415 - mail tasks only
-            from citizen.mail.outbox import answer  # noqa: PLC0415
 
-            try:
-                note = answer(setup.home, account(env.secrets), task)
-            except MailError as exc:
-                note = f"no reply: {exc}"
-            if env.log is not None:
-                env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
-        env.contexts["working"].entries = []  # working memory is cleared when a task ends
-        env.contexts["history"].add(f"Task {task.id} ({status}): {task.text[:200]} -> "
-                                    f"{result[:300]}")
+def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
+    """File the active task and, for a mail task, reply to its sender."""
+    setup.tasks.finish(task, status, result)
+    if task.source == "mail" and task.meta.get("message_id"):
+        from citizen.mail import MailError, account  # noqa: PLC0415 - mail tasks only
+        from citizen.mail.outbox import answer  # noqa: PLC0415
+
+        try:
+            note = answer(setup.home, account(env.secrets), task)
+        except MailError as exc:
+            note = f"no reply: {exc}"
+        if env.log is not None:
+            env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
+    env.contexts["working"].entries = []  # working memory is cleared when a task ends
+    env.contexts["history"].add(f"Task {task.id} ({status}): {task.text[:200]} -> "
+                                f"{result[:300]}")
 
 
 class CodeWake(TaskWake):

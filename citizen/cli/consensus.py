@@ -1,0 +1,184 @@
+"""Thought World from the operator's side: `citizen proposals`, `proposal show`,
+`approve`, `reject`, `consensus start` and `consensus report`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+from typing import Any
+
+import click
+
+from citizen import civilization, config, paths
+from citizen.cli.options import json_option
+from shared import doorbell, emergence
+from shared.consensus import STATES, Consensus, Derived, render
+
+
+def _commons() -> Consensus:
+    return civilization.consensus(config.templates())
+
+
+def _operator() -> str:
+    """Who is deciding: the user behind sudo, else the user running the command."""
+    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
+
+
+def _ring(d: Derived) -> str:
+    who = d.owed_by
+    if who in ("", "operator"):
+        return ""
+    home = paths.home(who)
+    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
+    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
+    doorbell.ring(home.doorbell, "CONSENSUS", f"{d.phase} of {d.id}", sender="operator",
+                  owner=owner)
+    return f"; rang {who}'s doorbell ({d.phase})"
+
+
+@click.command("proposals")
+@click.option("--pending", is_flag=True, help="Only proposals still in progress.")
+@click.option("--human", is_flag=True, help="Only proposals waiting for a human decision.")
+@json_option
+def proposals(pending: bool, human: bool, as_json: bool) -> None:
+    """List Thought World proposals (newest last).
+
+    \b
+    Example:
+      citizen proposals --human        what waits for `citizen approve|reject`
+    """
+    commons = _commons()
+    rows = []
+    for state in ("pending",) if pending or human else STATES:
+        for pid in commons.ids(state):
+            d = commons.load(pid)
+            if human and d.phase != "human":
+                continue
+            rows.append({"id": pid, "state": d.state, "phase": d.phase, "owed_by": d.owed_by,
+                         "stakes": d.stakes, "round": d.round, "flags": len(d.flags),
+                         "goal": render(d)["goal"] or d.request.get("task", "")[:60],
+                         "why": d.why})
+    rows.sort(key=lambda r: r["id"])
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['id']}  {r['state']:<8} {r['phase']:<9} {r['stakes']:<6} "
+                   f"round {r['round']}  owed by {r['owed_by'] or '-':<8} {r['goal'][:50]!r}"
+                   + (f"  [{r['flags']} red flags]" if r["flags"] else ""))
+    if not rows:
+        click.echo("no proposals" + (" waiting for a human" if human else ""))
+
+
+@click.group("proposal")
+def proposal() -> None:
+    """Look at one proposal."""
+
+
+@proposal.command("show")
+@click.argument("pid")
+@json_option
+def show(pid: str, as_json: bool) -> None:
+    """Show proposal PID: every round's reasoning, the consensus, execution and outcome."""
+    commons = _commons()
+    d = commons.load(pid)
+    view = render(d)
+    if as_json:
+        click.echo(json.dumps(view, ensure_ascii=False, indent=1))
+        return
+    owed = f" (owed by {d.owed_by})" if d.owed_by else ""
+    click.echo(f"{pid}: {view['status']}, at {d.phase}{owed}" + (f" - {d.why}" if d.why else ""))
+    click.echo(f"task:    {view['task'][:300]}")
+    click.echo(f"roles:   {', '.join(f'{k} {v}' for k, v in d.roles.items())}")
+    click.echo(f"stakes:  {d.stakes} ({'; '.join(d.stakes_reasons)})")
+    for flag in d.flags:
+        click.echo(f"RED FLAG: {flag}")
+    _echo_rounds(view)
+    _echo_ending(d)
+
+
+def _echo_rounds(view: dict[str, Any]) -> None:
+    for rnd in view["rounds"]:
+        rev = rnd["proposal"]
+        click.echo(f"\n-- round {rnd['round']} ({rev.get('level')}) goal: {rev.get('goal')}")
+        for a in rev.get("actions", []):
+            click.echo(f"   action: {a.get('tool')} {json.dumps(a.get('args'))[:200]}")
+        for value, why in rev.get("value_justification", {}).items():
+            click.echo(f"   serves {value}: {why}")
+        if rev.get("response_to_concerns"):
+            click.echo(f"   response to concerns: {rev['response_to_concerns']}")
+        for role in ("verification", "integration"):
+            vote = rnd[role]
+            if vote:
+                click.echo(f"   {vote['citizen']} ({role}): {vote['decision']} - "
+                           f"{vote.get('rationale', '')}")
+                for concern in vote.get("concerns", []):
+                    click.echo(f"      concern: {concern}")
+
+
+def _echo_ending(d: Derived) -> None:
+    if d.consensus:
+        click.echo(f"\nconsensus: {json.dumps(d.consensus)}")
+    if d.tiebreak:
+        click.echo(f"tiebreak:  {json.dumps(d.tiebreak)}")
+    if d.human:
+        click.echo(f"human:     {d.human['operator']} {d.human['decision']} "
+                   f"{d.human.get('why', '')}")
+    if d.execution:
+        click.echo(f"execution: success={d.execution['success']} commit={d.execution['commit']}")
+    if d.outcome:
+        click.echo(f"outcome:   verified={d.outcome['outcomes_verified']} "
+                   f"{d.outcome.get('rationale', '')}")
+    if d.episode:
+        click.echo(f"episode:   {d.episode['id']}: {d.episode.get('key_learnings')}")
+
+
+@click.command("approve")
+@click.argument("pid")
+@click.option("--why", default="", help="Your reason, kept with the proposal.")
+def approve(pid: str, why: str) -> None:
+    """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
+    d = _commons().decide_human(pid, _operator(), "approve", why)
+    click.echo(f"approved {pid}; next: {d.phase}{_ring(d)}")
+
+
+@click.command("reject")
+@click.argument("pid")
+@click.option("--why", required=True, help="Why - the citizens learn from it.")
+def reject(pid: str, why: str) -> None:
+    """Reject proposal PID as a human (any time before it runs)."""
+    d = _commons().decide_human(pid, _operator(), "reject", why)
+    click.echo(f"rejected {pid}; next: {d.phase}{_ring(d)}")
+
+
+@click.group("consensus")
+def consensus() -> None:
+    """Start proposals and look at the collective's history."""
+
+
+@consensus.command("start")
+@click.option("--by", "executor", required=True, help="The citizen who proposes and executes.")
+@click.argument("task")
+def start(executor: str, task: str) -> None:
+    """Ask citizen EXECUTOR to propose TASK to its peers; rings its doorbell.
+
+    \b
+    Example:
+      citizen consensus start --by opus "Create hello.md saying 'Hello, thought world!'"
+    """
+    d = _commons().request(task, executor, _operator(), source={"cli": True})
+    click.echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
+               f"{d.roles['integrator']} integrates{_ring(d)}")
+
+
+@consensus.command("report")
+@json_option
+def report(as_json: bool) -> None:
+    """The seed's emergence indicators, observed from the history (never shown to citizens)."""
+    data = emergence.report(_commons())
+    if as_json:
+        click.echo(json.dumps(data))
+        return
+    for key, value in data.items():
+        click.echo(f"{key:<32} {json.dumps(value)}")
