@@ -75,7 +75,7 @@ class Episodes:
     def relevant(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
         """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
         episodes = self.all()
-        words = re.findall(r"[A-Za-z0-9]{3,}", text.lower())[:30]
+        words = re.findall(r"[A-Za-z0-9]{2,}", text.lower())[:30]
         if not episodes:
             return []
         if not words:

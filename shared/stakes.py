@@ -19,7 +19,7 @@ THRESHOLDS = {"low": "2/3", "medium": "unanimous", "high": "unanimous + human"}
 ACTION_TOOLS = ("read_file", "list_files", "search", "write_file", "append_file", "edit_file",
                 "run_tests", "delete_file", "run")
 _LOW_TOOLS = {"read_file", "list_files", "search"}
-_MEDIUM_TOOLS = {"write_file", "append_file", "edit_file", "run_tests"}
+_MEDIUM_TOOLS = {"write_file", "append_file", "edit_file"}
 
 # Paths whose change alters the civilization's architecture or its shared baseline.
 _ARCHITECTURE = re.compile(
@@ -53,42 +53,47 @@ def highest(levels: Iterable[str]) -> str:
 
 
 def command_stakes(command: str) -> tuple[str, str]:
-    """Stakes of a shell command line, and why."""
+    """Stakes of a shell command line (its highest command's), and why."""
     if re.search(r"(^|[^0-9&])>{1,2}(?!&)", command):
         return "high", "redirects output into a file (overwrites)"
     found = [("low", "reads only")]
+    command = re.sub(r"\d*>&\d+", " ", command)  # 2>&1 joins streams; it writes no file
     for part in _SEPARATORS.split(command):
         try:
             words = shlex.split(part)
         except ValueError:
             return "high", "a command line that does not parse"
-        if not words:
-            continue
-        prog = words[0].rsplit("/", 1)[-1]
-        if prog == "git":
-            sub = words[1] if len(words) > 1 else ""
-            if sub in _DESTRUCTIVE_GIT or (sub == "branch" and "-D" in words):
-                return "high", f"git {sub} rewrites or removes history or files"
-            level = "low" if sub in _READ_ONLY_GIT else "medium"
-            found.append((level, f"git {sub}"))
-        elif prog in _DESTRUCTIVE:
-            return "high", f"{prog} removes, overwrites, publishes or escalates"
-        elif prog in _INTERPRETERS or prog.startswith("python"):
-            if prog.startswith("python") and words[1:3] == ["-m", "pytest"]:
-                found.append(("medium", "runs tests"))
-                continue
-            return "high", f"{prog} runs code that cannot be read from the command line"
-        elif prog in _TESTS:
-            found.append(("medium", "runs tests"))
-        elif prog in _READ_ONLY:
-            found.append(("low", f"{prog} reads only"))
-        else:
-            found.append(("medium", f"{prog} is not a known read-only program"))
+        if words:
+            found.append(_program_stakes(words))
+            if found[-1][0] == "high":
+                return found[-1]
     level = highest(f[0] for f in found)
     return level, next(why for lvl, why in reversed(found) if lvl == level)
 
 
-def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:
+def _program_stakes(words: list[str]) -> tuple[str, str]:  # noqa: PLR0911 - one per kind
+    prog = words[0].rsplit("/", 1)[-1]
+    if prog == "git":
+        sub = words[1] if len(words) > 1 else ""
+        if sub in _DESTRUCTIVE_GIT or (sub == "branch" and "-D" in words):
+            return "high", f"git {sub} rewrites or removes history or files"
+        return ("low" if sub in _READ_ONLY_GIT else "medium"), f"git {sub}"
+    if prog == "find" and {"-delete", "-exec", "-execdir", "-ok"} & set(words):
+        return "high", "find that deletes or runs commands"
+    if prog in _DESTRUCTIVE:
+        return "high", f"{prog} removes, overwrites, publishes or escalates"
+    if prog.startswith("python") and words[1:3] == ["-m", "pytest"]:
+        return "medium", "runs tests"
+    if prog in _INTERPRETERS or prog.startswith("python"):
+        return "high", f"{prog} runs code that cannot be read from the command line"
+    if prog in _TESTS:
+        return "medium", "runs tests"
+    if prog in _READ_ONLY:
+        return "low", f"{prog} reads only"
+    return "medium", f"{prog} is not a known read-only program"
+
+
+def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:  # noqa: PLR0911
     """Stakes of one action `{"tool": …, "args": {…}}`, and why."""
     tool = str(action.get("tool", ""))
     args = action.get("args") or {}
@@ -101,9 +106,12 @@ def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:
         return "medium", f"{tool} changes {path or 'files'}"
     if tool == "delete_file":
         return "high", f"deletes {path or 'a file'}"
-    if tool == "run":
+    if tool in ("run", "run_tests"):
         command = str(args.get("command", "")) if isinstance(args, Mapping) else ""
-        return command_stakes(command)
+        level, why = command_stakes(command)
+        if tool == "run_tests" and level == "low":
+            return "medium", f"runs tests ({why})"
+        return level, why
     return "high", f"unknown action '{tool}' (known: {', '.join(ACTION_TOOLS)})"
 
 

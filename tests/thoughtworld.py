@@ -1,0 +1,75 @@
+"""Helpers for Thought World tests: a commons, well-formed steps, a scripted council."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from citizen import paths
+from shared.consensus import Consensus
+from shared.values import Framework
+
+CITIZENS = ("opus", "mira", "aria")
+PROFILES = {"opus": "executor", "mira": "verifier", "aria": "integrator"}
+HELLO = "Create a file called hello.md with the text 'Hello, thought world!'"
+
+
+def commons(shared: Path, citizens: tuple[str, ...] = CITIZENS) -> Consensus:
+    for state in ("pending", "approved", "rejected"):
+        (shared / "proposals" / state).mkdir(parents=True, exist_ok=True)
+    framework = Framework.load(paths.templates_dir() / "values.yaml")
+    return Consensus(shared, framework, PROFILES, citizens, enforce_identity=False)
+
+
+def proposal(path: str = "hello.md", content: str = "Hello, thought world!",
+             tool: str = "write_file", **extra: Any) -> dict[str, Any]:
+    args = {"path": path, "content": content} if tool != "run" else {"command": content}
+    return {
+        "goal": f"Create {path} with the greeting",
+        "actions": [{"tool": tool, "args": args}],
+        "value_justification": {
+            "truth": f"{path} will hold exactly the text the task asks for, nothing more",
+            "transparency": "the change is one commit whose message names this proposal"},
+        "expected_outcomes": [f"{path} exists and contains '{content}'"],
+        "risk_assessment": [{"risk": f"{path} may exist already", "mitigation":
+                             "git keeps the old version; revert if needed", "severity": "low"}],
+        **extra,
+    }
+
+
+def vote(decision: str = "approve", *concerns: str, values: tuple[str, ...] = ("truth",)
+         ) -> dict[str, Any]:
+    return {"decision": decision, "rationale": f"{decision}: reviewed against the checklist",
+            "concerns": list(concerns), "values": list(values),
+            "gaming_check": {"detected": False, "explanation": "specific justifications"}}
+
+
+def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The fake Messages API's answer to each consensus step (by the step's schema)."""
+    from tests.anthropic_server import tool_use
+
+    if (body.get("tool_choice") or {}).get("name") != "respond":
+        return None
+    props = body["tools"][-1]["input_schema"]["properties"]
+    if "actions" in props:
+        return tool_use("respond", proposal())
+    if "gaming_check" in props:
+        return tool_use("respond", vote("approve_with_concerns",
+                                        "check that hello.md does not exist already"))
+    if "coherence_check" in props:
+        return tool_use("respond", {"decision": "approve", "values": ["coherence"],
+                                    "rationale": "the concern is low severity: git can revert"})
+    if "outcomes_verified" in props:
+        return tool_use("respond", {"outcomes_verified": True,
+                                    "rationale": "hello.md holds the greeting",
+                                    "checks": [{"outcome": "hello.md exists", "met": True,
+                                                "evidence": "mechanical check passed"}]})
+    if "key_learnings" in props:
+        return tool_use("respond", {"key_learnings": [
+            "small documentation changes pass in one round when outcomes name the file"]})
+    return None
+
+
+def env() -> dict[str, str]:
+    return dict(os.environ)
