@@ -61,7 +61,7 @@ def test_roles_never_give_a_citizen_its_own_proposal(c: Consensus) -> None:
 
 def test_steps_out_of_turn_or_twice_are_refused(c: Consensus) -> None:
     pid, roles = opened(c)
-    with pytest.raises(ConsensusError, match="verify step is mira's|verify step is aria's"):
+    with pytest.raises(ConsensusError, match=r"verify step is (mira|aria)"):
         c.verify(pid, "opus", vote())  # the proposer verifying itself
     with pytest.raises(ConsensusError, match="at 'verify'"):
         c.execute(pid, "opus", env())  # executing before any vote
@@ -75,7 +75,7 @@ def test_steps_out_of_turn_or_twice_are_refused(c: Consensus) -> None:
 
 
 def test_a_vote_file_written_in_another_role_is_ignored(c: Consensus) -> None:
-    pid, roles = opened(c)
+    pid, _ = opened(c)
     folder = c.records_dir / pid
     # opus writes a verifier vote naming itself: derived state ignores it
     (folder / "verify-01.json").write_text(json.dumps({**vote(), "citizen": "opus"}))
@@ -249,7 +249,7 @@ def test_episodes_compact_keeping_the_last_hundred(c: Consensus, monkeypatch) ->
 
 
 def test_corrupt_records_are_kept_and_ignored(c: Consensus) -> None:
-    pid, roles = opened(c)
+    pid, _ = opened(c)
     bad = c.records_dir / pid / "verify-01.json"
     bad.write_text("{not json")
     assert c.load(pid).phase == "verify"

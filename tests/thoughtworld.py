@@ -45,7 +45,7 @@ def vote(decision: str = "approve", *concerns: str, values: tuple[str, ...] = ("
             "gaming_check": {"detected": False, "explanation": "specific justifications"}}
 
 
-def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:
+def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:  # noqa: PLR0911
     """The fake Messages API's answer to each consensus step (by the step's schema)."""
     from tests.anthropic_server import tool_use
 
