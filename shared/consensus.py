@@ -40,7 +40,7 @@ from shared.episodes import Episodes
 from shared.errors import SharedError
 from shared.identity import ForgedRecord, check_author
 from shared.values import Framework, WeightError, Weights, alignment
-from shared.world import World
+from shared.world import ActionError, World
 
 log = logging.getLogger(__name__)
 
@@ -240,7 +240,9 @@ def _after_approval(d: Derived) -> Derived:
         d.phase = "check"
         return d
     if not d.outcome.get("outcomes_verified"):
-        return _finish(d, "rejected", "the expected outcomes were not verified (reverted)")
+        undone = ("reverted" if d.outcome.get("reverted") else
+                  f"NOT reverted: {d.outcome.get('revert_error') or 'nothing was committed'}")
+        return _finish(d, "rejected", f"the expected outcomes were not verified ({undone})")
     return _finish(d, "approved", "executed and verified")
 
 
@@ -379,12 +381,15 @@ class Consensus:
     # ------------------------------------------------------------ steps
 
     def request(self, task: str, executor: str, requested_by: str,
-                source: Mapping[str, Any] | None = None) -> Derived:
-        """Open a proposal: `executor` owes its first revision."""
+                source: Mapping[str, Any] | None = None, pid: str = "") -> Derived:
+        """Open a proposal: `executor` owes its first revision. (`pid`: a chosen id, for
+        replays and tests; by default a new time-sortable one.)"""
         if executor not in self.citizens:
             raise ConsensusError(f"{executor} is not a citizen here "
                                  f"({', '.join(self.citizens)})")
-        pid = records.new_id("prop")
+        pid = pid or records.new_id("prop")
+        if not _ID.match(pid) or (self.records_dir / pid).exists():
+            raise ConsensusError(f"'{pid}' is not a new proposal id")
         body = {"id": pid, "task": task[:4000], "roles": rotation(pid, executor, self.citizens),
                 "requested_by": requested_by, "source": dict(source or {}), "ts": now_iso()}
         records.create(self.shared, self.records_dir / pid / "request.json", body)
@@ -497,13 +502,17 @@ class Consensus:
             mechanical = self.world.check(list(d.revisions[-1].get("actions", [])))
             verified = bool(verdict.get("outcomes_verified")) and all(
                 c["met"] for c in mechanical)
-            reverted = None
+            reverted, revert_error = None, ""
             commit = (d.execution or {}).get("commit")
             if not verified and commit:
-                reverted = self.world.revert(str(commit), me)
+                try:
+                    reverted = self.world.revert(str(commit), me)
+                except ActionError as exc:  # recorded; the operator sees it in the proposal
+                    revert_error = str(exc)
         body = _clean(verdict, ("rationale", "checks"))
         body.update(outcomes_verified=verified, model_verdict=bool(
-            verdict.get("outcomes_verified")), mechanical=mechanical, reverted=reverted)
+            verdict.get("outcomes_verified")), mechanical=mechanical, reverted=reverted,
+                    revert_error=revert_error)
         return self._write(pid, "outcome.json", me, body)
 
     def record(self, pid: str, me: str, notes: Mapping[str, Any]) -> Derived:

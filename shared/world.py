@@ -8,6 +8,7 @@ be inspected and reverted. Paths are confined to the repository.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 from collections.abc import Mapping
@@ -152,11 +153,22 @@ class World:
         return str(repo.index.commit(message, author=who, committer=who).hexsha)
 
     def revert(self, sha: str, citizen: str) -> str:
+        """Undo one commit with a new commit.
+
+        :raises ActionError: later commits changed the same lines (the revert is aborted,
+            the repository left as it was; a human has to untangle it).
+        """
         repo = self.repo()
-        repo.git.revert("--no-edit", sha, env={"GIT_AUTHOR_NAME": citizen,
+        try:
+            repo.git.revert("--no-edit", sha, env={"GIT_AUTHOR_NAME": citizen,
                                                 "GIT_COMMITTER_NAME": citizen,
                                                 "GIT_AUTHOR_EMAIL": f"{citizen}@localhost",
                                                 "GIT_COMMITTER_EMAIL": f"{citizen}@localhost"})
+        except git.GitCommandError as exc:
+            with contextlib.suppress(git.GitCommandError):
+                repo.git.revert("--abort")
+            raise ActionError(f"could not revert {sha[:12]}: later changes conflict "
+                              f"({str(exc.stderr).strip()[:300]})") from exc
         return str(repo.head.commit.hexsha)
 
     def discard(self) -> None:
