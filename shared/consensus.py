@@ -82,6 +82,7 @@ class Derived:
     execution: dict[str, Any] | None = None
     outcome: dict[str, Any] | None = None
     episode: dict[str, Any] | None = None
+    giveups: dict[int, dict[str, Any]] = field(default_factory=dict)
     phase: str = "propose"  # propose verify integrate revise human execute check record done
     result: str = ""  # approved | rejected, once known
     why: str = ""
@@ -159,22 +160,34 @@ def derive(d: Derived, weights: Mapping[str, Mapping[str, float]] | None = None)
     approval) is ignored rather than swapping the actions that were voted on.
     """
     revisions, d.revisions = list(d.revisions), []
-    if d.human and d.human.get("decision") == "reject":
-        d.revisions = revisions[:1]
-        if d.revisions:
-            d.stakes, d.stakes_reasons = stakes.classify(d.revisions[-1].get("actions", []))
-        return _finish(d, "rejected", f"rejected by {d.human.get('operator')}: "
-                       f"{d.human.get('why', '')}")
-    if not revisions:
-        d.phase = "propose"
-        return d
+    d.phase = "propose"
     for rev in revisions:
         d.revisions.append(rev)
         d.level, d.tiebreak, d.consensus = "", None, None
         _evaluate(d, weights)
         if d.phase != "revise":
             break
+    _give_up(d)
+    if d.human and d.human.get("decision") == "reject" and d.execution is None:
+        _finish(d, "rejected", f"rejected by {d.human.get('operator')}: "
+                f"{d.human.get('why', '')}")
     return d
+
+
+def _give_up(d: Derived) -> None:
+    """A step's owner that could not take it (its model failed it repeatedly): a proposer
+    withdraws; a reviewer hands the decision to a human."""
+    g = d.giveups.get(d.round)
+    if not g or g.get("phase") != d.phase:
+        return
+    what = f"{g['citizen']} could not {d.phase}: {str(g.get('why', ''))[:300]}"
+    if d.phase in ("propose", "revise"):
+        _finish(d, "rejected", f"withdrawn - {what}")
+    elif d.human and d.human.get("decision") == "approve":
+        d.level = "human"
+        _after_approval(d)
+    else:
+        d.level, d.phase, d.why = "human", "human", f"{what}; a human decides"
 
 
 def _evaluate(d: Derived, weights: Mapping[str, Mapping[str, float]] | None) -> None:
@@ -298,6 +311,10 @@ class Consensus:
             integ = self._record(folder / f"integrate-{r:02d}.json", roles["integrator"])
             if integ is not None and integ.get("decision") in INTEGRATE_DECISIONS and ver:
                 d.integrations[r] = integ
+        for r in range(MAX_ROUNDS + 1):
+            g = self._giveup(folder / f"giveup-{r:02d}.json", roles)
+            if g is not None:
+                d.giveups[r] = g
         d.human = self._human(folder / "human.json")
         d.execution = self._record(folder / "execution.json", roles["executor"])
         d.outcome = self._record(folder / "outcome.json", roles["verifier"])
@@ -315,6 +332,18 @@ class Consensus:
         if rec is not None and rec.get("citizen") != author:
             log.warning("ignoring %s: it names %s, but the step is %s's", path,
                         rec.get("citizen"), author)
+            return None
+        return rec
+
+    def _giveup(self, path: Path, roles: Mapping[str, str]) -> dict[str, Any] | None:
+        if not path.is_file():
+            return None
+        rec = records.read_claimed(path, self.enforce)
+        if rec is None or rec.get("phase") not in OWNER:
+            return None
+        if rec.get("citizen") != roles.get(OWNER[str(rec["phase"])]):
+            log.warning("ignoring %s: %s does not owe %s", path, rec.get("citizen"),
+                        rec.get("phase"))
             return None
         return rec
 
@@ -425,6 +454,12 @@ class Consensus:
                    response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
                    level=d.level or "proposal")
         return self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
+
+    def give_up(self, pid: str, me: str, why: str) -> Derived:
+        """The owner of a proposal, vote or decision says it cannot take its step."""
+        d = self._owe(pid, me, "propose", "revise", "verify", "integrate")
+        return self._write(pid, f"giveup-{d.round:02d}.json", me,
+                           {"phase": d.phase, "why": why[:1000]})
 
     def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Derived:
         d = self._owe(pid, me, "verify")

@@ -122,15 +122,17 @@ def test_a_contested_tiebreak_goes_to_a_human(c: Consensus) -> None:
     pid, roles = opened(c)
     v, i = roles["verifier"], roles["integrator"]
     for r in (1, 2, 3):
-        # mira rejects citing truth and transparency (1.0 + 0.85); opus's proposal cites
-        # the same values (0.9 + 0.85): within 10% of each other - contested
+        # the verifier rejects citing truth and transparency (1.8 or 1.85 by its profile);
+        # opus's proposal cites the same values (0.9 + 0.85): within 10% - contested
         c.verify(pid, v, vote("reject", values=("truth", "transparency")))
         c.integrate(pid, i, vote("approve", values=()))
         if r < 3:
             c.propose(pid, "opus", proposal())
     d = c.load(pid)
     assert d.tiebreak["contested"] and d.phase == "human" and d.owed_by == "operator"
-    assert d.tiebreak["scores"] == {"approve": 1.75, "reject": 1.85}
+    wv = c.weights.current(v)
+    assert d.tiebreak["scores"] == {"approve": 1.75,  # opus: truth 0.9 + transparency 0.85
+                                    "reject": round(wv["truth"] + wv["transparency"], 4)}
 
 
 def test_high_stakes_never_executes_without_a_human(c: Consensus) -> None:
@@ -254,3 +256,15 @@ def test_corrupt_records_are_kept_and_ignored(c: Consensus) -> None:
     bad.write_text("{not json")
     assert c.load(pid).phase == "verify"
     assert bad.read_text() == "{not json"
+
+
+def test_a_proposer_that_gives_up_withdraws_and_a_reviewer_hands_over(c: Consensus) -> None:
+    d = c.request(HELLO, "opus", "operator")
+    d = c.give_up(d.id, "opus", "the model failed three times")
+    assert d.result == "rejected" and "withdrawn" in d.why and d.phase == "record"
+    pid, roles = opened(c)
+    with pytest.raises(ConsensusError):
+        c.give_up(pid, "opus", "not mine to give up")
+    d = c.give_up(pid, roles["verifier"], "no valid review")
+    assert d.phase == "human" and "could not verify" in d.why
+    assert c.decide_human(pid, "root", "approve", "looked myself").phase == "execute"

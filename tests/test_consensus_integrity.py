@@ -161,6 +161,13 @@ class ConsensusMachine(RuleBasedStateMachine):
     owed_step_2 = owed_step_3 = owed_step_4 = owed_step_5 = owed_step_6 = owed_step
 
     @precondition(lambda self: self.pids)
+    @rule(data=st.data(), who=st.sampled_from(CITIZENS))
+    def give_up(self, data: st.DataObject, who: str) -> None:
+        pid = data.draw(st.sampled_from(self.pids))
+        phase = self.c.load(pid).phase
+        self._take(pid, f"give_up_{phase}", who, lambda: self.c.give_up(pid, who, "failed"))
+
+    @precondition(lambda self: self.pids)
     @rule(data=st.data(), decision=st.sampled_from(("approve", "approve", "approve", "reject")))
     def human(self, data: st.DataObject, decision: str) -> None:
         pid = data.draw(st.sampled_from(self.pids))
@@ -233,8 +240,10 @@ class ConsensusMachine(RuleBasedStateMachine):
     @staticmethod
     def _execution_was_allowed(d: Derived) -> None:
         assert d.execution is not None and d.execution["citizen"] == d.roles["executor"]
-        assert d.consensus is not None
         human_ok = bool(d.human and d.human["decision"] == "approve")
+        if d.consensus is None:  # a reviewer gave up: only a human can have let it run
+            assert human_ok and d.giveups, "ran with neither a consensus nor a human"
+            return
         if d.stakes == "high" or d.consensus["level"] == "human":
             assert human_ok, "high stakes or an escalation ran without a human"
         elif d.consensus["level"] == "vote":

@@ -29,6 +29,8 @@ log = logging.getLogger(__name__)
 
 MAX_STEPS = 12  # steps one wake may take (several proposals can be owed at once)
 MAILED = "consensus_mailed"  # mark: proposal id -> the phase its requester was told about
+FAILURES = "consensus_failures"  # mark: "pid:round:phase" -> failed attempts
+MAX_ATTEMPTS = 3  # failed attempts at one step before its fallback
 _S = {"type": "string", "maxLength": 400}
 _LIST = {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 4}
 
@@ -167,14 +169,18 @@ class ConsensusWake(WakeType):
             if not owed:
                 break
             d = owed[0]
+            after: Derived | None
             try:
                 after = steps.take(d)
-            except (ProviderError, StructuredOutputError) as exc:
-                return Ending("provider_error", f"{d.phase} of {d.id}: {exc}", "; ".join(done))
-            except ConsensusError as exc:  # e.g. the model's proposal broke a rule
-                _log(env, "consensus_refused", proposal=d.id, step=d.phase, reason=str(exc))
-                return Ending("end_turn", f"{d.phase} of {d.id} refused: {exc}",
-                              "; ".join(done))
+            except (ProviderError, StructuredOutputError, ConsensusError) as exc:
+                # e.g. the model's answer broke the schema or a rule of the protocol
+                why = f"{d.phase} of {d.id}: {type(exc).__name__}: {exc}"
+                _log(env, "consensus_step_failed", proposal=d.id, step=d.phase, reason=why)
+                after = _after_failure(setup, commons, steps, d, why)
+                if after is None:
+                    status = "end_turn" if isinstance(exc, ConsensusError) else "provider_error"
+                    return Ending(status, why, "; ".join(done))
+                _log(env, "consensus_fallback", proposal=d.id, step=d.phase, next=after.phase)
             done.append(f"{d.phase} {d.id} -> {after.phase}")
             _log(env, "consensus_step", proposal=d.id, step=d.phase, next=after.phase,
                  owed_by=after.owed_by, stakes=after.stakes, flags=after.flags)
@@ -188,6 +194,33 @@ class ConsensusWake(WakeType):
             status, result = env.task_outcome or ("failed", ending.reason or ending.status)
             finish_task(setup, env, task, status, result)
         return (ending.text or ending.reason or ending.status)[:300]
+
+
+def _after_failure(setup: Setup, commons: Consensus, steps: _Steps, d: Derived,
+                   why: str) -> Derived | None:
+    """Count a failed step; at the MAX_ATTEMPTS-th failure take the fallback so that a
+    proposal never waits forever on a model that cannot do it (and never pays forever):
+    a proposer withdraws, a reviewer hands over to a human, an outcome check falls back
+    to the mechanical checks, a record is written without learnings. None: try again
+    at the next wake."""
+    key = f"{d.id}:{d.round}:{d.phase}"
+    failures = dict(setup.marks.get(FAILURES, {}))
+    failures[key] = int(failures.get(key, 0)) + 1
+    setup.marks[FAILURES] = failures
+    state.mark(setup.home, FAILURES, failures)
+    if failures[key] < MAX_ATTEMPTS:
+        return None
+    note = f"failed {failures[key]} times; last: {why}"
+    if d.phase in ("propose", "revise", "verify", "integrate"):
+        return commons.give_up(d.id, steps.me, note)
+    if d.phase == "check":
+        mechanical = commons.world.check(d.revisions[-1].get("actions", []))
+        return commons.check(d.id, steps.me, {
+            "outcomes_verified": bool(mechanical) and all(c["met"] for c in mechanical),
+            "rationale": f"model unavailable ({note}); mechanical checks only"})
+    if d.phase == "record":
+        return commons.record(d.id, steps.me, {"key_learnings": []})
+    return None
 
 
 def _log(env: ToolEnv, event: str, **data: Any) -> None:
