@@ -23,7 +23,7 @@ from shared.values import Framework
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
     "tools/tests", "proposals/pending", "proposals/approved", "proposals/rejected", "debates",
-    "streams", "monitor/heartbeats", "doorbell", "changes",
+    "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
 )
 ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
 # Leave ANTHROPIC_API_KEY empty to use the embedded local model.

@@ -49,7 +49,7 @@ current="the commons under $shared"
 step "$current"
 for d in "" baseline library library/modules library/pending tools tools/impl tools/registry \
          tools/tests proposals proposals/pending proposals/approved proposals/rejected debates \
-         streams monitor monitor/heartbeats doorbell changes; do
+         streams monitor monitor/heartbeats doorbell changes memory values; do
     # 2775 root:citizens: every citizen writes the commons; setgid keeps the group on
     # new files; others get nothing to write.
     if [ ! -d "$shared/$d" ] || [ "$(stat -c '%a %U:%G' "$shared/$d")" != "2775 root:citizens" ]; then

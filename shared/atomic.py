@@ -133,12 +133,27 @@ def sweep_temp(directory: Path, older_than_s: float = 60.0) -> list[Path]:
     return removed
 
 
+def ensure_dir(path: Path, mode: int = 0o2775) -> None:
+    """Create a commons directory (and missing parents) with `mode` set explicitly.
+
+    2775 by default: group `citizens` adds and replaces files (histories compact by
+    replacing), setgid keeps the group; mkdir alone would take the 0027 umask.
+    """
+    missing = [p for p in (path, *path.parents) if not p.exists()]
+    for directory in reversed(missing):
+        directory.mkdir(exist_ok=True)
+        os.chmod(directory, mode)
+
+
 def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
     """Append one JSON line (histories and logs are append-only JSONL)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
     try:
+        info = os.fstat(fd)
+        if info.st_size == 0 and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
+            os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask
         os.write(fd, line.encode())
     finally:
         os.close(fd)

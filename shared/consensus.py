@@ -438,6 +438,11 @@ class Consensus:
             records.create(self.shared, self.records_dir / pid / name,
                            {**body, "citizen": me, "ts": now_iso()})
         except FileExistsError as exc:
+            path = self.records_dir / pid / name
+            if self._record(path, me) is None:  # there, but not ours: someone forged it
+                raise ConsensusError(
+                    f"{pid}: {path} exists but is not {me}'s (uid {path.stat().st_uid}): a "
+                    "forged record blocks this step - the operator should remove it") from exc
             raise ConsensusError(f"{pid}: {name} is already recorded; a step is "
                                  "taken once") from exc
         return self.refresh(pid)

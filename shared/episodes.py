@@ -18,7 +18,7 @@ from typing import Any
 
 from filelock import FileLock
 
-from shared.atomic import append_line, read_jsonl, write_bytes
+from shared.atomic import append_line, ensure_dir, read_jsonl, write_bytes
 
 KEEP = 100  # episodes kept in full (the seed's sliding window)
 COMPACT_AT = 200  # compact once this many have accumulated
@@ -42,7 +42,7 @@ class Episodes:
         return read_jsonl(self.history_path) if self.history_path.exists() else []
 
     def add(self, episode: dict[str, Any]) -> None:
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         with self.lock:
             append_line(self.path, episode, mode=MODE)
             if len(self.all()) > COMPACT_AT:
@@ -50,7 +50,7 @@ class Episodes:
 
     def decision(self, line: dict[str, Any]) -> None:
         """Append one consensus decision to the history."""
-        self.dir.mkdir(parents=True, exist_ok=True)
+        ensure_dir(self.dir)
         append_line(self.history_path, line, mode=MODE)
 
     def _compact(self) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,27 @@ def _git_env(repo_dir: Path) -> dict[str, str]:
             "GIT_CONFIG_VALUE_0": str(repo_dir)}
 
 
+def _who(citizen: str) -> dict[str, str]:
+    return {"GIT_AUTHOR_NAME": citizen, "GIT_COMMITTER_NAME": citizen,
+            "GIT_AUTHOR_EMAIL": f"{citizen}@localhost",
+            "GIT_COMMITTER_EMAIL": f"{citizen}@localhost"}
+
+
+def _commit_index(repo: git.Repo, message: str, citizen: str, first: bool = False) -> str:
+    """Commit the index with plumbing (write-tree, commit-tree, update-ref).
+
+    Porcelain `git commit` writes .git/COMMIT_EDITMSG with the committer's umask, and
+    gitpython writes refs itself: either way the next executor - another Unix user -
+    could not commit. The plumbing honours core.sharedRepository=group throughout.
+    """
+    tree = repo.git.write_tree()
+    parents = [] if first else ["-p", "HEAD"]
+    sha = repo.git.commit_tree(tree, *parents, "-m", message, env=_who(citizen))
+    repo.git.update_ref("-m", f"commit: {message.splitlines()[0][:80]}", "HEAD", sha,
+                        env=_who(citizen))
+    return str(sha)
+
+
 class World:
     def __init__(self, shared_dir: Path) -> None:
         self.dir = shared_dir / "world"
@@ -46,17 +68,16 @@ class World:
     def repo(self) -> git.Repo:
         """The repository, created on first use."""
         if not (self.dir / ".git").exists():
-            self.dir.mkdir(exist_ok=True)
-            os.chmod(self.dir, DIR_MODE)  # explicit: mkdir's mode is filtered by the umask
+            if not self.dir.exists():
+                self.dir.mkdir()
+                os.chmod(self.dir, DIR_MODE)  # explicit: mkdir's mode is filtered by the umask
             repo = git.Repo.init(self.dir, shared="group")
             repo.git.update_environment(**_git_env(self.dir))
             readme = self.dir / "README.md"
             readme.write_text("# Thought World\n\nChanged only by approved proposals.\n")
             os.chmod(readme, FILE_MODE)
-            repo.index.add(["README.md"])
-            repo.index.commit("Thought World repository",
-                              author=git.Actor("experience", "experience@localhost"),
-                              committer=git.Actor("experience", "experience@localhost"))
+            repo.git.add("README.md")
+            _commit_index(repo, "Thought World repository", "experience", first=True)
             return repo
         repo = git.Repo(self.dir)
         repo.git.update_environment(**_git_env(self.dir))
@@ -149,8 +170,7 @@ class World:
         repo.git.add("--all")
         if not repo.is_dirty(index=True, untracked_files=True):
             return None
-        who = git.Actor(citizen, f"{citizen}@localhost")
-        return str(repo.index.commit(message, author=who, committer=who).hexsha)
+        return _commit_index(repo, message, citizen)
 
     def revert(self, sha: str, citizen: str) -> str:
         """Undo one commit with a new commit.
@@ -159,17 +179,19 @@ class World:
             the repository left as it was; a human has to untangle it).
         """
         repo = self.repo()
+        patch = repo.git.show(sha, "--format=", "--binary") + "\n"
         try:
-            repo.git.revert("--no-edit", sha, env={"GIT_AUTHOR_NAME": citizen,
-                                                "GIT_COMMITTER_NAME": citizen,
-                                                "GIT_AUTHOR_EMAIL": f"{citizen}@localhost",
-                                                "GIT_COMMITTER_EMAIL": f"{citizen}@localhost"})
+            with tempfile.NamedTemporaryFile("w", suffix=".patch") as fh:
+                fh.write(patch)
+                fh.flush()
+                repo.git.apply("-R", "--index", fh.name)
         except git.GitCommandError as exc:
             with contextlib.suppress(git.GitCommandError):
-                repo.git.revert("--abort")
+                repo.git.reset("--hard", "-q")
             raise ActionError(f"could not revert {sha[:12]}: later changes conflict "
                               f"({str(exc.stderr).strip()[:300]})") from exc
-        return str(repo.head.commit.hexsha)
+        return _commit_index(repo, f"Revert {sha[:12]}: its outcomes were not verified",
+                             citizen)
 
     def discard(self) -> None:
         """Throw away uncommitted changes (a failed execution leaves nothing behind)."""

@@ -20,6 +20,7 @@ import pytest
 from citizen import paths
 from tests.anthropic_server import API_KEY, MessagesServer, text, tool_use
 from tests.nspawn import Container, unavailable
+from tests.thoughtworld import proposal, vote
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
@@ -271,3 +272,69 @@ def test_backup_restore_upgrade_and_removal(server: Server) -> None:
     server.run("rm", "-rf", "/home/nova", "/home/shared/doorbell/nova",
                "/home/shared/monitor/heartbeats/nova.json")
     assert "nova" not in server.run("citizen", "status")
+
+
+def python_as(name: str) -> tuple[str, ...]:
+    """Python as citizen NAME, running its own code (as its unit does)."""
+    return ("runuser", "-u", name, "--", "env", f"PYTHONPATH=/home/{name}/code",
+            "/opt/experience/venv/bin/python", "-c")
+
+
+def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> None:
+    """Each step as its own Unix user: a vote or a human approval written by the wrong
+    citizen does not count; the world repository takes commits from two executors."""
+    def as_user(name: str, code: str) -> str:
+        prelude = ("import json; from citizen import civilization, config; "
+                   "from shared import records; "
+                   "c = civilization.consensus(config.templates()); ")
+        return server.run(*python_as(name), prelude + code)
+
+    def run_proposal(executor: str, path: str) -> tuple[str, dict[str, str]]:
+        out = server.run("citizen", "consensus", "start", "--by", executor, f"Create {path}")
+        pid = out.split()[1].rstrip(":")
+        roles = json.loads(as_user(executor, f"print(json.dumps(c.load('{pid}').roles))"))
+        body = json.dumps(proposal(path=path))
+        as_user(executor, f"c.propose('{pid}', '{executor}', json.loads({body!r}))")
+        return pid, roles
+
+    approve = f"json.loads({json.dumps(vote())!r})"
+    pid, roles = run_proposal("opus", "hello.md")
+    v, i = roles["verifier"], roles["integrator"]
+    folder = f"/home/shared/proposals/records/{pid}"
+    # the integrator writes the verifier's vote; a citizen writes a human approval
+    as_user(i, f"records.create(c.shared, c.records_dir / '{pid}' / 'verify-01.json', "
+               f"{{'citizen': '{v}', 'decision': 'approve'}})")
+    as_user("opus", f"records.create(c.shared, c.records_dir / '{pid}' / 'human.json', "
+                    "{'operator': 'root', 'decision': 'approve'})")
+    state = json.loads(as_user("opus", f"d = c.load('{pid}'); "
+                                       "print(json.dumps([d.phase, d.human]))"))
+    assert state == ["verify", None]
+    blocked = server.box.run(*python_as(v),
+                             "import json; from citizen import civilization, config; "
+                             "c = civilization.consensus(config.templates()); "
+                             f"c.verify('{pid}', '{v}', {approve})", check=False)
+    assert blocked.returncode != 0 and "forged record blocks this step" in blocked.stderr
+    server.run("rm", f"{folder}/verify-01.json", f"{folder}/human.json")  # the operator
+    as_user(v, f"c.verify('{pid}', '{v}', {approve})")
+    as_user(i, f"c.integrate('{pid}', '{i}', {approve})")
+    as_user("opus", f"import os; c.execute('{pid}', 'opus', dict(os.environ))")
+    as_user(v, f"c.check('{pid}', '{v}', {{'outcomes_verified': True}})")
+    as_user(i, f"c.record('{pid}', '{i}', {{'key_learnings': ['ok'], 'weight_adjustments': "
+               f"[{{'citizen': 'opus', 'value': 'safety', 'delta': 0.05, 'reason': 'r'}}]}})")
+    assert "approved" in server.run("citizen", "proposal", "show", pid)
+    # a second executor commits into the repository the first one created
+    pid2, roles2 = run_proposal("mira", "second.md")
+    as_user(roles2["verifier"], f"c.verify('{pid2}', '{roles2['verifier']}', "
+                                f"{approve})")
+    as_user(roles2["integrator"], f"c.integrate('{pid2}', '{roles2['integrator']}', "
+                                  f"{approve})")
+    as_user("mira", f"import os; c.execute('{pid2}', 'mira', dict(os.environ))")
+    log = server.run("runuser", "-u", "aria", "--", "git", "-c",
+                     "safe.directory=/home/shared/world", "-C", "/home/shared/world", "log",
+                     "--format=%an %s")
+    assert log.splitlines()[:2] == [f"mira {pid2}: Create second.md with the greeting",
+                                    f"opus {pid}: Create hello.md with the greeting"]
+    owners = server.run("stat", "-c", "%U", f"{folder}/proposal-01.json",
+                        f"{folder}/verify-01.json", f"{folder}/execution.json").split()
+    assert owners == ["opus", v, "opus"]
+    assert "opus" in server.run("cat", "/home/shared/values/weight_history.jsonl")
