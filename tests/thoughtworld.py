@@ -73,3 +73,23 @@ def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:  # noqa: PL
 
 def env() -> dict[str, str]:
     return dict(os.environ)
+
+
+COUNCIL = {
+    "consensus_propose": proposal(), "consensus_revise": proposal(),
+    "consensus_verify": vote("approve_with_concerns", "check hello.md does not exist already"),
+    "consensus_integrate": {"decision": "approve", "values": ["coherence"],
+                            "rationale": "the concern is low severity: git can revert"},
+    "consensus_check": {"outcomes_verified": True, "rationale": "hello.md holds the greeting"},
+    "consensus_record": {"key_learnings": ["small documentation changes pass in one round"]},
+}
+
+
+def council_provider() -> Any:
+    """An in-process scripted provider answering each consensus step by its purpose."""
+    import json
+
+    from citizen.llm.scripted import ScriptedProvider
+    from tests.scripts import say
+
+    return ScriptedProvider(default=lambda request: say(json.dumps(COUNCIL[request.purpose])))

@@ -1,0 +1,89 @@
+"""The CONSENSUS wake in-process: idle gates cost nothing, the propose tool, mail tasks
+(a request, and an operator's approval by mail), and the fallback after failures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from citizen import civilization, config, paths
+from citizen.llm.scripted import ScriptedProvider
+from citizen.mail import routes
+from citizen.tasks import TaskQueue
+from citizen.tools import core_tools
+from citizen.wake import run_wake
+from citizen.wakes.consensus import MAX_ATTEMPTS
+from tests.scripts import say, tool_env
+from tests.thoughtworld import HELLO, council_provider, proposal
+
+
+def commons():  # type: ignore[no-untyped-def]
+    return civilization.consensus(config.templates())
+
+
+def test_an_idle_consensus_wake_makes_no_model_call(civ: Path) -> None:
+    def no_model(cfg, secrets):  # type: ignore[no-untyped-def]
+        raise AssertionError("an idle gate must not build a provider")
+
+    result = run_wake("mira", wake_type="CONSENSUS", provider=no_model)
+    assert result.status == "idle" and result.calls == 0 and result.cost_usd == 0
+
+
+def test_the_propose_tool_opens_a_proposal_and_rings_the_proposer(civ: Path) -> None:
+    out = core_tools()["propose"].run(tool_env("opus"), {"task": HELLO})
+    pid = out.split()[1].rstrip(":")
+    d = commons().load(pid)
+    assert d.roles["executor"] == "opus" and d.phase == "propose"
+    assert [p.name for p in paths.home("opus").doorbell.iterdir()][0].endswith("CONSENSUS.json")
+    provider = council_provider()
+    result = run_wake("opus", wake_type="CONSENSUS", provider=lambda c, s: provider)
+    assert result.status == "ok" and result.calls == 1
+    assert commons().load(pid).phase == "verify"
+    verifier = commons().load(pid).roles["verifier"]
+    assert any(p.name.endswith("CONSENSUS.json")
+               for p in paths.home(verifier).doorbell.iterdir())
+
+
+def test_a_mail_task_becomes_a_proposal_and_an_approval_by_mail_counts(civ: Path) -> None:
+    tasks = TaskQueue(paths.home("opus").tasks)
+    meta = {"message_id": "<m1@op>", "from": "op@example.org", "subject": "[consensus] x"}
+    tasks.add(f"Mail from op@example.org\nSubject: [consensus] x\n\n{HELLO}", kind="CONSENSUS",
+              source="mail", meta=meta)
+    provider = council_provider()
+    assert run_wake("opus", wake_type="TASK", provider=lambda c, s: provider).status == "idle"
+    result = run_wake("opus", wake_type="CONSENSUS", provider=lambda c, s: provider)
+    assert result.status == "ok"
+    (done,) = [tasks.load("done", t) for t in tasks.ids("done")]
+    assert "filed as proposal" in done.result
+    c = commons()
+    (pid,) = c.ids()
+    d = c.load(pid)
+    assert d.request["source"]["from"] == "op@example.org" and d.phase == "verify"
+    # the verifier hands it to a human, who answers by replying to the notice mail
+    c2 = commons()
+    c2.give_up(pid, d.roles["verifier"], "let the operator decide")
+    assert c2.load(pid).phase == "human"
+    assert routes.kind_for(f"Re: [consensus] approval needed: {pid}") == "CONSENSUS"
+    tasks.add(f"Mail from op@example.org\nSubject: Re: [consensus] approval needed: {pid}\n\n"
+              f"approve {pid} looks right\n> quoted text", kind="CONSENSUS", source="mail",
+              meta={**meta, "message_id": "<m2@op>",
+                    "subject": f"Re: [consensus] approval needed: {pid}"})
+    run_wake("opus", wake_type="CONSENSUS", provider=lambda c, s: provider)
+    d = commons().load(pid)
+    assert d.human and d.human["operator"] == "op@example.org"
+    assert d.human["relayed_by"] == "opus" and d.human["message_id"] == "<m2@op>"
+    assert d.phase in ("execute", "check", "record", "done")
+
+
+def test_a_step_that_keeps_failing_falls_back_and_stops_costing(civ: Path) -> None:
+    c = commons()
+    pid = c.request(HELLO, "opus", "operator").id
+    c.propose(pid, "opus", proposal())
+    verifier = c.load(pid).roles["verifier"]
+    broken = ScriptedProvider(default=lambda request: say("not json at all"))
+    for attempt in range(1, MAX_ATTEMPTS + 1):
+        result = run_wake(verifier, wake_type="CONSENSUS", provider=lambda c, s: broken)
+        assert result.status == ("provider_error" if attempt < MAX_ATTEMPTS else "ok")
+    d = commons().load(pid)
+    assert d.phase == "human" and f"{verifier} could not verify" in d.why
+    result = run_wake(verifier, wake_type="CONSENSUS", provider=lambda c, s: broken)
+    assert result.status == "idle" and result.calls == 0
