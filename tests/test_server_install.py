@@ -322,6 +322,7 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
     as_user(i, f"c.record('{pid}', '{i}', {{'key_learnings': ['ok'], 'weight_adjustments': "
                f"[{{'citizen': 'opus', 'value': 'safety', 'delta': 0.05, 'reason': 'r'}}]}})")
     assert "approved" in server.run("citizen", "proposal", "show", pid)
+    assert "no proposals waiting for a human" in server.run("citizen", "proposals", "--human")
     # a second executor commits into the repository the first one created
     pid2, roles2 = run_proposal("mira", "second.md")
     as_user(roles2["verifier"], f"c.verify('{pid2}', '{roles2['verifier']}', "
