@@ -289,11 +289,12 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
                    "c = civilization.consensus(config.templates()); ")
         return server.run(*python_as(name), prelude + code)
 
-    def run_proposal(executor: str, path: str) -> tuple[str, dict[str, str]]:
+    def run_proposal(executor: str, path: str, tool: str = "write_file"
+                     ) -> tuple[str, dict[str, str]]:
         out = server.run("citizen", "consensus", "start", "--by", executor, f"Create {path}")
         pid = out.split()[1].rstrip(":")
         roles = json.loads(as_user(executor, f"print(json.dumps(c.load('{pid}').roles))"))
-        body = json.dumps(proposal(path=path))
+        body = json.dumps(proposal(path=path, tool=tool))
         as_user(executor, f"c.propose('{pid}', '{executor}', json.loads({body!r}))")
         return pid, roles
 
@@ -339,3 +340,12 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
                         f"{folder}/verify-01.json", f"{folder}/execution.json").split()
     assert owners == ["opus", v, "opus"]
     assert "opus" in server.run("cat", "/home/shared/values/weight_history.jsonl")
+    # high stakes wait for an operator: root's decision counts, as the one before did not
+    pid3, roles3 = run_proposal("aria", "second.md", tool="delete_file")
+    as_user(roles3["verifier"], f"c.verify('{pid3}', '{roles3['verifier']}', {approve})")
+    as_user(roles3["integrator"], f"c.integrate('{pid3}', '{roles3['integrator']}', "
+                                  f"{approve})")
+    assert pid3 in server.run("citizen", "proposals", "--human")
+    assert "next: execute" in server.run("citizen", "approve", pid3)
+    pid4, _ = run_proposal("opus", "third.md")
+    assert "next: record" in server.run("citizen", "reject", pid4, "--why", "not now")
