@@ -17,6 +17,7 @@ from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
 from shared.consensus import Consensus
+from shared.debates import Debates
 from shared.identity import server_mode
 from shared.values import Framework
 
@@ -109,6 +110,12 @@ def consensus(tpl: config.Templates) -> Consensus:
     names = citizens()
     return Consensus(shared, Framework.load(tpl.dir / "values.yaml"),
                      {n: tpl.values_profile(n) for n in names}, names, server_mode(shared))
+
+
+def debates() -> Debates:
+    """The structured debates in this civilization's commons."""
+    shared = paths.shared_dir()
+    return Debates(shared, citizens(), server_mode(shared))
 
 
 def init(names: list[str]) -> list[str]:

@@ -22,7 +22,7 @@ from shared.atomic import CorruptFile, read_json, write_json
 
 SCHEMA_VERSION = 1
 STATES = ("queue", "active", "done", "failed")
-TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH", "CONSENSUS")
+TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH", "CONSENSUS", "DEBATE")
 
 
 class TaskError(CitizenError, LookupError):

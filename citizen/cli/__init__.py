@@ -38,6 +38,8 @@ COMMANDS = {
     "approve": "citizen.cli.consensus:approve",
     "reject": "citizen.cli.consensus:reject",
     "consensus": "citizen.cli.consensus:consensus",
+    "debates": "citizen.cli.debate:debates_cmd",
+    "debate": "citizen.cli.debate:debate",
 }
 
 

@@ -18,6 +18,7 @@ class Route:
 ROUTES: list[Route] = [
     # Anywhere in the subject: replies ("Re: [consensus] approval needed: …") route too.
     Route(re.compile(r"\[consensus\]", re.IGNORECASE), "CONSENSUS"),
+    Route(re.compile(r"^\s*\[debate\]", re.IGNORECASE), "DEBATE"),
     Route(re.compile(r"^\s*\[code\]", re.IGNORECASE), "CODE"),
     Route(re.compile(r"^\s*\[debug\]", re.IGNORECASE), "DEBUG"),
     Route(re.compile(r"^\s*\[research\]", re.IGNORECASE), "RESEARCH"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.code import CODE_TOOLS
 from citizen.tools.consensus import propose
+from citizen.tools.debate import debate_start
 from citizen.tools.dry import COMMONS_TOOLS
 from citizen.tools.dynamic import DYNAMIC_ADMIN_TOOLS
 from citizen.tools.files import read_file, str_replace_file, write_file
@@ -23,6 +24,7 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
              task_progress, task_complete, task_stuck, context_add, identity_update, propose,
+             debate_start,
              *LIBRARY_TOOLS, *COMMONS_TOOLS, *DYNAMIC_ADMIN_TOOLS]
     if code:
         tools += CODE_TOOLS

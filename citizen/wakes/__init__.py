@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from citizen.wakes.consensus import ConsensusWake
+from citizen.wakes.debate import DebateWake
 from citizen.wakes.dry_audit import DryAuditWake
 from citizen.wakes.library import LibraryWake
 from citizen.wakes.peer_monitor import PeerMonitorWake
@@ -32,5 +33,5 @@ def registered() -> list[str]:
 
 
 for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
-             PeerMonitorWake, DryAuditWake, ConsensusWake):
+             PeerMonitorWake, DryAuditWake, ConsensusWake, DebateWake):
     register(_cls)

@@ -9,7 +9,7 @@ from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
 
 # Task kinds with a wake type of their own that is not a tool loop: never taken here.
-OWN_WAKE_KINDS = ("CONSENSUS",)
+OWN_WAKE_KINDS = ("CONSENSUS", "DEBATE")
 # A task the model keeps working on without finishing fails after this many wakes.
 MAX_WAKES_PER_TASK = 5
 _FAILING_ENDINGS = {

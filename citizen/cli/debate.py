@@ -1,0 +1,160 @@
+"""Structured debates from the operator's side: `citizen debates`, `citizen debate
+start|show|follow`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+
+import click
+
+from citizen import civilization, config, paths
+from citizen.cli.options import json_option
+from shared import doorbell
+from shared.debates import BUDGETS, Debate, Debates
+
+
+def _operator() -> str:
+    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
+
+
+def summary(debates: Debates, d: Debate) -> dict[str, object]:
+    """One debate in figures: stage, moves, model calls, tokens, cost and time."""
+    moves = debates.moves(d.id)
+    thread = debates.thread(d.id)
+    cost = [m.get("cost", {}) for m in moves]
+    crux = debates.result(d.id)
+    last = max((float(m.get("ts", 0)) for m in moves), default=float(thread["ts"]))
+    return {"id": d.id, "topic": d.topic, "participants": d.participants, "stage": d.stage,
+            "owed_by": d.owed_by(), "moves": d.seq, "question": d.question,
+            "calls": sum(int(c.get("calls", 0)) for c in cost),
+            "tokens": sum(int(c.get("tokens", 0)) for c in cost),
+            "cost_usd": round(sum(float(c.get("usd", 0)) for c in cost), 6),
+            "seconds": round(last - float(thread["ts"]), 1),
+            "validated": crux.get("validated") if crux else None, "ended": d.ended}
+
+
+@click.command("debates")
+@json_option
+def debates_cmd(as_json: bool) -> None:
+    """List debates: stage, whose move, moves, calls, cost."""
+    debates = civilization.debates()
+    rows = [summary(debates, debates.load(did)) for did in debates.ids()]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['id']}  {r['stage']:<9} next {r['owed_by'] or '-':<6} {r['moves']:>3} "
+                   f"moves {r['calls']:>3} calls ${r['cost_usd']:.4f} {r['seconds']:>6} s  "
+                   f"{str(r['topic'])[:50]!r}")
+    if not rows:
+        click.echo("no debates")
+
+
+@click.group("debate")
+def debate() -> None:
+    """Start, show and follow one debate."""
+
+
+def _budget(values: tuple[str, ...]) -> dict[str, tuple[int, int]] | None:
+    if not values:
+        return None
+    plan = dict(BUDGETS)
+    for v in values:
+        stage, _, rng = v.partition("=")
+        lo, _, hi = rng.partition("-")
+        if stage not in BUDGETS or not lo.isdigit() or not hi.isdigit():
+            raise click.BadParameter(f"'{v}': use STAGE=MIN-MAX, e.g. EVIDENCE=4-6 "
+                                     f"(stages: {', '.join(BUDGETS)})")
+        plan[stage] = (int(lo), int(hi))
+    return plan
+
+
+@debate.command("start")
+@click.option("--topic", required=True, help="What to debate.")
+@click.option("--with", "people", required=True,
+              help="2-5 citizens, comma-separated; the first moves first.")
+@click.option("--budget", "budget", multiple=True,
+              help="STAGE=MIN-MAX messages (default: the seed's, scaled for more than two).")
+def start(topic: str, people: str, budget: tuple[str, ...]) -> None:
+    """Start a debate and ring the first participant's doorbell.
+
+    \b
+    Example:
+      citizen debate start --topic "Tests before features" --with opus,mira,aria
+    """
+    from citizen.wakes.debate import persona_of  # noqa: PLC0415 - the wake module is heavier
+
+    names = [p.strip() for p in people.split(",") if p.strip()]
+    tpl = config.templates()
+    d = civilization.debates().start(topic, names, _operator(),
+                                     personas={n: persona_of(tpl, n) for n in names},
+                                     budgets=_budget(budget))
+    who = d.owed_by()
+    home = paths.home(who)
+    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
+    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
+    doorbell.ring(home.doorbell, "DEBATE", f"debate {d.id} started", sender="operator",
+                  owner=owner)
+    click.echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "
+               f"Follow it: citizen debate follow {d.id}")
+
+
+@debate.command("show")
+@click.argument("did")
+@json_option
+def show(did: str, as_json: bool) -> None:
+    """Stage, steelman table, commitments, falsifiers and the crux of debate DID."""
+    debates = civilization.debates()
+    d = debates.load(did)
+    info = summary(debates, d)
+    crux = debates.result(did) or d.crux()
+    if as_json:
+        click.echo(json.dumps({**info, "steelmans": d.steelmans, "commitments": d.commitments,
+                               "falsifiers": d.falsifiers, "crux": crux}, ensure_ascii=False))
+        return
+    click.echo(f"{did}: {d.stage}" + (f" ({d.ended})" if d.ended else "")
+               + (f", {d.owed_by()} to move" if d.owed_by() else ""))
+    click.echo(f"topic:     {d.topic}\nquestion:  {d.question or '(none yet)'}")
+    click.echo(f"figures:   {info['moves']} moves, {info['calls']} model calls, "
+               f"{info['tokens']} tokens, ${info['cost_usd']:.4f}, {info['seconds']} s")
+    click.echo("steelmans:")
+    for s in d.steelmans:
+        click.echo(f"  {s['author']} -> {s['target']} (attempt {s['attempt']}): "
+                   f"{s['grade'] or 'pending'}")
+    click.echo("commitments:")
+    for p, c in d.commitments.items():
+        click.echo(f"  {p}: {c['side']} ({c['confidence']})")
+    click.echo("falsifiers:")
+    for p, fs in d.falsifiers.items():
+        for f in fs:
+            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}")
+    click.echo(f"crux:      {'VALIDATED' if crux['validated'] else 'not validated'}")
+    for check in crux["failed_checks"]:
+        click.echo(f"  failed: {check}")
+    for c in crux["resolution_criteria"]:
+        click.echo(f"  resolves on: {c}")
+    if crux["cheap_concessions"]:
+        click.echo(f"  cheap concessions: {', '.join(crux['cheap_concessions'])}")
+
+
+@debate.command("follow")
+@click.argument("did")
+@click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds.")
+def follow(did: str, timeout: float) -> None:
+    """Print debate DID's events as they happen, until it completes (or --timeout)."""
+    debates = civilization.debates()
+    debates.thread(did)  # a clear error for an unknown id
+    seen, deadline = 0, time.monotonic() + timeout if timeout else float("inf")
+    while time.monotonic() < deadline:
+        events = debates.events(did)
+        for e in events[seen:]:
+            detail = {k: v for k, v in e.items() if k not in ("ts", "type", "seq", "stage")}
+            click.echo(f"#{e.get('seq', 0):<3} {e.get('stage', ''):<9} {e['type']:<18} "
+                       f"{json.dumps(detail, ensure_ascii=False)[:160]}")
+        seen = len(events)
+        if any(e["type"] == "debate_complete" for e in events):
+            return
+        time.sleep(0.2)

@@ -1,0 +1,29 @@
+"""`debate_start`: open a structured debate with peers (`shared.debates`)."""
+
+from __future__ import annotations
+
+from citizen import civilization, config, paths
+from citizen.tools.base import ToolEnv, ToolFailure, tool
+from citizen.wakes.debate import persona_of
+from shared import doorbell
+from shared.debates import DebateError
+
+
+@tool
+def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
+    """Start a structured debate to find the real crux of a disagreement: stages,
+    steelmans, commitments and falsifiers; the result is a crux others can check.
+
+    :param topic: what is disputed, in one sentence
+    :param participants: other citizens to debate with, comma-separated (1-4 of them)
+    """
+    me = env.home.name
+    names = [me, *[p.strip() for p in participants.split(",") if p.strip() and p.strip() != me]]
+    tpl = config.templates()
+    try:
+        d = civilization.debates().start(topic, names, me,
+                                         personas={n: persona_of(tpl, n) for n in names})
+    except DebateError as exc:
+        raise ToolFailure(str(exc)) from exc
+    doorbell.ring(paths.home(me).doorbell, "DEBATE", f"debate {d.id} started", sender=me)
+    return f"started {d.id} among {', '.join(d.participants)}; you move first"

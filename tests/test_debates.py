@@ -1,0 +1,234 @@
+"""Structured debates: stages, legal moves, steelmans, the lock gate, the moderator,
+falsifiers and the crystallized crux - the rules, whatever the participants say."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.debates import (
+    Debate,
+    Debates,
+    IllegalMove,
+    falsifier_problems,
+    scaled_budgets,
+)
+from tests.debating import FALSIFIER, play
+
+PEOPLE = ["opus", "mira", "aria"]
+
+
+@pytest.fixture
+def debates(tmp_path: Path) -> Debates:
+    return Debates(tmp_path / "shared", PEOPLE, enforce_identity=False)
+
+
+def run_out(debates: Debates, did: str, limit: int = 300) -> Debate:
+    d = debates.load(did)
+    for _ in range(limit):
+        if not d.active:
+            return d
+        who = d.owed_by()
+        d = debates.move(did, who, play(d.situation(who)))
+    raise AssertionError("the debate did not end")
+
+
+@pytest.mark.parametrize(("falsifier", "problem"), [
+    (FALSIFIER, None),
+    ({"metric": "Reverts", "threshold": "< 5%", "deadline": "2027"}, "at least two words"),
+    ({"metric": "Share of reverts", "threshold": "low", "deadline": "2027"}, "a number"),
+    ({"metric": "Share of reverts", "threshold": "< 5%", "deadline": "soon"}, "a date"),
+    ({"metric": "Probably the share of reverts", "threshold": "5%", "deadline": "2027-01"},
+     "vague words: probably"),
+    ({"metric": "Share of reverts", "threshold": "a significant 5%", "deadline": "2027"},
+     "vague words: significant"),
+    (None, "no falsifier"),
+])
+def test_falsifiers_must_be_concrete(falsifier: Any, problem: str | None) -> None:
+    found = falsifier_problems(falsifier)
+    assert (not found) if problem is None else any(problem in p for p in found)
+
+
+def test_budgets_scale_with_participants() -> None:
+    assert scaled_budgets(2)["DISCOVERY"] == (6, 10)
+    assert scaled_budgets(3)["EVIDENCE"] == (18, 24)
+    assert scaled_budgets(5)["CRUX_LOCK"] == (15, 20)
+
+
+def test_three_participants_reach_a_validated_crux(debates: Debates) -> None:
+    d = debates.start("Tests before features", PEOPLE, "operator")
+    d = run_out(debates, d.id)
+    assert d.stage == "CONVERGED" and not d.ended
+    crux = debates.result(d.id)
+    assert crux is not None and crux["validated"], crux and crux["failed_checks"]
+    assert {p["side"] for p in crux["positions"].values()} == {"YES", "NO"}
+    assert crux["resolution_criteria"] and crux["cheap_concessions"] == []
+    # the steelman intervention path: opus's first steelman INCOMPLETE, its retry ACCURATE
+    opus = [s for s in d.steelmans if s["author"] == "opus"]
+    assert [s["grade"] for s in opus][:2] == ["INCOMPLETE", "ACCURATE"]
+    assert opus[1]["attempt"] == 2
+    types = {e["type"] for e in debates.events(d.id)}
+    assert types >= {"debate_started", "message_posted", "stage_transition",
+                     "steelman_attempt", "steelman_graded", "commitment_made",
+                     "falsifier_declared", "lock_attempted", "lock_succeeded",
+                     "debate_complete"}
+    transcript = (debates.dir / d.id / "transcript.md").read_text()
+    assert "## CRUX_LOCK" in transcript and "GRADE_STEELMAN" in transcript
+    posted = [e for e in debates.events(d.id) if e["type"] == "message_posted"]
+    assert len(posted) == d.seq == len(debates.moves(d.id))
+
+
+def two(budgets: dict[str, tuple[int, int]]) -> Debate:
+    return Debate("debate-1T1-0000", "AI adoption", ["a", "b"], budgets)
+
+
+def moves(d: Debate, *steps: tuple[str, dict[str, Any]]) -> None:
+    for author, move in steps:
+        d.apply({"author": author, "content": "x", **move})
+
+
+def test_each_lock_criterion_fails_on_its_own() -> None:
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (30, 40), "EVIDENCE": (2, 4)})
+    moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}))
+    assert d.stage == "CRUX_LOCK"
+    moves(d, ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}))
+    assert any("at least 2" in f for f in d.lock_failures())
+    moves(d, ("a", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}))
+    assert [f for f in d.lock_failures() if "YES and a NO" in f]
+    moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "WRONG"}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}))
+    assert [f for f in d.lock_failures() if "ACCURATE" in f]
+    assert not [f for f in d.lock_failures() if "YES and a NO" in f]
+    moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    assert d.lock_failures() == []
+    d2 = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (30, 40), "EVIDENCE": (2, 4)})
+    moves(d2, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
+          ("b", {"move": "COMMIT", "side": "YES"}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
+          ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    assert d2.lock_failures() == ["committed participants without a falsifier: b"]
+
+
+def test_the_moderator_prompts_then_frames_then_derives_falsifiers() -> None:
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (2, 8), "EVIDENCE": (2, 4)})
+    moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption reach 40%?"}),
+          ("b", {"move": "COMMIT", "side": "YES", "content": "Adoption reaches 40% by 2029"}),
+          ("a", {"move": "COMMIT", "side": "UNCERTAIN"}))
+    assert [e["attempt"] for e in d.events if e["type"] == "lock_failed"] == [1]
+    assert "does not lock yet" in d.messages[-1]["content"]
+    moves(d, ("b", {"move": "TOP_CLAIM", "top_claim": {"statement": "it spreads",
+                                                        "side": "YES"}}),
+          ("a", {"move": "COMMIT", "side": "NO", "content": "It stays below 40% by 2029"}))
+    assert [e["attempt"] for e in d.events if e["type"] == "lock_failed"] == [1, 2]
+    assert "Binary framing" in d.messages[-1]["content"]
+    moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    ok = [e for e in d.events if e["type"] == "lock_succeeded"]
+    assert ok and ok[0]["attempt"] == 3 and sorted(ok[0]["derived"]) == ["a", "b"]
+    assert d.stage == "EVIDENCE"
+    assert d.falsifiers["a"][0]["threshold"] == "40%" and d.falsifiers["a"][0]["deadline"] == "2029"
+
+
+def test_a_lock_that_never_holds_ends_the_debate() -> None:
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (1, 3), "EVIDENCE": (2, 4)})
+    moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will it rain?"}),
+          ("b", {"move": "COMMIT", "side": "UNCERTAIN"}),
+          ("a", {"move": "COMMIT", "side": "UNCERTAIN"}),
+          ("b", {"move": "PASS"}))
+    assert d.stage == "ENDED" and "would not lock" in d.ended
+    assert d.crux()["validated"] is False
+
+
+@pytest.mark.parametrize(("author", "move", "reason"), [
+    ("mira", {"move": "CLAIM"}, "opus's turn"),
+    ("opus", {"move": "COMMIT", "side": "YES"}, "not allowed in DISCOVERY"),
+    ("opus", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}, "not allowed in DISCOVERY"),
+    ("zed", {"move": "CLAIM"}, "does not take part"),
+    ("opus", {"move": "TOP_CLAIM", "top_claim": {"statement": "x", "side": "MAYBE"}},
+     "a TopClaim needs"),
+    ("opus", {"move": "CLAIM", "content": ""}, "needs content"),
+])
+def test_illegal_moves_are_refused_logged_and_never_enter(
+        debates: Debates, author: str, move: dict[str, Any], reason: str) -> None:
+    d = debates.start("Tests before features", PEOPLE, "operator")
+    with pytest.raises(IllegalMove, match=reason):
+        debates.move(d.id, author, {"content": "text", **move})
+    refused = [e for e in debates.events(d.id) if e["type"] == "move_refused"]
+    assert reason.split("'", maxsplit=1)[0] in refused[-1]["reason"] and debates.moves(d.id) == []
+
+
+def test_challenge_needs_an_accurate_steelman_and_nobody_grades_itself() -> None:
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (1, 20), "EVIDENCE": (10, 20)})
+    moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
+          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
+          ("b", {"move": "STEELMAN", "target": "a"}))
+    with pytest.raises(IllegalMove, match="grade b's steelman of you first"):
+        moves(d, ("a", {"move": "FALSIFIER", "falsifier": FALSIFIER}))
+    with pytest.raises(IllegalMove, match="it is a's turn"):
+        moves(d, ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))  # self-grading
+    moves(d, ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}),
+          ("a", {"move": "PROPOSE_LOCK"}))
+    assert d.stage == "EVIDENCE"
+    moves(d, ("b", {"move": "CHALLENGE", "target": "a"}))  # b's steelman of a was ACCURATE
+    with pytest.raises(IllegalMove, match="only after a steelman of b graded ACCURATE"):
+        moves(d, ("a", {"move": "CHALLENGE", "target": "b"}))
+    moves(d, ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "INCOMPLETE"}),
+          ("b", {"move": "EVIDENCE"}))
+    with pytest.raises(IllegalMove, match="only after"):  # INCOMPLETE is not enough
+        moves(d, ("a", {"move": "CHALLENGE", "target": "b"}))
+
+
+def test_budgets_end_each_stage(debates: Debates) -> None:
+    d = debates.start("x", ["opus", "mira"], "operator",
+                      budgets={"DISCOVERY": (1, 2), "CRUX_LOCK": (1, 2), "EVIDENCE": (1, 2)})
+    debates.move(d.id, "opus", {"move": "CLAIM", "content": "no question yet"})
+    d = debates.move(d.id, "mira", {"move": "CLAIM", "content": "still none"})
+    assert d.stage == "CRUX_LOCK" and d.question == "Is it true that x?"  # framed at budget
+
+
+def test_a_cheap_concession_is_flagged() -> None:
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (1, 20), "EVIDENCE": (10, 20)})
+    claim = {"statement": "adoption wins", "side": "YES"}
+    moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
+          ("b", {"move": "TOP_CLAIM", "top_claim": claim}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
+          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}),
+          ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    assert d.stage == "EVIDENCE", d.lock_failures()
+    who = d.owed_by()
+    moves(d, (who, {"move": "EVIDENCE"}))
+    moves(d, ("b" if who == "a" else "a", {"move": "EVIDENCE"}))
+    if d.owed_by() != "b":
+        moves(d, ("a", {"move": "EVIDENCE"}))
+    moves(d, ("b", {"move": "CONCEDE", "side": "NO"}))
+    assert d.crux()["cheap_concessions"] == ["b"]
+
+
+def test_the_event_log_catches_up_after_a_crash(debates: Debates) -> None:
+    d = debates.start("Tests before features", ["opus", "mira"], "operator")
+    d = debates.move(d.id, "opus", play(d.situation("opus")))
+    # mira's daemon died after writing its move, before logging its events
+    move = {**play(d.situation("mira")), "author": "mira", "seq": 2}
+    (debates.dir / d.id / "moves" / "0002-mira.json").write_text(json.dumps(move))
+    d = debates.load(d.id)
+    debates.move(d.id, "opus", play(d.situation("opus")))
+    posted = [e["seq"] for e in debates.events(d.id) if e["type"] == "message_posted"]
+    assert posted == [1, 2, 3]
+
+
+def test_a_move_file_written_around_the_rules_does_not_count(debates: Debates) -> None:
+    d = debates.start("Tests before features", ["opus", "mira"], "operator")
+    forged = {"author": "mira", "seq": 1, "move": "CLAIM", "content": "out of turn"}
+    (debates.dir / d.id / "moves").mkdir()
+    (debates.dir / d.id / "moves" / "0001-mira.json").write_text(json.dumps(forged))
+    d = debates.load(d.id)
+    assert d.seq == 0 and d.owed_by() == "opus"
