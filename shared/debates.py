@@ -379,15 +379,16 @@ class Debate:
                 self._say(f"Second failed lock. Binary framing: {self.question} Answer YES "
                           "or NO - UNCERTAIN does not lock.")
             else:
-                derived = self._derive_falsifiers()
-                self._say("Third failed lock: the moderator derives falsifiers from the "
-                          f"dialogue for {', '.join(derived) or 'nobody'}.")
+                derived = self._derive_falsifiers() if attempt == 3 else []
+                if attempt == 3:
+                    self._say("Third failed lock: the moderator derives falsifiers from the "
+                              f"dialogue for {', '.join(derived) or 'nobody'}.")
                 failed = self.lock_failures()
                 if not failed:
                     self._event("lock_succeeded", attempt=attempt, question=self.question,
                                 derived=derived)
                     self._to("EVIDENCE")
-                else:
+                elif final:
                     self.ended = "the crux would not lock: " + "; ".join(failed)
                     self._to("ENDED")
                     self._event("debate_complete", reason=self.ended)
