@@ -118,6 +118,12 @@ def debates() -> Debates:
     return Debates(shared, citizens(), server_mode(shared))
 
 
+def persona(tpl: config.Templates, name: str) -> str:
+    """A debater's persona, drawn from its identity template (the default one for a
+    citizen the templates do not name)."""
+    return tpl.identity(name)[:400]
+
+
 def init(names: list[str]) -> list[str]:
     """Create the commons and the homes of `names`."""
     made = init_shared()

@@ -85,12 +85,10 @@ def start(topic: str, people: str, budget: tuple[str, ...]) -> None:
     Example:
       citizen debate start --topic "Tests before features" --with opus,mira,aria
     """
-    from citizen.wakes.debate import persona_of  # noqa: PLC0415 - the wake module is heavier
-
     names = [p.strip() for p in people.split(",") if p.strip()]
     tpl = config.templates()
     d = civilization.debates().start(topic, names, _operator(),
-                                     personas={n: persona_of(tpl, n) for n in names},
+                                     personas={n: civilization.persona(tpl, n) for n in names},
                                      budgets=_budget(budget))
     who = d.owed_by()
     home = paths.home(who)

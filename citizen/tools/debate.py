@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from citizen import civilization, config, paths
 from citizen.tools.base import ToolEnv, ToolFailure, tool
-from citizen.wakes.debate import persona_of
 from shared import doorbell
 from shared.debates import DebateError
 
@@ -22,7 +21,7 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     tpl = config.templates()
     try:
         d = civilization.debates().start(topic, names, me,
-                                         personas={n: persona_of(tpl, n) for n in names})
+                                         personas={n: civilization.persona(tpl, n) for n in names})
     except DebateError as exc:
         raise ToolFailure(str(exc)) from exc
     doorbell.ring(paths.home(me).doorbell, "DEBATE", f"debate {d.id} started", sender=me)

@@ -14,7 +14,6 @@ import logging
 from typing import Any
 
 from citizen import civilization, paths, state
-from citizen.config import Templates
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
@@ -185,7 +184,8 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
     peers = [c for c in debates.citizens if c != me][:2]
     try:
         d = debates.start(topic, [me, *peers], me,
-                          personas={n: persona_of(setup.templates, n) for n in [me, *peers]},
+                          personas={n: civilization.persona(setup.templates, n)
+                                    for n in [me, *peers]},
                           source={k: task.meta[k] for k in ("from", "subject", "message_id")
                                   if k in task.meta})
     except DebateError as exc:
@@ -193,12 +193,6 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
     _ring(d, me)
     return (f"debate {d.id} started among {', '.join(d.participants)} on: {topic}. "
             "The crux and the transcript will follow by mail.")
-
-
-def persona_of(tpl: Templates, name: str) -> str:
-    """A participant's persona, drawn from its identity template (the default one for a
-    citizen the templates do not name)."""
-    return tpl.identity(name)[:400]
 
 
 def _ring(d: Debate, me: str) -> None:

@@ -1,0 +1,27 @@
+"""Every module imports on its own, first, in a fresh interpreter: an import cycle that
+only bites in one order (as `citizen wake` imports) fails here, not on a server."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from citizen import paths
+
+
+def test_every_module_imports_first() -> None:
+    root = paths.project_dir()
+    modules = sorted(
+        ".".join(p.relative_to(root).with_suffix("").parts).removesuffix(".__init__")
+        for pkg in ("citizen", "shared") for p in (root / pkg).rglob("*.py"))
+    script = ("import subprocess, sys\n"
+              "bad = []\n"
+              "for m in sys.argv[1:]:\n"
+              "    r = subprocess.run([sys.executable, '-c', f'import {m}'],\n"
+              "                       capture_output=True, text=True)\n"
+              "    if r.returncode:\n"
+              "        bad.append(m + ': ' + r.stderr.strip().splitlines()[-1])\n"
+              "print('\\n'.join(bad))\n")
+    out = subprocess.run([sys.executable, "-c", script, *modules], capture_output=True,
+                         text=True, check=True, cwd=root).stdout.strip()
+    assert out == "", out
