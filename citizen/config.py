@@ -70,6 +70,14 @@ _CITIZEN_PROPS: dict[str, Any] = {
     },
     "wake_interval_minutes": {"type": "number", "exclusiveMinimum": 0},
     "library_approvals": {"type": "integer", "minimum": 1},
+    # Messages per debate stage, [min, max], for the debates this citizen starts from mail
+    # (default: the seed's 6-10 / 6-8 / 12-16, scaled for more than two participants).
+    "debate_budgets": {
+        "type": "object", "additionalProperties": False,
+        "properties": {stage: {"type": "array", "minItems": 2, "maxItems": 2,
+                               "items": {"type": "integer", "minimum": 1}}
+                       for stage in ("DISCOVERY", "CRUX_LOCK", "EVIDENCE")},
+    },
     "mail": {
         "type": "object",
         "additionalProperties": False,
@@ -265,6 +273,7 @@ class CitizenConfig:
     llm: LLMSettings
     mail: MailSettings
     source: Path
+    debate_budgets: Mapping[str, tuple[int, int]] | None = None
 
     def seat(self, tier: str) -> CouncilSeat:
         """The council seat serving `tier`; the primary seat when no seat has that role."""
@@ -456,6 +465,9 @@ class Templates:
             budget=Budget(**data["budget"]),
             wake_interval_minutes=float(data["wake_interval_minutes"]),
             library_approvals=int(data["library_approvals"]),
+            debate_budgets={k: (int(v[0]), int(v[1])) for k, v in
+                            data["debate_budgets"].items()} if data.get("debate_budgets")
+            else None,
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

@@ -19,7 +19,15 @@ from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from citizen.wakes.task import finish_task
 from shared import doorbell
-from shared.debates import GRADES, SIDES, Debate, DebateError, Debates, IllegalMove
+from shared.debates import (
+    GRADES,
+    SIDES,
+    Debate,
+    DebateError,
+    Debates,
+    IllegalMove,
+    scaled_budgets,
+)
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +112,8 @@ class DebateWake(WakeType):
             _log(env, "debate_move", debate=d.id, move=kind, stage=after.stage,
                  next=after.owed_by())
             _ring(after, me)
+            if not after.active:  # the starter mails the crux to whoever asked for it
+                _ring_starter(debates, after, me)
         _send_notices(setup, env, debates, me)
         return Ending("end_turn", text="; ".join(done) or "no move was owed any more")
 
@@ -186,6 +196,7 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
         d = debates.start(topic, [me, *peers], me,
                           personas={n: civilization.persona(setup.templates, n)
                                     for n in [me, *peers]},
+                          budgets=_budgets(setup),
                           source={k: task.meta[k] for k in ("from", "subject", "message_id")
                                   if k in task.meta})
     except DebateError as exc:
@@ -193,6 +204,14 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
     _ring(d, me)
     return (f"debate {d.id} started among {', '.join(d.participants)} on: {topic}. "
             "The crux and the transcript will follow by mail.")
+
+
+def _budgets(setup: Setup) -> dict[str, tuple[int, int]] | None:
+    """The citizen's configured budgets over the seed's (scaled) defaults, if any."""
+    mine = setup.config.debate_budgets
+    if not mine:
+        return None
+    return {**scaled_budgets(3), **mine}
 
 
 def _ring(d: Debate, me: str) -> None:
@@ -203,6 +222,15 @@ def _ring(d: Debate, me: str) -> None:
         doorbell.ring(paths.home(who).doorbell, "DEBATE", f"move in {d.id}", sender=me)
     except OSError as exc:  # the debate waits for that citizen's slot wake instead
         log.warning("could not ring %s for %s: %s", who, d.id, exc)
+
+
+def _ring_starter(debates: Debates, d: Debate, me: str) -> None:
+    starter = str(debates.thread(d.id).get("started_by", ""))
+    if starter != me and starter in debates.citizens:
+        try:
+            doorbell.ring(paths.home(starter).doorbell, "DEBATE", f"{d.id} ended", sender=me)
+        except OSError as exc:
+            log.warning("could not ring %s for %s: %s", starter, d.id, exc)
 
 
 def _notices_due(debates: Debates, me: str, mailed: list[str]) -> list[str]:
