@@ -60,6 +60,9 @@ class Settings:
     slot_weights: tuple[float, ...] = SLOT_WEIGHTS
     silenced: tuple[str, ...] = ()
     boosted: tuple[tuple[str, float], ...] = ()  # (citizen, added confidence)
+    # False: no coordination at all - every claimer answers, no admission control (the
+    # baseline the seed measures against; for benchmarks, not for rooms people use).
+    coordinate: bool = True
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Settings:
@@ -76,7 +79,8 @@ class Settings:
                    int(data["intention_window_ms"]), tuple(data.get("slot_weights",
                                                                      SLOT_WEIGHTS)),
                    tuple(data.get("silenced", ())),
-                   tuple((str(c), float(b)) for c, b in data.get("boosted", ())))
+                   tuple((str(c), float(b)) for c, b in data.get("boosted", ())),
+                   bool(data.get("coordinate", True)))
 
 
 @dataclass(frozen=True)
@@ -151,7 +155,7 @@ def decide(s: Stream, now: float) -> Decision | None:
     elapsed_ms = int((now - s.created) * 1000)
     if len(thoughts) == 1 and claims and _confidence(s, claims[0]) > CLEAR_WINNER:
         how = "clear_winner"
-    elif len(claims) >= n:
+    elif len(claims) >= n and s.settings.coordinate:
         how = "all_slots_claimed"
     elif len(thoughts) >= len(s.participants):
         how = "everyone_decided"
@@ -159,6 +163,9 @@ def decide(s: Stream, now: float) -> Decision | None:
         how = "window"
     else:
         return None
+    if not s.settings.coordinate:
+        return Decision(tuple(t.citizen for t in claims), (), tuple(
+            t.citizen for t in thoughts if not t.claiming), len(claims), how, max(0, elapsed_ms))
     granted = [t.citizen for t in claims if t.citizen in s.mentions]  # @mention override
     for t in claims:
         if len(granted) >= n + len(s.mentions):

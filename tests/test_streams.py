@@ -173,3 +173,12 @@ def test_five_processes_agree_on_one_decision(tmp_path: Path) -> None:
     assert tuple(seen[0]["decision"]) == tuple(streams.decision(sid)["granted"])
     with pytest.raises(StreamError, match="already bid"):
         streams.think(sid, "opus", False, 0.0)
+
+
+@given(thoughts)
+def test_without_coordination_every_claimer_answers(ts: list[tuple[str, bool, float]]) -> None:
+    s = stream(ts)
+    s.settings = Settings.preset("balanced", coordinate=False)
+    d = decide(s, 200.0)
+    assert d is not None
+    assert set(d.granted) == {n for n, t in s.thoughts.items() if t.claiming}

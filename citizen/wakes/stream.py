@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from citizen import civilization, paths
@@ -104,15 +106,16 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         streams.record(sid, me, record)
         _log(env, "stream_silent", stream=sid, exit=decision["exit"])
         return f"{sid}: SILENT"
-    started = time.monotonic()
+    started, wall = time.monotonic(), time.time()
     calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
-    with sem.slot(timeout_s=300) as waited:
+    coordinated = bool(info["settings"].get("coordinate", True))
+    with sem.slot(timeout_s=300) if coordinated else _no_slot() as waited:
         prompt = setup.templates.prompt("stream_answer", name=me, focus=setup.config.focus,
                                         room=info["room"], text=info["text"])
         reply = ask.meter.call(ask.llm, Request(
             messages=[{"role": "user", "content": prompt}], system=ask.system,
             max_tokens=400, tier="primary", purpose="stream_answer"))
-    figures = {"latency_s": round(time.monotonic() - started, 3),
+    figures = {"started": wall, "latency_s": round(time.monotonic() - started, 3),
                "queued_s": round(waited, 3), "calls": ask.meter.calls - calls,
                "tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
                "model": reply.model}
@@ -122,6 +125,11 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     streams.record(sid, me, record)
     _log(env, "stream_posted", stream=sid, **figures)
     return f"{sid}: POSTED"
+
+
+@contextmanager
+def _no_slot() -> Iterator[float]:
+    yield 0.0
 
 
 def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
