@@ -19,6 +19,7 @@ from citizen.tasks import TaskQueue
 from shared.consensus import Consensus
 from shared.debates import Debates
 from shared.identity import server_mode
+from shared.streams import Streams
 from shared.values import Framework
 
 SHARED_DIRS = (
@@ -116,6 +117,12 @@ def debates() -> Debates:
     """The structured debates in this civilization's commons."""
     shared = paths.shared_dir()
     return Debates(shared, citizens(), server_mode(shared))
+
+
+def streams() -> Streams:
+    """ThoughtStream coordination in this civilization's commons."""
+    shared = paths.shared_dir()
+    return Streams(shared, citizens(), server_mode(shared))
 
 
 def persona(tpl: config.Templates, name: str) -> str:

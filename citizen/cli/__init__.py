@@ -40,6 +40,9 @@ COMMANDS = {
     "consensus": "citizen.cli.consensus:consensus",
     "debates": "citizen.cli.debate:debates_cmd",
     "debate": "citizen.cli.debate:debate",
+    "say": "citizen.cli.stream:say_cmd",
+    "room": "citizen.cli.stream:room",
+    "decisions": "citizen.cli.stream:decisions",
 }
 
 

@@ -142,6 +142,9 @@ class Provider(ABC):
     """A model provider. Implementations answer one `Request` at a time."""
 
     name: str = "provider"
+    # Generations the model's server takes at once, across every citizen that shares it
+    # (ThoughtStream admission control); the local llama.cpp server serves one at a time.
+    max_concurrent: int = 4
 
     @abstractmethod
     def complete(self, request: Request) -> Reply:

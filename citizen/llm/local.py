@@ -193,6 +193,7 @@ class LocalProvider(Provider):
     ) -> None:
         self.config = config
         self.settings = settings
+        self.max_concurrent = settings.max_concurrent_generations
         self.price_table = prices.get(settings.model, ModelPrice(0, 0, 0, 0))
         if url:
             self.backend: _Backend = _Http(url, timeout_s)

@@ -9,6 +9,7 @@ from citizen.wakes.dry_audit import DryAuditWake
 from citizen.wakes.library import LibraryWake
 from citizen.wakes.peer_monitor import PeerMonitorWake
 from citizen.wakes.reflect import ReflectWake
+from citizen.wakes.stream import StreamWake
 from citizen.wakes.task import CodeWake, DebugWake, ResearchWake, TaskWake
 
 __all__ = ["Ask", "Ending", "Gate", "Setup", "WakeType", "get", "register", "registered"]
@@ -33,5 +34,5 @@ def registered() -> list[str]:
 
 
 for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
-             PeerMonitorWake, DryAuditWake, ConsensusWake, DebateWake):
+             PeerMonitorWake, DryAuditWake, ConsensusWake, DebateWake, StreamWake):
     register(_cls)

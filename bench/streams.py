@@ -1,0 +1,166 @@
+"""ThoughtStream on a shared local model server: coordinated against uncoordinated.
+
+    .venv/bin/python bench/streams.py [--citizens 3 5 10] [--questions 10] [--timeout 45]
+
+The packaged Gemma model runs as an OpenAI-compatible server (`python -m
+llama_cpp.server`, one request at a time); N citizen daemons use it for their bids and
+answers. Ten broadcast questions, once with coordination off (every claimer answers,
+no admission control) and once on (the balanced room: slots, minimum confidence,
+early exits, the semaphore). Printed per N and mode: time to each answer (mean, p95),
+answers after the timeout, maximum generations in flight or queued, answer tokens,
+and the cross-process decision latency (p50, p95, share decided by early exit).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.stats import pct  # noqa: E402
+
+QUESTIONS = [
+    "What is a file lock for?", "Why fsync before rename?", "What does umask 0027 mean?",
+    "When is a test flaky?", "What is a git cherry-pick?", "Why cache a system prompt?",
+    "What is exponential backoff?", "What does IMAP IDLE do?", "What is a semaphore?",
+    "Why keep secrets out of logs?",
+]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def model_server() -> tuple[subprocess.Popen[bytes], str]:
+    from citizen.llm.model_file import ensure_model
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "llama_cpp.server", "--model",
+                             str(ensure_model()), "--port", str(port), "--n_ctx", "4096"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return proc, url
+        except OSError:
+            time.sleep(0.5)
+    raise RuntimeError("the model server did not start")
+
+
+def run(n: int, coordinate: bool, url: str, questions: int, timeout: float) -> dict[str, Any]:
+    from citizen import civilization
+    from tests.daemons import start
+
+    root = Path(tempfile.mkdtemp(prefix=f"bench-streams-{n}-"))
+    os.environ["CIV_ROOT"] = str(root)
+    names = [f"c{i}" for i in range(n)]
+    civilization.init_shared()
+    for i, name in enumerate(names):
+        civilization.init_citizen(name, {"email": f"{name}@experience.local",
+                                         "focus": ["Storage", "Testing", "Mail",
+                                                   "Security", "Git"][i % 5]})
+        cfg = root / name / "config.json"
+        data = json.loads(cfg.read_text())
+        data["llm"] = {"provider": "local", "local_url": url}
+        cfg.write_text(json.dumps(data))
+    streams = civilization.streams()
+    streams.set_room("bench", "balanced", coordinate=coordinate)
+    env = {**os.environ, "CIV_ROOT": str(root)}
+    env.pop("ANTHROPIC_API_KEY", None)
+    procs = [start(env, name, "--interval", "3600", "--first-wake", "3600") for name in names]
+    answers, decisions, depth, tokens, late = [], [], 0, 0, 0
+    try:
+        time.sleep(3)
+        from citizen.wakes.stream import say
+
+        for q in QUESTIONS[:questions]:
+            sid = say(q, room="bench", sender="bench")
+            opened = time.time()
+            deadline = time.monotonic() + timeout + 30
+            while time.monotonic() < deadline:
+                decision = streams.decision(sid)
+                depth = max(depth, streams_pressure(streams))
+                got = streams.responses(sid)
+                if decision and set(decision["granted"]) <= set(got):
+                    break
+                time.sleep(0.1)
+            decision = streams.decision(sid) or {}
+            if decision:
+                decisions.append(decision)
+            got = streams.responses(sid)
+            for name in decision.get("granted", []):
+                if name not in got:
+                    late += 1
+                    continue
+                took = float(got[name]["ts"]) - opened
+                answers.append(took)
+                late += took > timeout
+                tokens += int(got[name].get("tokens", 0))
+            spans = [(float(r["started"]), float(r["ts"])) for r in got.values()]
+            depth = max(depth, max_overlap(spans))
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            p.communicate(timeout=120)
+    early = [d for d in decisions if d["exit"] != "window"]
+    lat = [float(d["decided_at_ms"]) for d in decisions]
+    return {"n": n, "mode": "coordinated" if coordinate else "uncoordinated",
+            "answers": len(answers),
+            "mean_s": round(statistics.fmean(answers), 2) if answers else None,
+            "p95_s": round(pct(answers, 0.95), 2) if answers else None,
+            "timeouts": late, "max_depth": depth, "answer_tokens": tokens,
+            "decision_p50_ms": pct(lat, 0.5) if lat else None,
+            "decision_p95_ms": pct(lat, 0.95) if lat else None,
+            "early_exit_share": round(len(early) / len(decisions), 2) if decisions else None}
+
+
+def streams_pressure(streams: Any) -> int:
+    from shared.streams import Semaphore
+
+    return Semaphore(streams.dir / ".semaphore", 1).pressure()
+
+
+def max_overlap(spans: list[tuple[float, float]]) -> int:
+    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
+    inside = peak = 0
+    for _, step in events:
+        inside += step
+        peak = max(peak, inside)
+    return peak
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--citizens", type=int, nargs="+", default=[3, 5, 10])
+    parser.add_argument("--questions", type=int, default=10)
+    parser.add_argument("--timeout", type=float, default=45.0)
+    args = parser.parse_args()
+    server, url = model_server()
+    try:
+        for n in args.citizens:
+            for coordinate in (False, True):
+                print(json.dumps(run(n, coordinate, url, args.questions, args.timeout)),
+                      flush=True)
+    finally:
+        server.terminate()
+        server.wait(timeout=60)
+
+
+if __name__ == "__main__":
+    main()

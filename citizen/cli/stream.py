@@ -1,0 +1,227 @@
+"""ThoughtStream from the operator's side: `citizen say`, `citizen room`, `citizen decisions`."""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import time
+from typing import Any
+
+import click
+
+from citizen import civilization, config
+from citizen.cli.options import json_option
+from citizen.errors import CitizenError
+from shared.streams import PRESETS, Streams
+
+
+def _operator() -> str:
+    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
+
+
+@click.command("say")
+@click.argument("text")
+@click.option("--room", default="general", show_default=True)
+@click.option("--to", "to", default="", help="Only these citizens (comma-separated).")
+@click.option("--wait", type=float, default=60.0, show_default=True,
+              help="Seconds to wait for the answers (0: do not wait).")
+def say_cmd(text: str, room: str, to: str, wait: float) -> None:
+    """Say something to several citizens at once; only those granted answer.
+
+    \b
+    Example:
+      citizen say "Who can explain file locks? @mira"
+    """
+    from citizen.wakes.stream import say  # noqa: PLC0415 - the wake machinery is heavier
+
+    names = [n.strip() for n in to.split(",") if n.strip()] or None
+    sid = say(text, room=room, to=names, sender=_operator())
+    click.echo(f"stream {sid}")
+    if wait <= 0:
+        return
+    streams = civilization.streams()
+    deadline, shown = time.monotonic() + wait, set()
+    while time.monotonic() < deadline:
+        decision = streams.decision(sid)
+        if decision and "decision" not in shown:
+            shown.add("decision")
+            click.echo(f"granted: {', '.join(decision['granted']) or 'nobody'} "
+                       f"({decision['exit']} after {decision['decided_at_ms']} ms, "
+                       f"{decision['slots']} slots)")
+        for name, r in streams.responses(sid).items():
+            if name not in shown:
+                shown.add(name)
+                click.echo(f"{name}: {r['text']}")
+        if decision and all(n in shown for n in decision["granted"]):
+            return
+        time.sleep(0.2)
+    click.echo(f"(stopped waiting after {wait:.0f} s; `citizen decisions show {sid}`)")
+
+
+@click.group("room")
+def room() -> None:
+    """A room's governance and temperature."""
+
+
+@room.command("show")
+@click.argument("name")
+def room_show(name: str) -> None:
+    """Show room NAME: preset, moderator changes, temperature now."""
+    data = civilization.streams().room(name)
+    click.echo(json.dumps(data, indent=1))
+
+
+@room.command("set")
+@click.argument("name")
+@click.option("--preset", type=click.Choice(list(PRESETS)))
+@click.option("--max-responders", type=click.IntRange(1, 10))
+@click.option("--min-confidence", type=click.FloatRange(0, 1))
+@click.option("--window-ms", type=click.IntRange(0, 60000))
+@click.option("--silence", help="Citizens who stay silent here (comma-separated; '' clears).")
+@click.option("--boost", multiple=True, help="NAME=DELTA added to a quiet voice's bids.")
+def room_set(name: str, *, preset: str | None, max_responders: int | None,
+             min_confidence: float | None, window_ms: int | None, silence: str | None,
+             boost: tuple[str, ...]) -> None:
+    """Moderate room NAME: a preset, thresholds, silence, boosts.
+
+    \b
+    Example:
+      citizen room set general --preset strict --boost aria=0.2
+    """
+    changes: dict[str, Any] = {}
+    if max_responders is not None:
+        changes["max_responders"] = max_responders
+    if min_confidence is not None:
+        changes["min_confidence"] = min_confidence
+    if window_ms is not None:
+        changes["intention_window_ms"] = window_ms
+    if silence is not None:
+        changes["silenced"] = [s.strip() for s in silence.split(",") if s.strip()]
+    if boost:
+        pairs = []
+        for b in boost:
+            who, _, delta = b.partition("=")
+            try:
+                pairs.append([who.strip(), float(delta)])
+            except ValueError as exc:
+                raise click.BadParameter(f"'{b}': use NAME=DELTA, e.g. aria=0.2") from exc
+        changes["boosted"] = pairs
+    data = civilization.streams().set_room(name, preset, **changes)
+    click.echo(f"room {name}: {data['preset']} {json.dumps(data['changes'])}")
+
+
+@click.group("decisions")
+def decisions() -> None:
+    """Coordination decisions: list, show, replay, rate, calibration."""
+
+
+def _summary(streams: Streams, sid: str) -> dict[str, Any]:
+    info, decision = streams.info(sid), streams.decision(sid) or {}
+    return {"id": sid, "room": info["room"], "text": info["text"][:80],
+            "participants": info["participants"], "granted": decision.get("granted"),
+            "exit": decision.get("exit"), "decided_at_ms": decision.get("decided_at_ms"),
+            "responses": sorted(streams.responses(sid))}
+
+
+@decisions.command("list")
+@json_option
+def list_cmd(as_json: bool) -> None:
+    """Streams, newest last: who was granted, how the decision was reached."""
+    streams = civilization.streams()
+    rows = [_summary(streams, sid) for sid in streams.ids()]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['id']}  {r['room']:<10} granted {','.join(r['granted'] or []) or '-':<12}"
+                   f" {r['exit'] or 'undecided':<18} {r['text']!r}")
+    if not rows:
+        click.echo("no streams")
+
+
+@decisions.command("show")
+@click.argument("sid")
+@json_option
+def show(sid: str, as_json: bool) -> None:
+    """Stream SID: every bid with what its bidder saw, the decision, the answers."""
+    streams = civilization.streams()
+    out = {**_summary(streams, sid),
+           "records": {c: streams.read_record(sid, c)
+                       for c in streams.info(sid)["participants"]},
+           "answers": {c: r["text"] for c, r in streams.responses(sid).items()}}
+    if as_json:
+        click.echo(json.dumps(out, ensure_ascii=False))
+        return
+    click.echo(f"{sid} in {out['room']}: {out['text']!r}")
+    click.echo(f"decision: granted {out['granted']} ({out['exit']}, "
+               f"{out['decided_at_ms']} ms)")
+    for c, rec in out["records"].items():
+        if rec:
+            click.echo(f"  {c}: {rec.get('action', '?'):<6} claim={rec['claim']} "
+                       f"confidence {rec['confidence']} (raw {rec['raw_confidence']}, "
+                       f"x{rec['calibration_factor']}, {rec['how']}) - {rec['reasoning']}")
+    for c, text in out["answers"].items():
+        click.echo(f"{c} answered: {text}")
+
+
+@decisions.command("replay")
+@click.argument("sid")
+@click.option("--citizen", "name", required=True)
+@click.option("--provider", type=click.Choice(["auto", "anthropic", "local"]), default="auto")
+def replay(sid: str, name: str, provider: str) -> None:
+    """Re-run a recorded bid with another model; show the two side by side."""
+    from citizen.llm import make_provider  # noqa: PLC0415 - only here is a model needed
+    from citizen.llm.base import Request  # noqa: PLC0415
+    from citizen.wakes.stream import BID_SCHEMA  # noqa: PLC0415
+
+    streams = civilization.streams()
+    rec = streams.read_record(sid, name)
+    if rec is None:
+        raise click.ClickException(f"{name} has no decision record on {sid}")
+    try:
+        cfg = config.load_citizen(name)
+    except (OSError, CitizenError):  # not readable here (another user's home): the template
+        cfg = config.templates().citizen(name)
+    # The operator's own environment (e.g. ANTHROPIC_API_KEY), never a citizen's .env.
+    llm = make_provider(cfg, config.load_secrets(None),
+                        override="" if provider == "auto" else provider)
+    started = time.monotonic()
+    reply = llm.complete(Request(messages=[{"role": "user", "content": rec["prompt"]}],
+                                 output_schema=BID_SCHEMA, max_tokens=120, tier="fast",
+                                 purpose="stream_bid_replay"))
+    new = reply.data or {}
+    click.echo(f"{'':<12} {'recorded':<40} replay ({llm.describe()})")
+    for key, old, now in (("claim", rec["claim"], new.get("claim")),
+                          ("confidence", rec["raw_confidence"], new.get("confidence")),
+                          ("reasoning", rec["reasoning"][:38], str(new.get("reasoning"))[:60]),
+                          ("model", rec.get("model"), reply.model),
+                          ("latency s", rec.get("bid_latency_s"),
+                           round(time.monotonic() - started, 3))):
+        click.echo(f"{key:<12} {old!s:<40} {now}")
+
+
+@decisions.command("rate")
+@click.argument("sid")
+@click.option("--citizen", "name", required=True)
+@click.option("--score", type=click.FloatRange(0, 1), required=True,
+              help="1: it was right to speak (or to stay silent); 0: it was not.")
+def rate(sid: str, name: str, score: float) -> None:
+    """Rate a citizen's bid after the fact (feeds its calibration)."""
+    civilization.streams().rate(sid, name, score, _operator())
+    click.echo(f"rated {name} on {sid}: {score}")
+
+
+@decisions.command("calibration")
+@json_option
+def calibration(as_json: bool) -> None:
+    """Each citizen's calibration: mean confidence vs mean rating, and the factor applied."""
+    streams = civilization.streams()
+    rows = [streams.calibration(c) for c in streams.citizens]
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(f"{r['citizen']:<8} rated {r['rated']:>3}  factor {r['factor']:.3f}"
+                   + (f"  confidence {r['mean_confidence']} vs rating {r['mean_rating']}"
+                      f"  brier {r['brier']}" if r["rated"] >= 3 else ""))

@@ -1,0 +1,183 @@
+"""STREAM wakes: bid on messages that reached several citizens, and answer only if granted.
+
+The gate is deterministic (the stream records): no open stream for this citizen means
+an idle wake. For each open one: a fast structured bid (a rule when the model cannot
+be asked), adjusted by the room's temperature and this citizen's calibration, written
+as its thought; then the decision - computed by whoever gets there first, the same for
+all - and only a granted citizen generates, inside the shared model's semaphore.
+Every bid leaves a decision record (what it saw, what it did) for replay.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from citizen import civilization, paths
+from citizen.errors import ProviderError, StructuredOutputError
+from citizen.llm.base import Request
+from citizen.tools.base import ToolEnv
+from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from shared.streams import Semaphore, StreamError, Streams, temperature_bias
+
+log = logging.getLogger(__name__)
+
+RECENT = 50  # streams a gate looks at (the newest)
+BID_SCHEMA: dict[str, Any] = {
+    "type": "object", "additionalProperties": False,
+    "required": ["claim", "confidence", "reasoning"],
+    "properties": {"claim": {"type": "boolean"},
+                   "confidence": {"type": "number", "minimum": 0, "maximum": 1},
+                   "reasoning": {"type": "string", "maxLength": 200}},
+}
+
+
+def open_streams(streams: Streams, me: str) -> list[str]:
+    """Streams addressed to me where I have not bid, or was granted and not answered."""
+    out = []
+    for sid in streams.ids()[-RECENT:]:
+        folder = streams.dir / sid
+        try:
+            if me not in streams.info(sid)["participants"]:
+                continue
+        except (StreamError, OSError, ValueError):
+            continue
+        if not (folder / "thoughts" / f"{me}.json").exists():
+            out.append(sid)
+            continue
+        decision = streams.decision(sid)
+        if decision and me in decision["granted"] and not (
+                folder / "responses" / f"{me}.json").exists():
+            out.append(sid)
+    return out
+
+
+class StreamWake(WakeType):
+    name = "STREAM"
+    loop = False
+
+    def gate(self, setup: Setup) -> Gate:
+        pending = open_streams(civilization.streams(), setup.home.name)
+        if not pending:
+            return Gate(False, "no message waits for my bid or my answer")
+        return Gate(True, f"{len(pending)} streams: {', '.join(pending[:5])}")
+
+    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        return "bid on the messages addressed to several citizens"
+
+    def act(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask) -> Ending:
+        me = setup.home.name
+        streams = civilization.streams()
+        sem = Semaphore(streams.dir / ".semaphore", ask.llm.max_concurrent)
+        done = []
+        for sid in open_streams(streams, me):
+            try:
+                done.append(_take(setup, env, ask, streams, sem=sem, sid=sid))
+            except StreamError as exc:  # another daemon's step raced ours; logged, not fatal
+                _log(env, "stream_refused", stream=sid, reason=str(exc))
+        return Ending("end_turn", text="; ".join(done) or "nothing waited any more")
+
+
+def _log(env: ToolEnv, event: str, **data: Any) -> None:
+    if env.log is not None:
+        env.log.event(event, **data)
+
+
+def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaphore,
+          sid: str) -> str:
+    me = setup.home.name
+    info = streams.info(sid)
+    record = streams.read_record(sid, me) or {}
+    if not record:
+        record = _bid(setup, ask, streams, sem=sem, sid=sid, info=info)
+        streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"])
+    decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
+        "intention_window_ms"] / 1000 + 10)
+    s = streams.load(sid)
+    record["competing"] = {c: {"claiming": t.claiming, "confidence": t.confidence}
+                           for c, t in s.thoughts.items() if c != me}
+    record["decision"] = {k: decision[k] for k in ("granted", "denied", "silent", "slots",
+                                                   "exit", "decided_at_ms", "decided_by")}
+    if me not in decision["granted"]:
+        record["action"] = "SILENT"
+        streams.record(sid, me, record)
+        _log(env, "stream_silent", stream=sid, exit=decision["exit"])
+        return f"{sid}: SILENT"
+    started, wall = time.monotonic(), time.time()
+    calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
+    coordinated = bool(info["settings"].get("coordinate", True))
+    with sem.slot(timeout_s=300) if coordinated else _no_slot() as waited:
+        prompt = setup.templates.prompt("stream_answer", name=me, focus=setup.config.focus,
+                                        room=info["room"], text=info["text"])
+        reply = ask.meter.call(ask.llm, Request(
+            messages=[{"role": "user", "content": prompt}], system=ask.system,
+            max_tokens=400, tier="primary", purpose="stream_answer"))
+    figures = {"started": wall, "latency_s": round(time.monotonic() - started, 3),
+               "queued_s": round(waited, 3), "calls": ask.meter.calls - calls,
+               "tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
+               "model": reply.model}
+    streams.respond(sid, me, reply.text, **figures)
+    streams.heat(info["room"], "serviced")
+    record.update(action="POSTED", response=reply.text[:4000], **figures)
+    streams.record(sid, me, record)
+    _log(env, "stream_posted", stream=sid, **figures)
+    return f"{sid}: POSTED"
+
+
+@contextmanager
+def _no_slot() -> Iterator[float]:
+    yield 0.0
+
+
+def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
+         info: dict[str, Any]) -> dict[str, Any]:
+    """The bid and what it saw: a fast structured call, or a rule when that fails."""
+    me = setup.home.name
+    room = streams.room(info["room"])
+    temperature = float(room["temperature_now"])
+    pressure = sem.pressure()
+    others = sorted(streams.load(sid).thoughts)
+    mentioned = me in info["mentions"]
+    prompt = setup.templates.prompt(
+        "bid", name=me, focus=setup.config.focus, room=info["room"],
+        temperature=f"{temperature:.2f}", pressure=pressure, mentioned=mentioned,
+        others=", ".join(others) or "nobody yet", text=info["text"])
+    started = time.monotonic()
+    try:
+        data = ask(prompt, BID_SCHEMA, "stream_bid", max_tokens=120, tier="fast")
+        raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
+        reasoning = str(data["reasoning"])
+    except (ProviderError, StructuredOutputError) as exc:
+        focus_words = {w.lower() for w in setup.config.focus.split() if len(w) > 3}
+        knows = any(w in info["text"].lower() for w in focus_words)
+        claim = mentioned or knows
+        raw = 0.8 if mentioned else 0.5 if knows else 0.2
+        how, reasoning = "rule", f"model unavailable ({str(exc)[:80]}): mention/focus rule"
+    factor = float(streams.calibration(me)["factor"])
+    adjusted = min(1.0, max(0.0, raw * factor + temperature_bias(temperature)))
+    return {"stream": sid, "message_id": info["message_id"], "prompt": prompt,
+            "ambient": {"room": info["room"], "temperature": round(temperature, 3),
+                        "pressure": pressure, "mentioned": mentioned, "bid_before": others},
+            "claim": claim, "raw_confidence": raw, "calibration_factor": factor,
+            "confidence": round(adjusted, 4), "reasoning": reasoning[:500], "how": how,
+            "bid_latency_s": round(time.monotonic() - started, 3),
+            "model": setup.config.seat("fast").model}
+
+
+def say(text: str, *, room: str = "general", to: list[str] | None = None,
+        sender: str = "operator") -> str:
+    """Open a stream for a broadcast and ring every addressed citizen (the CLI's `say`)."""
+    from shared import doorbell  # noqa: PLC0415
+
+    streams = civilization.streams()
+    message_id = f"<say-{time.time_ns()}@experience>"
+    s = streams.open(message_id, text, room=room, participants=to, sender=sender,
+                     pressure=Semaphore(streams.dir / ".semaphore", 1).pressure())
+    streams.heat(room, "human")
+    for name in s.participants:
+        home = paths.home(name)
+        doorbell.ring(home.doorbell, "STREAM", f"message {s.id}", sender=sender)
+    return s.id
