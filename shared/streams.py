@@ -42,6 +42,8 @@ PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
 SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
 CLEAR_WINNER = 0.9
 HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)
+# Without coordination every claimer answers: wait for every bid (or this long).
+UNCOORDINATED_WAIT_MS = 60_000
 _ID = re.compile(r"^stream-[0-9a-f]{16}$")
 _MENTION = re.compile(r"@([a-z][a-z0-9_-]{1,31})")
 
@@ -153,13 +155,15 @@ def decide(s: Stream, now: float) -> Decision | None:
                     key=lambda t: (-_confidence(s, t), t.citizen))
     n = slots(s)
     elapsed_ms = int((now - s.created) * 1000)
-    if len(thoughts) == 1 and claims and _confidence(s, claims[0]) > CLEAR_WINNER:
+    if s.settings.coordinate and len(thoughts) == 1 and claims and \
+            _confidence(s, claims[0]) > CLEAR_WINNER:
         how = "clear_winner"
     elif len(claims) >= n and s.settings.coordinate:
         how = "all_slots_claimed"
     elif len(thoughts) >= len(s.participants):
         how = "everyone_decided"
-    elif elapsed_ms >= s.settings.intention_window_ms:
+    elif elapsed_ms >= (s.settings.intention_window_ms if s.settings.coordinate
+                        else UNCOORDINATED_WAIT_MS):
         how = "window"
     else:
         return None

@@ -182,3 +182,5 @@ def test_without_coordination_every_claimer_answers(ts: list[tuple[str, bool, fl
     d = decide(s, 200.0)
     assert d is not None
     assert set(d.granted) == {n for n, t in s.thoughts.items() if t.claiming}
+    if len(s.thoughts) < len(NAMES):  # uncoordinated waits for every bid, not the window
+        assert decide(s, 100.0 + 5.0) is None
