@@ -87,3 +87,18 @@ def test_a_step_that_keeps_failing_falls_back_and_stops_costing(civ: Path) -> No
     assert d.phase == "human" and f"{verifier} could not verify" in d.why
     result = run_wake(verifier, wake_type="CONSENSUS", provider=lambda c, s: broken)
     assert result.status == "idle" and result.calls == 0
+
+
+def test_protocol_errors_are_one_line_with_the_fix(civ: Path) -> None:
+    from click.testing import CliRunner
+
+    from citizen.cli import cli
+
+    runner = CliRunner()
+    out = runner.invoke(cli, ["approve", "prop-20991122T000000-abcd"])
+    assert out.exit_code == 1 and "Traceback" not in out.output
+    assert "no proposal prop-20991122T000000-abcd - `citizen proposals` lists them" in out.output
+    out = runner.invoke(cli, ["debate", "start", "--topic", "x", "--with", "opus"])
+    assert out.exit_code == 1 and "a debate takes 2-5 participants, not 1" in out.output
+    out = runner.invoke(cli, ["room", "set", "general", "--boost", "aria"])
+    assert out.exit_code != 0 and "use NAME=DELTA" in out.output

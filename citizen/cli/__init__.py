@@ -16,6 +16,7 @@ import click
 
 from citizen import __version__
 from citizen.errors import CitizenError
+from shared.errors import SharedError
 
 # name -> "module:function". Loaded on first use, so `citizen status` never pays for the
 # scheduler, the wake machinery or a model SDK (goal: status in under 300 ms).
@@ -63,7 +64,7 @@ class _Group(click.Group):
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
-        except CitizenError as exc:
+        except (CitizenError, SharedError) as exc:  # ours, with the fix in the message
             raise click.ClickException(str(exc)) from exc
 
 
