@@ -41,7 +41,9 @@ def test_three_daemons_coordinate_and_only_the_granted_generate(
     env = daemon_env(civ, messages_api)
     procs = [start(env, n, "--interval", "3600", "--first-wake", "3600") for n in CITIZENS]
     try:
-        cli(env, "room", "set", "general", "--preset", "balanced", "--max-responders", "1")
+        # A window longer than a wake process takes to start (≈2 s), so every bid counts.
+        cli(env, "room", "set", "general", "--preset", "balanced", "--max-responders", "1",
+            "--window-ms", "15000")
         out = cli(env, "say", "Who can explain file locks?", "--wait", "60")
         sid = out.split()[1]
         records = civ / "shared" / "streams" / sid / "records"
@@ -52,21 +54,25 @@ def test_three_daemons_coordinate_and_only_the_granted_generate(
         for p in procs:
             p.communicate(timeout=60)
     decision = json.loads((civ / "shared" / "streams" / sid / "decision.json").read_text())
-    assert decision["granted"] == ["opus"] and decision["slots"] == 1
-    assert "granted: opus" in out and "opus: a file lock serialises writers." in out
+    # One slot: the first claim fills it (the seed's all-slots-claimed early exit), so
+    # opus or mira - whichever bid first - answers; aria deferred and never does.
+    assert decision["slots"] == 1 and len(decision["granted"]) == 1
+    (winner,) = decision["granted"]
+    assert winner in ("opus", "mira")
+    assert f"granted: {winner}" in out and f"{winner}: a file lock serialises writers." in out
     seen = {n: json.loads((records / f"{n}.json").read_text()) for n in CITIZENS}
-    assert {n: r["action"] for n, r in seen.items()} == {"opus": "POSTED", "mira": "SILENT",
-                                                         "aria": "SILENT"}
-    assert all(r["decision"]["granted"] == ["opus"] for r in seen.values())  # all agree
+    assert {n: r["action"] for n, r in seen.items()} == {
+        n: "POSTED" if n == winner else "SILENT" for n in CITIZENS}
+    assert all(r["decision"]["granted"] == [winner] for r in seen.values())  # all agree
     answers = [b for b in messages_api.requests if not b.get("tool_choice")]
-    assert len(answers) == 1 and "You are opus" in json.dumps(answers[0]["messages"])
-    for name in ("mira", "aria"):  # the denied made no generation call
+    assert len(answers) == 1 and f"You are {winner}" in json.dumps(answers[0]["messages"])
+    for name in (n for n in CITIZENS if n != winner):  # the denied made no generation call
         logs = (civ / name / "logs" / "wakes").glob("*-STREAM.jsonl")
         purposes = [json.loads(x).get("purpose") for log in logs
                     for x in log.read_text().splitlines()]
         assert "stream_bid" in purposes and "stream_answer" not in purposes
     shown = cli(env, "decisions", "show", sid)
-    assert "opus: POSTED" in shown and "mira: SILENT" in shown
+    assert f"{winner}: POSTED" in shown and "aria: SILENT" in shown
     replayed = cli(env, "decisions", "replay", sid, "--citizen", "mira", "--provider", "local")
     assert "recorded" in replayed and "claim" in replayed and "gemma" in replayed.lower()
     cli(env, "decisions", "rate", sid, "--citizen", "mira", "--score", "0.2")
