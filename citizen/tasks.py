@@ -142,6 +142,13 @@ class TaskQueue:
             fallback = fallback or task_id
         return fallback
 
+    def next_of(self, kind: str) -> str | None:
+        """The active task if it is of `kind`, else the first queued one of `kind`."""
+        active = self.ids("active")
+        if active:
+            return active[0] if self._kind("active", active[0]) == kind else None
+        return next((t for t in self.ids("queue") if self._kind("queue", t) == kind), None)
+
     def _kind(self, state: str, task_id: str) -> str | None:
         try:
             return self.load(state, task_id).kind

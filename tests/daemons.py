@@ -66,3 +66,11 @@ def heartbeat(root: Path, name: str = "opus") -> dict[str, Any]:
     except (OSError, ValueError):
         return {}
     return data
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    """Run `citizen ARGS` as an operator would; its stdout (asserts it succeeded)."""
+    done = subprocess.run([sys.executable, "-m", "citizen", *args], env=env, text=True,
+                          capture_output=True, check=False, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return done.stdout

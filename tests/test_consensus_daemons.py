@@ -5,23 +5,14 @@ check, commit, episode - started by `citizen consensus start`, moved by doorbell
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import git
 
 from citizen import civilization, config
 from tests.anthropic_server import MessagesServer
-from tests.daemons import daemon_env, start, wait_for
+from tests.daemons import cli, daemon_env, start, wait_for
 from tests.thoughtworld import CITIZENS, HELLO, scripted_council
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "citizen", *args], env=env, text=True,
-                          capture_output=True, check=False, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_three_daemons_reach_consensus_and_commit(civ: Path,

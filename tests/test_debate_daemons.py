@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 from tests.anthropic_server import MessagesServer
-from tests.daemons import daemon_env, start, wait_for
+from tests.daemons import cli, daemon_env, start, wait_for
 from tests.debating import scripted_debater
 from tests.mailserver import MailSystem
 from tests.test_mail import OPERATOR, OPUS, folder, mail, mx, opus_mail  # noqa: F401
@@ -19,13 +17,6 @@ from tests.test_mail import OPERATOR, OPUS, folder, mail, mx, opus_mail  # noqa:
 CITIZENS = ("opus", "mira", "aria")
 SMALL = ("--budget", "DISCOVERY=4-6", "--budget", "CRUX_LOCK=6-14", "--budget",
          "EVIDENCE=3-6")
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "citizen", *args], env=env, text=True,
-                          capture_output=True, check=False, timeout=60)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_three_daemons_debate_to_a_validated_crux(civ: Path,

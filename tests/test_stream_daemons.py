@@ -5,13 +5,11 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 from tests.anthropic_server import MessagesServer, text, tool_use
-from tests.daemons import daemon_env, start, wait_for
+from tests.daemons import cli, daemon_env, start, wait_for
 
 CITIZENS = ("opus", "mira", "aria")
 BIDS = {"opus": (True, 0.9), "mira": (True, 0.6), "aria": (False, 0.1)}
@@ -26,13 +24,6 @@ def council(body: dict[str, Any]) -> dict[str, Any]:
         return tool_use("respond", {"claim": claim, "confidence": conf,
                                     "reasoning": f"{me} on file locks"})
     return text(f"{me}: a file lock serialises writers.")
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([sys.executable, "-m", "citizen", *args], env=env, text=True,
-                          capture_output=True, check=False, timeout=120)
-    assert done.returncode == 0, done.stderr
-    return done.stdout
 
 
 def test_three_daemons_coordinate_and_only_the_granted_generate(

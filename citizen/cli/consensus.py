@@ -4,15 +4,13 @@
 from __future__ import annotations
 
 import json
-import os
-import pwd
 from typing import Any
 
 import click
 
-from citizen import civilization, config, paths
-from citizen.cli.options import json_option
-from shared import doorbell, emergence
+from citizen import civilization, config
+from citizen.cli.options import json_option, operator, ring_as_operator
+from shared import emergence
 from shared.consensus import STATES, Consensus, Derived, render
 
 
@@ -20,20 +18,11 @@ def _commons() -> Consensus:
     return civilization.consensus(config.templates())
 
 
-def _operator() -> str:
-    """Who is deciding: the user behind sudo, else the user running the command."""
-    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
-
-
 def _ring(d: Derived) -> str:
     who = d.owed_by
     if who in ("", "operator"):
         return ""
-    home = paths.home(who)
-    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
-    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
-    doorbell.ring(home.doorbell, "CONSENSUS", f"{d.phase} of {d.id}", sender="operator",
-                  owner=owner)
+    ring_as_operator(who, "CONSENSUS", f"{d.phase} of {d.id}")
     return f"; rang {who}'s doorbell ({d.phase})"
 
 
@@ -139,7 +128,7 @@ def _echo_ending(d: Derived) -> None:
 @click.option("--why", default="", help="Your reason, kept with the proposal.")
 def approve(pid: str, why: str) -> None:
     """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
-    d = _commons().decide_human(pid, _operator(), "approve", why)
+    d = _commons().decide_human(pid, operator(), "approve", why)
     click.echo(f"approved {pid}; next: {d.phase}{_ring(d)}")
 
 
@@ -148,7 +137,7 @@ def approve(pid: str, why: str) -> None:
 @click.option("--why", required=True, help="Why - the citizens learn from it.")
 def reject(pid: str, why: str) -> None:
     """Reject proposal PID as a human (any time before it runs)."""
-    d = _commons().decide_human(pid, _operator(), "reject", why)
+    d = _commons().decide_human(pid, operator(), "reject", why)
     click.echo(f"rejected {pid}; next: {d.phase}{_ring(d)}")
 
 
@@ -167,7 +156,7 @@ def start(executor: str, task: str) -> None:
     Example:
       citizen consensus start --by opus "Create hello.md saying 'Hello, thought world!'"
     """
-    d = _commons().request(task, executor, _operator(), source={"cli": True})
+    d = _commons().request(task, executor, operator(), source={"cli": True})
     click.echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
                f"{d.roles['integrator']} integrates{_ring(d)}")
 

@@ -4,20 +4,13 @@ start|show|follow`."""
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import time
 
 import click
 
-from citizen import civilization, config, paths
-from citizen.cli.options import json_option
-from shared import doorbell
+from citizen import civilization, config
+from citizen.cli.options import json_option, operator, ring_as_operator
 from shared.debates import BUDGETS, Debate, Debates
-
-
-def _operator() -> str:
-    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
 
 
 def summary(debates: Debates, d: Debate) -> dict[str, object]:
@@ -87,15 +80,11 @@ def start(topic: str, people: str, budget: tuple[str, ...]) -> None:
     """
     names = [p.strip() for p in people.split(",") if p.strip()]
     tpl = config.templates()
-    d = civilization.debates().start(topic, names, _operator(),
+    d = civilization.debates().start(topic, names, operator(),
                                      personas={n: civilization.persona(tpl, n) for n in names},
                                      budgets=_budget(budget))
     who = d.owed_by()
-    home = paths.home(who)
-    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
-    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
-    doorbell.ring(home.doorbell, "DEBATE", f"debate {d.id} started", sender="operator",
-                  owner=owner)
+    ring_as_operator(who, "DEBATE", f"debate {d.id} started")
     click.echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "
                f"Follow it: citizen debate follow {d.id}")
 

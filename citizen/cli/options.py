@@ -36,3 +36,24 @@ def resolve_name(name: str | None) -> str:
     from citizen.config import templates  # noqa: PLC0415 - keep `--help` free of file reads
 
     return name or templates().citizen_names()[0]
+
+
+def operator() -> str:
+    """Who is acting from the shell: the user behind sudo, else the user running it."""
+    import os  # noqa: PLC0415
+    import pwd  # noqa: PLC0415
+
+    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
+
+
+def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
+    """Ring citizen NAME's doorbell from the shell."""
+    import os  # noqa: PLC0415
+
+    from citizen import paths  # noqa: PLC0415
+    from shared import doorbell  # noqa: PLC0415
+
+    home = paths.home(name)
+    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
+    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
+    doorbell.ring(home.doorbell, wake_type, reason, sender="operator", owner=owner)

@@ -3,21 +3,15 @@
 from __future__ import annotations
 
 import json
-import os
-import pwd
 import time
 from typing import Any
 
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import json_option
+from citizen.cli.options import json_option, operator
 from citizen.errors import CitizenError
 from shared.streams import PRESETS, Streams
-
-
-def _operator() -> str:
-    return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
 
 
 @click.command("say")
@@ -36,7 +30,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
     from citizen.wakes.stream import say  # noqa: PLC0415 - the wake machinery is heavier
 
     names = [n.strip() for n in to.split(",") if n.strip()] or None
-    sid = say(text, room=room, to=names, sender=_operator())
+    sid = say(text, room=room, to=names, sender=operator())
     click.echo(f"stream {sid}")
     if wait <= 0:
         return
@@ -208,7 +202,7 @@ def replay(sid: str, name: str, provider: str) -> None:
               help="1: it was right to speak (or to stay silent); 0: it was not.")
 def rate(sid: str, name: str, score: float) -> None:
     """Rate a citizen's bid after the fact (feeds its calibration)."""
-    civilization.streams().rate(sid, name, score, _operator())
+    civilization.streams().rate(sid, name, score, operator())
     click.echo(f"rated {name} on {sid}: {score}")
 
 

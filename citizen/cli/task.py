@@ -8,9 +8,8 @@ import os
 import click
 
 from citizen import paths
-from citizen.cli.options import json_option
+from citizen.cli.options import json_option, ring_as_operator
 from citizen.tasks import STATES, TASK_KINDS, TaskQueue
-from shared import doorbell
 
 
 @click.group()
@@ -36,7 +35,7 @@ def add(name: str, text: str, kind: str) -> None:
     # Root (an operator with sudo) writes on the citizen's behalf: the citizen owns the files.
     owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
     queued = TaskQueue(home.tasks).add(text, kind=kind, source="cli", owner=owner)
-    doorbell.ring(home.doorbell, kind, f"task {queued.id}", sender="operator", owner=owner)
+    ring_as_operator(name, kind, f"task {queued.id}")
     click.echo(f"queued {queued.id} for {name}; its daemon wakes for it within seconds")
 
 

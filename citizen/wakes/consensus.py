@@ -139,7 +139,7 @@ class ConsensusWake(WakeType):
 
     def gate(self, setup: Setup) -> Gate:
         me = setup.home.name
-        task_id = _consensus_task(setup)
+        task_id = setup.tasks.next_of("CONSENSUS")
         commons = civilization.consensus(setup.templates)
         owed = [d.id for d in commons.owed(me)]
         notices = _notices_due(commons, me, setup.marks.get(MAILED, {}))
@@ -226,19 +226,6 @@ def _after_failure(setup: Setup, commons: Consensus, steps: _Steps, d: Derived,
 def _log(env: ToolEnv, event: str, **data: Any) -> None:
     if env.log is not None:
         env.log.event(event, **data)
-
-
-def _consensus_task(setup: Setup) -> str | None:
-    active = setup.tasks.active()
-    if active is not None:
-        return active.id if active.kind == "CONSENSUS" else None
-    for task_id in setup.tasks.ids("queue"):
-        try:
-            if setup.tasks.load("queue", task_id).kind == "CONSENSUS":
-                return task_id
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 _DECISION = re.compile(r"^\s*(approve|reject)\b\s*(prop-[0-9T]+-[0-9a-f]{4})?\s*(.*)$",

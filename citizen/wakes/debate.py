@@ -72,7 +72,7 @@ class DebateWake(WakeType):
 
     def gate(self, setup: Setup) -> Gate:
         me = setup.home.name
-        task_id = _debate_task(setup)
+        task_id = setup.tasks.next_of("DEBATE")
         debates = civilization.debates()
         owed = [d.id for d in debates.owed(me)]
         notices = _notices_due(debates, me, setup.marks.get(MAILED, []))
@@ -166,19 +166,6 @@ def _count_failure(setup: Setup, d: Debate) -> bool:
 def _log(env: ToolEnv, event: str, **data: Any) -> None:
     if env.log is not None:
         env.log.event(event, **data)
-
-
-def _debate_task(setup: Setup) -> str | None:
-    active = setup.tasks.active()
-    if active is not None:
-        return active.id if active.kind == "DEBATE" else None
-    for task_id in setup.tasks.ids("queue"):
-        try:
-            if setup.tasks.load("queue", task_id).kind == "DEBATE":
-                return task_id
-        except (OSError, ValueError):
-            continue
-    return None
 
 
 def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
