@@ -38,13 +38,8 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
     it becomes visible, so the citizen never meets a file it cannot read.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp_copy(path, data, mode)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
         if owner is not None:
             os.chown(tmp, *owner)
         os.replace(tmp, path)
@@ -52,6 +47,21 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
         Path(tmp).unlink(missing_ok=True)
         raise
     _fsync_dir(path.parent)
+
+
+def _temp_copy(path: Path, data: bytes, mode: int) -> str:
+    """`data` in a hidden, fsynced temp file beside `path`, with `mode`; its name."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return tmp
 
 
 def _fsync_dir(directory: Path) -> None:
@@ -77,13 +87,8 @@ def create_json(path: Path, data: Any, mode: int = 0o640) -> None:
     :raises FileExistsError: it exists (a vote, once cast, is never replaced).
     """
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = _temp_copy(path, raw, mode)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(raw)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
         os.link(tmp, path)  # atomic and exclusive: fails when the name is taken
     finally:
         Path(tmp).unlink(missing_ok=True)
