@@ -65,6 +65,9 @@ class Settings:
     # False: no coordination at all - every claimer answers, no admission control (the
     # baseline the seed measures against; for benchmarks, not for rooms people use).
     coordinate: bool = True
+    # A person's message never goes unanswered: when nobody claims (or no claim reaches
+    # the minimum), the most confident bidder answers anyway. Citizens' messages may.
+    answer_humans: bool = True
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Settings:
@@ -82,7 +85,7 @@ class Settings:
                                                                      SLOT_WEIGHTS)),
                    tuple(data.get("silenced", ())),
                    tuple((str(c), float(b)) for c, b in data.get("boosted", ())),
-                   bool(data.get("coordinate", True)))
+                   bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)))
 
 
 @dataclass(frozen=True)
@@ -102,6 +105,7 @@ class Stream:
     settings: Settings
     mentions: tuple[str, ...] = ()
     pressure: int = 0
+    human: bool = False  # sent by a person (the operator, a mail sender), not a citizen
     thoughts: dict[str, Thought] = field(default_factory=dict)
 
 
@@ -113,6 +117,7 @@ class Decision:
     slots: int
     exit: str  # clear_winner, all_slots_claimed, everyone_decided, window
     decided_at_ms: int  # after the stream opened
+    fallback: bool = False  # nobody claimed a person's message: the most confident answers
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -179,10 +184,15 @@ def decide(s: Stream, now: float) -> Decision | None:
         top = sum(1 for g in granted if g not in s.mentions) < n
         if top and _confidence(s, t) >= s.settings.min_confidence:
             granted.append(t.citizen)
+    fallback = False
+    if not granted and s.human and s.settings.answer_humans:
+        voices = sorted((t for t in thoughts if t.citizen not in s.settings.silenced),
+                        key=lambda t: (-_confidence(s, t), t.citizen))
+        granted, fallback = [t.citizen for t in voices[:1]], bool(voices)
     denied = tuple(t.citizen for t in claims if t.citizen not in granted)
-    silent = tuple(t.citizen for t in thoughts if not t.claiming or
-                   t.citizen in s.settings.silenced)
-    return Decision(tuple(granted), denied, silent, n, how, max(0, elapsed_ms))
+    silent = tuple(t.citizen for t in thoughts if t.citizen not in granted and (
+        not t.claiming or t.citizen in s.settings.silenced))
+    return Decision(tuple(granted), denied, silent, n, how, max(0, elapsed_ms), fallback)
 
 
 # ------------------------------------------------------------ room temperature (§8.3)
@@ -285,7 +295,8 @@ class Streams:
         people = tuple(sorted(set(participants or self.citizens)))
         settings = self.settings(room)
         body = {"id": sid, "message_id": message_id, "text": text[:8000], "room": room,
-                "sender": sender, "participants": list(people),
+                "sender": sender, "human": sender not in self.citizens,
+                "participants": list(people),
                 "mentions": list(mentions(text, people)), "settings": asdict(settings),
                 "pressure": pressure, "created": time.time()}
         try:
@@ -310,7 +321,7 @@ class Streams:
         info = self.info(sid)
         s = Stream(sid, float(info["created"]), tuple(info["participants"]),
                    Settings.from_dict(info["settings"]), tuple(info["mentions"]),
-                   int(info["pressure"]))
+                   int(info["pressure"]), bool(info.get("human", False)))
         for c in s.participants:
             rec = self._read(sid, "thoughts", c)
             if rec is not None:

@@ -33,7 +33,7 @@ def test_the_propose_tool_opens_a_proposal_and_rings_the_proposer(civ: Path) -> 
     pid = out.split()[1].rstrip(":")
     d = commons().load(pid)
     assert d.roles["executor"] == "opus" and d.phase == "propose"
-    assert [p.name for p in paths.home("opus").doorbell.iterdir()][0].endswith("CONSENSUS.json")
+    assert next(p.name for p in paths.home("opus").doorbell.iterdir()).endswith("CONSENSUS.json")
     provider = council_provider()
     result = run_wake("opus", wake_type="CONSENSUS", provider=lambda c, s: provider)
     assert result.status == "ok" and result.calls == 1

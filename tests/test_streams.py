@@ -34,8 +34,9 @@ thoughts = st.lists(st.tuples(st.sampled_from(NAMES), st.booleans(),
 
 def stream(ts: list[tuple[str, bool, float]], *, preset: str = "balanced",
            mentioned: tuple[str, ...] = (), msg: str = "m1", pressure: int = 0,
-           created: float = 100.0) -> Stream:
-    s = Stream(stream_id(msg), created, NAMES, Settings.preset(preset), mentioned, pressure)
+           created: float = 100.0, human: bool = False) -> Stream:
+    s = Stream(stream_id(msg), created, NAMES, Settings.preset(preset), mentioned, pressure,
+               human)
     for name, claiming, conf in ts:
         s.thoughts.setdefault(name, Thought(name, claiming, conf))
     return s
@@ -89,6 +90,28 @@ def test_early_exits_and_the_window() -> None:
     d = decide(stream([("opus", True, 0.5)], preset="strict"), 103.5)
     assert d is not None and d.granted == () and d.denied == ("opus",)  # below 0.7
     assert d.exit in ("all_slots_claimed", "window")
+
+
+@given(thoughts, st.sampled_from(["strict", "balanced", "anarchic"]), st.booleans())
+def test_a_persons_message_is_never_left_unanswered(
+        ts: list[tuple[str, bool, float]], preset: str, answer: bool) -> None:
+    s = stream(ts, preset=preset, human=True)
+    s.settings = Settings.preset(preset, answer_humans=answer)
+    d = decide(s, 200.0)
+    assert d is not None
+    if not s.thoughts:
+        assert d.granted == ()
+    elif answer:
+        assert d.granted, "someone answers a person"
+        if d.fallback:  # only when no claim qualified; then the single most confident
+            assert len(d.granted) == 1
+            top = max(t.confidence for t in s.thoughts.values())
+            assert s.thoughts[d.granted[0]].confidence == top
+            assert set(d.granted).isdisjoint(d.silent)
+    else:
+        assert not d.fallback  # the room turned it off: silence is allowed again
+    citizens = stream(ts, preset=preset)  # a citizen's message: silence stays valid
+    assert not decide(citizens, 200.0).fallback  # type: ignore[union-attr]
 
 
 def test_silenced_and_boosted_voices() -> None:

@@ -42,7 +42,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
             shown.add("decision")
             click.echo(f"granted: {', '.join(decision['granted']) or 'nobody'} "
                        f"({decision['exit']} after {decision['decided_at_ms']} ms, "
-                       f"{decision['slots']} slots)")
+                       f"{decision['slots']} slots{_fallback(decision)})")
         for name, r in streams.responses(sid).items():
             if name not in shown:
                 shown.add(name)
@@ -115,7 +115,12 @@ def _summary(streams: Streams, sid: str) -> dict[str, Any]:
     return {"id": sid, "room": info["room"], "text": info["text"][:80],
             "participants": info["participants"], "granted": decision.get("granted"),
             "exit": decision.get("exit"), "decided_at_ms": decision.get("decided_at_ms"),
+            "fallback": bool(decision.get("fallback")),
             "responses": sorted(streams.responses(sid))}
+
+
+def _fallback(decision: dict[str, Any]) -> str:
+    return "; nobody claimed: the most confident answers" if decision.get("fallback") else ""
 
 
 @decisions.command("list")
@@ -149,7 +154,7 @@ def show(sid: str, as_json: bool) -> None:
         return
     click.echo(f"{sid} in {out['room']}: {out['text']!r}")
     click.echo(f"decision: granted {out['granted']} ({out['exit']}, "
-               f"{out['decided_at_ms']} ms)")
+               f"{out['decided_at_ms']} ms{_fallback(out)})")
     for c, rec in out["records"].items():
         if rec:
             click.echo(f"  {c}: {rec.get('action', '?'):<6} claim={rec['claim']} "
@@ -173,6 +178,9 @@ def replay(sid: str, name: str, provider: str) -> None:
     rec = streams.read_record(sid, name)
     if rec is None:
         raise click.ClickException(f"{name} has no decision record on {sid}")
+    if not rec.get("prompt"):
+        raise click.ClickException(f"{name} made no bid on {sid} to replay ({rec['how']}: "
+                                   f"{rec['reasoning']}) - pick a citizen whose record has one")
     try:
         cfg = config.load_citizen(name)
     except (OSError, CitizenError):  # not readable here (another user's home): the template

@@ -92,15 +92,19 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     info = streams.info(sid)
     record = streams.read_record(sid, me) or {}
     if not record:
-        record = _bid(setup, ask, streams, sem=sem, sid=sid, info=info)
+        if streams.decision(sid) is not None:  # decided before I got here: a bid is waste
+            record = _late(setup, streams, sid=sid, info=info)
+        else:
+            record = _bid(setup, ask, streams, sem=sem, sid=sid, info=info)
         streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"])
     decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
         "intention_window_ms"] / 1000 + 10)
     s = streams.load(sid)
     record["competing"] = {c: {"claiming": t.claiming, "confidence": t.confidence}
                            for c, t in s.thoughts.items() if c != me}
-    record["decision"] = {k: decision[k] for k in ("granted", "denied", "silent", "slots",
-                                                   "exit", "decided_at_ms", "decided_by")}
+    record["decision"] = {k: decision.get(k) for k in (
+        "granted", "denied", "silent", "slots", "exit", "decided_at_ms", "decided_by",
+        "fallback")}
     if me not in decision["granted"]:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
@@ -165,6 +169,15 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
             "confidence": round(adjusted, 4), "reasoning": reasoning[:500], "how": how,
             "bid_latency_s": round(time.monotonic() - started, 3),
             "model": setup.config.seat("fast").model}
+
+
+def _late(setup: Setup, streams: Streams, *, sid: str, info: dict[str, Any]) -> dict[str, Any]:
+    """The record of a citizen that came after the decision: no model call, no claim."""
+    return {"stream": sid, "message_id": info["message_id"], "prompt": "",
+            "ambient": {"room": info["room"], "bid_before": sorted(streams.load(sid).thoughts)},
+            "claim": False, "raw_confidence": 0.0, "calibration_factor": 1.0,
+            "confidence": 0.0, "reasoning": "decided before my bid", "how": "late",
+            "bid_latency_s": 0.0, "model": setup.config.seat("fast").model}
 
 
 def say(text: str, *, room: str = "general", to: list[str] | None = None,
