@@ -312,7 +312,7 @@ class Daemon:
                      ", ".join(mail.SETTINGS))
             return
         self.intake = Intake(self.home, self.config, mail.account(secrets),
-                             mail.citizen_addresses())
+                             mail.citizen_directory())
         every = self.config.mail.poll_seconds
         self.scheduler.add_job(self._mail_due, IntervalTrigger(seconds=every), id="mail",
                                next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,

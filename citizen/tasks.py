@@ -104,6 +104,44 @@ class TaskQueue:
         write_json(self._path("queue", task.id), task.to_dict(), owner=owner)
         return task
 
+    def hold(self, text: str, *, kind: str, source: str, meta: dict[str, Any],
+             task_id: str) -> Task:
+        """Keep a task aside until a stream decides who takes it (a mail to several
+        citizens): `release` queues it, `dismiss` files it as left to another."""
+        task = Task(id=task_id, text=text, kind=kind, source=source, meta=meta)
+        task.history.append({"ts": task.created, "event": "held", "source": source,
+                             "stream": meta.get("stream")})
+        self.dir("held").mkdir(parents=True, exist_ok=True)
+        write_json(self._path("held", task.id), task.to_dict())
+        return task
+
+    def held(self) -> list[Task]:
+        out = []
+        for task_id in self.ids("held"):
+            try:
+                out.append(self.load("held", task_id))
+            except CorruptFile:
+                os.rename(self._path("held", task_id), self._path("corrupt", task_id))
+        return out
+
+    def release(self, task_id: str, note: str) -> None:
+        """A held task becomes a queued one (this citizen was granted it)."""
+        src = self._path("held", task_id)
+        task = Task.from_file(src)
+        task.history.append({"ts": now_iso(), "event": "released", "note": note})
+        write_json(src, task.to_dict())
+        os.rename(src, self._path("queue", task_id))  # one rename: queued or still held
+
+    def dismiss(self, task_id: str, result: str) -> None:
+        """A held task another citizen took: filed as done, with who took it."""
+        src = self._path("held", task_id)
+        task = Task.from_file(src)
+        task.status, task.result = "done", result
+        task.history.append({"ts": now_iso(), "event": "left to another", "result": result})
+        write_json(src, task.to_dict())
+        self.dir("done").mkdir(parents=True, exist_ok=True)
+        os.rename(src, self._path("done", task_id))
+
     def ids(self, state: str) -> list[str]:
         """Task ids in a state, oldest first."""
         directory = self.dir(state)
@@ -113,7 +151,8 @@ class TaskQueue:
 
     def where(self, task_id: str) -> str | None:
         """The state a task is in (None: no such task)."""
-        return next((s for s in (*STATES, "corrupt") if self._path(s, task_id).exists()), None)
+        return next((s for s in (*STATES, "held", "corrupt")
+                     if self._path(s, task_id).exists()), None)
 
     def load(self, state: str, task_id: str) -> Task:
         return Task.from_file(self._path(state, task_id))
@@ -223,4 +262,5 @@ class TaskQueue:
         return notes
 
     def counts(self) -> dict[str, int]:
-        return {state: len(self.ids(state)) for state in STATES}
+        counts = {state: len(self.ids(state)) for state in STATES}
+        return {**counts, "held": len(self.ids("held"))}  # waiting for a stream's decision

@@ -39,6 +39,9 @@ PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
     "balanced": {"max_responders": 2, "min_confidence": 0.3, "intention_window_ms": 1000},
     "anarchic": {"max_responders": 5, "min_confidence": 0.1, "intention_window_ms": 500},
 }
+# Rooms that differ from the balanced preset until a moderator sets them. Mail is not
+# chat: its citizens fetch it over IMAP seconds apart, so its window is long.
+ROOM_DEFAULTS: dict[str, dict[str, Any]] = {"mail": {"intention_window_ms": 30_000}}
 SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
 CLEAR_WINNER = 0.9
 HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)
@@ -242,7 +245,8 @@ class Streams:
         try:
             data: dict[str, Any] = read_json(path)
         except FileNotFoundError:
-            data = {"preset": "balanced", "changes": {}, "temperature": START,
+            data = {"preset": "balanced", "changes": dict(ROOM_DEFAULTS.get(room, {})),
+                    "temperature": START,
                     "updated": time.time()}
         data["temperature_now"] = cooled(float(data["temperature"]), float(data["updated"]),
                                          time.time() if now is None else now)
@@ -258,7 +262,7 @@ class Streams:
             data = self.room(room)
             if preset is not None:
                 Settings.preset(preset)  # a clear error for an unknown one
-                data["preset"], data["changes"] = preset, {}
+                data["preset"], data["changes"] = preset, dict(ROOM_DEFAULTS.get(room, {}))
             data["changes"] = {**data.get("changes", {}), **changes}
             Settings.preset(str(data["preset"]), **data["changes"])  # validates the mix
             self._save_room(room, data)
@@ -288,13 +292,18 @@ class Streams:
 
     def open(self, message_id: str, text: str, *, room: str = "general",
              participants: Iterable[str] | None = None, sender: str = "operator",
-             pressure: int = 0) -> Stream:
-        """Open the stream of a message (or return it when another daemon opened it)."""
+             pressure: int = 0, source: str = "say") -> Stream:
+        """Open the stream of a message (or return the one another daemon opened).
+
+        `source`: "say" (a broadcast: the granted answer in the stream) or "mail" (a mail
+        each participant holds as a task: the granted take it up, the others file it).
+        """
         sid = stream_id(message_id)
         path = self.dir / sid / "stream.json"
         people = tuple(sorted(set(participants or self.citizens)))
         settings = self.settings(room)
-        body = {"id": sid, "message_id": message_id, "text": text[:8000], "room": room,
+        body = {"id": sid, "message_id": message_id, "source": source,
+                "text": text[:8000], "room": room,
                 "sender": sender, "human": sender not in self.citizens,
                 "participants": list(people),
                 "mentions": list(mentions(text, people)), "settings": asdict(settings),
@@ -311,8 +320,11 @@ class Streams:
         return sorted((p.name for p in self.dir.iterdir() if _ID.match(p.name)),
                       key=lambda s: (self.dir / s).stat().st_mtime)
 
+    def exists(self, sid: str) -> bool:
+        return bool(_ID.match(sid)) and (self.dir / sid / "stream.json").is_file()
+
     def info(self, sid: str) -> dict[str, Any]:
-        if not _ID.match(sid) or not (self.dir / sid / "stream.json").is_file():
+        if not self.exists(sid):
             raise StreamError(f"no stream {sid} - `citizen decisions list` lists them")
         data: dict[str, Any] = read_json(self.dir / sid / "stream.json")
         return data

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 USERS = {"opus@experience.local": "pw-opus", "mira@experience.local": "pw-mira",
-         "operator@example.org": "pw-operator"}
+         "aria@experience.local": "pw-aria", "operator@example.org": "pw-operator"}
 
 
 def unavailable() -> str:
@@ -137,8 +137,11 @@ class MailSystem:
         class Hub:
             async def handle_DATA(self, server: Any, session: Any, envelope: Any) -> str:
                 system.received.append(envelope.content)
-                with smtplib.LMTP("127.0.0.1", system.lmtp_port) as lmtp:
-                    lmtp.sendmail(envelope.mail_from, envelope.rcpt_tos, envelope.content)
+                # One LMTP transaction per recipient: LMTP answers DATA once per
+                # recipient, and smtplib reads only one answer.
+                for rcpt in envelope.rcpt_tos:
+                    with smtplib.LMTP("127.0.0.1", system.lmtp_port) as lmtp:
+                        lmtp.sendmail(envelope.mail_from, [rcpt], envelope.content)
                 return "250 OK delivered"
 
         def authenticator(server: Any, session: Any, envelope: Any, mechanism: str,
@@ -163,12 +166,12 @@ class MailSystem:
                 f"SMTP_SERVER=127.0.0.1:{self.smtp_port}\nSMTP_TLS=plain\n"
                 f"EMAIL_USER={user}\nEMAIL_PASS={USERS[user]}\n")
 
-    def send(self, msg: EmailMessage | bytes, sender: str, to: str) -> None:
-        """Deliver like an operator's mail client would (no AUTH)."""
+    def send(self, msg: EmailMessage | bytes, sender: str, to: str | list[str]) -> None:
+        """Deliver like an operator's mail client would (no AUTH); one copy per mailbox."""
         data = msg if isinstance(msg, bytes) else msg.as_bytes()
         data = re.sub(rb"(?<!\r)\n", b"\r\n", data)  # SMTP lines end in CRLF
         with smtplib.SMTP("127.0.0.1", self.smtp_port, timeout=60) as smtp:
-            smtp.sendmail(sender, [to], data)
+            smtp.sendmail(sender, [to] if isinstance(to, str) else to, data)
 
 
 def new_mail_system() -> MailSystem:

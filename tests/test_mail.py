@@ -61,7 +61,7 @@ def opus_mail(civ: Path, mx: MailSystem) -> Path:
 def intake(timeout: float = 30.0) -> Intake:
     secrets = config.load_secrets("opus")
     return Intake(paths.home("opus"), config.load_citizen("opus"),
-                  account(secrets, timeout_s=timeout), set())
+                  account(secrets, timeout_s=timeout), {})
 
 
 def mail(subject: str, body: str = "Please write notes/hi.md", sender: str = OPERATOR,

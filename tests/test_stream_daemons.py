@@ -66,7 +66,8 @@ def test_three_daemons_coordinate_and_only_the_granted_generate(
         assert ("stream_bid" in purposes) == (seen[name]["how"] == "model")
     shown = cli(env, "decisions", "show", sid)
     assert f"{winner}: POSTED" in shown and "aria: SILENT" in shown
-    replayed = cli(env, "decisions", "replay", sid, "--citizen", "mira", "--provider", "local")
+    # The winner always bid with the model (the others may have come after the decision).
+    replayed = cli(env, "decisions", "replay", sid, "--citizen", winner, "--provider", "local")
     assert "recorded" in replayed and "claim" in replayed and "gemma" in replayed.lower()
     cli(env, "decisions", "rate", sid, "--citizen", "mira", "--score", "0.2")
     assert "mira" in cli(env, "decisions", "calibration")

@@ -15,7 +15,7 @@ from citizen.mail.outbox import flush
 def _intake(name: str) -> Intake:
     home = paths.home(name)
     return Intake(home, config.load_citizen(name), mail.account(config.load_secrets(name)),
-                  mail.citizen_addresses())
+                  mail.citizen_directory())
 
 
 @click.group("mail")

@@ -1,5 +1,9 @@
 """Mail intake: each new message from an allowed sender becomes exactly one task.
 
+A person's mail addressed to several citizens opens one stream (its Message-ID): each
+of them holds the task and bids, and only the citizens the decision grants take it up
+(the STREAM wake releases or dismisses the held task).
+
 Never lost, never twice. A message leaves the INBOX only after its task exists; the
 Message-ID ledger and a task id derived from the message make a retry after a crash
 (between writing the task and moving the message) find the task instead of writing
@@ -15,7 +19,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -58,11 +62,13 @@ class Intake:
     """Reads one citizen's INBOX into its task queue."""
 
     def __init__(self, home: Home, config: CitizenConfig, account: Account,
-                 citizen_addresses: set[str]) -> None:
+                 citizens: Mapping[str, str]) -> None:
+        """`citizens`: every citizen's address → name (`mail.citizen_directory()`)."""
         self.home = home
         self.config = config
         self.account = account
-        self.allowed = {a.lower() for a in (*config.mail.allowed_senders, *citizen_addresses)}
+        self.citizens = {a.lower(): n for a, n in citizens.items()}
+        self.allowed = {a.lower() for a in (*config.mail.allowed_senders, *self.citizens)}
         self.allowed.discard(account.user.lower())  # its own replies never loop back in
         self.dir = home.dir / "mail"
         self.tasks = TaskQueue(home.tasks)
@@ -155,14 +161,36 @@ class Intake:
                     + (f"\n\n(Note: {'; '.join(mail.notes)})" if mail.notes else ""))
             meta = {"message_id": message_id, "from": mail.sender, "subject": mail.subject,
                     "references": mail.references, "attachments": saved}
-            self.tasks.add(text, kind=kind, source="mail", meta=meta, task_id=task_id)
+            addressed = self._addressed(mail.recipients, mail.sender, kind)
+            if addressed:
+                meta["stream"] = self._open_stream(message_id, text, addressed, mail.sender)
+                self.tasks.hold(text, kind=kind, source="mail", meta=meta, task_id=task_id)
+            else:
+                self.tasks.add(text, kind=kind, source="mail", meta=meta, task_id=task_id)
         append_line(self.dir / "ledger.jsonl", {"ts": now_iso(), "message_id": message_id,
                                                 "task_id": task_id, "from": mail.sender,
                                                 "subject": mail.subject})
         self._move(client, uid, self.config.mail.processed_folder)
-        doorbell.ring(self.home.doorbell, kind, f"mail task {task_id}", sender=mail.sender)
+        held = self.tasks.where(task_id) == "held"  # several citizens got it: bid first
+        doorbell.ring(self.home.doorbell, "STREAM" if held else kind, f"mail task {task_id}",
+                      sender=mail.sender)
         log.info("mail %s from %s became task %s", message_id, mail.sender, task_id)
         return Outcome(uid, message_id, "task", task_id)
+
+    def _addressed(self, recipients: list[str], sender: str, kind: str) -> list[str]:
+        """The citizens a person's plain task mail reached, when it reached several of
+        them (and me): they coordinate through a stream. Otherwise an empty list."""
+        names = sorted({self.citizens[a] for a in recipients if a in self.citizens})
+        if kind != "TASK" or sender in self.citizens or len(names) < 2 or \
+                self.home.name not in names:
+            return []
+        return names
+
+    def _open_stream(self, message_id: str, text: str, names: list[str], sender: str) -> str:
+        from citizen import civilization  # noqa: PLC0415 - the commons, only when needed
+
+        return civilization.streams().open(message_id, text, room="mail", participants=names,
+                                           sender=sender, source="mail").id
 
     def _save_attachments(self, task_id: str, attachments: list[tuple[str, bytes]]) -> list[str]:
         saved = []

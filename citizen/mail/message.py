@@ -39,6 +39,7 @@ class Incoming:
     subject: str
     text: str
     references: list[str] = field(default_factory=list)
+    recipients: list[str] = field(default_factory=list)  # To and Cc, lower case
     attachments: list[tuple[str, bytes]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
@@ -99,6 +100,8 @@ def parse(raw: bytes, max_attachment_bytes: int) -> Incoming:
         subject=_header(msg, "Subject"),
         text="",
         references=_header(msg, "References").split(),
+        recipients=[a.lower() for _, a in getaddresses(
+            [_header(msg, "To"), _header(msg, "Cc")]) if "@" in a],
     )
     if defects:
         incoming.notes.append(f"MIME defects tolerated: {', '.join(sorted(defects))}")

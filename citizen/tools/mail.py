@@ -48,7 +48,7 @@ def check_email(env: ToolEnv, limit: int = 10) -> str:
         acct = account(env.secrets)
     except MailError as exc:
         raise ToolFailure(str(exc)) from exc
-    intake = Intake(env.home, env.config, acct, set())
+    intake = Intake(env.home, env.config, acct, {})
     rows = [{"message_id": mid, "task": tid, "state": env.tasks.where(tid)}
             for mid, tid in list(intake.ledger().items())[-max(1, min(limit, 50)):]]
     return json.dumps(rows) if rows else "no mail has arrived yet"

@@ -19,8 +19,10 @@ from typing import Any
 from citizen import civilization, paths
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Request
+from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from shared import doorbell
 from shared.streams import Semaphore, StreamError, Streams, temperature_bias
 
 log = logging.getLogger(__name__)
@@ -55,29 +57,42 @@ def open_streams(streams: Streams, me: str) -> list[str]:
     return out
 
 
+def held_streams(setup: Setup) -> dict[str, str]:
+    """Stream id → task id of the mail tasks I hold until their stream decides."""
+    return {str(t.meta.get("stream")): t.id for t in TaskQueue(setup.home.tasks).held()}
+
+
+def pending(setup: Setup, streams: Streams) -> list[str]:
+    return list(dict.fromkeys([*open_streams(streams, setup.home.name), *held_streams(setup)]))
+
+
 class StreamWake(WakeType):
     name = "STREAM"
     loop = False
 
     def gate(self, setup: Setup) -> Gate:
-        pending = open_streams(civilization.streams(), setup.home.name)
-        if not pending:
+        waiting = pending(setup, civilization.streams())
+        if not waiting:
             return Gate(False, "no message waits for my bid or my answer")
-        return Gate(True, f"{len(pending)} streams: {', '.join(pending[:5])}")
+        return Gate(True, f"{len(waiting)} streams: {', '.join(waiting[:5])}")
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         return "bid on the messages addressed to several citizens"
 
     def act(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask) -> Ending:
-        me = setup.home.name
         streams = civilization.streams()
         sem = Semaphore(streams.dir / ".semaphore", ask.llm.max_concurrent)
         done = []
-        for sid in open_streams(streams, me):
+        held = held_streams(setup)
+        for sid in pending(setup, streams):
             try:
                 done.append(_take(setup, env, ask, streams, sem=sem, sid=sid))
             except StreamError as exc:  # another daemon's step raced ours; logged, not fatal
                 _log(env, "stream_refused", stream=sid, reason=str(exc))
+                if sid in held and not streams.exists(sid):  # never lose the mail
+                    TaskQueue(setup.home.tasks).release(held[sid], f"no stream: {exc}")
+                    doorbell.ring(setup.home.doorbell, "TASK", f"mail task {held[sid]}")
+                    done.append(f"{sid}: unreadable, took task {held[sid]} myself")
         return Ending("end_turn", text="; ".join(done) or "nothing waited any more")
 
 
@@ -105,6 +120,8 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     record["decision"] = {k: decision.get(k) for k in (
         "granted", "denied", "silent", "slots", "exit", "decided_at_ms", "decided_by",
         "fallback")}
+    if info.get("source") == "mail":
+        return _mail(setup, env, streams, sid=sid, decision=decision, record=record)
     if me not in decision["granted"]:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
@@ -129,6 +146,31 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     streams.record(sid, me, record)
     _log(env, "stream_posted", stream=sid, **figures)
     return f"{sid}: POSTED"
+
+
+def _mail(setup: Setup, env: ToolEnv, streams: Streams, *, sid: str,
+          decision: dict[str, Any], record: dict[str, Any]) -> str:
+    """A mail stream: the granted take up the held task (its TASK wake answers by
+    mail); the others file it as left to them. Each step is safe to repeat."""
+    me, tasks = setup.home.name, TaskQueue(setup.home.tasks)
+    task_id = held_streams(setup).get(sid)
+    granted = decision["granted"]
+    if me in granted:
+        if task_id is not None:
+            tasks.release(task_id, f"granted by {sid} ({decision['exit']})")
+            doorbell.ring(setup.home.doorbell, "TASK", f"mail task {task_id}")
+        if me not in streams.responses(sid):
+            streams.respond(sid, me, f"took the mail as task {task_id or '(already queued)'}",
+                            task=task_id)
+        record["action"] = "TOOK_TASK"
+    else:
+        if task_id is not None:
+            tasks.dismiss(task_id, f"left to {', '.join(granted) or 'nobody'} "
+                          f"({sid}: {decision['exit']})")
+        record["action"] = "SILENT"
+    streams.record(sid, me, record)
+    _log(env, "stream_mail", stream=sid, action=record["action"], task=task_id)
+    return f"{sid}: {record['action']}"
 
 
 @contextmanager
@@ -183,8 +225,6 @@ def _late(setup: Setup, streams: Streams, *, sid: str, info: dict[str, Any]) -> 
 def say(text: str, *, room: str = "general", to: list[str] | None = None,
         sender: str = "operator") -> str:
     """Open a stream for a broadcast and ring every addressed citizen (the CLI's `say`)."""
-    from shared import doorbell  # noqa: PLC0415
-
     streams = civilization.streams()
     message_id = f"<say-{time.time_ns()}@experience>"
     s = streams.open(message_id, text, room=room, participants=to, sender=sender,
