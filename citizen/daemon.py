@@ -199,6 +199,8 @@ class Daemon:
         self.requests.put(WakeRequest(wake_type, reason))
 
     def _slot_due(self) -> None:
+        if TaskQueue(self.home.tasks).ids("held"):  # a mail waits on a stream: never forget it
+            self._request("STREAM", "mail held for a stream's decision")
         self._request(None, "slot")
 
     def _main_loop(self) -> None:

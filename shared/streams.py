@@ -24,7 +24,7 @@ import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +41,9 @@ PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
 }
 # Rooms that differ from the balanced preset until a moderator sets them. Mail is not
 # chat: its citizens fetch it over IMAP seconds apart, so its window is long.
-ROOM_DEFAULTS: dict[str, dict[str, Any]] = {"mail": {"intention_window_ms": 30_000}}
+# Volunteers for work (a debate's participants) are asked by a citizen's wake that waits.
+ROOM_DEFAULTS: dict[str, dict[str, Any]] = {"mail": {"intention_window_ms": 30_000},
+                                            "volunteers": {"intention_window_ms": 20_000}}
 SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
 CLEAR_WINNER = 0.9
 HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)
@@ -71,6 +73,9 @@ class Settings:
     # A person's message never goes unanswered: when nobody claims (or no claim reaches
     # the minimum), the most confident bidder answers anyway. Citizens' messages may.
     answer_humans: bool = True
+    # Work seeking volunteers wants exactly this many (no draw, no shrinking under
+    # pressure: volunteering is not a generation). 0: drawn as the seed says.
+    fixed_slots: int = 0
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Settings:
@@ -88,7 +93,8 @@ class Settings:
                                                                      SLOT_WEIGHTS)),
                    tuple(data.get("silenced", ())),
                    tuple((str(c), float(b)) for c, b in data.get("boosted", ())),
-                   bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)))
+                   bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)),
+                   int(data.get("fixed_slots", 0)))
 
 
 @dataclass(frozen=True)
@@ -139,6 +145,8 @@ def mentions(text: str, citizens: Iterable[str]) -> tuple[str, ...]:
 def slots(s: Stream) -> int:
     """How many may answer: drawn from the weights with a seed from the stream id (so
     every daemon draws the same), capped by the room, one only under high pressure."""
+    if s.settings.fixed_slots > 0:
+        return s.settings.fixed_slots
     # Not for secrecy: the same seed must give every daemon the same draw.
     rng = random.Random(int(s.id.removeprefix("stream-"), 16))  # noqa: S311
     draw, total, n = rng.random(), 0.0, len(s.settings.slot_weights)
@@ -212,6 +220,14 @@ def cooled(temperature: float, updated: float, now: float) -> float:
 def warmed(temperature: float, event: str) -> float:
     delta = {"human": 0.3, "serviced": -0.2, "present": 0.2, "absent": -0.4}[event]
     return max(FLOOR, min(1.0, temperature + delta))
+
+
+def load_factor(mine: int, counts: Iterable[int]) -> float:
+    """§10.4: favour the under-used. 1.0 at the average of recent answers, ±0.2 per
+    average's worth above or below it, within [0.8, 1.2]."""
+    values = list(counts)
+    avg = sum(values) / len(values) if values else 0.0
+    return min(1.2, max(0.8, 1.0 - 0.2 * (mine - avg) / max(avg, 1.0)))
 
 
 def temperature_bias(temperature: float) -> float:
@@ -292,16 +308,19 @@ class Streams:
 
     def open(self, message_id: str, text: str, *, room: str = "general",
              participants: Iterable[str] | None = None, sender: str = "operator",
-             pressure: int = 0, source: str = "say") -> Stream:
+             pressure: int = 0, source: str = "say", fixed_slots: int = 0) -> Stream:
         """Open the stream of a message (or return the one another daemon opened).
 
         `source`: "say" (a broadcast: the granted answer in the stream) or "mail" (a mail
-        each participant holds as a task: the granted take it up, the others file it).
+        each participant holds as a task: the granted take it up, the others file it)
+        or "volunteer" (work seeking `fixed_slots` volunteers: the granted are they).
         """
         sid = stream_id(message_id)
         path = self.dir / sid / "stream.json"
         people = tuple(sorted(set(participants or self.citizens)))
         settings = self.settings(room)
+        if fixed_slots:
+            settings = replace(settings, fixed_slots=fixed_slots)
         body = {"id": sid, "message_id": message_id, "source": source,
                 "text": text[:8000], "room": room,
                 "sender": sender, "human": sender not in self.citizens,
@@ -407,6 +426,16 @@ class Streams:
             if rec is not None:
                 out[c] = rec
         return out
+
+    def answered(self, since: float, recent: int = 200) -> dict[str, int]:
+        """How many answers each citizen gave since `since` (the newest streams)."""
+        counts = dict.fromkeys(self.citizens, 0)
+        for sid in self.ids()[-recent:]:
+            folder = self.dir / sid / "responses"
+            for path in folder.glob("*.json") if folder.is_dir() else ():
+                if path.stem in counts and path.stat().st_mtime >= since:
+                    counts[path.stem] += 1
+        return counts
 
     def record(self, sid: str, citizen: str, body: Mapping[str, Any]) -> None:
         """The decision record of one bidder (what it saw, what it did)."""

@@ -7,8 +7,9 @@ from __future__ import annotations
 import json
 import signal
 from pathlib import Path
+from typing import Any
 
-from tests.anthropic_server import MessagesServer
+from tests.anthropic_server import MessagesServer, tool_use
 from tests.daemons import cli, daemon_env, start, wait_for
 from tests.debating import scripted_debater
 from tests.mailserver import MailSystem
@@ -17,6 +18,16 @@ from tests.test_mail import OPERATOR, OPUS, folder, mail, mx, opus_mail  # noqa:
 CITIZENS = ("opus", "mira", "aria")
 SMALL = ("--budget", "DISCOVERY=4-6", "--budget", "CRUX_LOCK=6-14", "--budget",
          "EVIDENCE=3-6")
+
+
+def volunteering_debater(body: dict[str, Any]) -> dict[str, Any] | None:
+    """The scripted debater, and bids: mira volunteers, aria defers."""
+    if (body.get("tool_choice") or {}).get("name") == "respond" and \
+            "claim" in body["tools"][-1]["input_schema"]["properties"]:
+        mira = "You are mira," in json.dumps(body)
+        return tool_use("respond", {"claim": mira, "confidence": 0.8 if mira else 0.2,
+                                    "reasoning": "volunteering"})
+    return scripted_debater(body)
 
 
 def test_three_daemons_debate_to_a_validated_crux(civ: Path,
@@ -57,7 +68,7 @@ def test_a_debate_by_mail_returns_its_crux_by_mail(opus_mail: Path, mx: MailSyst
     data = json.loads(cfg.read_text())
     data["debate_budgets"] = {"DISCOVERY": [4, 6], "CRUX_LOCK": [6, 14], "EVIDENCE": [3, 6]}
     cfg.write_text(json.dumps(data))
-    messages_api.responder = scripted_debater
+    messages_api.responder = volunteering_debater
     env = daemon_env(opus_mail.parent, messages_api)
     procs = [start(env, n, "--interval", "3600", "--first-wake", "3600") for n in CITIZENS]
     try:
@@ -74,6 +85,13 @@ def test_a_debate_by_mail_returns_its_crux_by_mail(opus_mail: Path, mx: MailSyst
         for p in procs:
             p.communicate(timeout=60)
     assert "debate debate-" in started and "started among opus, aria, mira" in started
+    # opus asked for volunteers: mira claimed, aria deferred (and filled the second seat)
+    (asked,) = [d for d in (opus_mail.parent / "shared" / "streams").glob("stream-*")
+                if json.loads((d / "stream.json").read_text())["source"] == "volunteer"]
+    decision = json.loads((asked / "decision.json").read_text())
+    assert decision["granted"] == ["mira"] and decision["slots"] == 2
+    assert {json.loads(r.read_text())["action"] for r in (asked / "records").glob("*.json")} \
+        == {"VOLUNTEERED", "SILENT"}
     body = crux_mail[0].get_content()
     assert crux_mail[0]["In-Reply-To"] == original["Message-ID"]
     assert '"validated": true' in body and "# Debate debate-" in body

@@ -22,6 +22,7 @@ from shared.streams import (
     Thought,
     cooled,
     decide,
+    load_factor,
     slots,
     stream_id,
     warmed,
@@ -133,6 +134,13 @@ def test_temperature_arithmetic() -> None:
     assert cooled(0.8, 0.0, 100000.0) == FLOOR
 
 
+def test_the_load_factor_favours_the_under_used() -> None:
+    assert load_factor(0, []) == 1.0 and load_factor(3, [3, 3, 3]) == 1.0
+    assert load_factor(0, [0, 6, 6]) == pytest.approx(1.2)  # an average (4) below it
+    assert load_factor(6, [0, 6, 6]) == pytest.approx(0.9)
+    assert load_factor(100, [100, 0, 0]) == 0.8 and load_factor(0, [0, 100, 100]) == 1.2
+
+
 def test_rooms_keep_presets_moderation_and_temperature(tmp_path: Path) -> None:
     streams = Streams(tmp_path, NAMES, enforce_identity=False)
     assert streams.settings("general").max_responders == 2
@@ -207,3 +215,91 @@ def test_without_coordination_every_claimer_answers(ts: list[tuple[str, bool, fl
     assert set(d.granted) == {n for n, t in s.thoughts.items() if t.claiming}
     if len(s.thoughts) < len(NAMES):  # uncoordinated waits for every bid, not the window
         assert decide(s, 100.0 + 5.0) is None
+
+
+@given(thoughts, st.integers(1, 4), st.integers(0, 10))
+def test_work_seeking_volunteers_wants_exactly_its_slots(
+        ts: list[tuple[str, bool, float]], wanted: int, pressure: int) -> None:
+    s = stream(ts, pressure=pressure)
+    s.settings = Settings.preset("balanced", fixed_slots=wanted)
+    d = decide(s, 200.0)
+    assert d is not None and d.slots == wanted  # no draw, no shrinking under pressure
+    able = [t for t in s.thoughts.values() if t.claiming and t.confidence >= 0.3]
+    assert len(d.granted) == min(wanted, len(able))
+
+
+def test_presence_warms_and_cools_a_room_from_the_cli(civ: Path) -> None:
+    from click.testing import CliRunner
+
+    from citizen.cli import cli
+
+    runner = CliRunner()
+    here = runner.invoke(cli, ["room", "presence", "general", "--here"])
+    assert here.exit_code == 0 and "temperature 0.70" in here.output
+    away = runner.invoke(cli, ["room", "presence", "general", "--away"])
+    assert away.exit_code == 0 and "temperature 0.30" in away.output
+    bad = runner.invoke(cli, ["room", "presence", "Bad Room!"])
+    assert bad.exit_code == 1 and "room names are" in bad.output
+
+
+def test_replay_refuses_a_record_without_a_bid(civ: Path) -> None:
+    from click.testing import CliRunner
+
+    from citizen import civilization
+    from citizen.cli import cli
+
+    streams = civilization.streams()
+    sid = streams.open("<late@example.org>", "Who knows backups?").id
+    streams.record(sid, "opus", {"prompt": "", "how": "late", "claim": False,
+                                 "reasoning": "decided before my bid"})
+    out = CliRunner().invoke(cli, ["decisions", "replay", sid, "--citizen", "opus"])
+    assert out.exit_code == 1 and "made no bid" in out.output
+    out = CliRunner().invoke(cli, ["decisions", "replay", sid, "--citizen", "mira"])
+    assert out.exit_code == 1 and "no decision record" in out.output
+
+
+def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path) -> None:
+    from citizen import civilization
+    from citizen.errors import ProviderError
+    from citizen.llm.base import Request
+    from citizen.llm.scripted import ScriptedProvider
+    from citizen.wake import run_wake
+    from tests.scripts import say
+
+    def model(request: Request) -> object:
+        if request.purpose == "stream_bid":
+            return say(json.dumps({"claim": True, "confidence": 0.8, "reasoning": "mine"}))
+        raise ProviderError("the model server is down")
+
+    streams = civilization.streams()
+    sid = streams.open("<down@example.org>", "Who knows backups?", participants=["opus"]).id
+    provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
+    for attempt in (1, 2, 3):
+        result = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
+        assert result.status == "ok"
+        rec = streams.read_record(sid, "opus")
+        assert rec is not None and rec["action"] == "FAILED"
+        assert rec["answer_failures"] == attempt
+        assert ("opus" in streams.responses(sid)) == (attempt == 3)
+    assert "the model server is down" in streams.responses(sid)["opus"]["text"]
+    bids = [r for r in provider.requests if r.purpose == "stream_bid"]
+    assert len(bids) == 1  # one bid; the retries only retried the answer
+    calls = len(provider.requests)
+    idle = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
+    assert idle.status == "idle" and len(provider.requests) == calls  # closed: no more calls
+
+
+def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
+    from citizen import paths
+    from citizen.daemon import Daemon
+    from citizen.tasks import TaskQueue
+
+    daemon = Daemon("opus", interval_s=3600)
+    daemon._slot_due()
+    assert [r.wake_type for r in list(daemon.requests.queue)] == [None]  # nothing held
+    daemon.pending.clear()
+    daemon.requests.queue.clear()
+    TaskQueue(paths.home("opus").tasks).hold("Mail from x", kind="TASK", source="mail",
+                                             meta={"stream": "stream-0"}, task_id="t-1")
+    daemon._slot_due()
+    assert [r.wake_type for r in list(daemon.requests.queue)] == ["STREAM", None]

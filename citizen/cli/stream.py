@@ -66,6 +66,16 @@ def room_show(name: str) -> None:
     click.echo(json.dumps(data, indent=1))
 
 
+@room.command("presence")
+@click.argument("name")
+@click.option("--here/--away", default=True, help="The operator is watching room NAME, or left.")
+def room_presence(name: str, here: bool) -> None:
+    """Tell the citizens whether a person is watching room NAME (it warms or cools it)."""
+    temperature = civilization.streams().heat(name, "present" if here else "absent")
+    click.echo(f"room {name}: {'someone is here' if here else 'nobody watches'}; "
+               f"temperature {temperature:.2f}")
+
+
 @room.command("set")
 @click.argument("name")
 @click.option("--preset", type=click.Choice(list(PRESETS)))
@@ -158,8 +168,11 @@ def show(sid: str, as_json: bool) -> None:
     for c, rec in out["records"].items():
         if rec:
             click.echo(f"  {c}: {rec.get('action', '?'):<6} claim={rec['claim']} "
-                       f"confidence {rec['confidence']} (raw {rec['raw_confidence']}, "
-                       f"x{rec['calibration_factor']}, {rec['how']}) - {rec['reasoning']}")
+                       f"confidence {rec['confidence']} (raw {rec['raw_confidence']} "
+                       f"x{rec['calibration_factor']} calibration "
+                       f"x{rec.get('load_factor', 1.0)} load "
+                       f"+{rec.get('expertise_boost', 0.0)} focus, {rec['how']}) - "
+                       f"{rec['reasoning']}")
     for c, text in out["answers"].items():
         click.echo(f"{c} answered: {text}")
 

@@ -17,6 +17,7 @@ from citizen import civilization, paths, state
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wakes.stream import volunteers
 from citizen.wakes.task import finish_task
 from shared import doorbell
 from shared.debates import (
@@ -28,11 +29,13 @@ from shared.debates import (
     IllegalMove,
     scaled_budgets,
 )
+from shared.streams import StreamError
 
 log = logging.getLogger(__name__)
 
 MAX_MOVES = 8  # moves one wake may make (several debates can wait at once)
 MAX_FAILURES = 3  # failed wakes on one turn before the turn passes
+PEERS = 2  # a mailed debate: the citizen it reached and two peers
 FAILURES = "debate_failures"
 MAILED = "debates_mailed"
 _S = {"type": "string", "maxLength": 600}
@@ -178,7 +181,7 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
         body = task.text.split("\n\n", 1)[-1]
         topic = body.strip().splitlines()[0] if body.strip() else ""
     me = setup.home.name
-    peers = [c for c in debates.citizens if c != me][:2]
+    peers = _volunteers(topic, me, debates.citizens, key=f"debate-{task.id}") if topic else []
     try:
         d = debates.start(topic, [me, *peers], me,
                           personas={n: civilization.persona(setup.templates, n)
@@ -191,6 +194,20 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
     _ring(d, me)
     return (f"debate {d.id} started among {', '.join(d.participants)} on: {topic}. "
             "The crux and the transcript will follow by mail.")
+
+
+def _volunteers(topic: str, me: str, citizens: list[str], *, key: str) -> list[str]:
+    """Two peers for a debate: who volunteers (a stream), then the first others to fill
+    up - the operator asked for this debate, so it happens with or without volunteers."""
+    others = [c for c in citizens if c != me]
+    try:
+        found = volunteers(f"A structured debate on: {topic}\nClaim it to join as one of "
+                           f"{PEERS} participants with {me}; defer if you have little to add.",
+                           key=key, by=me, among=others, wanted=PEERS) if others else []
+    except StreamError as exc:  # no decision in time: fill up as before
+        log.warning("no volunteers for %s: %s", key, exc)
+        found = []
+    return sorted([*found, *[c for c in others if c not in found]][:PEERS])
 
 
 def _budgets(setup: Setup) -> dict[str, tuple[int, int]] | None:

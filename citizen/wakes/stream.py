@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from filelock import Timeout
+
 from citizen import civilization, paths
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Request
@@ -23,11 +25,13 @@ from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from shared import doorbell
-from shared.streams import Semaphore, StreamError, Streams, temperature_bias
+from shared.streams import Semaphore, StreamError, Streams, load_factor, temperature_bias
 
 log = logging.getLogger(__name__)
 
 RECENT = 50  # streams a gate looks at (the newest)
+EXPERT_BOOST = 0.2  # the seed's context-aware selection (§10.3)
+MAX_ANSWER_FAILURES = 3  # then the stream is closed with the error as the answer
 BID_SCHEMA: dict[str, Any] = {
     "type": "object", "additionalProperties": False,
     "required": ["claim", "confidence", "reasoning"],
@@ -122,6 +126,13 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         "fallback")}
     if info.get("source") == "mail":
         return _mail(setup, env, streams, sid=sid, decision=decision, record=record)
+    if info.get("source") == "volunteer":  # the asker reads the decision; nothing to say
+        record["action"] = "VOLUNTEERED" if me in decision["granted"] else "SILENT"
+        if me in decision["granted"]:
+            streams.respond(sid, me, "I volunteer")
+        streams.record(sid, me, record)
+        _log(env, "stream_volunteer", stream=sid, action=record["action"])
+        return f"{sid}: {record['action']}"
     if me not in decision["granted"]:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
@@ -130,12 +141,22 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     started, wall = time.monotonic(), time.time()
     calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
     coordinated = bool(info["settings"].get("coordinate", True))
-    with sem.slot(timeout_s=300) if coordinated else _no_slot() as waited:
-        prompt = setup.templates.prompt("stream_answer", name=me, focus=setup.config.focus,
-                                        room=info["room"], text=info["text"])
-        reply = ask.meter.call(ask.llm, Request(
-            messages=[{"role": "user", "content": prompt}], system=ask.system,
-            max_tokens=400, tier="primary", purpose="stream_answer"))
+    try:
+        with sem.slot(timeout_s=300) if coordinated else _no_slot() as waited:
+            prompt = setup.templates.prompt("stream_answer", name=me, focus=setup.config.focus,
+                                            room=info["room"], text=info["text"])
+            reply = ask.meter.call(ask.llm, Request(
+                messages=[{"role": "user", "content": prompt}], system=ask.system,
+                max_tokens=400, tier="primary", purpose="stream_answer"))
+    except (ProviderError, Timeout) as exc:  # counted: a granted answer is tried 3 times
+        record["answer_failures"] = int(record.get("answer_failures", 0)) + 1
+        record["action"], record["error"] = "FAILED", str(exc)[:300]
+        if record["answer_failures"] >= MAX_ANSWER_FAILURES:
+            streams.respond(sid, me, f"(no answer: {str(exc)[:200]})", failed=True)
+        streams.record(sid, me, record)
+        _log(env, "stream_failed", stream=sid, error=str(exc)[:300],
+             attempts=record["answer_failures"])
+        return f"{sid}: FAILED ({record['answer_failures']}/{MAX_ANSWER_FAILURES})"
     figures = {"started": wall, "latency_s": round(time.monotonic() - started, 3),
                "queued_s": round(waited, 3), "calls": ask.meter.calls - calls,
                "tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
@@ -191,25 +212,32 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
         "bid", name=me, focus=setup.config.focus, room=info["room"],
         temperature=f"{temperature:.2f}", pressure=pressure, mentioned=mentioned,
         others=", ".join(others) or "nobody yet", text=info["text"])
-    started = time.monotonic()
+    focus_words = {w.lower().strip(".,;:") for w in setup.config.focus.split() if len(w) > 3}
+    knows = any(w in info["text"].lower() for w in focus_words)
+    started, tokens = time.monotonic(), ask.meter.tokens_in + ask.meter.tokens_out
     try:
         data = ask(prompt, BID_SCHEMA, "stream_bid", max_tokens=120, tier="fast")
         raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
         reasoning = str(data["reasoning"])
     except (ProviderError, StructuredOutputError) as exc:
-        focus_words = {w.lower() for w in setup.config.focus.split() if len(w) > 3}
-        knows = any(w in info["text"].lower() for w in focus_words)
         claim = mentioned or knows
         raw = 0.8 if mentioned else 0.5 if knows else 0.2
         how, reasoning = "rule", f"model unavailable ({str(exc)[:80]}): mention/focus rule"
-    factor = float(streams.calibration(me)["factor"])
-    adjusted = min(1.0, max(0.0, raw * factor + temperature_bias(temperature)))
+    factor = float(streams.calibration(me)["factor"])  # §10.2
+    answered = streams.answered(since=time.time() - 3600)
+    load = load_factor(answered.get(me, 0), answered.values())  # §10.4
+    expertise = EXPERT_BOOST if knows else 0.0  # §10.3: the message is in my focus
+    adjusted = min(1.0, max(0.0, raw * factor * load + expertise
+                            + temperature_bias(temperature)))
     return {"stream": sid, "message_id": info["message_id"], "prompt": prompt,
             "ambient": {"room": info["room"], "temperature": round(temperature, 3),
-                        "pressure": pressure, "mentioned": mentioned, "bid_before": others},
+                        "pressure": pressure, "mentioned": mentioned, "bid_before": others,
+                        "answers_last_hour": answered.get(me, 0)},
             "claim": claim, "raw_confidence": raw, "calibration_factor": factor,
+            "load_factor": round(load, 3), "expertise_boost": expertise,
             "confidence": round(adjusted, 4), "reasoning": reasoning[:500], "how": how,
             "bid_latency_s": round(time.monotonic() - started, 3),
+            "bid_tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
             "model": setup.config.seat("fast").model}
 
 
@@ -220,6 +248,22 @@ def _late(setup: Setup, streams: Streams, *, sid: str, info: dict[str, Any]) -> 
             "claim": False, "raw_confidence": 0.0, "calibration_factor": 1.0,
             "confidence": 0.0, "reasoning": "decided before my bid", "how": "late",
             "bid_latency_s": 0.0, "model": setup.config.seat("fast").model}
+
+
+def volunteers(text: str, *, key: str, by: str, among: list[str], wanted: int) -> list[str]:
+    """Ask `among` who volunteers for a piece of work (`text` says what): a stream in
+    the volunteers room with `wanted` slots; waits for its decision (the room's window
+    at most) and returns the volunteers, perhaps fewer than wanted - the caller fills
+    up. `key` names the work, so asking again after a crash finds the same stream."""
+    streams = civilization.streams()
+    s = streams.open(f"<volunteer-{key}@experience>", text, room="volunteers",
+                     participants=among, sender=by, source="volunteer", fixed_slots=wanted)
+    if streams.decision(s.id) is None:
+        for name in s.participants:
+            doorbell.ring(paths.home(name).doorbell, "STREAM", f"volunteers {s.id}", sender=by)
+    decision = streams.wait_decision(s.id, by, timeout_s=s.settings.intention_window_ms
+                                     / 1000 + 5, every_s=0.2)
+    return sorted(decision["granted"])
 
 
 def say(text: str, *, room: str = "general", to: list[str] | None = None,
