@@ -1,6 +1,7 @@
 """ThoughtStream on a shared local model server: coordinated against uncoordinated.
 
     .venv/bin/python bench/streams.py [--citizens 3 5 10] [--questions 10] [--timeout 45]
+                                      [--bids rule model]
 
 The packaged Gemma model runs as an OpenAI-compatible server (`python -m
 llama_cpp.server`, one request at a time); N citizen daemons use it for their bids and
@@ -9,6 +10,10 @@ no admission control) and once on (the balanced room: slots, minimum confidence,
 early exits, the semaphore). Printed per N and mode: time to each answer (mean, p95),
 answers after the timeout, maximum generations in flight or queued, answer tokens,
 and the cross-process decision latency (p50, p95, share decided by early exit).
+
+Bids: `rule` is the seed's stampede - every citizen's focus names every question, so
+every one claims (no model call to bid); `model` lets the model bid (the tiny local
+model mostly defers, so fewer answers are asked for in either mode).
 """
 
 from __future__ import annotations
@@ -30,6 +35,8 @@ sys.path.insert(0, str(ROOT))
 
 from bench.stats import pct  # noqa: E402
 
+# Each question has one of these words, so a rule bid claims every question.
+EVERYTHING = "lock fsync umask flaky cherry-pick cache backoff idle semaphore secrets"
 QUESTIONS = [
     "What is a file lock for?", "Why fsync before rename?", "What does umask 0027 mean?",
     "When is a test flaky?", "What is a git cherry-pick?", "Why cache a system prompt?",
@@ -62,9 +69,9 @@ def model_server() -> tuple[subprocess.Popen[bytes], str]:
     raise RuntimeError("the model server did not start")
 
 
-def run(n: int, coordinate: bool, url: str, questions: int, timeout: float) -> dict[str, Any]:
+def civilization_of(n: int, url: str, bids: str) -> tuple[Path, list[str]]:
+    """A fresh civilization of N citizens on the model server, bidding as asked."""
     from citizen import civilization
-    from tests.daemons import start
 
     root = Path(tempfile.mkdtemp(prefix=f"bench-streams-{n}-"))
     os.environ["CIV_ROOT"] = str(root)
@@ -77,7 +84,19 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float) -> d
         cfg = root / name / "config.json"
         data = json.loads(cfg.read_text())
         data["llm"] = {"provider": "local", "local_url": url}
+        data["stream_bid"] = bids
+        if bids == "rule":
+            data["focus"] = EVERYTHING
         cfg.write_text(json.dumps(data))
+    return root, names
+
+
+def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
+        bids: str) -> dict[str, Any]:
+    from citizen import civilization
+    from tests.daemons import start
+
+    root, names = civilization_of(n, url, bids)
     streams = civilization.streams()
     streams.set_room("bench", "balanced", coordinate=coordinate)
     env = {**os.environ, "CIV_ROOT": str(root)}
@@ -120,7 +139,7 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float) -> d
             p.communicate(timeout=120)
     early = [d for d in decisions if d["exit"] != "window"]
     lat = [float(d["decided_at_ms"]) for d in decisions]
-    return {"n": n, "mode": "coordinated" if coordinate else "uncoordinated",
+    return {"n": n, "bids": bids, "mode": "coordinated" if coordinate else "uncoordinated",
             "answers": len(answers),
             "mean_s": round(statistics.fmean(answers), 2) if answers else None,
             "p95_s": round(pct(answers, 0.95), 2) if answers else None,
@@ -150,13 +169,15 @@ def main() -> None:
     parser.add_argument("--citizens", type=int, nargs="+", default=[3, 5, 10])
     parser.add_argument("--questions", type=int, default=10)
     parser.add_argument("--timeout", type=float, default=45.0)
+    parser.add_argument("--bids", nargs="+", choices=["rule", "model"], default=["rule", "model"])
     args = parser.parse_args()
     server, url = model_server()
     try:
-        for n in args.citizens:
-            for coordinate in (False, True):
-                print(json.dumps(run(n, coordinate, url, args.questions, args.timeout)),
-                      flush=True)
+        for bids in args.bids:
+            for n in args.citizens:
+                for coordinate in (False, True):
+                    print(json.dumps(run(n, coordinate, url, args.questions, args.timeout,
+                                         bids=bids)), flush=True)
     finally:
         server.terminate()
         server.wait(timeout=60)

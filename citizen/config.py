@@ -78,6 +78,10 @@ _CITIZEN_PROPS: dict[str, Any] = {
                                "items": {"type": "integer", "minimum": 1}}
                        for stage in ("DISCOVERY", "CRUX_LOCK", "EVIDENCE")},
     },
+    # How this citizen bids on a stream: "model" (a fast structured call), "rule" (its
+    # focus and @mentions, no call), or "auto": the model unless the shared model's
+    # queue is deeper than 3 - a bid queued behind generations would come too late.
+    "stream_bid": {"enum": ["auto", "model", "rule"]},
     "mail": {
         "type": "object",
         "additionalProperties": False,
@@ -274,6 +278,7 @@ class CitizenConfig:
     mail: MailSettings
     source: Path
     debate_budgets: Mapping[str, tuple[int, int]] | None = None
+    stream_bid: str = "auto"
 
     def seat(self, tier: str) -> CouncilSeat:
         """The council seat serving `tier`; the primary seat when no seat has that role."""
@@ -468,6 +473,7 @@ class Templates:
             debate_budgets={k: (int(v[0]), int(v[1])) for k, v in
                             data["debate_budgets"].items()} if data.get("debate_budgets")
             else None,
+            stream_bid=str(data.get("stream_bid", "auto")),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

@@ -303,3 +303,34 @@ def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
                                              meta={"stream": "stream-0"}, task_id="t-1")
     daemon._slot_due()
     assert [r.wake_type for r in list(daemon.requests.queue)] == ["STREAM", None]
+
+
+def test_under_pressure_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
+    from citizen import civilization
+    from citizen.llm.base import Request
+    from citizen.llm.scripted import ScriptedProvider
+    from citizen.wake import run_wake
+    from tests.scripts import say
+
+    def model(request: Request) -> object:
+        if request.purpose == "stream_bid":
+            return say(json.dumps({"claim": True, "confidence": 0.7, "reasoning": "mine"}))
+        return say("an answer")
+
+    streams = civilization.streams()
+    waiting = streams.dir / ".semaphore" / "waiting"
+    for depth, how in ((4, "rule"), (3, "model")):  # deeper than 3: the rule
+        waiting.mkdir(parents=True, exist_ok=True)
+        for k in range(depth):
+            (waiting / f"other-{k}").touch()
+        sid = streams.open(f"<q-{depth}@example.org>", "Who knows Storage?",
+                           participants=["opus"]).id
+        provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
+        assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
+        rec = streams.read_record(sid, "opus")
+        assert rec is not None and rec["how"] == how and rec["ambient"]["pressure"] == depth
+        purposes = [r.purpose for r in provider.requests]
+        assert purposes == (["stream_answer"] if how == "rule" else
+                            ["stream_bid", "stream_answer"])
+        for mark in waiting.iterdir():
+            mark.unlink()

@@ -25,7 +25,14 @@ from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from shared import doorbell
-from shared.streams import Semaphore, StreamError, Streams, load_factor, temperature_bias
+from shared.streams import (
+    HIGH_PRESSURE,
+    Semaphore,
+    StreamError,
+    Streams,
+    load_factor,
+    temperature_bias,
+)
 
 log = logging.getLogger(__name__)
 
@@ -215,14 +222,18 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
     focus_words = {w.lower().strip(".,;:") for w in setup.config.focus.split() if len(w) > 3}
     knows = any(w in info["text"].lower() for w in focus_words)
     started, tokens = time.monotonic(), ask.meter.tokens_in + ask.meter.tokens_out
-    try:
-        data = ask(prompt, BID_SCHEMA, "stream_bid", max_tokens=120, tier="fast")
-        raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
-        reasoning = str(data["reasoning"])
-    except (ProviderError, StructuredOutputError) as exc:
-        claim = mentioned or knows
-        raw = 0.8 if mentioned else 0.5 if knows else 0.2
-        how, reasoning = "rule", f"model unavailable ({str(exc)[:80]}): mention/focus rule"
+    mode = setup.config.stream_bid
+    if mode == "rule" or (mode == "auto" and pressure > HIGH_PRESSURE):
+        why = "configured" if mode == "rule" else f"the model's queue is {pressure} deep"
+        claim, raw, how, reasoning = _rule(mentioned, knows, why)
+    else:
+        try:
+            data = ask(prompt, BID_SCHEMA, "stream_bid", max_tokens=120, tier="fast")
+            raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
+            reasoning = str(data["reasoning"])
+        except (ProviderError, StructuredOutputError) as exc:
+            claim, raw, how, reasoning = _rule(mentioned, knows,
+                                               f"model unavailable: {str(exc)[:80]}")
     factor = float(streams.calibration(me)["factor"])  # §10.2
     answered = streams.answered(since=time.time() - 3600)
     load = load_factor(answered.get(me, 0), answered.values())  # §10.4
@@ -239,6 +250,12 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
             "bid_latency_s": round(time.monotonic() - started, 3),
             "bid_tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
             "model": setup.config.seat("fast").model}
+
+
+def _rule(mentioned: bool, knows: bool, why: str) -> tuple[bool, float, str, str]:
+    """The bid without a model: claim when named or when the message is in my focus."""
+    raw = 0.8 if mentioned else 0.5 if knows else 0.2
+    return mentioned or knows, raw, "rule", f"mention/focus rule ({why})"
 
 
 def _late(setup: Setup, streams: Streams, *, sid: str, info: dict[str, Any]) -> dict[str, Any]:
