@@ -351,3 +351,32 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
     assert "next: execute" in server.run("citizen", "approve", pid3)
     pid4, _ = run_proposal("opus", "third.md")
     assert "next: record" in server.run("citizen", "reject", pid4, "--why", "not now")
+
+
+def test_streams_across_users_and_a_forged_thought_is_ignored(server: Server) -> None:
+    """A stream opened by one citizen, bid on by each as its own Unix user: a thought
+    written in another's name does not count, and only the granted may answer."""
+    def as_user(name: str, code: str, check: bool = True) -> str:
+        prelude = "import json; from citizen import civilization; s = civilization.streams(); "
+        done = server.box.run(*python_as(name), prelude + code, check=check)
+        return done.stdout if check else done.stderr
+
+    sid = as_user("opus", "print(s.open('<locks@example.org>', 'Who knows file locks?', "
+                          "participants=['opus', 'mira', 'aria'], sender='op@example.org').id)"
+                  ).strip()
+    # mira writes a thought in opus's name: the file is mira's, so it is not opus's bid
+    as_user("mira", f"from shared import records; records.create(s.shared, s.dir / '{sid}' / "
+                    "'thoughts' / 'opus.json', {'citizen': 'opus', 'claiming': True, "
+                    "'confidence': 1.0, 'ts': 0})")
+    as_user("mira", f"s.think('{sid}', 'mira', True, 0.6, 'I know flock')")
+    as_user("aria", f"s.think('{sid}', 'aria', False, 0.2, 'not mine')")
+    seen = json.loads(as_user("aria", f"print(json.dumps(sorted(s.load('{sid}').thoughts)))"))
+    assert seen == ["aria", "mira"]  # the forged one is ignored by every reader
+    decided = json.loads(as_user("aria", f"print(json.dumps(s.try_decide('{sid}', 'aria', "
+                                         "now=10**10)))"))
+    assert "opus" not in decided["granted"] and decided["granted"][0] == "mira"
+    refused = as_user("opus", f"s.respond('{sid}', 'opus', 'me too')", check=False)
+    assert "opus was not granted" in refused
+    as_user("mira", f"s.respond('{sid}', 'mira', 'flock(2) serialises writers')")
+    shown = server.run("citizen", "decisions", "show", sid)
+    assert "mira answered: flock(2) serialises writers" in shown

@@ -75,5 +75,6 @@ def status(as_json: bool) -> None:
         t = r["tasks"]
         click.echo(f"{r['citizen']:<10} {r['daemon']:<28} last {last_txt:<24} "
                    f"next {r['next_wake'] or '-':<27} task {task}  "
-                   f"queue {t['queue']} done {t['done']} failed {t['failed']}  "
+                   f"queue {t['queue']} done {t['done']} failed {t['failed']}"
+                   f"{f' held {held}' if (held := t.get('held', 0)) else ''}  "
                    f"today {r['wakes_today']} wakes ${r['usd_today']:.4f}")
