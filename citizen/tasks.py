@@ -120,7 +120,8 @@ class TaskQueue:
         for task_id in self.ids("held"):
             try:
                 out.append(self.load("held", task_id))
-            except CorruptFile:
+            except CorruptFile:  # kept for inspection, out of the way (as claim does)
+                self.dir("corrupt").mkdir(parents=True, exist_ok=True)
                 os.rename(self._path("held", task_id), self._path("corrupt", task_id))
         return out
 

@@ -129,3 +129,24 @@ def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
     result = run_wake("opus", wake_type="STREAM", provider=lambda c, s: Actor())
     assert result.status == "ok"
     assert tasks.where(held.id) == "queue" and not tasks.held()
+
+
+def test_a_stream_that_cannot_open_leaves_an_ordinary_task(opus_mail: Path,  # noqa: F811
+                                                           mx: MailSystem) -> None:  # noqa: F811
+    from citizen import config, paths
+    from citizen.mail import account, citizen_directory
+    from citizen.mail.intake import Intake
+
+    rooms = opus_mail.parent / "shared" / "streams" / "rooms"
+    rooms.mkdir(parents=True)
+    (rooms / "mail.json").write_text("{not json")  # a corrupt room: kept, reported
+    msg = mail("Who can check the backups?")
+    del msg["To"]
+    msg["To"] = "opus@experience.local, mira@experience.local"
+    mx.send(msg, OPERATOR, "opus@experience.local")
+    intake = Intake(paths.home("opus"), config.load_citizen("opus"),
+                    account(config.load_secrets("opus")), citizen_directory())
+    (outcome,) = intake.poll()
+    tasks = TaskQueue(paths.home("opus").tasks)
+    assert outcome.action == "task" and tasks.where(outcome.detail) == "queue"
+    assert not tasks.held() and (rooms / "mail.json").read_text() == "{not json"

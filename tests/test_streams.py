@@ -326,7 +326,9 @@ def test_under_pressure_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> No
         sid = streams.open(f"<q-{depth}@example.org>", "Who knows Storage?",
                            participants=["opus"]).id
         provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
-        assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
+        result = run_wake("opus", wake_type="STREAM",
+                          provider=lambda c, s, p=provider: p)  # type: ignore[misc]
+        assert result.status == "ok"
         rec = streams.read_record(sid, "opus")
         assert rec is not None and rec["how"] == how and rec["ambient"]["pressure"] == depth
         purposes = [r.purpose for r in provider.requests]

@@ -33,6 +33,7 @@ from citizen.paths import Home
 from citizen.tasks import TaskQueue, now_iso
 from shared import doorbell
 from shared.atomic import append_line, write_bytes
+from shared.errors import SharedError
 
 log = logging.getLogger(__name__)
 
@@ -162,8 +163,10 @@ class Intake:
             meta = {"message_id": message_id, "from": mail.sender, "subject": mail.subject,
                     "references": mail.references, "attachments": saved}
             addressed = self._addressed(mail.recipients, mail.sender, kind)
-            if addressed:
-                meta["stream"] = self._open_stream(message_id, text, addressed, mail.sender)
+            sid = self._open_stream(message_id, text, addressed, mail.sender) if addressed \
+                else None
+            if sid is not None:
+                meta["stream"] = sid
                 self.tasks.hold(text, kind=kind, source="mail", meta=meta, task_id=task_id)
             else:
                 self.tasks.add(text, kind=kind, source="mail", meta=meta, task_id=task_id)
@@ -186,11 +189,20 @@ class Intake:
             return []
         return names
 
-    def _open_stream(self, message_id: str, text: str, names: list[str], sender: str) -> str:
+    def _open_stream(self, message_id: str, text: str, names: list[str],
+                     sender: str) -> str | None:
+        """The stream's id; None (logged) when it cannot be opened - then the mail is
+        an ordinary task here, answered perhaps twice but never lost."""
         from citizen import civilization  # noqa: PLC0415 - the commons, only when needed
 
-        return civilization.streams().open(message_id, text, room="mail", participants=names,
-                                           sender=sender, source="mail").id
+        try:
+            return civilization.streams().open(message_id, text, room="mail",
+                                               participants=names, sender=sender,
+                                               source="mail").id
+        except (SharedError, OSError) as exc:
+            log.warning("mail %s: no stream (%s); taking it as an ordinary task", message_id,
+                        exc)
+            return None
 
     def _save_attachments(self, task_id: str, attachments: list[tuple[str, bytes]]) -> list[str]:
         saved = []
