@@ -40,10 +40,13 @@ PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
     "anarchic": {"max_responders": 5, "min_confidence": 0.1, "intention_window_ms": 500},
 }
 # Rooms that differ from the balanced preset until a moderator sets them. Mail is not
-# chat: its citizens fetch it over IMAP seconds apart, so its window is long.
+# chat: its citizens fetch it over IMAP seconds apart, so its window is long, and one
+# reply per mail is what a person expects (a moderator may allow more).
 # Volunteers for work (a debate's participants) are asked by a citizen's wake that waits.
-ROOM_DEFAULTS: dict[str, dict[str, Any]] = {"mail": {"intention_window_ms": 30_000},
-                                            "volunteers": {"intention_window_ms": 20_000}}
+ROOM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mail": {"intention_window_ms": 30_000, "max_responders": 1},
+    "volunteers": {"intention_window_ms": 20_000},
+}
 SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
 CLEAR_WINNER = 0.9
 HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)

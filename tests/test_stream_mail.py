@@ -49,7 +49,6 @@ def test_mail_to_three_citizens_is_answered_once(civ: Path, mx: MailSystem,  # n
         (home / "config.json").write_text(json.dumps(cfg))
     messages_api.responder = council
     env = daemon_env(civ, messages_api)
-    cli(env, "room", "set", "mail", "--max-responders", "1")
     procs = [start(env, n, "--interval", "3600", "--first-wake", "3600") for n in CITIZENS]
     try:
         original = mail("How should we back up the server?", body="Which tool, how often?")
@@ -119,6 +118,7 @@ def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
                       .read_text())
     assert info["participants"] == ["mira", "opus"] and info["human"]
     assert info["source"] == "mail" and info["settings"]["intention_window_ms"] == 30000
+    assert info["settings"]["max_responders"] == 1  # one reply per mail unless allowed
     for mid in (citizen, routed, alone):  # queued as before, no stream
         assert tasks.where(outcomes[mid].detail) == "queue"
     assert not intake.poll()  # nothing twice, held or not
