@@ -79,8 +79,9 @@ _CITIZEN_PROPS: dict[str, Any] = {
                        for stage in ("DISCOVERY", "CRUX_LOCK", "EVIDENCE")},
     },
     # How this citizen bids on a stream: "model" (a fast structured call), "rule" (its
-    # focus and @mentions, no call), or "auto": the model unless the shared model's
-    # queue is deeper than 3 - a bid queued behind generations would come too late.
+    # focus and @mentions, no call), or "auto": the model unless the model serves one
+    # request at a time (the local server) or its queue is deeper than 3 - a bid queued
+    # behind generations comes too late and delays the answer it is meant to save.
     "stream_bid": {"enum": ["auto", "model", "rule"]},
     "mail": {
         "type": "object",

@@ -305,7 +305,7 @@ def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
     assert [r.wake_type for r in list(daemon.requests.queue)] == ["STREAM", None]
 
 
-def test_under_pressure_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
+def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
     from citizen import civilization
     from citizen.llm.base import Request
     from citizen.llm.scripted import ScriptedProvider
@@ -319,13 +319,15 @@ def test_under_pressure_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> No
 
     streams = civilization.streams()
     waiting = streams.dir / ".semaphore" / "waiting"
-    for depth, how in ((4, "rule"), (3, "model")):  # deeper than 3: the rule
+    # deeper than 3, or a model serving one request at a time: the rule
+    for depth, serial, how in ((4, False, "rule"), (3, False, "model"), (0, True, "rule")):
         waiting.mkdir(parents=True, exist_ok=True)
         for k in range(depth):
             (waiting / f"other-{k}").touch()
-        sid = streams.open(f"<q-{depth}@example.org>", "Who knows Storage?",
+        sid = streams.open(f"<q-{depth}-{serial}@example.org>", "Who knows Storage?",
                            participants=["opus"]).id
         provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
+        provider.max_concurrent = 1 if serial else 4
         result = run_wake("opus", wake_type="STREAM",
                           provider=lambda c, s, p=provider: p)  # type: ignore[misc]
         assert result.status == "ok"

@@ -222,9 +222,12 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
     focus_words = {w.lower().strip(".,;:") for w in setup.config.focus.split() if len(w) > 3}
     knows = any(w in info["text"].lower() for w in focus_words)
     started, tokens = time.monotonic(), ask.meter.tokens_in + ask.meter.tokens_out
-    mode = setup.config.stream_bid
-    if mode == "rule" or (mode == "auto" and pressure > HIGH_PRESSURE):
-        why = "configured" if mode == "rule" else f"the model's queue is {pressure} deep"
+    mode, serial = setup.config.stream_bid, ask.llm.max_concurrent <= 1
+    if mode == "rule" or (mode == "auto" and (serial or pressure > HIGH_PRESSURE)):
+        # On a one-at-a-time server a bid waits in line with the answers it should save
+        # (bench/streams.py: model bids made coordinated answers slower, not faster).
+        why = ("configured" if mode == "rule" else "the model serves one request at a time"
+               if serial else f"the model's queue is {pressure} deep")
         claim, raw, how, reasoning = _rule(mentioned, knows, why)
     else:
         try:
