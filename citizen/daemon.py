@@ -122,7 +122,10 @@ class Daemon:
             log.warning("removed %s, left by a writer that was killed", stale)
         self.home.doorbell.mkdir(parents=True, exist_ok=True)
         self._schedule()
-        watcher = threading.Thread(target=self._watch_doorbell, name="doorbell", daemon=True)
+        # Watch first, then drain: a ring landing in between is seen by one or the other
+        # (watching from the thread itself raced the drain and lost rings).
+        watcher = threading.Thread(target=self._watch_doorbell, args=(self._doorbell_watch(),),
+                                   name="doorbell", daemon=True)
         watcher.start()
         self._enqueue_rings()  # events rung while the daemon was down
         self._start_mail()
@@ -350,14 +353,17 @@ class Daemon:
             log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
             self._request(r.wake_type, f"doorbell: {r.reason}")
 
-    def _watch_doorbell(self) -> None:
+    def _doorbell_watch(self) -> Any:
+        """An inotify watch on the doorbell (None: no inotify here; the watcher polls)."""
         try:
             from inotify_simple import INotify, flags  # noqa: PLC0415
         except ImportError:
-            inotify = None
-        else:
-            inotify = INotify()
-            inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
+            return None
+        inotify = INotify()
+        inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
+        return inotify
+
+    def _watch_doorbell(self, inotify: Any) -> None:
         while self.state != State.STOPPED:
             if inotify is not None:
                 if inotify.read():  # blocks until a file lands (this thread dies with us)
