@@ -113,7 +113,7 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
             deadline = time.monotonic() + timeout + 30
             while time.monotonic() < deadline:
                 decision = streams.decision(sid)
-                depth = max(depth, streams_pressure(streams))
+                depth = max(depth, streams.semaphore().pressure())
                 got = streams.responses(sid)
                 if decision and set(decision["granted"]) <= set(got):
                     break
@@ -147,12 +147,6 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
             "decision_p50_ms": pct(lat, 0.5) if lat else None,
             "decision_p95_ms": pct(lat, 0.95) if lat else None,
             "early_exit_share": round(len(early) / len(decisions), 2) if decisions else None}
-
-
-def streams_pressure(streams: Any) -> int:
-    from shared.streams import Semaphore
-
-    return Semaphore(streams.dir / ".semaphore", 1).pressure()
 
 
 def max_overlap(spans: list[tuple[float, float]]) -> int:

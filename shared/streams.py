@@ -252,6 +252,11 @@ class Streams:
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
 
+    def semaphore(self, size: int = 1) -> Semaphore:
+        """The shared model's admission control (`size`: generations it takes at once;
+        any size reads the same queue depth, the ambient `pressure`)."""
+        return Semaphore(self.dir / ".semaphore", size)
+
     # rooms -------------------------------------------------------------
 
     def _room_path(self, room: str) -> Path:

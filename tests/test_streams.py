@@ -6,7 +6,9 @@ from __future__ import annotations
 import json
 import multiprocessing
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import given
@@ -258,22 +260,32 @@ def test_replay_refuses_a_record_without_a_bid(civ: Path) -> None:
     assert out.exit_code == 1 and "no decision record" in out.output
 
 
-def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path) -> None:
-    from citizen import civilization
-    from citizen.errors import ProviderError
+def claimer(confidence: float, answer: Callable[[], object]) -> Any:
+    """A scripted model that claims every stream at `confidence` and answers `answer()`."""
     from citizen.llm.base import Request
     from citizen.llm.scripted import ScriptedProvider
-    from citizen.wake import run_wake
     from tests.scripts import say
 
     def model(request: Request) -> object:
         if request.purpose == "stream_bid":
-            return say(json.dumps({"claim": True, "confidence": 0.8, "reasoning": "mine"}))
+            return say(json.dumps({"claim": True, "confidence": confidence,
+                                   "reasoning": "mine"}))
+        return answer()
+
+    return ScriptedProvider(default=model)  # type: ignore[arg-type]
+
+
+def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path) -> None:
+    from citizen import civilization
+    from citizen.errors import ProviderError
+    from citizen.wake import run_wake
+
+    def down() -> object:
         raise ProviderError("the model server is down")
 
     streams = civilization.streams()
     sid = streams.open("<down@example.org>", "Who knows backups?", participants=["opus"]).id
-    provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
+    provider = claimer(0.8, down)
     for attempt in (1, 2, 3):
         result = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
         assert result.status == "ok"
@@ -307,15 +319,8 @@ def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
 
 def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
     from citizen import civilization
-    from citizen.llm.base import Request
-    from citizen.llm.scripted import ScriptedProvider
     from citizen.wake import run_wake
     from tests.scripts import say
-
-    def model(request: Request) -> object:
-        if request.purpose == "stream_bid":
-            return say(json.dumps({"claim": True, "confidence": 0.7, "reasoning": "mine"}))
-        return say("an answer")
 
     streams = civilization.streams()
     waiting = streams.dir / ".semaphore" / "waiting"
@@ -326,7 +331,7 @@ def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: 
             (waiting / f"other-{k}").touch()
         sid = streams.open(f"<q-{depth}-{serial}@example.org>", "Who knows Storage?",
                            participants=["opus"]).id
-        provider = ScriptedProvider(default=model)  # type: ignore[arg-type]
+        provider = claimer(0.7, lambda: say("an answer"))
         provider.max_concurrent = 1 if serial else 4
         result = run_wake("opus", wake_type="STREAM",
                           provider=lambda c, s, p=provider: p)  # type: ignore[misc]

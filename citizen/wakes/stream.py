@@ -73,8 +73,14 @@ def held_streams(setup: Setup) -> dict[str, str]:
     return {str(t.meta.get("stream")): t.id for t in TaskQueue(setup.home.tasks).held()}
 
 
-def pending(setup: Setup, streams: Streams) -> list[str]:
-    return list(dict.fromkeys([*open_streams(streams, setup.home.name), *held_streams(setup)]))
+def pending(setup: Setup, streams: Streams, held: dict[str, str]) -> list[str]:
+    return list(dict.fromkeys([*open_streams(streams, setup.home.name), *held]))
+
+
+def _take_up(setup: Setup, task_id: str, note: str) -> None:
+    """A held mail task becomes mine to do: queued, and my TASK wake rung."""
+    TaskQueue(setup.home.tasks).release(task_id, note)
+    doorbell.ring(setup.home.doorbell, "TASK", f"mail task {task_id}")
 
 
 class StreamWake(WakeType):
@@ -82,7 +88,7 @@ class StreamWake(WakeType):
     loop = False
 
     def gate(self, setup: Setup) -> Gate:
-        waiting = pending(setup, civilization.streams())
+        waiting = pending(setup, civilization.streams(), held_streams(setup))
         if not waiting:
             return Gate(False, "no message waits for my bid or my answer")
         return Gate(True, f"{len(waiting)} streams: {', '.join(waiting[:5])}")
@@ -92,17 +98,17 @@ class StreamWake(WakeType):
 
     def act(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask) -> Ending:
         streams = civilization.streams()
-        sem = Semaphore(streams.dir / ".semaphore", ask.llm.max_concurrent)
+        sem = streams.semaphore(ask.llm.max_concurrent)
         done = []
-        held = held_streams(setup)
-        for sid in pending(setup, streams):
+        held = held_streams(setup)  # read once: each stream's step moves its own task
+        for sid in pending(setup, streams, held):
             try:
-                done.append(_take(setup, env, ask, streams, sem=sem, sid=sid))
+                done.append(_take(setup, env, ask, streams, sem=sem, sid=sid,
+                                  task_id=held.get(sid)))
             except StreamError as exc:  # another daemon's step raced ours; logged, not fatal
                 _log(env, "stream_refused", stream=sid, reason=str(exc))
                 if sid in held and not streams.exists(sid):  # never lose the mail
-                    TaskQueue(setup.home.tasks).release(held[sid], f"no stream: {exc}")
-                    doorbell.ring(setup.home.doorbell, "TASK", f"mail task {held[sid]}")
+                    _take_up(setup, held[sid], f"no stream: {exc}")
                     done.append(f"{sid}: unreadable, took task {held[sid]} myself")
         return Ending("end_turn", text="; ".join(done) or "nothing waited any more")
 
@@ -113,7 +119,8 @@ def _log(env: ToolEnv, event: str, **data: Any) -> None:
 
 
 def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaphore,
-          sid: str) -> str:
+          sid: str, task_id: str | None) -> str:
+    """Bid (once), read the decision, and act on it; `task_id`: the mail task I hold."""
     me = setup.home.name
     info = streams.info(sid)
     record = streams.read_record(sid, me) or {}
@@ -132,7 +139,8 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         "granted", "denied", "silent", "slots", "exit", "decided_at_ms", "decided_by",
         "fallback")}
     if info.get("source") == "mail":
-        return _mail(setup, env, streams, sid=sid, decision=decision, record=record)
+        return _mail(setup, env, streams, sid=sid, decision=decision, record=record,
+                     task_id=task_id)
     if info.get("source") == "volunteer":  # the asker reads the decision; nothing to say
         record["action"] = "VOLUNTEERED" if me in decision["granted"] else "SILENT"
         if me in decision["granted"]:
@@ -177,24 +185,22 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
 
 
 def _mail(setup: Setup, env: ToolEnv, streams: Streams, *, sid: str,
-          decision: dict[str, Any], record: dict[str, Any]) -> str:
+          decision: dict[str, Any], record: dict[str, Any], task_id: str | None) -> str:
     """A mail stream: the granted take up the held task (its TASK wake answers by
     mail); the others file it as left to them. Each step is safe to repeat."""
-    me, tasks = setup.home.name, TaskQueue(setup.home.tasks)
-    task_id = held_streams(setup).get(sid)
-    granted = decision["granted"]
+    me, granted = setup.home.name, decision["granted"]
     if me in granted:
         if task_id is not None:
-            tasks.release(task_id, f"granted by {sid} ({decision['exit']})")
-            doorbell.ring(setup.home.doorbell, "TASK", f"mail task {task_id}")
+            _take_up(setup, task_id, f"granted by {sid} ({decision['exit']})")
         if me not in streams.responses(sid):
             streams.respond(sid, me, f"took the mail as task {task_id or '(already queued)'}",
                             task=task_id)
         record["action"] = "TOOK_TASK"
     else:
         if task_id is not None:
-            tasks.dismiss(task_id, f"left to {', '.join(granted) or 'nobody'} "
-                          f"({sid}: {decision['exit']})")
+            who = ", ".join(granted) or "nobody"
+            TaskQueue(setup.home.tasks).dismiss(task_id, f"left to {who} "
+                                                f"({sid}: {decision['exit']})")
         record["action"] = "SILENT"
     streams.record(sid, me, record)
     _log(env, "stream_mail", stream=sid, action=record["action"], task=task_id)
@@ -292,7 +298,7 @@ def say(text: str, *, room: str = "general", to: list[str] | None = None,
     streams = civilization.streams()
     message_id = f"<say-{time.time_ns()}@experience>"
     s = streams.open(message_id, text, room=room, participants=to, sender=sender,
-                     pressure=Semaphore(streams.dir / ".semaphore", 1).pressure())
+                     pressure=streams.semaphore().pressure())
     streams.heat(room, "human")
     for name in s.participants:
         home = paths.home(name)
