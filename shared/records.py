@@ -28,9 +28,13 @@ DIR_MODE = 0o3775
 def make_dirs(path: Path, top: Path) -> None:
     """Create `path` and any missing parents up to `top`, each with DIR_MODE."""
     for directory in reversed([p for p in (path, *path.parents) if p.is_relative_to(top)]):
-        if not directory.exists():
+        if directory.exists():
+            continue
+        try:
             directory.mkdir()
-            directory.chmod(DIR_MODE)
+        except FileExistsError:  # another writer made it just now (and sets its mode)
+            continue
+        directory.chmod(DIR_MODE)
 
 
 def new_id(prefix: str) -> str:

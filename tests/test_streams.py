@@ -343,3 +343,17 @@ def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: 
                             ["stream_bid", "stream_answer"])
         for mark in waiting.iterdir():
             mark.unlink()
+
+
+def test_a_directory_made_by_another_writer_meanwhile_is_no_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Five bidders make `thoughts/` at once: one that loses the race to mkdir must not
+    take the FileExistsError for 'already bid'."""
+    streams = Streams(tmp_path, NAMES, enforce_identity=False)
+    sid = streams.open("<race@example.org>", "Who knows file locks?").id
+    (streams.dir / sid / "thoughts").mkdir()  # the other writer got there first
+    real = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda p: False if p.name == "thoughts" else real(p))
+    streams.think(sid, "opus", True, 0.8, "I know flock")  # saw it missing, mkdir loses
+    monkeypatch.undo()
+    assert "opus" in streams.load(sid).thoughts
