@@ -16,11 +16,12 @@ from citizen.contexts import ContextStore
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
+from shared.atomic import make_dirs
+from shared.commons import Commons
 from shared.consensus import Consensus
 from shared.debates import Debates
 from shared.identity import server_mode
 from shared.streams import Streams
-from shared.values import Framework
 
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
@@ -38,11 +39,7 @@ EMAIL_PASS=
 
 
 def _mkdir(path: Path, mode: int) -> bool:
-    created = not path.exists()
-    path.mkdir(parents=True, exist_ok=True)
-    if created:
-        os.chmod(path, mode)  # explicit: mkdir's mode is filtered by the umask
-    return created
+    return bool(make_dirs(path, mode=mode))  # explicit mode: mkdir's is filtered by the umask
 
 
 def init_shared() -> list[str]:
@@ -105,24 +102,37 @@ def citizens() -> list[str]:
     return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
 
 
+_COMMONS: dict[tuple[str, str], Commons] = {}
+
+
+def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
+    """This civilization's commons, built once per process (per root and templates):
+    the citizens, server mode and the validated templates are read once."""
+    tpl = tpl or config.templates()
+    shared = paths.shared_dir()
+    key = (str(shared), str(tpl.dir))
+    handle = _COMMONS.get(key)
+    names = citizens()
+    if handle is None or handle.citizens != names or handle.approvals != approvals:
+        handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
+                         {n: tpl.values_profile(n) for n in names}, approvals)
+        _COMMONS[key] = handle
+    return handle
+
+
 def consensus(tpl: config.Templates) -> Consensus:
     """The Thought World protocol over this civilization's commons."""
-    shared = paths.shared_dir()
-    names = citizens()
-    return Consensus(shared, Framework.load(tpl.dir / "values.yaml"),
-                     {n: tpl.values_profile(n) for n in names}, names, server_mode(shared))
+    return commons(tpl).consensus
 
 
 def debates() -> Debates:
     """The structured debates in this civilization's commons."""
-    shared = paths.shared_dir()
-    return Debates(shared, citizens(), server_mode(shared))
+    return commons().debates
 
 
 def streams() -> Streams:
     """ThoughtStream coordination in this civilization's commons."""
-    shared = paths.shared_dir()
-    return Streams(shared, citizens(), server_mode(shared))
+    return commons().streams
 
 
 def persona(tpl: config.Templates, name: str) -> str:

@@ -10,7 +10,7 @@ start; a heartbeat file and a process title say what it is doing.
 
 from __future__ import annotations
 
-import fcntl
+import contextlib
 import logging
 import os
 import queue
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from types import FrameType
-from typing import IO, Any
+from typing import Any
 
 import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -38,6 +38,8 @@ from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
 from shared import doorbell
 from shared.atomic import append_line, sweep_temp, write_json
+from shared.documents import locked
+from shared.errors import LockTimeout
 
 log = logging.getLogger(__name__)
 
@@ -98,7 +100,7 @@ class Daemon:
         self.current: str = ""
         self.wakes_run = 0
         self.scheduler = BackgroundScheduler(timezone=UTC)
-        self._lock_file: IO[str] | None = None
+        self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
         self.intake: Intake | None = None
         self.mail_stop = threading.Event()
         self.mail_failures = 0
@@ -146,22 +148,19 @@ class Daemon:
         return 0
 
     def _acquire_lock(self) -> None:
-        # flock is released by the kernel if we die, so a stale lock never blocks a restart.
-        fh = self.home.daemon_lock.open("a+")
+        # The one lock (flock, tried once): released by the kernel if we die, so a stale
+        # lock never blocks a restart. 0640: peers may read the pid, never take the lock.
+        hold = contextlib.ExitStack()
         try:
-            fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError as exc:
-            fh.seek(0)
-            other = fh.read().strip() or "?"
-            fh.close()
+            hold.enter_context(locked(self.home.daemon_lock, lock_file=self.home.daemon_lock,
+                                      timeout=0, mode=0o640))
+        except LockTimeout as exc:
+            other = self.home.daemon_lock.read_text().strip() or "?"
             raise AlreadyRunning(
                 f"citizen {self.name} already has a running daemon (pid {other}) - stop it "
                 f"first (systemctl stop citizen@{self.name}, or kill {other})") from exc
-        fh.seek(0)
-        fh.truncate()
-        fh.write(str(os.getpid()))
-        fh.flush()
-        self._lock_file = fh
+        self.home.daemon_lock.write_text(str(os.getpid()))
+        self._lock = hold
 
     def _schedule(self) -> None:
         start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)

@@ -7,28 +7,20 @@ scheduled or rung by the doorbell, gets a unique wake number for its log.
 
 from __future__ import annotations
 
-import fcntl
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 from citizen.paths import Home
 from shared.atomic import read_json, write_json
+from shared.documents import locked
 
 SCHEMA_VERSION = 1
 
 
-@contextmanager
-def _locked(home: Home) -> Iterator[None]:
-    # flock, not filelock: it blocks without polling and is released by the kernel
-    # when a holder is killed; the daemon and `citizen wake` may allocate at once.
-    lock = home.dir / ".state.lock"
-    with lock.open("a") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
+def _locked(home: Home) -> AbstractContextManager[float]:
+    # The one lock (a blocking flock, released by the kernel when a holder is killed):
+    # the daemon and `citizen wake` may allocate at once. 0600: the citizen's alone.
+    return locked(home.state, lock_file=home.dir / ".state.lock", mode=0o600)
 
 
 def load(home: Home) -> dict[str, Any]:

@@ -15,10 +15,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from shared.errors import SharedError
+from shared.errors import Invalid
 
 
-class CorruptFile(SharedError, ValueError):
+class CorruptFile(Invalid):
     """A state file exists but cannot be used; it has been left untouched."""
 
     def __init__(self, path: Path, problem: str) -> None:
@@ -138,16 +138,27 @@ def sweep_temp(directory: Path, older_than_s: float = 60.0) -> list[Path]:
     return removed
 
 
-def ensure_dir(path: Path, mode: int = 0o2775) -> None:
-    """Create a commons directory (and missing parents) with `mode` set explicitly.
+def make_dirs(path: Path, top: Path | None = None, mode: int = 0o2775) -> list[Path]:
+    """Create `path` and its missing parents (those below `top`, if given), each with `mode`.
 
-    2775 by default: group `citizens` adds and replaces files (histories compact by
-    replacing), setgid keeps the group; mkdir alone would take the 0027 umask.
+    The one way a directory is made: mkdir alone would take the umask (0027 drops the
+    group's write), so each new directory gets `mode` explicitly - 2775 by default:
+    group `citizens` adds files, setgid keeps the group. Two writers making the same
+    directory at once is no error (the loser treats the winner's directory as made; it
+    was made with the same mode). Returns the directories this call created.
     """
-    missing = [p for p in (path, *path.parents) if not p.exists()]
-    for directory in reversed(missing):
-        directory.mkdir(exist_ok=True)
+    made: list[Path] = []
+    chain = [p for p in (path, *path.parents) if top is None or p.is_relative_to(top)]
+    for directory in reversed(chain):
+        if directory.is_dir():
+            continue
+        try:
+            directory.mkdir()
+        except FileExistsError:  # another writer made it just now (and sets its mode)
+            continue
         os.chmod(directory, mode)
+        made.append(directory)
+    return made
 
 
 def append_line(path: Path, record: Any, mode: int = 0o640) -> None:

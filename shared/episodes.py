@@ -16,9 +16,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from filelock import FileLock
-
-from shared.atomic import append_line, ensure_dir, read_jsonl, write_bytes
+from shared.atomic import append_line, make_dirs, read_jsonl, write_bytes
+from shared.documents import locked
 
 KEEP = 100  # episodes kept in full (the seed's sliding window)
 COMPACT_AT = 200  # compact once this many have accumulated
@@ -32,8 +31,6 @@ class Episodes:
         self.history_path = self.dir / "consensus_history.jsonl"
         self.archive = self.dir / "episodes_archive.jsonl"
         self.summary = self.dir / "episodes_summary.md"
-        # One lock for appends and compaction: compaction rewrites episodes.jsonl.
-        self.lock = FileLock(str(self.dir / ".episodes.lock"), mode=0o660)
 
     def all(self) -> list[dict[str, Any]]:
         return read_jsonl(self.path) if self.path.exists() else []
@@ -42,15 +39,16 @@ class Episodes:
         return read_jsonl(self.history_path) if self.history_path.exists() else []
 
     def add(self, episode: dict[str, Any]) -> None:
-        ensure_dir(self.dir)
-        with self.lock:
+        make_dirs(self.dir)
+        # One lock for appends and compaction: compaction rewrites episodes.jsonl.
+        with locked(self.path):
             append_line(self.path, episode, mode=MODE)
             if len(self.all()) > COMPACT_AT:
                 self._compact()
 
     def decision(self, line: dict[str, Any]) -> None:
         """Append one consensus decision to the history."""
-        ensure_dir(self.dir)
+        make_dirs(self.dir)
         append_line(self.history_path, line, mode=MODE)
 
     def _compact(self) -> None:

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from shared import atomic
 from shared.atomic import CorruptFile, create_json, read_json, write_json
 from shared.identity import ForgedRecord, check_author
 
@@ -27,14 +28,7 @@ DIR_MODE = 0o3775
 
 def make_dirs(path: Path, top: Path) -> None:
     """Create `path` and any missing parents up to `top`, each with DIR_MODE."""
-    for directory in reversed([p for p in (path, *path.parents) if p.is_relative_to(top)]):
-        if directory.exists():
-            continue
-        try:
-            directory.mkdir()
-        except FileExistsError:  # another writer made it just now (and sets its mode)
-            continue
-        directory.chmod(DIR_MODE)
+    atomic.make_dirs(path, top, DIR_MODE)
 
 
 def new_id(prefix: str) -> str:

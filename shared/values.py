@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from shared.atomic import append_line, ensure_dir, read_jsonl
+from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.errors import SharedError
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
@@ -104,7 +104,7 @@ class Weights:
         line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "citizen": citizen,
                 "value": value, "old": old, "new": new, "delta": delta, "episodes": episodes,
                 "approved_by": approved_by, "reason": reason[:500]}
-        ensure_dir(self.history_path.parent)
+        make_dirs(self.history_path.parent)
         append_line(self.history_path, line, mode=HISTORY_MODE)
         return line
 

@@ -17,9 +17,10 @@ from pathlib import Path
 from typing import Any
 
 import git
-from filelock import FileLock
 
-from shared.errors import SharedError
+from shared.atomic import make_dirs
+from shared.documents import locked
+from shared.errors import Invalid
 
 FILE_MODE = 0o664  # the next executor may be another citizen (group `citizens`)
 DIR_MODE = 0o2775  # group-writable; setgid keeps group `citizens`
@@ -27,7 +28,7 @@ RUN_TIMEOUT_S = 120
 OUTPUT_CHARS = 4000
 
 
-class ActionError(SharedError, ValueError):
+class ActionError(Invalid):
     """An action that cannot run (bad path, unknown tool, failing command)."""
 
 
@@ -62,15 +63,17 @@ def _commit_index(repo: git.Repo, message: str, citizen: str, first: bool = Fals
 class World:
     def __init__(self, shared_dir: Path) -> None:
         self.dir = shared_dir / "world"
-        # One executor at a time: actions and their commit must not interleave with another's.
-        self.lock = FileLock(str(shared_dir / ".world.lock"), mode=0o660)
+        self.lock_file = shared_dir / ".world.lock"
+
+    @property
+    def lock(self) -> contextlib.AbstractContextManager[float]:
+        """One executor at a time: actions and their commit must not interleave."""
+        return locked(self.dir, lock_file=self.lock_file)
 
     def repo(self) -> git.Repo:
         """The repository, created on first use."""
         if not (self.dir / ".git").exists():
-            if not self.dir.exists():
-                self.dir.mkdir()
-                os.chmod(self.dir, DIR_MODE)  # explicit: mkdir's mode is filtered by the umask
+            make_dirs(self.dir, self.dir, DIR_MODE)  # group-writable: the next executor
             repo = git.Repo.init(self.dir, shared="group")
             repo.git.update_environment(**_git_env(self.dir))
             readme = self.dir / "README.md"
@@ -126,7 +129,7 @@ class World:
                              if p.is_file() and ".git" not in p.parts
                              and pattern in p.read_text(errors="replace"))
         if tool in ("write_file", "append_file"):
-            self._make_parents(target)
+            make_dirs(target.parent, self.dir, DIR_MODE)
             content = str(args.get("content", ""))
             with target.open("a" if tool == "append_file" else "w", encoding="utf-8") as fh:
                 fh.write(content)
@@ -143,12 +146,6 @@ class World:
             target.unlink()
             return f"deleted {args['path']}"
         raise ActionError(f"unknown action '{tool}'")
-
-    def _make_parents(self, target: Path) -> None:
-        missing = [p for p in target.parents if p.is_relative_to(self.dir) and not p.exists()]
-        for directory in reversed(missing):
-            directory.mkdir()
-            os.chmod(directory, DIR_MODE)  # explicit: the umask would drop group write
 
     def _command(self, command: str, env: Mapping[str, str]) -> str:
         if not command.strip():

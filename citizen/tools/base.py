@@ -53,6 +53,11 @@ class ToolEnv:
     task_outcome: tuple[str, str] | None = None  # (status, result) once a task tool ends it
     log: WakeLog | None = None
 
+    def event(self, name: str, **data: Any) -> None:
+        """Log one event of this wake (nothing when the wake keeps no log, e.g. in tests)."""
+        if self.log is not None:
+            self.log.event(name, **data)
+
 
 @dataclass(frozen=True)
 class Tool:

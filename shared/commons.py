@@ -1,0 +1,113 @@
+"""The commons handle: every protocol of `CIV_ROOT/shared`, built once per process.
+
+The citizen side never builds a protocol or a commons path itself: it asks
+`citizen.civilization.commons()` for this handle, which knows the directory, the
+citizens, whether authorship is enforced (server mode) and the value framework, so
+a second backend (DESIGN §10) changes this package and nothing in `citizen/`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from shared import doorbell
+
+if TYPE_CHECKING:
+    from shared.consensus import Consensus
+    from shared.debates import Debates
+    from shared.dry import DryTracker
+    from shared.dyntools import DynTools
+    from shared.evolution import Evolution
+    from shared.goals import Goals
+    from shared.library import Library
+    from shared.streams import Streams
+    from shared.values import Framework
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Commons:
+    """One civilization's commons, as seen by one process (a citizen or the operator)."""
+
+    dir: Path
+    citizens: list[str]
+    enforce: bool  # server mode: a record counts only when its file is its author's
+    framework_path: Path  # the frozen base values (templates/values.yaml)
+    profiles: Mapping[str, str] = field(default_factory=dict)  # citizen -> values profile
+    approvals: int = 2  # peer approvals a library module or dynamic tool needs
+
+    @cached_property
+    def framework(self) -> Framework:
+        from shared.values import Framework  # noqa: PLC0415 - lazy: yaml only when used
+
+        return Framework.load(self.framework_path)
+
+    @cached_property
+    def consensus(self) -> Consensus:
+        from shared.consensus import Consensus  # noqa: PLC0415 - lazy, like every protocol
+
+        return Consensus(self.dir, self.framework, self.profiles, self.citizens, self.enforce)
+
+    @cached_property
+    def debates(self) -> Debates:
+        from shared.debates import Debates  # noqa: PLC0415
+
+        return Debates(self.dir, self.citizens, self.enforce)
+
+    @cached_property
+    def streams(self) -> Streams:
+        from shared.streams import Streams  # noqa: PLC0415
+
+        return Streams(self.dir, self.citizens, self.enforce)
+
+    @cached_property
+    def library(self) -> Library:
+        from shared.library import Library  # noqa: PLC0415
+
+        return Library(self.dir, self.approvals, self.enforce)
+
+    @cached_property
+    def tools(self) -> DynTools:
+        from shared.dyntools import DynTools  # noqa: PLC0415
+
+        return DynTools(self.dir, self.approvals, self.enforce)
+
+    @cached_property
+    def evolution(self) -> Evolution:
+        from shared.evolution import Evolution  # noqa: PLC0415
+
+        return Evolution(self.dir, self.citizens, self.enforce)
+
+    @cached_property
+    def dry(self) -> DryTracker:
+        from shared.dry import DryTracker  # noqa: PLC0415
+
+        return DryTracker(self.dir, self.enforce)
+
+    @cached_property
+    def goals(self) -> Goals:
+        from shared.goals import Goals  # noqa: PLC0415
+
+        return Goals(self.dir, self.enforce)
+
+    def doorbell_dir(self, citizen: str) -> Path:
+        return self.dir / "doorbell" / citizen
+
+    def ring(self, citizen: str, wake_type: str, reason: str, sender: str = "operator",
+             owner: tuple[int, int] | None = None) -> bool:
+        """Ring a citizen's doorbell for a wake of `wake_type`; False (logged) when it
+        cannot be rung - the work then waits for that citizen's scheduled wake."""
+        if not citizen or citizen == "operator":
+            return False
+        try:
+            doorbell.ring(self.doorbell_dir(citizen), wake_type, reason, sender, owner)
+        except OSError as exc:
+            log.warning("could not ring %s (%s: %s): %s", citizen, wake_type, reason, exc)
+            return False
+        return True

@@ -1,0 +1,225 @@
+"""Threads: the one record mechanism of the commons' protocols (consensus, debates, streams).
+
+A thread is a directory `<root>/<id>/` holding
+- a header (`request.json`, `thread.json`, `stream.json` …) written once by whoever
+  opened the thread, and
+- step records, each a file written once by its author, owned by the author's Unix
+  user and naming it under `author` (the one author key).
+
+Nothing in a thread is ever edited: a change of state is a new record, and the state
+is derived from the records by the protocol's pure rules. `write` is the only way a
+step is recorded (it carries the authorship check); `read` the only way one is read
+back (a record whose file is not its author's is ignored, logged).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+import re
+import secrets
+import time
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shared import clock
+from shared.atomic import CorruptFile, create_json, make_dirs, read_json
+from shared.errors import NotAllowed, NotFound
+from shared.identity import ForgedRecord, check_author
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+AUTHOR = "author"  # the key naming a record's author, in every record of every thread
+RECORD_MODE = 0o664  # the author writes; every citizen (and the operator) reads
+# 3775 on thread directories: group `citizens` adds records (setgid keeps the group),
+# and the sticky bit stops a citizen from deleting or replacing another's record.
+DIR_MODE = 0o3775
+OPERATOR = "operator"  # the author of records root writes on a person's behalf
+
+
+def new_id(prefix: str) -> str:
+    """Time-sortable, unique: `prop-20261122T120000-1a2b`."""
+    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+
+
+def id_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{prefix}-[0-9T]+-[0-9a-f]{{4}}$")
+
+
+def effective_user() -> str:
+    """The Unix user this process writes as (its records' owner)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
+
+
+class Threads:
+    """The threads of one protocol under `root` (e.g. `shared/debates`)."""
+
+    def __init__(self, root: Path, prefix: str, header: str, *, top: Path, enforce: bool,
+                 pattern: re.Pattern[str] | None = None, what: str = "thread",
+                 lister: str = "") -> None:
+        self.root = root
+        self.prefix = prefix
+        self.header_name = header
+        self.top = top  # directories are made (with DIR_MODE) up to here
+        self.enforce = enforce  # server mode: authorship is the file's owner
+        self.pattern = pattern or id_pattern(prefix)
+        self.what = what  # "proposal", "debate": for messages
+        self.lister = lister  # the command that lists them, for "no such …" messages
+        self._owed_cache: dict[str, tuple[tuple[int, ...], str]] = {}
+
+    # ---------------------------------------------------------------- layout
+
+    def dir(self, tid: str) -> Path:
+        return self.root / tid
+
+    def ids(self) -> list[str]:
+        """Every thread's id, oldest first."""
+        if not self.root.is_dir():
+            return []
+        return sorted(p.name for p in self.root.iterdir() if self.pattern.match(p.name))
+
+    def exists(self, tid: str) -> bool:
+        return bool(self.pattern.match(tid)) and (self.dir(tid) / self.header_name).is_file()
+
+    # ---------------------------------------------------------------- header
+
+    def open(self, body: Mapping[str, Any], tid: str = "") -> str:
+        """Create a thread with its header; returns its id.
+
+        :raises NotAllowed: `tid` is not a new id of this kind.
+        """
+        tid = tid or new_id(self.prefix)
+        if not self.pattern.match(tid) or self.dir(tid).exists():
+            raise NotAllowed(f"'{tid}' is not a new {self.what} id")
+        make_dirs(self.dir(tid), self.top, DIR_MODE)
+        create_json(self.dir(tid) / self.header_name, {"id": tid, **body, "ts": clock.now()},
+                    mode=RECORD_MODE)
+        return tid
+
+    def header(self, tid: str) -> dict[str, Any]:
+        """The thread's header.
+
+        :raises NotFound: there is no such thread.
+        :raises CorruptFile: its header does not parse (kept for inspection).
+        """
+        if not self.exists(tid):
+            hint = f" - `{self.lister}` lists them" if self.lister else ""
+            raise NotFound(f"no {self.what} {tid}{hint}")
+        data: dict[str, Any] = read_json(self.dir(tid) / self.header_name)
+        return data
+
+    # ---------------------------------------------------------------- records
+
+    def write(self, tid: str, name: str, author: str, body: Mapping[str, Any]) -> dict[str, Any]:
+        """Record one step, once: `body` with `author` and the time added.
+
+        The authorship check: in server mode only `author` itself (or root, for the
+        operator) may write a record naming `author`; the file it creates is then owned
+        by the author, which is what every reader checks.
+
+        :raises NotAllowed: the record exists already (a step is taken once), or a file
+            that is not the author's blocks it, or the writer is not the author.
+        """
+        if self.enforce:
+            me = effective_user()
+            if me != author and not (os.geteuid() == 0 and author == OPERATOR):
+                raise NotAllowed(f"{me} cannot write a record in {author}'s name")
+        record = {**body, AUTHOR: author, "ts": clock.now()}
+        path = self.dir(tid) / name
+        make_dirs(path.parent, self.top, DIR_MODE)
+        try:
+            create_json(path, record, mode=RECORD_MODE)
+        except FileExistsError as exc:
+            if self.read(tid, name, author) is None:  # there, but not the author's
+                raise NotAllowed(
+                    f"{tid}: {path} exists but is not {author}'s (uid {path.stat().st_uid}): "
+                    "a forged record blocks this step - the operator should remove it") from exc
+            raise NotAllowed(f"{tid}: {name} is already recorded; a step is taken once") from exc
+        return record
+
+    def read(self, tid: str, name: str, author: str | None = None) -> dict[str, Any] | None:
+        """A record if it is whole, names its author, and (in server mode) its file is the
+        author's. `author` None: whoever it names, if that one owns it. None otherwise
+        (a forged or broken record is logged and ignored)."""
+        path = self.dir(tid) / name
+        if not path.is_file():
+            return None
+        return read_record(path, author, self.enforce)
+
+    def names(self, tid: str, glob: str) -> list[str]:
+        """Record names in a thread matching `glob` (may include a subdirectory), sorted."""
+        folder = self.dir(tid)
+        return sorted(str(p.relative_to(folder)) for p in folder.glob(glob)) \
+            if folder.is_dir() else []
+
+    # ---------------------------------------------------------------- owed steps
+
+    def owed(self, citizen: str, ids: Iterable[str], owed_by: Callable[[str], str]) -> list[str]:
+        """The threads among `ids` whose next step is `citizen`'s.
+
+        `owed_by(tid)` derives a thread and names who owes its next step. Its answer is
+        kept while nothing in the thread changes (a new record changes the directory's
+        mtime), so asking again - the gate, then each step of a wake - re-derives only
+        the threads that moved.
+        """
+        out = []
+        for tid in ids:
+            sig = self._signature(tid)
+            cached = self._owed_cache.get(tid)
+            if cached is not None and cached[0] == sig:
+                who = cached[1]
+            else:
+                try:
+                    who = owed_by(tid)
+                except (NotFound, CorruptFile) as exc:
+                    log.warning("%s %s: %s", self.what, tid, exc)
+                    continue
+                self._owed_cache[tid] = (sig, who)
+            if who == citizen:
+                out.append(tid)
+        return out
+
+    def forget(self, tid: str) -> None:
+        """Drop what `owed` knows of a thread (after a change that is not a new record)."""
+        self._owed_cache.pop(tid, None)
+
+    def _signature(self, tid: str) -> tuple[int, ...]:
+        folder = self.dir(tid)
+        sig: list[int] = []
+        try:
+            for d in (folder, *(p for p in folder.iterdir() if p.is_dir())):
+                st = d.stat()
+                sig += [st.st_mtime_ns, st.st_nlink]
+        except FileNotFoundError:
+            return ()
+        return tuple(sig)
+
+
+def read_record(path: Path, author: str | None, enforce: bool) -> dict[str, Any] | None:
+    """One record file: whole, naming `author` (or any author when None) under the author
+    key, and - in server mode - owned by that author. None (logged) otherwise."""
+    try:
+        data = read_json(path)
+    except CorruptFile as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    if not isinstance(data, dict):
+        log.warning("ignoring %s: not a record", path)
+        return None
+    named = str(data.get(AUTHOR, ""))
+    if author is not None and named != author:
+        log.warning("ignoring %s: it names %s, but the step is %s's", path, named or "nobody",
+                    author)
+        return None
+    try:
+        check_author(path, named, enforce)
+    except ForgedRecord as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    return data
