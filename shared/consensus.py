@@ -70,7 +70,7 @@ def now_iso() -> str:
 
 
 @dataclass
-class Derived:
+class Proposal:
     """Everything known about one proposal, derived from its records."""
 
     id: str
@@ -126,7 +126,7 @@ def rotation(pid: str, executor: str, citizens: Iterable[str]) -> dict[str, str]
             "integrator": others[(k + 1) % len(others)]}
 
 
-def _tally(d: Derived, r: int) -> tuple[int, dict[str, str]]:
+def _tally(d: Proposal, r: int) -> tuple[int, dict[str, str]]:
     ver, integ = d.verifications[r], d.integrations[r]
     positions = {d.roles["executor"]: "approve",
                  d.roles["verifier"]: "approve" if ver["decision"] in APPROVING else "reject",
@@ -134,7 +134,7 @@ def _tally(d: Derived, r: int) -> tuple[int, dict[str, str]]:
     return sum(p == "approve" for p in positions.values()), positions
 
 
-def _tiebreak(d: Derived, weights: Mapping[str, Mapping[str, float]] | None,
+def _tiebreak(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None,
               positions: Mapping[str, str]) -> dict[str, Any]:
     """Level 3: the position whose holders' cited values weigh most wins."""
     r = d.round
@@ -152,7 +152,7 @@ def _tiebreak(d: Derived, weights: Mapping[str, Mapping[str, float]] | None,
     return {"scores": sides, "winner": winner, "contested": contested}
 
 
-def derive(d: Derived, weights: Mapping[str, Mapping[str, float]] | None = None) -> Derived:
+def derive(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None = None) -> Proposal:
     """Work out the phase, stakes, consensus and result of a proposal from its records.
 
     Rounds are taken in order; a revision counts only if the round before it ended in
@@ -174,7 +174,7 @@ def derive(d: Derived, weights: Mapping[str, Mapping[str, float]] | None = None)
     return d
 
 
-def _give_up(d: Derived) -> None:
+def _give_up(d: Proposal) -> None:
     """A step's owner that could not take it (its model failed it repeatedly): a proposer
     withdraws; a reviewer hands the decision to a human."""
     g = d.giveups.get(d.round)
@@ -190,7 +190,7 @@ def _give_up(d: Derived) -> None:
         d.level, d.phase, d.why = "human", "human", f"{what}; a human decides"
 
 
-def _evaluate(d: Derived, weights: Mapping[str, Mapping[str, float]] | None) -> None:
+def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None) -> None:
     """The state after the last revision in `d.revisions`."""
     d.stakes, d.stakes_reasons = stakes.classify(d.revisions[-1].get("actions", []))
     r = d.round
@@ -239,7 +239,7 @@ def _evaluate(d: Derived, weights: Mapping[str, Mapping[str, float]] | None) -> 
     _after_approval(d)
 
 
-def _after_approval(d: Derived) -> Derived:
+def _after_approval(d: Proposal) -> Proposal:
     if d.execution is not None and d.execution.get("round") != d.round:
         log.warning("ignoring the execution record of %s: it is for round %s, not %d",
                     d.id, d.execution.get("round"), d.round)
@@ -259,7 +259,7 @@ def _after_approval(d: Derived) -> Derived:
     return _finish(d, "approved", "executed and verified")
 
 
-def _finish(d: Derived, result: str, why: str) -> Derived:
+def _finish(d: Proposal, result: str, why: str) -> Proposal:
     d.result, d.why = result, why
     d.phase = "done" if d.episode is not None else "record"
     return d
@@ -293,12 +293,12 @@ class Consensus:
             return []
         return sorted(p.name for p in self.records_dir.iterdir() if _ID.match(p.name))
 
-    def load(self, pid: str) -> Derived:
+    def load(self, pid: str) -> Proposal:
         """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
         folder = self.records_dir / pid
         if not _ID.match(pid) or not (folder / "request.json").is_file():
             raise ConsensusError(f"no proposal {pid} - `citizen proposals` lists them")
-        d = Derived(pid, read_json(folder / "request.json"))
+        d = Proposal(pid, read_json(folder / "request.json"))
         roles = d.roles
         for r in range(1, MAX_ROUNDS + 1):
             rev = self._record(folder / f"proposal-{r:02d}.json", roles["executor"])
@@ -394,7 +394,7 @@ class Consensus:
                     seen.setdefault(key, other)
         return seen
 
-    def owed(self, citizen: str) -> list[Derived]:
+    def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s."""
         out = []
         for pid in self.ids("pending"):
@@ -410,7 +410,7 @@ class Consensus:
     # ------------------------------------------------------------ steps
 
     def request(self, task: str, executor: str, requested_by: str,
-                source: Mapping[str, Any] | None = None, pid: str = "") -> Derived:
+                source: Mapping[str, Any] | None = None, pid: str = "") -> Proposal:
         """Open a proposal: `executor` owes its first revision. (`pid`: a chosen id, for
         replays and tests; by default a new time-sortable one.)"""
         if executor not in self.citizens:
@@ -424,7 +424,7 @@ class Consensus:
         records.create(self.shared, self.records_dir / pid / "request.json", body)
         return self.refresh(pid)
 
-    def _owe(self, pid: str, me: str, *phases: str) -> Derived:
+    def _owe(self, pid: str, me: str, *phases: str) -> Proposal:
         d = self.load(pid)
         if d.phase not in phases:
             raise ConsensusError(f"{pid} is at '{d.phase}' (owed by {d.owed_by or 'nobody'}), "
@@ -433,7 +433,7 @@ class Consensus:
             raise ConsensusError(f"{pid}: the {d.phase} step is {d.owed_by}'s, not {me}'s")
         return d
 
-    def _write(self, pid: str, name: str, me: str, body: Mapping[str, Any]) -> Derived:
+    def _write(self, pid: str, name: str, me: str, body: Mapping[str, Any]) -> Proposal:
         try:
             records.create(self.shared, self.records_dir / pid / name,
                            {**body, "citizen": me, "ts": now_iso()})
@@ -447,7 +447,7 @@ class Consensus:
                                  "taken once") from exc
         return self.refresh(pid)
 
-    def propose(self, pid: str, me: str, body: Mapping[str, Any]) -> Derived:
+    def propose(self, pid: str, me: str, body: Mapping[str, Any]) -> Proposal:
         """The executor's proposal (first revision, or a revision after discussion)."""
         d = self._owe(pid, me, "propose", "revise")
         problem = proposal_problem(body)
@@ -460,13 +460,13 @@ class Consensus:
                    level=d.level or "proposal")
         return self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
 
-    def give_up(self, pid: str, me: str, why: str) -> Derived:
+    def give_up(self, pid: str, me: str, why: str) -> Proposal:
         """The owner of a proposal, vote or decision says it cannot take its step."""
         d = self._owe(pid, me, "propose", "revise", "verify", "integrate")
         return self._write(pid, f"giveup-{d.round:02d}.json", me,
                            {"phase": d.phase, "why": why[:1000]})
 
-    def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Derived:
+    def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Proposal:
         d = self._owe(pid, me, "verify")
         if vote.get("decision") not in VERIFY_DECISIONS:
             raise ConsensusError(f"a verifier decides one of {', '.join(VERIFY_DECISIONS)}")
@@ -475,7 +475,7 @@ class Consensus:
         body["deterministic_flags"] = d.flags
         return self._write(pid, f"verify-{d.round:02d}.json", me, body)
 
-    def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Derived:
+    def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:
         d = self._owe(pid, me, "integrate")
         if decision.get("decision") not in INTEGRATE_DECISIONS:
             raise ConsensusError(f"an integrator decides one of {', '.join(INTEGRATE_DECISIONS)}")
@@ -488,7 +488,7 @@ class Consensus:
         return after
 
     def decide_human(self, pid: str, operator: str, decision: str, why: str = "", *,
-                     relayed_by: str = "", message_id: str = "") -> Derived:
+                     relayed_by: str = "", message_id: str = "") -> Proposal:
         """An operator approves (only when a human is owed) or rejects (any time before
         execution). `relayed_by`: the citizen whose mailbox received the operator's mail
         decision (then the record is that citizen's file, naming the mail)."""
@@ -510,7 +510,7 @@ class Consensus:
             raise ConsensusError(f"{pid}: a human has already decided") from exc
         return self.refresh(pid)
 
-    def execute(self, pid: str, me: str, env: Mapping[str, str]) -> Derived:
+    def execute(self, pid: str, me: str, env: Mapping[str, str]) -> Proposal:
         """Carry out the approved revision's actions in the world repository and commit."""
         d = self._owe(pid, me, "execute")
         rev = d.revisions[-1]
@@ -534,7 +534,7 @@ class Consensus:
                             "success": success,
                             "results": results, "commit": commit, "error": error[:2000]})
 
-    def check(self, pid: str, me: str, verdict: Mapping[str, Any]) -> Derived:
+    def check(self, pid: str, me: str, verdict: Mapping[str, Any]) -> Proposal:
         """The verifier's outcome check: its judgement and the mechanical checks must agree;
         when they do not, the execution's commit is reverted."""
         d = self._owe(pid, me, "check")
@@ -555,7 +555,7 @@ class Consensus:
                     revert_error=revert_error)
         return self._write(pid, "outcome.json", me, body)
 
-    def record(self, pid: str, me: str, notes: Mapping[str, Any]) -> Derived:
+    def record(self, pid: str, me: str, notes: Mapping[str, Any]) -> Proposal:
         """The integrator's episode: what happened and what was learned; weight changes
         it approves are applied within bounds (refused ones are recorded as refused)."""
         d = self._owe(pid, me, "record")
@@ -598,7 +598,7 @@ class Consensus:
 
     # ------------------------------------------------------------ views
 
-    def refresh(self, pid: str) -> Derived:
+    def refresh(self, pid: str) -> Proposal:
         """Re-derive a proposal and write its view into the one directory its state says."""
         d = self.load(pid)
         view = render(d)
@@ -639,7 +639,7 @@ def _clean(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: data[k] for k in keys if k in data}
 
 
-def render(d: Derived) -> dict[str, Any]:
+def render(d: Proposal) -> dict[str, Any]:
     """The seed's proposal JSON, with every step's reasoning."""
     last = d.revisions[-1] if d.revisions else {}
     roles = d.roles

@@ -10,12 +10,12 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from shared.consensus import Consensus, Derived
+from shared.consensus import Consensus, Proposal
 
 
 def report(commons: Consensus) -> dict[str, Any]:
     """Indicators over every decided proposal, plus weight diversity now."""
-    decided: list[Derived] = []
+    decided: list[Proposal] = []
     for pid in commons.ids():
         d = commons.load(pid)
         if d.result:

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shared import records
-from shared.consensus import ConsensusError, Derived
+from shared.consensus import ConsensusError, Proposal
 from tests.thoughtworld import CITIZENS, commons, env, proposal, vote
 
 WHO = (*CITIZENS, "operator")
@@ -70,7 +70,7 @@ class ConsensusMachine(RuleBasedStateMachine):
     def _take(self, pid: str, step: str, who: str, fn: Any) -> None:
         before = self.c.load(pid)
         try:
-            after: Derived = fn()
+            after: Proposal = fn()
         except ConsensusError:
             return
         # An accepted step was owed by the one who took it, at that phase, once.
@@ -227,7 +227,7 @@ class ConsensusMachine(RuleBasedStateMachine):
         assert len(where) == 1, f"{pid} is in {where}"
 
     @staticmethod
-    def _no_self_review(d: Derived) -> None:
+    def _no_self_review(d: Proposal) -> None:
         roles = d.roles
         assert len(set(roles.values())) == 3
         for v in d.verifications.values():
@@ -238,7 +238,7 @@ class ConsensusMachine(RuleBasedStateMachine):
             assert d.outcome["citizen"] == roles["verifier"]
 
     @staticmethod
-    def _execution_was_allowed(d: Derived) -> None:
+    def _execution_was_allowed(d: Proposal) -> None:
         assert d.execution is not None and d.execution["citizen"] == d.roles["executor"]
         human_ok = bool(d.human and d.human["decision"] == "approve")
         if d.consensus is None:  # a reviewer gave up: only a human can have let it run

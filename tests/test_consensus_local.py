@@ -12,7 +12,7 @@ import pytest
 from citizen import civilization, config
 from citizen.llm.local import LocalProvider
 from citizen.wake import run_wake
-from shared.consensus import Consensus, Derived
+from shared.consensus import Consensus, Proposal
 from tests.thoughtworld import HELLO, proposal
 
 TERMINAL = ("done", "human")
@@ -26,7 +26,7 @@ def local() -> LocalProvider:
 
 
 def drive(commons: Consensus, pid: str, local: LocalProvider,
-          stop: tuple[str, ...] = TERMINAL) -> tuple[Derived, list[tuple[str, str, int]]]:
+          stop: tuple[str, ...] = TERMINAL) -> tuple[Proposal, list[tuple[str, str, int]]]:
     """Run the CONSENSUS wake of whoever owes the next step until the proposal stops."""
     wakes: list[tuple[str, str, int]] = []
     d = commons.load(pid)

@@ -11,14 +11,14 @@ import click
 from citizen import civilization, config
 from citizen.cli.options import json_option, operator, ring_as_operator
 from shared import emergence
-from shared.consensus import STATES, Consensus, Derived, render
+from shared.consensus import STATES, Consensus, Proposal, render
 
 
 def _commons() -> Consensus:
     return civilization.consensus(config.templates())
 
 
-def _ring(d: Derived) -> str:
+def _ring(d: Proposal) -> str:
     who = d.owed_by
     if who in ("", "operator"):
         return ""
@@ -106,7 +106,7 @@ def _echo_rounds(view: dict[str, Any]) -> None:
                     click.echo(f"      concern: {concern}")
 
 
-def _echo_ending(d: Derived) -> None:
+def _echo_ending(d: Proposal) -> None:
     if d.consensus:
         click.echo(f"\nconsensus: {json.dumps(d.consensus)}")
     if d.tiebreak:

@@ -22,7 +22,7 @@ from citizen.tools.shell import scrubbed_env
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from citizen.wakes.task import finish_task
 from shared import doorbell, episodes, stakes
-from shared.consensus import Consensus, ConsensusError, Derived, render
+from shared.consensus import Consensus, ConsensusError, Proposal, render
 from shared.values import MAX_STEP
 
 log = logging.getLogger(__name__)
@@ -169,7 +169,7 @@ class ConsensusWake(WakeType):
             if not owed:
                 break
             d = owed[0]
-            after: Derived | None
+            after: Proposal | None
             try:
                 after = steps.take(d)
             except (ProviderError, StructuredOutputError, ConsensusError) as exc:
@@ -196,8 +196,8 @@ class ConsensusWake(WakeType):
         return (ending.text or ending.reason or ending.status)[:300]
 
 
-def _after_failure(setup: Setup, commons: Consensus, steps: _Steps, d: Derived,
-                   why: str) -> Derived | None:
+def _after_failure(setup: Setup, commons: Consensus, steps: _Steps, d: Proposal,
+                   why: str) -> Proposal | None:
     """Count a failed step; at the MAX_ATTEMPTS-th failure take the fallback so that a
     proposal never waits forever on a model that cannot do it (and never pays forever):
     a proposer withdraws, a reviewer hands over to a human, an outcome check falls back
@@ -257,7 +257,7 @@ def _take_task(commons: Consensus, me: str, text: str, meta: dict[str, Any],
             " I will write again when it is decided.")
 
 
-def _ring(d: Derived, me: str) -> None:
+def _ring(d: Proposal, me: str) -> None:
     who = d.owed_by
     if who in ("", "operator", me):
         return
@@ -267,7 +267,7 @@ def _ring(d: Derived, me: str) -> None:
         log.warning("could not ring %s for %s: %s", who, d.id, exc)
 
 
-def _notices_due(commons: Consensus, me: str, mailed: dict[str, str]) -> list[Derived]:
+def _notices_due(commons: Consensus, me: str, mailed: dict[str, str]) -> list[Proposal]:
     """Proposals I requested from mail whose requester has not heard of their state."""
     due = []
     for state_dir in ("pending", "approved", "rejected"):
@@ -329,7 +329,7 @@ class _Steps:
         self.env = env
         self.values = list(commons.framework.base_values)
 
-    def take(self, d: Derived) -> Derived:
+    def take(self, d: Proposal) -> Proposal:
         step = {"propose": self.propose, "revise": self.propose, "verify": self.verify,
                 "integrate": self.integrate, "execute": self.execute, "check": self.check,
                 "record": self.record}[d.phase]
@@ -338,15 +338,15 @@ class _Steps:
     def _weights(self) -> str:
         return _dump(self.c.weights.current(self.me))
 
-    def _episodes(self, d: Derived) -> str:
+    def _episodes(self, d: Proposal) -> str:
         return _dump(episodes.brief(self.c.episodes.relevant(
             f"{d.request.get('task', '')} {render(d)['goal']}")))
 
-    def _prompt(self, role: str, d: Derived, role_prompt: str) -> str:
+    def _prompt(self, role: str, d: Proposal, role_prompt: str) -> str:
         return self.tpl.wake_prompt("CONSENSUS", role=role, proposal_id=d.id,
                                     role_prompt=role_prompt)
 
-    def propose(self, d: Derived) -> Derived:
+    def propose(self, d: Proposal) -> Proposal:
         discussion = [{"round": r, "your_proposal": {k: d.revisions[r - 1].get(k) for k in
                                                      ("goal", "actions")},
                        "verifier": _said(d.verifications.get(r)),
@@ -360,7 +360,7 @@ class _Steps:
                         f"consensus_{d.phase}", max_tokens=1200)
         return self.c.propose(d.id, self.me, data)
 
-    def verify(self, d: Derived) -> Derived:
+    def verify(self, d: Proposal) -> Proposal:
         # Sequential isolation (the seed's groupthink mitigation): the verifier sees the
         # proposal, the system's checks and its own earlier votes - never the integrator's.
         view = {"goal": render(d)["goal"], "actions": render(d)["actions"],
@@ -378,7 +378,7 @@ class _Steps:
                         "consensus_verify", max_tokens=700)
         return self.c.verify(d.id, self.me, data)
 
-    def integrate(self, d: Derived) -> Derived:
+    def integrate(self, d: Proposal) -> Proposal:
         rules = {"stakes": d.stakes, "why": d.stakes_reasons,
                  "threshold": stakes.THRESHOLDS[d.stakes], "round": d.round,
                  "ladder": "rounds 1-3: discussion (the executor revises); in round 3 you may "
@@ -395,11 +395,11 @@ class _Steps:
                         "consensus_integrate", max_tokens=700)
         return self.c.integrate(d.id, self.me, data)
 
-    def execute(self, d: Derived) -> Derived:
+    def execute(self, d: Proposal) -> Proposal:
         # No model here: the daemon runs exactly the actions that were voted on.
         return self.c.execute(d.id, self.me, scrubbed_env(str(self.c.world.dir)))
 
-    def check(self, d: Derived) -> Derived:
+    def check(self, d: Proposal) -> Proposal:
         text = self.tpl.prompt(
             "outcome_check", weights_json=self._weights(),
             expected_json=_dump(d.revisions[-1].get("expected_outcomes", [])),
@@ -409,7 +409,7 @@ class _Steps:
                         max_tokens=600)
         return self.c.check(d.id, self.me, data)
 
-    def record(self, d: Derived) -> Derived:
+    def record(self, d: Proposal) -> Proposal:
         others = [c for c in d.roles.values() if c != self.me]
         text = self.tpl.prompt("record", weights_json=self._weights(),
                                proposal_json=_dump(render(d)),
