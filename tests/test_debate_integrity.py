@@ -1,11 +1,14 @@
 """The debate rules hold whatever the participants do: a hypothesis state machine of
 adversarial participants making random moves (any type, any stage, any turn, any
-target, vague falsifiers, self-grades), honest moves, and crashes between a move and
-its events, checked after every step against an oracle written here."""
+target, vague falsifiers, self-grades) and honest moves, checked after every step
+against an oracle written here. It drives the pure rules in memory; a smaller machine
+drives the same steps through the store (files, the lock, the event log) and adds
+crashes between a move and its events."""
 
 from __future__ import annotations
 
 import json
+import math
 import shutil
 import tempfile
 from pathlib import Path
@@ -16,6 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shared.debates import ALL_MOVES, GRADES, SIDES, Debate, Debates, IllegalMove
+from shared.debates.rules import recorded
 from tests.debating import FALSIFIER, play
 
 PEOPLE = ["opus", "mira", "aria"]
@@ -23,85 +27,114 @@ BUDGETS = {"DISCOVERY": (2, 4), "CRUX_LOCK": (3, 16), "EVIDENCE": (3, 8)}
 VAGUE = {"metric": "Probably the share", "threshold": "soon", "deadline": "later"}
 
 
-def move_strategy() -> st.SearchStrategy[dict[str, Any]]:
-    return st.fixed_dictionaries({
-        "move": st.sampled_from(ALL_MOVES),
-        "content": st.sampled_from(["", "a point", "F1: 7% reverted"]),
-        "target": st.sampled_from([*PEOPLE, "zed"]),
-        "side": st.sampled_from([*SIDES, "MAYBE"]),
-        "grade": st.sampled_from([*GRADES, "GREAT"]),
-        "question": st.sampled_from(["", "Will it pass 40% by 2030?", "what now"]),
-        "falsifier": st.sampled_from([FALSIFIER, VAGUE]),
-        "top_claim": st.sampled_from([{"statement": "x", "side": "YES"},
-                                      {"statement": "", "side": "NO"}]),
-    })
+CHOICES: dict[str, list[Any]] = {
+    "move": list(ALL_MOVES),
+    "by": [*PEOPLE, "zed"],  # who tries it (adversarial_move only)
+    "content": ["", "a point", "F1: 7% reverted"],
+    "target": [*PEOPLE, "zed"],
+    "side": [*SIDES, "MAYBE"],
+    "grade": [*GRADES, "GREAT"],
+    "question": ["", "Will it pass 40% by 2030?", "what now"],
+    "falsifier": [FALSIFIER, VAGUE],
+    "top_claim": [{"statement": "x", "side": "YES"}, {"statement": "", "side": "NO"}],
+}
+
+
+def _decode(n: int) -> dict[str, Any]:
+    """One combination of CHOICES, by its number (mixed radix, the first field fastest)."""
+    move = {}
+    for key, options in CHOICES.items():
+        n, k = divmod(n, len(options))
+        move[key] = options[k]
+    return move
+
+
+COMBINATIONS = math.prod(len(v) for v in CHOICES.values())
+# What a step is, weighted as the machine's rules always were: anyone tries anything (1),
+# the participant in turn tries anything (2), the participant in turn plays honestly (3).
+STEPS = ("adversarial_move", "adversarial_in_turn", "adversarial_in_turn", "honest_move",
+         "honest_move", "honest_move")
 
 
 class DebateMachine(RuleBasedStateMachine):
+    """The pure rules: one `Debate` in memory, every accepted move kept for a replay."""
+
     def __init__(self) -> None:
         super().__init__()
-        self.tmp = Path(tempfile.mkdtemp(prefix="debate-sm-"))
-        self.debates = Debates(self.tmp / "shared", PEOPLE, enforce_identity=False)
-        self.did = self.debates.start("Tests before features", PEOPLE, "operator",
-                                      budgets=BUDGETS).id
+        self.d = Debate("debate-20261123T000000-0000", "Tests before features", list(PEOPLE),
+                        dict(BUDGETS))
+        self.accepted: list[dict[str, Any]] = []
         self.crashed = False
 
-    def teardown(self) -> None:
-        shutil.rmtree(self.tmp, ignore_errors=True)
-
-    @rule(author=st.sampled_from([*PEOPLE, "zed"]), move=move_strategy())
-    def adversarial_move(self, author: str, move: dict[str, Any]) -> None:
+    def _move(self, author: str, move: dict[str, Any]) -> None:
+        body = recorded(move, author, self.d.seq + 1)
+        seq = self.d.seq
         try:
-            self.debates.move(self.did, author, move)
+            self.d.apply(body)
+        except IllegalMove:
+            assert self.d.seq == seq, "a refused move changed the state"
+            raise
+        self.accepted.append(body)
+
+    def _state(self) -> Debate:
+        return self.d
+
+    def _posted(self) -> list[int]:
+        return [e["seq"] for e in self.d.events if e["type"] == "message_posted"]
+
+    def _try(self, author: str, move: dict[str, Any]) -> None:
+        try:
+            self._move(author, {k: v for k, v in move.items() if k != "by"})
             self.crashed = False
         except IllegalMove:
             pass
 
-    @rule(move=move_strategy())
+    @rule(n=st.integers(0, len(STEPS) * COMBINATIONS - 1))
+    def step(self, n: int) -> None:
+        """One step, drawn as one number (its kind and its move's fields): hypothesis then
+        spends its time on the rules rather than on nine draws and a rule choice."""
+        kind, move = STEPS[n % len(STEPS)], _decode(n // len(STEPS))
+        if kind == "honest_move":
+            self.honest_move()
+        else:
+            getattr(self, kind)(move)
+
+    def adversarial_move(self, move: dict[str, Any]) -> None:
+        """Anyone, participant or not, tries anything at all."""
+        self._try(move["by"], move)
+
     def adversarial_in_turn(self, move: dict[str, Any]) -> None:
         """The participant whose turn it is tries anything at all."""
-        d = self.debates.load(self.did)
+        d = self._state()
         if d.active:
-            self.adversarial_move(d.owed_by(), move)
+            self._try(d.owed_by(), move)
 
-    adversarial_in_turn_2 = adversarial_in_turn
-
-    @rule()
     def honest_move(self) -> None:
-        d = self.debates.load(self.did)
+        d = self._state()
         if d.active:
             who = d.owed_by()
-            self.debates.move(self.did, who, play(d.situation(who)))
+            self._move(who, play(d.situation(who)))
             self.crashed = False
-
-    honest_move_2 = honest_move_3 = honest_move
-
-    @rule()
-    def crash_after_writing(self) -> None:
-        """A daemon dies after writing its move file, before logging its events."""
-        d = self.debates.load(self.did)
-        if not d.active:
-            return
-        who = d.owed_by()
-        move = {**play(d.situation(who)), "author": who, "seq": d.seq + 1}
-        folder = self.debates.dir / self.did / "moves"
-        folder.mkdir(exist_ok=True)
-        (folder / f"{d.seq + 1:04d}-{who}.json").write_text(json.dumps(move))
-        self.crashed = True
 
     @invariant()
     def the_rules_hold(self) -> None:
-        d = self.debates.load(self.did)
+        d = self._state()
         said = [m for m in d.messages if m["author"] != "moderator"]
         self._stages_and_budgets(d, said)
         self._steelmans_and_challenges(said)
         self._locks(d)
-        posted = [e["seq"] for e in self.debates.events(self.did)
-                  if e["type"] == "message_posted"]
+        posted = self._posted()
         thread = [m["seq"] for m in said]
         assert posted == thread[:len(posted)], "the event log contradicts the thread"
         if not self.crashed:
             assert posted == thread, "the event log and the thread disagree"
+
+    def teardown(self) -> None:
+        """Every reader replaying the accepted moves derives the same debate."""
+        again = Debate(self.d.id, self.d.topic, list(PEOPLE), dict(BUDGETS))
+        for body in self.accepted:
+            again.apply(body)
+        assert again == self.d, "a replay of the moves derives another debate"
 
     @staticmethod
     def _stages_and_budgets(d: Debate, said: list[dict[str, Any]]) -> None:
@@ -163,7 +196,50 @@ class DebateMachine(RuleBasedStateMachine):
             assert set(sides) <= falsified, "locked without everyone's falsifier"
 
 
+class DebateStoreMachine(DebateMachine):
+    """The same steps end to end: moves written through `Debates.move` (the lock, the
+    move files, the event log), the state replayed from disk, and crashes after a move
+    file is written but before its events are logged."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tmp = Path(tempfile.mkdtemp(prefix="debate-sm-"))
+        self.debates = Debates(self.tmp / "shared", PEOPLE, enforce_identity=False)
+        self.did = self.debates.start("Tests before features", PEOPLE, "operator",
+                                      budgets=BUDGETS).id
+
+    def teardown(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def _move(self, author: str, move: dict[str, Any]) -> None:
+        self.debates.move(self.did, author, move)
+
+    def _state(self) -> Debate:
+        return self.debates.load(self.did)
+
+    def _posted(self) -> list[int]:
+        return [e["seq"] for e in self.debates.events(self.did)
+                if e["type"] == "message_posted"]
+
+    @rule()
+    def crash_after_writing(self) -> None:
+        """A daemon dies after writing its move file, before logging its events."""
+        d = self._state()
+        if not d.active:
+            return
+        who = d.owed_by()
+        move = {**play(d.situation(who)), "author": who, "seq": d.seq + 1}
+        folder = self.debates.dir / self.did / "moves"
+        folder.mkdir(exist_ok=True)
+        (folder / f"{d.seq + 1:04d}-{who}.json").write_text(json.dumps(move))
+        self.crashed = True
+
+
 DebateMachine.TestCase.settings = settings(
-    max_examples=120, stateful_step_count=50, deadline=None,
+    max_examples=1200, stateful_step_count=50, deadline=None,
     suppress_health_check=[HealthCheck.too_slow])
 TestDebateIntegrity = DebateMachine.TestCase
+DebateStoreMachine.TestCase.settings = settings(
+    max_examples=15, stateful_step_count=40, deadline=None,
+    suppress_health_check=[HealthCheck.too_slow])
+TestDebateStoreIntegrity = DebateStoreMachine.TestCase

@@ -10,6 +10,7 @@ import click
 
 from citizen import civilization, config
 from citizen.cli.options import json_option, operator, ring_as_operator
+from shared import clock
 from shared.debates import BUDGETS, Debate, Debates
 
 
@@ -19,13 +20,14 @@ def summary(debates: Debates, d: Debate) -> dict[str, object]:
     thread = debates.thread(d.id)
     cost = [m.get("cost", {}) for m in moves]
     crux = debates.result(d.id)
-    last = max((float(m.get("ts", 0)) for m in moves), default=float(thread["ts"]))
+    opened = clock.epoch(thread["ts"])  # any format: records before clock.now() were floats
+    last = max((clock.epoch(m.get("ts")) for m in moves), default=opened)
     return {"id": d.id, "topic": d.topic, "participants": d.participants, "stage": d.stage,
             "owed_by": d.owed_by(), "moves": d.seq, "question": d.question,
             "calls": sum(int(c.get("calls", 0)) for c in cost),
             "tokens": sum(int(c.get("tokens", 0)) for c in cost),
             "cost_usd": round(sum(float(c.get("usd", 0)) for c in cost), 6),
-            "seconds": round(last - float(thread["ts"]), 1),
+            "seconds": round(last - opened, 1),
             "validated": crux.get("validated") if crux else None, "ended": d.ended}
 
 

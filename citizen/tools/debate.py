@@ -5,7 +5,7 @@ from __future__ import annotations
 from citizen import civilization, config, paths
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 from shared import doorbell
-from shared.debates import DebateError
+from shared.errors import SharedError
 
 
 @tool
@@ -22,7 +22,7 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     try:
         d = civilization.debates().start(topic, names, me,
                                          personas={n: civilization.persona(tpl, n) for n in names})
-    except DebateError as exc:
+    except SharedError as exc:
         raise ToolFailure(str(exc)) from exc
     doorbell.ring(paths.home(me).doorbell, "DEBATE", f"debate {d.id} started", sender=me)
     return f"started {d.id} among {', '.join(d.participants)}; you move first"

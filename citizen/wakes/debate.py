@@ -24,12 +24,11 @@ from shared.debates import (
     GRADES,
     SIDES,
     Debate,
-    DebateError,
     Debates,
     IllegalMove,
     scaled_budgets,
 )
-from shared.streams import StreamError
+from shared.errors import SharedError
 
 log = logging.getLogger(__name__)
 
@@ -189,7 +188,7 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
                           budgets=_budgets(setup),
                           source={k: task.meta[k] for k in ("from", "subject", "message_id")
                                   if k in task.meta})
-    except DebateError as exc:
+    except SharedError as exc:
         return f"could not start a debate: {exc}"
     _ring(d, me)
     return (f"debate {d.id} started among {', '.join(d.participants)} on: {topic}. "
@@ -204,7 +203,7 @@ def _volunteers(topic: str, me: str, citizens: list[str], *, key: str) -> list[s
         found = volunteers(f"A structured debate on: {topic}\nClaim it to join as one of "
                            f"{PEERS} participants with {me}; defer if you have little to add.",
                            key=key, by=me, among=others, wanted=PEERS) if others else []
-    except StreamError as exc:  # no decision in time: fill up as before
+    except SharedError as exc:  # no decision in time: fill up as before
         log.warning("no volunteers for %s: %s", key, exc)
         found = []
     return sorted([*found, *[c for c in others if c not in found]][:PEERS])

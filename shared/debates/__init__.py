@@ -1,0 +1,26 @@
+"""Structured debates among citizens: the rules (`rules`: stages, legal moves,
+steelman-before-challenge, the crux lock gate, a deterministic moderator), what a
+debate yields (`crux`: falsifiers, the crux, the transcript), and where debates live
+(`store`: the threads of `shared/debates/<id>/`)."""
+
+from shared.debates.crux import VAGUE, crux, falsifier_problems, transcript, vague_words
+from shared.debates.rules import (
+    ALL_MOVES,
+    BUDGETS,
+    GRADES,
+    MAX_PARTICIPANTS,
+    MIN_PARTICIPANTS,
+    MOVES,
+    SIDES,
+    STAGES,
+    Debate,
+    Falsifier,
+    IllegalMove,
+    Move,
+    scaled_budgets,
+)
+from shared.debates.store import Debates
+
+__all__ = ["ALL_MOVES", "BUDGETS", "GRADES", "MAX_PARTICIPANTS", "MIN_PARTICIPANTS", "MOVES",
+           "SIDES", "STAGES", "VAGUE", "Debate", "Debates", "Falsifier", "IllegalMove", "Move",
+           "crux", "falsifier_problems", "scaled_budgets", "transcript", "vague_words"]

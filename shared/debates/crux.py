@@ -1,0 +1,119 @@
+"""What a debate yields: falsifier validation, the crux (ThreadCrux) and the transcript.
+
+Pure functions over a replayed `Debate` (or a falsifier dict): no files. The store
+writes their results as `crux.json` and `transcript.md` once a debate has converged.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from shared.debates.rules import Debate
+
+VAGUE = ("probably", "likely", "unlikely", "significant", "significantly", "soon", "maybe",
+         "might", "somewhat", "substantial", "substantially", "many", "few", "often",
+         "considerably", "eventually", "perhaps", "roughly", "generally", "a lot")
+DATE = re.compile(r"\b(19|20)\d\d(-\d\d(-\d\d)?)?\b")
+_VAGUE = tuple((w, re.compile(rf"\b{re.escape(w)}\b")) for w in VAGUE)
+
+
+def vague_words(text: str) -> list[str]:
+    low = f" {text.lower()} "
+    return [w for w, pattern in _VAGUE if pattern.search(low)]
+
+
+def falsifier_problems(f: Mapping[str, Any] | None) -> list[str]:
+    """Why a falsifier is not concrete (empty: it is): metric, threshold, deadline."""
+    if not isinstance(f, Mapping):
+        return ["no falsifier given"]
+    problems = []
+    metric, threshold, deadline = (str(f.get(k, "")).strip() for k in
+                                   ("metric", "threshold", "deadline"))
+    if len(metric.split()) < 2:
+        problems.append("metric must name what is measured (at least two words)")
+    if not re.search(r"\d", threshold):
+        problems.append("threshold must be a number to compare with")
+    if not DATE.search(deadline):
+        problems.append("deadline must be a date (YYYY, YYYY-MM or YYYY-MM-DD)")
+    vague = vague_words(f"{metric} {threshold} {deadline}")
+    if vague:
+        problems.append(f"vague words: {', '.join(vague)}")
+    return problems
+
+
+def _position(d: Debate, p: str) -> dict[str, Any]:
+    """Where participant `p` ended, and whether its position or TopClaim moved."""
+    c = d.commitments.get(p, {})
+    first = d.first_commitments.get(p, {})
+    claim, first_claim = d.top_claims.get(p), d.first_top_claims.get(p)
+    claim_changed = bool(claim and first_claim and (
+        claim.get("side"), claim.get("statement")) != (first_claim.get("side"),
+                                                     first_claim.get("statement")))
+    return {"side": c.get("side", "NONE"), "confidence": c.get("confidence"),
+            "top_claim": claim, "position_changed": bool(first) and first.get("side") != c.get(
+                "side"), "top_claim_changed": claim_changed}
+
+
+def _counterfactual(d: Debate, p: str) -> dict[str, Any]:
+    """Would `p`'s TopClaim flip with the crux: it takes a side, and so does `p`."""
+    claim = d.top_claims.get(p)
+    linked = bool(claim) and d.commitments.get(p, {}).get("side") in ("YES", "NO") \
+        and claim is not None and claim.get("side") in ("YES", "NO")
+    return {"top_claim_would_flip": linked,
+            "why": "its TopClaim takes a side on the crux" if linked
+            else "no TopClaim on a side, or no YES/NO commitment"}
+
+
+def crux(d: Debate) -> dict[str, Any]:
+    """The ThreadCrux: question, positions, falsifiers, counterfactual TopClaim linkage,
+    resolution criteria, and whether it validates (failed checks listed)."""
+    positions = {p: _position(d, p) for p in d.participants}
+    counterfactual = {p: _counterfactual(d, p) for p in d.participants}
+    cheap = [p for p, v in positions.items() if v["position_changed"]
+             and not v["top_claim_changed"]]
+    falsifiers = [{"by": p, **f} for p, fs in d.falsifiers.items() for f in fs]
+    criteria = [f"{f['metric']} {f['threshold']} by {f['deadline']} ({f['by']})"
+                for f in falsifiers if not falsifier_problems(f)]
+    failed = _failed_checks(d, positions, counterfactual, falsifiers, criteria)
+    return {"id": d.id, "question": d.question, "positions": positions,
+            "falsifiers": falsifiers, "counterfactual": counterfactual,
+            "resolution_criteria": criteria, "cheap_concessions": cheap,
+            "validated": not failed, "failed_checks": failed}
+
+
+def _failed_checks(d: Debate, positions: Mapping[str, Mapping[str, Any]],
+                   counterfactual: Mapping[str, Mapping[str, Any]],
+                   falsifiers: list[dict[str, Any]], criteria: list[str]) -> list[str]:
+    failed = []
+    if not {"YES", "NO"} <= {v["side"] for v in positions.values()}:
+        failed.append("no real disagreement: needs both YES and NO")
+    vague = [f["id"] for f in falsifiers if falsifier_problems(f)]
+    if not falsifiers or vague:
+        failed.append(f"falsifiers not concrete: {', '.join(vague) or 'none given'}")
+    if sum(1 for v in counterfactual.values() if v["top_claim_would_flip"]) < 2:
+        failed.append("not decision-relevant: fewer than 2 TopClaims would flip")
+    if not criteria:
+        failed.append("no resolution criteria")
+    if d.stage != "CONVERGED":
+        failed.append(f"the debate did not converge ({d.stage.lower()}: {d.ended})")
+    return failed
+
+
+def transcript(d: Debate) -> str:
+    """The debate as Markdown: one section per stage, one line per message."""
+    lines = [f"# Debate {d.id}: {d.topic}", "",
+             f"Participants: {', '.join(d.participants)}  ", f"Stage: {d.stage}  ",
+             f"Question: {d.question or '(none yet)'}", ""]
+    stage = ""
+    for m in d.messages:
+        if m["stage"] != stage:
+            stage = m["stage"]
+            lines += ["", f"## {stage}", ""]
+        extra = "".join(f" {k}={json.dumps(m[k], ensure_ascii=False)}" for k in
+                        ("target", "side", "grade", "question", "falsifier") if k in m)
+        lines.append(f"- **{m['author']}** `{m['move']}`{extra}: {m.get('content', '')}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,497 @@
+"""The rules of a structured debate: a pure state machine over moves, in memory.
+
+`Debate.apply(move)` checks a move against the replayed state (stage, budget, turn,
+steelman-before-challenge, falsifier quality …) and takes it, or raises `IllegalMove`
+with the reason. The moderator is deterministic - its prompts, binary framing and
+derived falsifiers are consequences of the moves - so every reader replaying the same
+moves derives the same stage, turn, grades, commitments and crux. No files here: the
+store (`shared.debates.store`) reads and writes the moves.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from shared.debates.crux import DATE, crux, falsifier_problems, transcript
+from shared.errors import NotAllowed
+
+STAGES = ("DISCOVERY", "CRUX_LOCK", "EVIDENCE", "CONVERGED", "ENDED")
+MOVES: dict[str, tuple[str, ...]] = {
+    "DISCOVERY": ("CLAIM", "QUESTION", "PROPOSE_QUESTION", "TOP_CLAIM", "PASS"),
+    "CRUX_LOCK": ("COMMIT", "STEELMAN", "GRADE_STEELMAN", "FALSIFIER", "TOP_CLAIM",
+                  "PROPOSE_LOCK", "PASS"),
+    "EVIDENCE": ("EVIDENCE", "CHALLENGE", "STEELMAN", "GRADE_STEELMAN", "CONCEDE",
+                 "TOP_CLAIM", "PASS"),
+}
+ALL_MOVES = tuple(sorted({m for ms in MOVES.values() for m in ms}))
+BUDGETS = {"DISCOVERY": (6, 10), "CRUX_LOCK": (6, 8), "EVIDENCE": (12, 16)}  # the seed's
+SIDES = ("YES", "NO", "UNCERTAIN")
+GRADES = ("ACCURATE", "INCOMPLETE", "WRONG")
+MIN_PARTICIPANTS, MAX_PARTICIPANTS = 2, 5
+_BINARY = re.compile(r"^(is|are|will|would|does|do|did|should|can|could|has|have|was|were)"
+                     r"\b.*\?\s*$", re.IGNORECASE)
+_KEPT = ("content", "target", "side", "confidence", "grade", "question", "falsifier",
+         "top_claim", "references")  # what of a move enters the thread's messages
+
+
+class Falsifier(TypedDict, total=False):
+    metric: str
+    threshold: str
+    deadline: str
+    reasoning: str
+
+
+class Move(TypedDict, total=False):
+    """One move as its author writes it (`moves/NNNN-<author>.json`)."""
+
+    move: str  # one of ALL_MOVES
+    author: str
+    seq: int  # its place in the thread, from 1
+    content: str
+    target: str  # STEELMAN, CHALLENGE
+    side: str  # COMMIT, CONCEDE: one of SIDES
+    confidence: float
+    grade: str  # GRADE_STEELMAN: one of GRADES
+    question: str  # PROPOSE_QUESTION
+    falsifier: Falsifier  # FALSIFIER, COMMIT
+    top_claim: dict[str, Any]  # TOP_CLAIM: statement, side YES/NO/NUANCED
+    references: list[str]
+    cost: dict[str, Any]  # calls, usd, tokens the move took
+    ts: str  # when it was recorded (clock.now())
+
+
+class IllegalMove(NotAllowed):
+    """A move refused by the rules; `reason` says which."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+def scaled_budgets(n: int, base: Mapping[str, tuple[int, int]] | None = None
+                   ) -> dict[str, tuple[int, int]]:
+    """The seed's budgets are for two participants; more participants get more messages
+    (x n/2), so that each can still commit, steelman and be graded."""
+    scale = max(1.0, n / 2)
+    return {s: (math.ceil(lo * scale), math.ceil(hi * scale))
+            for s, (lo, hi) in (base or BUDGETS).items()}
+
+
+def recorded(move: Mapping[str, Any], author: str, seq: int) -> dict[str, Any]:
+    """What of a proposed move is recorded: empty fields dropped, its author and place set."""
+    body = {k: v for k, v in move.items() if v not in (None, "", [], {})}
+    return {**body, "author": author, "seq": seq}
+
+
+def budget_problem(budgets: Mapping[str, tuple[int, ...]]) -> str:
+    """Why a budget plan is malformed ('' when it is not)."""
+    for s, (lo, hi) in budgets.items():
+        if s not in BUDGETS or not 1 <= lo <= hi:
+            return f"budget for {s} must be 1 <= min <= max, not {lo}-{hi}"
+    return ""
+
+
+# ------------------------------------------------------------ per-move checks
+
+Check = Callable[["Debate", str, Mapping[str, Any]], str]
+
+
+def _needs_pending(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    return "there is no steelman of you to grade" if d.pending_steelman() is None else ""
+
+
+def _needs_grade(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    return "" if move.get("grade") in GRADES else f"a grade is one of {', '.join(GRADES)}"
+
+
+def _needs_target(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    target = str(move.get("target", ""))
+    if target == author or target not in d.participants:
+        return f"{move.get('move')} needs another participant as its target"
+    return ""
+
+
+def _needs_accurate_steelman(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    target = str(move.get("target", ""))
+    if d.accurate(author, target):
+        return ""
+    return f"{author} may challenge {target} only after a steelman of {target} graded ACCURATE"
+
+
+def _needs_side(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    return "" if move.get("side") in SIDES else \
+        f"{move.get('move')} needs a side: {', '.join(SIDES)}"
+
+
+def _needs_commitment(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    return "" if author in d.commitments else "concede from a position: commit first"
+
+
+def _concrete_falsifier(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    if move.get("move") == "COMMIT" and not move.get("falsifier"):
+        return ""  # a commitment may come without one (the lock gate asks for it)
+    problems = falsifier_problems(move.get("falsifier"))
+    return "falsifier rejected: " + "; ".join(problems) if problems else ""
+
+
+def _needs_question(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    return "" if str(move.get("question", "")).strip() else "PROPOSE_QUESTION needs the question"
+
+
+def _needs_top_claim(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+    claim = move.get("top_claim") or {}
+    if str(claim.get("statement", "")).strip() and claim.get("side") in ("YES", "NO",
+                                                                         "NUANCED"):
+        return ""
+    return "a TopClaim needs a statement and a side YES, NO or NUANCED"
+
+
+CHECKS: dict[str, tuple[Check, ...]] = {  # in the order their reasons are given
+    "GRADE_STEELMAN": (_needs_pending, _needs_grade),
+    "STEELMAN": (_needs_target,),
+    "CHALLENGE": (_needs_target, _needs_accurate_steelman),
+    "COMMIT": (_needs_side, _concrete_falsifier),
+    "CONCEDE": (_needs_side, _needs_commitment),
+    "FALSIFIER": (_concrete_falsifier,),
+    "PROPOSE_QUESTION": (_needs_question,),
+    "TOP_CLAIM": (_needs_top_claim,),
+}
+
+
+def _confidence(move: Mapping[str, Any]) -> float:
+    try:
+        return min(1.0, max(0.0, float(move.get("confidence", 0.5))))
+    except (TypeError, ValueError):
+        return 0.5
+
+
+@dataclass
+class Debate:
+    """The replayed state of one debate."""
+
+    id: str
+    topic: str
+    participants: list[str]
+    budgets: dict[str, tuple[int, int]]
+    stage: str = "DISCOVERY"
+    seq: int = 0  # moves accepted so far
+    stage_count: int = 0  # moves in the current stage
+    question: str = ""
+    commitments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_commitments: dict[str, dict[str, Any]] = field(default_factory=dict)
+    falsifiers: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
+    steelmans: list[dict[str, Any]] = field(default_factory=list)
+    top_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    first_top_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
+    evidence_by: dict[str, int] = field(default_factory=dict)
+    lock_attempts: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[dict[str, Any]] = field(default_factory=list)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    turn: int = 0  # non-grade moves, for the round-robin
+    ended: str = ""
+
+    # ------------------------------------------------------------ reading
+
+    @property
+    def active(self) -> bool:
+        return self.stage in MOVES
+
+    def pending_steelman(self) -> dict[str, Any] | None:
+        return next((s for s in self.steelmans if s["grade"] is None), None)
+
+    def owed_by(self) -> str:
+        """Whose move it is: the target of a pending steelman grades first; otherwise the
+        participants take turns."""
+        if not self.active:
+            return ""
+        pending = self.pending_steelman()
+        if pending is not None:
+            return str(pending["target"])
+        return self.participants[self.turn % len(self.participants)]
+
+    def accurate(self, author: str, target: str) -> bool:
+        graded = [s for s in self.steelmans if s["author"] == author and s["target"] == target
+                  and s["grade"] is not None]
+        return bool(graded) and graded[-1]["grade"] == "ACCURATE"
+
+    def allowed(self) -> tuple[str, ...]:
+        """The moves the owed participant may make now."""
+        if not self.active:
+            return ()
+        if self.pending_steelman() is not None:
+            return ("GRADE_STEELMAN", "PASS")
+        return tuple(m for m in MOVES[self.stage] if m != "GRADE_STEELMAN")
+
+    def situation(self, me: str, recent: int = 12) -> dict[str, Any]:
+        """What a participant sees before its move (the prompt's data; no other
+        participant's private state exists)."""
+        pending = self.pending_steelman()
+        others = [p for p in self.participants if p != me]
+        last_lock = self.lock_attempts[-1]["failed"] if self.lock_attempts else []
+        moderator = [m["content"] for m in self.messages if m["author"] == "moderator"]
+        to_grade = pending if pending and pending["target"] == me else None
+        return {
+            "debate": self.id, "topic": self.topic, "question": self.question,
+            "stage": self.stage, "you": me, "participants": self.participants,
+            "allowed_moves": list(self.allowed()),
+            "steelman_of_you_to_grade": to_grade and {"by": to_grade["author"],
+                                                      "steelman": to_grade["content"],
+                                                      "attempt": to_grade["attempt"]},
+            "your_commitment": self.commitments.get(me), "your_top_claim": self.top_claims.get(me),
+            "your_falsifiers": self.falsifiers.get(me, []),
+            "commitments": {p: c["side"] for p, c in self.commitments.items()},
+            "you_may_challenge": [t for t in others if self.accurate(me, t)],
+            "steelman_first": [t for t in others if not self.accurate(me, t)],
+            "budget": {"used": self.stage_count, "min": self.budgets[self.stage][0],
+                       "max": self.budgets[self.stage][1]} if self.active else None,
+            "lock_failed_because": last_lock, "moderator": moderator[-1] if moderator else "",
+            "recent_messages": [{k: m.get(k) for k in ("seq", "author", "move", "target",
+                                                       "side", "content")}
+                                for m in self.messages[-recent:]],
+        }
+
+    def lock_failures(self) -> list[str]:
+        """The seed's four crux-lock criteria that do not hold (empty: lock)."""
+        failed = []
+        committed = [p for p, c in self.commitments.items() if c.get("side") in SIDES]
+        if len(committed) < 2:
+            failed.append("at least 2 participants must commit YES, NO or UNCERTAIN")
+        sides = {self.commitments[p]["side"] for p in committed}
+        if not {"YES", "NO"} <= sides:
+            failed.append("both a YES and a NO commitment are needed (not all UNCERTAIN)")
+        if not self.steelmans or any(s["grade"] != "ACCURATE" for s in self.steelmans
+                                     if s["is_latest"]):
+            failed.append("every steelman must be graded ACCURATE (and one must exist)")
+        missing = [p for p in committed if not self.falsifiers.get(p)]
+        if missing:
+            failed.append(f"committed participants without a falsifier: {', '.join(missing)}")
+        return failed
+
+    def crux(self) -> dict[str, Any]:
+        """The ThreadCrux (see `shared.debates.crux.crux`)."""
+        return crux(self)
+
+    def transcript(self) -> str:
+        return transcript(self)
+
+    # ------------------------------------------------------------ the rules
+
+    def check(self, move: Mapping[str, Any]) -> None:
+        """Refuse an illegal move.
+
+        :raises IllegalMove: with the reason.
+        """
+        kind, author = str(move.get("move", "")), str(move.get("author", ""))
+        reason = self._out_of_place(kind, author)
+        for rule in CHECKS.get(kind, ()):
+            reason = reason or rule(self, author, move)
+        if not reason and not str(move.get("content", "")).strip() and kind not in (
+                "PASS", "GRADE_STEELMAN"):
+            reason = f"{kind} needs content"
+        if reason:
+            raise IllegalMove(reason)
+
+    def _out_of_place(self, kind: str, author: str) -> str:  # noqa: PLR0911 - one per rule
+        """Why no move of `kind` by `author` can be taken now, whatever it says."""
+        if not self.active:
+            return f"the debate is {self.stage.lower()}: no more moves"
+        if author not in self.participants:
+            return f"{author} does not take part in this debate"
+        if kind not in MOVES[self.stage]:
+            return (f"{kind} is not allowed in {self.stage} "
+                    f"(allowed: {', '.join(MOVES[self.stage])})")
+        if self.stage_count >= self.budgets[self.stage][1]:
+            return f"{self.stage} has used its budget of {self.budgets[self.stage][1]} messages"
+        owed = self.owed_by()
+        if author != owed:
+            return f"it is {owed}'s turn, not {author}'s"
+        pending = self.pending_steelman()
+        if pending is not None and kind not in ("GRADE_STEELMAN", "PASS"):
+            return f"grade {pending['author']}'s steelman of you first"
+        return ""
+
+    def apply(self, move: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """Check a move and, if legal, take it; returns the events it caused."""
+        self.check(move)
+        before = len(self.events)
+        self._take(dict(move))
+        return self.events[before:]
+
+    def _event(self, kind: str, **data: Any) -> None:
+        self.events.append({"type": kind, "seq": self.seq, "stage": self.stage, **data})
+
+    def _say(self, text: str) -> None:
+        """A moderator intervention: part of the thread, derived, never a file."""
+        self.messages.append({"seq": self.seq, "author": "moderator", "move": "MODERATOR",
+                              "stage": self.stage, "content": text})
+        self._event("moderator", content=text)
+
+    def _take(self, move: dict[str, Any]) -> None:
+        self.seq += 1
+        self.stage_count += 1
+        kind, author = move["move"], move["author"]
+        self.messages.append({"seq": self.seq, "author": author, "move": kind,
+                              "stage": self.stage, **{k: move[k] for k in _KEPT if k in move}})
+        self._event("message_posted", author=author, move=kind,
+                    content=str(move.get("content", ""))[:500])
+        if kind != "GRADE_STEELMAN" and not (kind == "PASS" and self.pending_steelman()):
+            self.turn += 1
+        if kind == "STEELMAN":
+            self._steelman(author, move)
+        elif kind in ("GRADE_STEELMAN", "PASS") and self.pending_steelman() is not None:
+            self._grade(move)
+        elif kind in ("COMMIT", "CONCEDE"):
+            self._commit(author, move)
+        elif kind == "FALSIFIER":
+            self._falsifier(author, move["falsifier"])
+        elif kind == "TOP_CLAIM":
+            claim = {**move["top_claim"], "seq": self.seq}
+            self.first_top_claims.setdefault(author, claim)
+            self.top_claims[author] = claim
+        elif kind == "PROPOSE_QUESTION":
+            self.question = str(move["question"]).strip()
+        elif kind == "EVIDENCE":
+            self.evidence_by[author] = self.evidence_by.get(author, 0) + 1
+        self._advance(proposed_lock=kind == "PROPOSE_LOCK")
+
+    def _steelman(self, author: str, move: dict[str, Any]) -> None:
+        mine = [s for s in self.steelmans if s["author"] == author
+                and s["target"] == move["target"]]
+        for s in mine:
+            s["is_latest"] = False
+        self.steelmans.append({"seq": self.seq, "author": author, "target": move["target"],
+                               "content": move.get("content", ""), "grade": None,
+                               "attempt": len(mine) + 1, "is_latest": True})
+        self._event("steelman_attempt", author=author, target=move["target"],
+                    attempt=len(mine) + 1)
+
+    def _grade(self, move: dict[str, Any]) -> None:
+        graded = self.pending_steelman()
+        if graded is None:
+            return
+        graded["grade"] = move.get("grade") if move["move"] == "GRADE_STEELMAN" else "UNGRADED"
+        self._event("steelman_graded", author=graded["author"], target=graded["target"],
+                    grade=graded["grade"])
+
+    def _commit(self, author: str, move: dict[str, Any]) -> None:
+        commitment = {"side": move["side"], "confidence": _confidence(move), "seq": self.seq}
+        self.first_commitments.setdefault(author, commitment)
+        self.commitments[author] = commitment
+        self._event("commitment_made", author=author, side=move["side"],
+                    confidence=commitment["confidence"], concession=move["move"] == "CONCEDE")
+        if move.get("falsifier"):
+            self._falsifier(author, move["falsifier"])
+
+    def _falsifier(self, author: str, f: Mapping[str, Any]) -> None:
+        entry = {k: str(f.get(k, "")) for k in ("metric", "threshold", "deadline", "reasoning")}
+        entry["id"] = f"F{sum(len(v) for v in self.falsifiers.values()) + 1}"
+        self.falsifiers.setdefault(author, []).append(entry)
+        self._event("falsifier_declared", author=author, falsifier=entry)
+
+    # ------------------------------------------------------------ gates and moderator
+
+    def _advance(self, proposed_lock: bool = False) -> None:
+        if self.stage == "DISCOVERY":
+            self._discovery_gate()
+        elif self.stage == "CRUX_LOCK":
+            self._lock_gate(proposed_lock)
+        elif self.stage == "EVIDENCE":
+            low, high = self.budgets[self.stage]
+            everyone = all(self.evidence_by.get(p) for p in self.participants)
+            if (self.stage_count >= low and everyone) or self.stage_count >= high:
+                self.ended = "" if everyone else "EVIDENCE used its budget"
+                self._to("CONVERGED")
+                self._event("debate_complete", reason=self.ended or "converged")
+
+    def _discovery_gate(self) -> None:
+        low, high = self.budgets[self.stage]
+        if self.stage_count >= low and _BINARY.match(self.question):
+            self._to("CRUX_LOCK")
+        elif self.stage_count >= high:
+            self.question = self._binary_framing()
+            self._say(f"Discovery has used its budget. The question is now: "
+                      f"{self.question} Commit YES or NO, steelman each other, and "
+                      "give one falsifier each (metric, threshold, deadline).")
+            self._to("CRUX_LOCK")
+
+    def _lock_gate(self, proposed_lock: bool) -> None:
+        low, high = self.budgets[self.stage]
+        n = len(self.participants)
+        due = self.stage_count >= low and (proposed_lock or (self.stage_count - low) % n == 0)
+        if self.pending_steelman() is None and (due or self.stage_count >= high):
+            self._attempt_lock(final=self.stage_count >= high)
+        elif self.stage_count >= high:
+            self._attempt_lock(final=True)
+
+    def _attempt_lock(self, final: bool) -> None:
+        while True:
+            failed = self.lock_failures()
+            attempt = len(self.lock_attempts) + 1
+            self.lock_attempts.append({"seq": self.seq, "attempt": attempt, "failed": failed})
+            self._event("lock_attempted", attempt=attempt)
+            if not failed:
+                self._event("lock_succeeded", attempt=attempt, question=self.question)
+                self._to("EVIDENCE")
+                return
+            self._event("lock_failed", attempt=attempt, failed=failed)
+            if attempt == 1:
+                self._say("The crux does not lock yet: " + "; ".join(failed) + ". Commit "
+                          "to YES or NO with a confidence, steelman someone who disagrees, "
+                          "grade the steelmans of you honestly, and give a falsifier.")
+            elif attempt == 2:
+                self.question = self._binary_framing()
+                self._say(f"Second failed lock. Binary framing: {self.question} Answer YES "
+                          "or NO - UNCERTAIN does not lock.")
+            else:
+                self._last_resort(attempt, final)
+                return
+            if not final:
+                return
+
+    def _last_resort(self, attempt: int, final: bool) -> None:
+        """Third and later failed locks: derive falsifiers (once), then lock or end."""
+        derived = self._derive_falsifiers() if attempt == 3 else []
+        if attempt == 3:
+            self._say("Third failed lock: the moderator derives falsifiers from the "
+                      f"dialogue for {', '.join(derived) or 'nobody'}.")
+        failed = self.lock_failures()
+        if not failed:
+            self._event("lock_succeeded", attempt=attempt, question=self.question,
+                        derived=derived)
+            self._to("EVIDENCE")
+        elif final:
+            self.ended = "the crux would not lock: " + "; ".join(failed)
+            self._to("ENDED")
+            self._event("debate_complete", reason=self.ended)
+
+    def _binary_framing(self) -> str:
+        q = self.question.strip().rstrip("?") or self.topic.strip().rstrip(".?")
+        return q + "?" if _BINARY.match(q + "?") else f"Is it true that {q}?"
+
+    def _derive_falsifiers(self) -> list[str]:
+        """For committed participants without one: a falsifier from their own words - the
+        first number and date they used - validated like any other (it may still fail)."""
+        derived = []
+        for p, c in self.commitments.items():
+            if self.falsifiers.get(p) or c.get("side") not in ("YES", "NO"):
+                continue
+            text = " ".join(str(m.get("content", "")) for m in self.messages
+                            if m["author"] == p)
+            number = re.search(r"[<>]=?\s*\d[\d.,%$]*|\d[\d.,%$]*", text)
+            date = DATE.search(text)
+            f = {"metric": (self.question or self.topic)[:120],
+                 "threshold": number.group(0) if number else "",
+                 "deadline": date.group(0) if date else "",
+                 "reasoning": "derived by the moderator from the dialogue"}
+            if not falsifier_problems(f):
+                self._falsifier(p, f)
+                derived.append(p)
+        return derived
+
+    def _to(self, stage: str) -> None:
+        self._event("stage_transition", **{"from": self.stage, "to": stage})
+        self.stage, self.stage_count = stage, 0
