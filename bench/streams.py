@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.stats import pct  # noqa: E402
+from shared import clock  # noqa: E402
 
 # Each question has one of these words, so a rule bid claims every question.
 EVERYTHING = "lock fsync umask flaky cherry-pick cache backoff idle semaphore secrets"
@@ -126,11 +127,11 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
                 if name not in got:
                     late += 1
                     continue
-                took = float(got[name]["ts"]) - opened
+                took = clock.epoch(got[name]["ts"]) - opened
                 answers.append(took)
                 late += took > timeout
                 tokens += int(got[name].get("tokens", 0))
-            spans = [(float(r["started"]), float(r["ts"])) for r in got.values()]
+            spans = [(float(r["started"]), clock.epoch(r["ts"])) for r in got.values()]
             depth = max(depth, max_overlap(spans))
     finally:
         for p in procs:

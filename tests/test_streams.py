@@ -5,8 +5,13 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +19,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from shared.errors import Invalid, NotAllowed
 from shared.streams import (
     FLOOR,
     Semaphore,
     Settings,
     Stream,
-    StreamError,
     Streams,
     Thought,
     cooled,
@@ -150,7 +155,7 @@ def test_rooms_keep_presets_moderation_and_temperature(tmp_path: Path) -> None:
     streams.set_room("general", min_confidence=0.5, silenced=["zed"])
     got = streams.settings("general")
     assert (got.max_responders, got.min_confidence, got.silenced) == (1, 0.5, ("zed",))
-    with pytest.raises(StreamError, match="no preset"):
+    with pytest.raises(Invalid, match="no preset"):
         streams.set_room("general", preset="chaos")
     assert streams.heat("general", "human") == pytest.approx(0.8)
     assert streams.heat("general", "serviced") == pytest.approx(0.6)
@@ -183,6 +188,32 @@ def test_the_semaphore_never_exceeds_its_bound_across_ten_processes(tmp_path: Pa
     assert len(events) == 20 and peak <= 2
 
 
+WAITER = ("import sys; from pathlib import Path; from shared.streams import Semaphore; "
+          "Semaphore(Path(sys.argv[1]), 1).acquire(timeout_s=300)")
+
+
+def test_a_waiter_killed_while_waiting_leaves_no_pressure(tmp_path: Path) -> None:
+    """SIGKILL runs no `finally`: the waiter's mark stays, but its lock dies with it."""
+    sem = Semaphore(tmp_path / "sem", 1)
+    repo = str(Path(__file__).resolve().parents[1])
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (repo, os.environ.get("PYTHONPATH", "")) if p)}
+    with sem.slot(timeout_s=5):  # the only slot is ours: the other process must wait
+        waiter = subprocess.Popen([sys.executable, "-c", WAITER, str(sem.dir)], env=env)
+        try:
+            deadline = time.monotonic() + 60
+            while sem.pressure() != 1:
+                assert time.monotonic() < deadline and waiter.poll() is None, "never waited"
+                time.sleep(0.01)
+        finally:
+            waiter.send_signal(signal.SIGKILL)
+            waiter.wait(30)
+        assert waiter.returncode == -signal.SIGKILL
+        assert len(list(sem.waiting_dir.iterdir())) == 1  # the dead waiter's mark is left
+        assert sem.pressure() == 0
+        assert list(sem.waiting_dir.iterdir()) == []  # and removed by the reader
+
+
 def _bid(root: str, sid: str, name: str, conf: float, out: str) -> None:
     streams = Streams(Path(root), NAMES, enforce_identity=False)
     streams.think(sid, name, True, conf, "I know this")
@@ -204,7 +235,7 @@ def test_five_processes_agree_on_one_decision(tmp_path: Path) -> None:
     seen = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(seen) == 5 and len({tuple(s["decision"]) for s in seen}) == 1
     assert tuple(seen[0]["decision"]) == tuple(streams.decision(sid)["granted"])
-    with pytest.raises(StreamError, match="already bid"):
+    with pytest.raises(NotAllowed, match="already bid"):
         streams.think(sid, "opus", False, 0.0)
 
 
@@ -323,26 +354,24 @@ def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: 
     from tests.scripts import say
 
     streams = civilization.streams()
-    waiting = streams.dir / ".semaphore" / "waiting"
+    sem = streams.semaphore()
     # deeper than 3, or a model serving one request at a time: the rule
     for depth, serial, how in ((4, False, "rule"), (3, False, "model"), (0, True, "rule")):
-        waiting.mkdir(parents=True, exist_ok=True)
-        for k in range(depth):
-            (waiting / f"other-{k}").touch()
-        sid = streams.open(f"<q-{depth}-{serial}@example.org>", "Who knows Storage?",
-                           participants=["opus"]).id
-        provider = claimer(0.7, lambda: say("an answer"))
-        provider.max_concurrent = 1 if serial else 4
-        result = run_wake("opus", wake_type="STREAM",
-                          provider=lambda c, s, p=provider: p)  # type: ignore[misc]
+        with ExitStack() as others:  # other daemons waiting for the model, alive
+            for _ in range(depth):
+                others.enter_context(sem.waiting())
+            sid = streams.open(f"<q-{depth}-{serial}@example.org>", "Who knows Storage?",
+                               participants=["opus"]).id
+            provider = claimer(0.7, lambda: say("an answer"))
+            provider.max_concurrent = 1 if serial else 4
+            result = run_wake("opus", wake_type="STREAM",
+                              provider=lambda c, s, p=provider: p)  # type: ignore[misc]
         assert result.status == "ok"
         rec = streams.read_record(sid, "opus")
         assert rec is not None and rec["how"] == how and rec["ambient"]["pressure"] == depth
         purposes = [r.purpose for r in provider.requests]
         assert purposes == (["stream_answer"] if how == "rule" else
                             ["stream_bid", "stream_answer"])
-        for mark in waiting.iterdir():
-            mark.unlink()
 
 
 def test_a_directory_made_by_another_writer_meanwhile_is_no_error(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import click
@@ -129,7 +130,7 @@ def _summary(streams: Streams, sid: str) -> dict[str, Any]:
             "responses": sorted(streams.responses(sid))}
 
 
-def _fallback(decision: dict[str, Any]) -> str:
+def _fallback(decision: Mapping[str, Any]) -> str:
     return "; nobody claimed: the most confident answers" if decision.get("fallback") else ""
 
 

@@ -12,11 +12,9 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
-
-from filelock import Timeout
 
 from citizen import civilization, paths
 from citizen.errors import ProviderError, StructuredOutputError
@@ -25,10 +23,10 @@ from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from shared import doorbell
+from shared.errors import LockTimeout, SharedError
 from shared.streams import (
     HIGH_PRESSURE,
     Semaphore,
-    StreamError,
     Streams,
     load_factor,
     temperature_bias,
@@ -50,22 +48,7 @@ BID_SCHEMA: dict[str, Any] = {
 
 def open_streams(streams: Streams, me: str) -> list[str]:
     """Streams addressed to me where I have not bid, or was granted and not answered."""
-    out = []
-    for sid in streams.ids()[-RECENT:]:
-        folder = streams.dir / sid
-        try:
-            if me not in streams.info(sid)["participants"]:
-                continue
-        except (StreamError, OSError, ValueError):
-            continue
-        if not (folder / "thoughts" / f"{me}.json").exists():
-            out.append(sid)
-            continue
-        decision = streams.decision(sid)
-        if decision and me in decision["granted"] and not (
-                folder / "responses" / f"{me}.json").exists():
-            out.append(sid)
-    return out
+    return streams.waiting_for(me, RECENT)
 
 
 def held_streams(setup: Setup) -> dict[str, str]:
@@ -105,7 +88,7 @@ class StreamWake(WakeType):
             try:
                 done.append(_take(setup, env, ask, streams, sem=sem, sid=sid,
                                   task_id=held.get(sid)))
-            except StreamError as exc:  # another daemon's step raced ours; logged, not fatal
+            except SharedError as exc:  # another daemon's step raced ours; logged, not fatal
                 _log(env, "stream_refused", stream=sid, reason=str(exc))
                 if sid in held and not streams.exists(sid):  # never lose the mail
                     _take_up(setup, held[sid], f"no stream: {exc}")
@@ -163,7 +146,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
             reply = ask.meter.call(ask.llm, Request(
                 messages=[{"role": "user", "content": prompt}], system=ask.system,
                 max_tokens=400, tier="primary", purpose="stream_answer"))
-    except (ProviderError, Timeout) as exc:  # counted: a granted answer is tried 3 times
+    except (ProviderError, LockTimeout) as exc:  # counted: a granted answer is tried 3 times
         record["answer_failures"] = int(record.get("answer_failures", 0)) + 1
         record["action"], record["error"] = "FAILED", str(exc)[:300]
         if record["answer_failures"] >= MAX_ANSWER_FAILURES:
@@ -185,7 +168,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
 
 
 def _mail(setup: Setup, env: ToolEnv, streams: Streams, *, sid: str,
-          decision: dict[str, Any], record: dict[str, Any], task_id: str | None) -> str:
+          decision: Mapping[str, Any], record: dict[str, Any], task_id: str | None) -> str:
     """A mail stream: the granted take up the held task (its TASK wake answers by
     mail); the others file it as left to them. Each step is safe to repeat."""
     me, granted = setup.home.name, decision["granted"]

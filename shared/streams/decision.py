@@ -1,0 +1,220 @@
+"""Who answers a message that reached several citizens: the pure decision.
+
+`decide(stream, now)` is a pure function of a stream's bids and the clock: slots drawn
+70/25/5 from a seed derived from the message id, claims by confidence, the minimum
+confidence, @mention override, and the seed's early exits. Any daemon can compute it;
+all of them get the same answer. No files here (`shared.streams.store` keeps them).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any, TypedDict
+
+from shared.errors import Invalid
+
+PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
+    "strict": {"max_responders": 1, "min_confidence": 0.7, "intention_window_ms": 3000},
+    "balanced": {"max_responders": 2, "min_confidence": 0.3, "intention_window_ms": 1000},
+    "anarchic": {"max_responders": 5, "min_confidence": 0.1, "intention_window_ms": 500},
+}
+SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
+CLEAR_WINNER = 0.9
+HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)
+# Without coordination every claimer answers: wait for every bid (or this long).
+UNCOORDINATED_WAIT_MS = 60_000
+_MENTION = re.compile(r"@([a-z][a-z0-9_-]{1,31})")
+
+
+class ThoughtRecord(TypedDict, total=False):
+    """A bid as its author writes it (`thoughts/<author>.json`)."""
+
+    author: str
+    claiming: bool
+    confidence: float  # 0..1, clamped
+    reasoning: str
+    ts: str  # clock.now(); older records carry epoch seconds
+
+
+class DecisionRecord(TypedDict, total=False):
+    """The decision as whoever computed it first writes it (`decision.json`)."""
+
+    granted: list[str]
+    denied: list[str]
+    silent: list[str]
+    slots: int
+    exit: str  # clear_winner, all_slots_claimed, everyone_decided, window
+    decided_at_ms: int  # after the stream opened
+    fallback: bool
+    decided_by: str
+    author: str  # the same citizen: the author of the record
+    ts: str
+
+
+@dataclass(frozen=True)
+class Settings:
+    """A room's governance: a preset plus the moderator's adjustments."""
+
+    max_responders: int = 2
+    min_confidence: float = 0.3
+    intention_window_ms: int = 1000
+    slot_weights: tuple[float, ...] = SLOT_WEIGHTS
+    silenced: tuple[str, ...] = ()
+    boosted: tuple[tuple[str, float], ...] = ()  # (citizen, added confidence)
+    # False: no coordination at all - every claimer answers, no admission control (the
+    # baseline the seed measures against; for benchmarks, not for rooms people use).
+    coordinate: bool = True
+    # A person's message never goes unanswered: when nobody claims (or no claim reaches
+    # the minimum), the most confident bidder answers anyway. Citizens' messages may.
+    answer_humans: bool = True
+    # Work seeking volunteers wants exactly this many (no draw, no shrinking under
+    # pressure: volunteering is not a generation). 0: drawn as the seed says.
+    fixed_slots: int = 0
+
+    @classmethod
+    def preset(cls, name: str, **changes: Any) -> Settings:
+        """A preset with changes. :raises Invalid: no such preset, or unknown settings."""
+        if name not in PRESETS:
+            raise Invalid(f"no preset '{name}' (presets: {', '.join(PRESETS)})")
+        unknown = set(changes) - set(cls.__dataclass_fields__)
+        if unknown:
+            raise Invalid(f"unknown room settings: {', '.join(sorted(unknown))}")
+        return cls.from_dict({**PRESETS[name], **changes})
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Settings:
+        return cls(int(data["max_responders"]), float(data["min_confidence"]),
+                   int(data["intention_window_ms"]), tuple(data.get("slot_weights",
+                                                                     SLOT_WEIGHTS)),
+                   tuple(data.get("silenced", ())),
+                   tuple((str(c), float(b)) for c, b in data.get("boosted", ())),
+                   bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)),
+                   int(data.get("fixed_slots", 0)))
+
+
+@dataclass(frozen=True)
+class Thought:
+    citizen: str
+    claiming: bool
+    confidence: float
+    reasoning: str = ""
+    ts: float = 0.0  # seconds since the epoch
+
+
+@dataclass
+class Stream:
+    id: str
+    created: float  # seconds since the epoch: the decision's window counts from here
+    participants: tuple[str, ...]
+    settings: Settings
+    mentions: tuple[str, ...] = ()
+    pressure: int = 0
+    human: bool = False  # sent by a person (the operator, a mail sender), not a citizen
+    thoughts: dict[str, Thought] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Decision:
+    granted: tuple[str, ...]
+    denied: tuple[str, ...]
+    silent: tuple[str, ...]
+    slots: int
+    exit: str  # clear_winner, all_slots_claimed, everyone_decided, window
+    decided_at_ms: int  # after the stream opened
+    fallback: bool = False  # nobody claimed a person's message: the most confident answers
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def stream_id(message_id: str) -> str:
+    """One stream per message: the same Message-ID always gives the same stream."""
+    return "stream-" + hashlib.sha256(message_id.encode()).hexdigest()[:16]
+
+
+def mentions(text: str, citizens: Iterable[str]) -> tuple[str, ...]:
+    names = set(citizens)
+    return tuple(dict.fromkeys(m for m in _MENTION.findall(text.lower()) if m in names))
+
+
+def slots(s: Stream) -> int:
+    """How many may answer: drawn from the weights with a seed from the stream id (so
+    every daemon draws the same), capped by the room, one only under high pressure."""
+    if s.settings.fixed_slots > 0:
+        return s.settings.fixed_slots
+    # Not for secrecy: the same seed must give every daemon the same draw.
+    rng = random.Random(int(s.id.removeprefix("stream-"), 16))  # noqa: S311
+    draw, total, n = rng.random(), 0.0, len(s.settings.slot_weights)
+    for k, weight in enumerate(s.settings.slot_weights, start=1):
+        total += weight
+        if draw < total:
+            n = k
+            break
+    n = min(n, s.settings.max_responders)
+    return 1 if s.pressure > HIGH_PRESSURE else max(1, n)
+
+
+def _confidence(s: Stream, t: Thought) -> float:
+    boost = dict(s.settings.boosted).get(t.citizen, 0.0)
+    return min(1.0, max(0.0, t.confidence + boost))
+
+
+def _by_confidence(s: Stream, thoughts: Iterable[Thought]) -> list[Thought]:
+    return sorted(thoughts, key=lambda t: (-_confidence(s, t), t.citizen))
+
+
+def _exit(s: Stream, thoughts: list[Thought], claims: list[Thought], n: int,
+          elapsed_ms: int) -> str:
+    """Why the decision can be made now ('' while it is worth waiting for more bids)."""
+    coordinate = s.settings.coordinate
+    if coordinate and len(thoughts) == 1 and claims and _confidence(s, claims[0]) > CLEAR_WINNER:
+        return "clear_winner"
+    if len(claims) >= n and coordinate:
+        return "all_slots_claimed"
+    if len(thoughts) >= len(s.participants):
+        return "everyone_decided"
+    window = s.settings.intention_window_ms if coordinate else UNCOORDINATED_WAIT_MS
+    return "window" if elapsed_ms >= window else ""
+
+
+def _granted(s: Stream, claims: list[Thought], n: int) -> list[str]:
+    """The @mentioned claimers, then the most confident others above the minimum."""
+    granted = [t.citizen for t in claims if t.citizen in s.mentions]  # @mention override
+    for t in claims:
+        if len(granted) >= n + len(s.mentions):
+            break
+        if t.citizen in granted:
+            continue
+        top = sum(1 for g in granted if g not in s.mentions) < n
+        if top and _confidence(s, t) >= s.settings.min_confidence:
+            granted.append(t.citizen)
+    return granted
+
+
+def decide(s: Stream, now: float) -> Decision | None:
+    """The decision at `now` (seconds since the epoch), or None while it is worth
+    waiting for more thoughts."""
+    thoughts = [t for c, t in sorted(s.thoughts.items()) if c in s.participants]
+    claims = _by_confidence(s, (t for t in thoughts if t.claiming
+                                and t.citizen not in s.settings.silenced))
+    n = slots(s)
+    elapsed_ms = int((now - s.created) * 1000)
+    how = _exit(s, thoughts, claims, n, elapsed_ms)
+    if not how:
+        return None
+    if not s.settings.coordinate:
+        return Decision(tuple(t.citizen for t in claims), (), tuple(
+            t.citizen for t in thoughts if not t.claiming), len(claims), how, max(0, elapsed_ms))
+    granted = _granted(s, claims, n)
+    fallback = False
+    if not granted and s.human and s.settings.answer_humans:
+        voices = _by_confidence(s, (t for t in thoughts if t.citizen not in s.settings.silenced))
+        granted, fallback = [t.citizen for t in voices[:1]], bool(voices)
+    denied = tuple(t.citizen for t in claims if t.citizen not in granted)
+    silent = tuple(t.citizen for t in thoughts if t.citizen not in granted and (
+        not t.claiming or t.citizen in s.settings.silenced))
+    return Decision(tuple(granted), denied, silent, n, how, max(0, elapsed_ms), fallback)

@@ -1,0 +1,149 @@
+"""Rooms: their governance (a preset plus a moderator's changes) and their temperature.
+
+The temperature arithmetic (§8.3) is pure: `cooled`, `warmed`, `load_factor`,
+`temperature_bias`. A room's settings and temperature live in one shared document,
+`shared/streams/rooms/<room>.json`, changed only through `Document.update` - the one
+read-modify-write under the one lock.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from shared import clock
+from shared.atomic import CorruptFile, make_dirs, read_json
+from shared.documents import Document
+from shared.errors import Invalid
+from shared.streams.decision import Settings
+
+T = TypeVar("T")
+
+# Rooms that differ from the balanced preset until a moderator sets them. Mail is not
+# chat: its citizens fetch it over IMAP seconds apart, so its window is long, and one
+# reply per mail is what a person expects (a moderator may allow more).
+# Volunteers for work (a debate's participants) are asked by a citizen's wake that waits.
+ROOM_DEFAULTS: dict[str, dict[str, Any]] = {
+    "mail": {"intention_window_ms": 30_000, "max_responders": 1},
+    "volunteers": {"intention_window_ms": 20_000},
+}
+DECAY, DECAY_EVERY_S, FLOOR, START = 0.95, 10.0, 0.01, 0.5
+ROOM_MODE = 0o664  # any citizen heats the room; anyone on the host may read it
+# 2775 on the rooms directory, without the sticky bit: a room document is replaced
+# (os.replace) by whichever citizen changes it, which a sticky directory would forbid.
+ROOMS_DIR_MODE = 0o2775
+_NAME = re.compile(r"[a-z0-9_-]{1,40}")
+
+
+def cooled(temperature: float, updated: float, now: float) -> float:
+    """×0.95 for every whole 10 s without activity, never below the floor."""
+    steps = max(0, int((now - updated) // DECAY_EVERY_S))
+    return max(FLOOR, temperature * DECAY ** steps) if steps else temperature
+
+
+def warmed(temperature: float, event: str) -> float:
+    delta = {"human": 0.3, "serviced": -0.2, "present": 0.2, "absent": -0.4}[event]
+    return max(FLOOR, min(1.0, temperature + delta))
+
+
+def load_factor(mine: int, counts: Iterable[int]) -> float:
+    """§10.4: favour the under-used. 1.0 at the average of recent answers, ±0.2 per
+    average's worth above or below it, within [0.8, 1.2]."""
+    values = list(counts)
+    avg = sum(values) / len(values) if values else 0.0
+    return min(1.2, max(0.8, 1.0 - 0.2 * (mine - avg) / max(avg, 1.0)))
+
+
+def temperature_bias(temperature: float) -> float:
+    """How the room's temperature moves a bid (§8.6): hot rooms +0.15, cold ones −0.1."""
+    if temperature >= 0.7:
+        return 0.15
+    if temperature <= 0.3:
+        return -0.1
+    return 0.0
+
+
+class RoomDocument(Document):
+    """A room's document; one written before documents carried a `schema_version`
+    is read as version 1 (it is rewritten with one at its next change)."""
+
+    def read(self) -> dict[str, Any]:
+        try:
+            data = read_json(self.path)
+        except FileNotFoundError:
+            return {"schema_version": self.schema_version, **self.default()}
+        if not isinstance(data, dict):
+            raise CorruptFile(self.path, "not a JSON object")
+        found = data.setdefault("schema_version", self.schema_version)
+        if found != self.schema_version:
+            raise CorruptFile(self.path, f"schema_version {found!r}, "
+                                         f"expected {self.schema_version}")
+        return data
+
+
+class Rooms:
+    """The rooms of one commons (`<streams>/rooms/`)."""
+
+    def __init__(self, directory: Path, top: Path) -> None:
+        self.dir = directory
+        self.top = top
+
+    def document(self, room: str) -> RoomDocument:
+        """:raises Invalid: not a room name."""
+        if not _NAME.fullmatch(room):
+            raise Invalid(f"room names are 1-40 of a-z 0-9 _ - (not '{room}')")
+        return RoomDocument(self.dir / f"{room}.json", lambda: {
+            "preset": "balanced", "changes": dict(ROOM_DEFAULTS.get(room, {})),
+            "temperature": START, "updated": clock.now()}, mode=ROOM_MODE)
+
+    def room(self, room: str, now: float | None = None) -> dict[str, Any]:
+        """The room's document, with `temperature_now` (cooled until `now`)."""
+        data = self.document(room).read()
+        return _with_temperature_now(data, now)
+
+    def settings(self, room: str) -> Settings:
+        data = self.room(room)
+        return Settings.preset(str(data["preset"]), **data.get("changes", {}))
+
+    def set(self, room: str, preset: str | None = None, **changes: Any) -> dict[str, Any]:
+        """The moderator's commands: a preset, thresholds, silence, boosts.
+
+        :raises Invalid: an unknown preset or setting (nothing is written).
+        """
+        def change(data: dict[str, Any]) -> dict[str, Any]:
+            if preset is not None:
+                Settings.preset(preset)  # a clear error for an unknown one
+                data["preset"], data["changes"] = preset, dict(ROOM_DEFAULTS.get(room, {}))
+            data["changes"] = {**data.get("changes", {}), **changes}
+            Settings.preset(str(data["preset"]), **data["changes"])  # validates the mix
+            return dict(data)
+
+        return self._update(room, change)
+
+    def heat(self, room: str, event: str) -> float:
+        """A temperature event (human, serviced, present, absent); the new temperature."""
+        def change(data: dict[str, Any]) -> float:
+            now = time.time()
+            data["temperature"] = warmed(_with_temperature_now(data, now)
+                                         .pop("temperature_now"), event)
+            data["updated"] = clock.now(now)
+            return float(data["temperature"])
+
+        return self._update(room, change)
+
+    def _update(self, room: str, change: Callable[[dict[str, Any]], T]) -> T:
+        doc = self.document(room)
+        make_dirs(self.dir, self.top, ROOMS_DIR_MODE)
+        return doc.update(change)
+
+
+def _with_temperature_now(data: dict[str, Any], now: float | None = None) -> dict[str, Any]:
+    """`data` with its temperature cooled until `now` (default: now) as `temperature_now`;
+    `updated` may be any timestamp a room document ever carried."""
+    at = time.time() if now is None else now
+    data["temperature_now"] = cooled(float(data["temperature"]), clock.epoch(data["updated"]),
+                                     at)
+    return data

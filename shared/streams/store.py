@@ -1,0 +1,322 @@
+"""ThoughtStream threads in the commons (`shared/streams/<id>/`), through `shared.threads`.
+
+    stream.json            the message, room, participants, mentions, governance
+                           settings, pressure at opening - by whoever opened it first
+    thoughts/<c>.json      each citizen's bid (claiming or deferring, confidence,
+                           reasoning), written once by its author
+    decision.json          the decision, written once by whoever computed it first
+    responses/<c>.json     what a granted citizen said
+    records/<c>/NNNN.json  the decision record: what the bidder saw and did (a new
+                           version each time it changes; the newest counts)
+    ratings/<c>.json       the operator's post-hoc rating of a bid
+
+Every record names its author under `author`; records written before that carry it
+under `citizen` (a decision: `decided_by`) and are still read.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+from collections.abc import Iterable, Mapping
+from contextlib import suppress
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any, cast
+
+from shared import clock
+from shared.atomic import CorruptFile, make_dirs, read_json, write_json
+from shared.errors import Invalid, LockTimeout, NotAllowed, NotFound, SharedError
+from shared.identity import ForgedRecord, check_author
+from shared.streams.decision import (
+    DecisionRecord,
+    Settings,
+    Stream,
+    Thought,
+    decide,
+    mentions,
+    stream_id,
+)
+from shared.streams.rooms import Rooms
+from shared.streams.semaphore import Semaphore
+from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads
+
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"^stream-[0-9a-f]{16}$")
+OPENING_S = 2.0  # how long a stream another daemon is opening may take to show its header
+_VERSIONS = 100  # record versions one bidder may write in a stream
+
+
+class Streams:
+    def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
+        self.shared = shared_dir
+        self.dir = shared_dir / "streams"
+        self.citizens = sorted(citizens)
+        self.enforce = enforce_identity
+        self.threads = Threads(self.dir, "stream", "stream.json", top=shared_dir,
+                               enforce=enforce_identity, pattern=_ID, what="stream",
+                               lister="citizen decisions list")
+        self.rooms = Rooms(self.dir / "rooms", shared_dir)
+
+    def semaphore(self, size: int = 1) -> Semaphore:
+        """The shared model's admission control (`size`: generations it takes at once;
+        any size reads the same queue depth, the ambient `pressure`)."""
+        return Semaphore(self.dir / ".semaphore", size, top=self.shared)
+
+    # rooms -------------------------------------------------------------
+
+    def room(self, room: str, now: float | None = None) -> dict[str, Any]:
+        return self.rooms.room(room, now)
+
+    def settings(self, room: str) -> Settings:
+        return self.rooms.settings(room)
+
+    def set_room(self, room: str, preset: str | None = None, **changes: Any) -> dict[str, Any]:
+        """The moderator's commands: a preset, thresholds, silence, boosts."""
+        return self.rooms.set(room, preset, **changes)
+
+    def heat(self, room: str, event: str) -> float:
+        """A temperature event (human, serviced, present, absent)."""
+        return self.rooms.heat(room, event)
+
+    # streams -----------------------------------------------------------
+
+    def open(self, message_id: str, text: str, *, room: str = "general",
+             participants: Iterable[str] | None = None, sender: str = "operator",
+             pressure: int = 0, source: str = "say", fixed_slots: int = 0) -> Stream:
+        """Open the stream of a message (or return the one another daemon opened).
+
+        `source`: "say" (a broadcast: the granted answer in the stream) or "mail" (a mail
+        each participant holds as a task: the granted take it up, the others file it)
+        or "volunteer" (work seeking `fixed_slots` volunteers: the granted are they).
+        """
+        sid = stream_id(message_id)
+        people = tuple(sorted(set(participants or self.citizens)))
+        settings = self.settings(room)
+        if fixed_slots:
+            settings = replace(settings, fixed_slots=fixed_slots)
+        body = {"message_id": message_id, "source": source, "text": text[:8000], "room": room,
+                "sender": sender, "human": sender not in self.citizens,
+                "participants": list(people), "mentions": list(mentions(text, people)),
+                "settings": asdict(settings), "pressure": pressure}
+        if not self.threads.exists(sid):
+            with suppress(NotAllowed, FileExistsError):  # another daemon opened it meanwhile
+                self.threads.open(body, sid)
+        deadline = time.monotonic() + OPENING_S
+        while True:
+            try:
+                return self.load(sid)
+            except NotFound:  # the other opener made the directory, not yet the header
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+
+    def ids(self) -> list[str]:
+        """Every stream, the most recently changed last."""
+        return sorted(self.threads.ids(), key=lambda s: self.threads.dir(s).stat().st_mtime)
+
+    def exists(self, sid: str) -> bool:
+        return self.threads.exists(sid)
+
+    def info(self, sid: str) -> dict[str, Any]:
+        """The stream's header. :raises NotFound: no such stream."""
+        return self.threads.header(sid)
+
+    def load(self, sid: str) -> Stream:
+        info = self.info(sid)
+        # `created`: the epoch float of records before the one timestamp format
+        s = Stream(sid, clock.epoch(info.get("created", info.get("ts"))),
+                   tuple(info["participants"]), Settings.from_dict(info["settings"]),
+                   tuple(info["mentions"]), int(info["pressure"]), bool(info.get("human", False)))
+        for c in s.participants:
+            rec = self._read(sid, f"thoughts/{c}.json", c)
+            if rec is not None:
+                s.thoughts[c] = Thought(c, bool(rec["claiming"]), float(rec["confidence"]),
+                                        str(rec.get("reasoning", "")), clock.epoch(rec.get("ts")))
+        return s
+
+    def _read(self, sid: str, name: str, author: str | None,
+              legacy: str = "citizen") -> dict[str, Any] | None:
+        """A record through `Threads.read`; one written before the one author key (its
+        author under `legacy`) is checked the same way and returned with `author` set."""
+        path = self.threads.dir(sid) / name
+        try:
+            raw = read_json(path)
+        except FileNotFoundError:
+            return None
+        except CorruptFile as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return None
+        if isinstance(raw, dict) and AUTHOR not in raw and legacy in raw:
+            named = str(raw[legacy])
+            if author is not None and named != author:
+                return None
+            try:
+                check_author(path, named, self.enforce)
+            except ForgedRecord as exc:
+                log.warning("ignoring %s: %s", path, exc)
+                return None
+            return {**raw, AUTHOR: named}
+        return self.threads.read(sid, name, author)
+
+    def has(self, sid: str, kind: str, citizen: str) -> bool:
+        """Whether `citizen` has a `kind` record (thoughts, responses) in the stream."""
+        return (self.threads.dir(sid) / kind / f"{citizen}.json").exists()
+
+    def waiting_for(self, citizen: str, recent: int = 50) -> list[str]:
+        """The newest streams addressed to `citizen` where it has not bid, or was granted
+        and has not answered."""
+        out = []
+        for sid in self.ids()[-recent:]:
+            try:
+                if citizen not in self.info(sid)["participants"]:
+                    continue
+            except (SharedError, OSError, ValueError):
+                continue
+            if not self.has(sid, "thoughts", citizen):
+                out.append(sid)
+                continue
+            decision = self.decision(sid)
+            if decision and citizen in decision["granted"] and not self.has(
+                    sid, "responses", citizen):
+                out.append(sid)
+        return out
+
+    def think(self, sid: str, citizen: str, claiming: bool, confidence: float,
+              reasoning: str = "") -> Stream:
+        """Write this citizen's bid (once; only its own - its file, its uid).
+
+        :raises NotAllowed: not addressed to `citizen`, or it has bid already.
+        """
+        s = self.load(sid)
+        if citizen not in s.participants:
+            raise NotAllowed(f"{citizen} is not addressed by {sid}")
+        name = f"thoughts/{citizen}.json"
+        body = {"claiming": claiming, "confidence": min(1.0, max(0.0, float(confidence))),
+                "reasoning": reasoning[:1000]}
+        try:
+            self.threads.write(sid, name, citizen, body)
+        except NotAllowed as exc:
+            if self._read(sid, name, citizen) is not None:
+                raise NotAllowed(f"{citizen} has already bid on {sid}") from exc
+            raise
+        return self.load(sid)
+
+    def decision(self, sid: str) -> DecisionRecord | None:
+        rec = self._read(sid, "decision.json", None, legacy="decided_by")
+        return cast(DecisionRecord, rec) if rec is not None else None
+
+    def try_decide(self, sid: str, by: str, now: float | None = None) -> DecisionRecord | None:
+        """The decision if it is made (by anyone), else compute it; the first writes it."""
+        existing = self.decision(sid)
+        if existing is not None:
+            return existing
+        d = decide(self.load(sid), time.time() if now is None else now)
+        if d is None:
+            return None
+        try:
+            rec = self.threads.write(sid, "decision.json", by, {**d.to_dict(), "decided_by": by})
+        except NotAllowed:  # another daemon wrote it first
+            return self.decision(sid)
+        return cast(DecisionRecord, rec)
+
+    def wait_decision(self, sid: str, by: str, timeout_s: float = 10.0,
+                      every_s: float = 0.02) -> DecisionRecord:
+        """:raises LockTimeout: no decision within `timeout_s`."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            found = self.try_decide(sid, by)
+            if found is not None:
+                return found
+            if time.monotonic() > deadline:
+                raise LockTimeout(f"no decision on {sid} within {timeout_s} s")
+            time.sleep(every_s)
+
+    def respond(self, sid: str, citizen: str, text: str, **figures: Any) -> None:
+        """:raises NotAllowed: `citizen` was not granted, or has responded already."""
+        decision = self.decision(sid)
+        if decision is None or citizen not in decision["granted"]:
+            raise NotAllowed(f"{citizen} was not granted a response on {sid}")
+        self.threads.write(sid, f"responses/{citizen}.json", citizen, {"text": text, **figures})
+
+    def responses(self, sid: str) -> dict[str, dict[str, Any]]:
+        out = {}
+        for c in self.load(sid).participants:
+            rec = self._read(sid, f"responses/{c}.json", c)
+            if rec is not None:
+                out[c] = rec
+        return out
+
+    def answered(self, since: float, recent: int = 200) -> dict[str, int]:
+        """How many answers each citizen gave since `since` (the newest streams)."""
+        counts = dict.fromkeys(self.citizens, 0)
+        for sid in self.ids()[-recent:]:
+            folder = self.threads.dir(sid) / "responses"
+            for path in folder.glob("*.json") if folder.is_dir() else ():
+                if path.stem in counts and path.stat().st_mtime >= since:
+                    counts[path.stem] += 1
+        return counts
+
+    def record(self, sid: str, citizen: str, body: Mapping[str, Any]) -> None:
+        """The decision record of one bidder (what it saw, what it did): a new version."""
+        n = len(self.threads.names(sid, f"records/{citizen}/[0-9]*.json")) + 1
+        for k in range(n, n + _VERSIONS):
+            try:
+                self.threads.write(sid, f"records/{citizen}/{k:04d}.json", citizen, body)
+                return
+            except NotAllowed:
+                if not (self.threads.dir(sid) / "records" / citizen / f"{k:04d}.json").exists():
+                    raise  # not a version taken meanwhile: the writer is not `citizen`
+        raise NotAllowed(f"{citizen} has {_VERSIONS} decision records on {sid} already")
+
+    def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None:
+        """The newest decision record of one bidder (None: it has none)."""
+        for name in reversed(self.threads.names(sid, f"records/{citizen}/[0-9]*.json")):
+            rec = self._read(sid, name, citizen)
+            if rec is not None:
+                return rec
+        return self._read(sid, f"records/{citizen}.json", citizen)  # before versions
+
+    def rate(self, sid: str, citizen: str, score: float, by: str) -> None:
+        """A post-hoc rating of a citizen's bid (0 = should have stayed silent, 1 = right
+        to speak); the operator's file.
+
+        :raises Invalid: a score outside 0..1. :raises NotFound: no such bid to rate.
+        """
+        if not 0.0 <= score <= 1.0:
+            raise Invalid("a rating is between 0 and 1")
+        if self.read_record(sid, citizen) is None:
+            raise NotFound(f"{citizen} has no decision record on {sid} - "
+                           f"`citizen decisions show {sid}` lists its bidders")
+        path = self.threads.dir(sid) / "ratings" / f"{citizen}.json"
+        make_dirs(path.parent, self.shared, DIR_MODE)
+        write_json(path, {"citizen": citizen, "score": score, "by": by, "ts": clock.now()},
+                   mode=RECORD_MODE)
+
+    def calibration(self, citizen: str) -> dict[str, Any]:
+        """How well a citizen's confidence predicted its ratings: factor = mean rating /
+        mean confidence over rated bids, clamped to [0.5, 1.5] (1.0 until 3 ratings)."""
+        pairs = []
+        for sid in self.ids():
+            rating = self.threads.dir(sid) / "ratings" / f"{citizen}.json"
+            if not rating.is_file():
+                continue
+            rec = self.read_record(sid, citizen)
+            if rec is None:
+                continue
+            try:
+                score = float(read_json(rating)["score"])
+            except (CorruptFile, KeyError, ValueError):
+                continue
+            pairs.append((float(rec.get("confidence", 0.0)), score))
+        if len(pairs) < 3:
+            return {"citizen": citizen, "rated": len(pairs), "factor": 1.0}
+        conf = sum(c for c, _ in pairs) / len(pairs)
+        score = sum(r for _, r in pairs) / len(pairs)
+        factor = 1.0 if conf == 0 else min(1.5, max(0.5, score / conf))
+        brier = sum((c - r) ** 2 for c, r in pairs) / len(pairs)
+        return {"citizen": citizen, "rated": len(pairs), "mean_confidence": round(conf, 3),
+                "mean_rating": round(score, 3), "factor": round(factor, 3),
+                "brier": round(brier, 4)}
