@@ -232,3 +232,32 @@ def test_a_move_file_written_around_the_rules_does_not_count(debates: Debates) -
     (debates.dir / d.id / "moves" / "0001-mira.json").write_text(json.dumps(forged))
     d = debates.load(d.id)
     assert d.seq == 0 and d.owed_by() == "opus"
+
+
+def test_a_debate_written_with_epoch_timestamps_still_shows(debates: Debates) -> None:
+    from citizen.cli.debate import summary
+
+    d = debates.start("Tests before features", ["opus", "mira"], "operator")
+    folder = debates.dir / d.id
+    header = json.loads((folder / "thread.json").read_text())
+    (folder / "thread.json").write_text(json.dumps({**header, "ts": 1_700_000_000.0}))
+    (folder / "moves").mkdir()
+    move = {**play(d.situation("opus")), "author": "opus", "seq": 1, "ts": 1_700_000_042.0}
+    (folder / "moves" / "0001-opus.json").write_text(json.dumps(move))
+    assert summary(debates, debates.load(d.id))["seconds"] == 42.0
+
+
+def test_owed_replays_only_debates_that_moved(debates: Debates,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    ended = run_out(debates, debates.start("Tests before features", PEOPLE, "operator").id)
+    running = debates.start("Tests after features", ["opus", "mira"], "operator")
+    replays: list[str] = []
+    load = Debates.load
+    monkeypatch.setattr(Debates, "load", lambda self, did: replays.append(did) or load(self, did))
+    assert [d.id for d in debates.owed("opus")] == [running.id]
+    assert ended.id not in replays  # its crux is written: never replayed
+    replays.clear()
+    assert [d.id for d in debates.owed("mira")] == [] and replays == []  # nothing moved
+    debates.move(running.id, "opus", play(running.situation("opus")))
+    replays.clear()
+    assert [d.id for d in debates.owed("mira")] == [running.id] and replays == [running.id]

@@ -386,3 +386,39 @@ def test_a_directory_made_by_another_writer_meanwhile_is_no_error(
     streams.think(sid, "opus", True, 0.8, "I know flock")  # saw it missing, mkdir loses
     monkeypatch.undo()
     assert "opus" in streams.load(sid).thoughts
+
+
+def test_records_written_before_the_one_author_key_and_timestamp_still_count(
+        tmp_path: Path) -> None:
+    """A stream from before: `created` and `ts` as epoch floats, the author under
+    `citizen` (a decision: `decided_by`), one decision record file, a room without a
+    schema version."""
+    streams = Streams(tmp_path, NAMES, enforce_identity=False)
+    sid = stream_id("<old@example.org>")
+    folder = streams.dir / sid
+    for sub in ("thoughts", "records"):
+        (folder / sub).mkdir(parents=True)
+    header = {"id": sid, "message_id": "<old@example.org>", "source": "say", "text": "hi",
+              "room": "general", "sender": "operator", "human": True,
+              "participants": ["opus", "mira"], "mentions": [], "pressure": 0,
+              "settings": {"max_responders": 1, "min_confidence": 0.3,
+                           "intention_window_ms": 1000}, "created": 1_700_000_000.5}
+    (folder / "stream.json").write_text(json.dumps(header))
+    (folder / "thoughts" / "opus.json").write_text(json.dumps(
+        {"citizen": "opus", "claiming": True, "confidence": 0.8, "ts": 1_700_000_001.0}))
+    (folder / "decision.json").write_text(json.dumps(
+        {"granted": ["opus"], "denied": [], "silent": [], "slots": 1, "exit": "window",
+         "decided_at_ms": 1000, "decided_by": "mira", "ts": 1_700_000_002.0}))
+    (folder / "records" / "opus.json").write_text(json.dumps(
+        {"citizen": "opus", "confidence": 0.8, "how": "rule"}))
+    s = streams.load(sid)
+    assert s.created == 1_700_000_000.5 and s.thoughts["opus"].ts == 1_700_000_001.0
+    assert streams.decision(sid)["decided_by"] == "mira"  # type: ignore[index]
+    assert streams.read_record(sid, "opus")["how"] == "rule"  # type: ignore[index]
+    streams.record(sid, "opus", {"confidence": 0.8, "how": "rule", "action": "POSTED"})
+    assert streams.read_record(sid, "opus")["action"] == "POSTED"  # type: ignore[index]
+    (streams.dir / "rooms").mkdir()
+    (streams.dir / "rooms" / "general.json").write_text(json.dumps(
+        {"preset": "strict", "changes": {}, "temperature": 0.5, "updated": time.time()}))
+    assert streams.settings("general").max_responders == 1
+    assert streams.heat("general", "human") == pytest.approx(0.8)
