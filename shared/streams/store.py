@@ -6,8 +6,8 @@
                            reasoning), written once by its author
     decision.json          the decision, written once by whoever computed it first
     responses/<c>.json     what a granted citizen said
-    records/<c>/NNNN.json  the decision record: what the bidder saw and did (a new
-                           version each time it changes; the newest counts)
+    records/<c>.json       the decision record: what the bidder saw and did (rewritten
+                           by it as its bid proceeds)
     ratings/<c>.json       the operator's post-hoc rating of a bid
 
 Every record names its author under `author`; records written before that carry it
@@ -46,7 +46,6 @@ log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^stream-[0-9a-f]{16}$")
 OPENING_S = 2.0  # how long a stream another daemon is opening may take to show its header
-_VERSIONS = 100  # record versions one bidder may write in a stream
 
 
 class Streams:
@@ -260,24 +259,17 @@ class Streams:
         return counts
 
     def record(self, sid: str, citizen: str, body: Mapping[str, Any]) -> None:
-        """The decision record of one bidder (what it saw, what it did): a new version."""
-        n = len(self.threads.names(sid, f"records/{citizen}/[0-9]*.json")) + 1
-        for k in range(n, n + _VERSIONS):
-            try:
-                self.threads.write(sid, f"records/{citizen}/{k:04d}.json", citizen, body)
-                return
-            except NotAllowed:
-                if not (self.threads.dir(sid) / "records" / citizen / f"{k:04d}.json").exists():
-                    raise  # not a version taken meanwhile: the writer is not `citizen`
-        raise NotAllowed(f"{citizen} has {_VERSIONS} decision records on {sid} already")
+        """The decision record of one bidder (what it saw, what it did). The one record
+        of a stream that changes - its bidder rewrites it as its bid proceeds (failed
+        answers are counted in it) - so it is replaced, not created once; it is read back
+        through `Threads.read` like every other record (its file must be its author's)."""
+        path = self.threads.dir(sid) / "records" / f"{citizen}.json"
+        make_dirs(path.parent, self.shared, DIR_MODE)
+        write_json(path, {**body, AUTHOR: citizen, "ts": clock.now()}, mode=RECORD_MODE)
 
     def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None:
-        """The newest decision record of one bidder (None: it has none)."""
-        for name in reversed(self.threads.names(sid, f"records/{citizen}/[0-9]*.json")):
-            rec = self._read(sid, name, citizen)
-            if rec is not None:
-                return rec
-        return self._read(sid, f"records/{citizen}.json", citizen)  # before versions
+        """The decision record of one bidder (None: it has none)."""
+        return self._read(sid, f"records/{citizen}.json", citizen)
 
     def rate(self, sid: str, citizen: str, score: float, by: str) -> None:
         """A post-hoc rating of a citizen's bid (0 = should have stayed silent, 1 = right
