@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shared.debates import ALL_MOVES, GRADES, SIDES, Debate, Debates, IllegalMove
-from shared.debates.rules import recorded
+from shared.debates.moves import recorded
 from tests.debating import FALSIFIER, play
 
 PEOPLE = ["opus", "mira", "aria"]

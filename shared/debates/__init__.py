@@ -1,10 +1,11 @@
-"""Structured debates among citizens: the rules (`rules`: stages, legal moves,
-steelman-before-challenge, the crux lock gate, a deterministic moderator), what a
+"""Structured debates among citizens: what a move is (`moves`: stages, moves, budgets,
+the checks of a move's content), the rules (`rules`: the state machine - legal moves in
+turn, steelman-before-challenge, the crux lock gate, a deterministic moderator), what a
 debate yields (`crux`: falsifiers, the crux, the transcript), and where debates live
 (`store`: the threads of `shared/debates/<id>/`)."""
 
 from shared.debates.crux import VAGUE, crux, falsifier_problems, transcript, vague_words
-from shared.debates.rules import (
+from shared.debates.moves import (
     ALL_MOVES,
     BUDGETS,
     GRADES,
@@ -13,12 +14,12 @@ from shared.debates.rules import (
     MOVES,
     SIDES,
     STAGES,
-    Debate,
     Falsifier,
     IllegalMove,
     Move,
     scaled_budgets,
 )
+from shared.debates.rules import Debate
 from shared.debates.store import Debates
 
 __all__ = ["ALL_MOVES", "BUDGETS", "GRADES", "MAX_PARTICIPANTS", "MIN_PARTICIPANTS", "MOVES",

@@ -10,156 +10,20 @@ store (`shared.debates.store`) reads and writes the moves.
 
 from __future__ import annotations
 
-import math
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypedDict
+from typing import Any
 
 from shared.debates.crux import DATE, crux, falsifier_problems, transcript
-from shared.errors import NotAllowed
-
-STAGES = ("DISCOVERY", "CRUX_LOCK", "EVIDENCE", "CONVERGED", "ENDED")
-MOVES: dict[str, tuple[str, ...]] = {
-    "DISCOVERY": ("CLAIM", "QUESTION", "PROPOSE_QUESTION", "TOP_CLAIM", "PASS"),
-    "CRUX_LOCK": ("COMMIT", "STEELMAN", "GRADE_STEELMAN", "FALSIFIER", "TOP_CLAIM",
-                  "PROPOSE_LOCK", "PASS"),
-    "EVIDENCE": ("EVIDENCE", "CHALLENGE", "STEELMAN", "GRADE_STEELMAN", "CONCEDE",
-                 "TOP_CLAIM", "PASS"),
-}
-ALL_MOVES = tuple(sorted({m for ms in MOVES.values() for m in ms}))
-BUDGETS = {"DISCOVERY": (6, 10), "CRUX_LOCK": (6, 8), "EVIDENCE": (12, 16)}  # the seed's
-SIDES = ("YES", "NO", "UNCERTAIN")
-GRADES = ("ACCURATE", "INCOMPLETE", "WRONG")
-MIN_PARTICIPANTS, MAX_PARTICIPANTS = 2, 5
-_BINARY = re.compile(r"^(is|are|will|would|does|do|did|should|can|could|has|have|was|were)"
-                     r"\b.*\?\s*$", re.IGNORECASE)
-_KEPT = ("content", "target", "side", "confidence", "grade", "question", "falsifier",
-         "top_claim", "references")  # what of a move enters the thread's messages
-
-
-class Falsifier(TypedDict, total=False):
-    metric: str
-    threshold: str
-    deadline: str
-    reasoning: str
-
-
-class Move(TypedDict, total=False):
-    """One move as its author writes it (`moves/NNNN-<author>.json`)."""
-
-    move: str  # one of ALL_MOVES
-    author: str
-    seq: int  # its place in the thread, from 1
-    content: str
-    target: str  # STEELMAN, CHALLENGE
-    side: str  # COMMIT, CONCEDE: one of SIDES
-    confidence: float
-    grade: str  # GRADE_STEELMAN: one of GRADES
-    question: str  # PROPOSE_QUESTION
-    falsifier: Falsifier  # FALSIFIER, COMMIT
-    top_claim: dict[str, Any]  # TOP_CLAIM: statement, side YES/NO/NUANCED
-    references: list[str]
-    cost: dict[str, Any]  # calls, usd, tokens the move took
-    ts: str  # when it was recorded (clock.now())
-
-
-class IllegalMove(NotAllowed):
-    """A move refused by the rules; `reason` says which."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
-
-
-def scaled_budgets(n: int, base: Mapping[str, tuple[int, int]] | None = None
-                   ) -> dict[str, tuple[int, int]]:
-    """The seed's budgets are for two participants; more participants get more messages
-    (x n/2), so that each can still commit, steelman and be graded."""
-    scale = max(1.0, n / 2)
-    return {s: (math.ceil(lo * scale), math.ceil(hi * scale))
-            for s, (lo, hi) in (base or BUDGETS).items()}
-
-
-def recorded(move: Mapping[str, Any], author: str, seq: int) -> dict[str, Any]:
-    """What of a proposed move is recorded: empty fields dropped, its author and place set."""
-    body = {k: v for k, v in move.items() if v not in (None, "", [], {})}
-    return {**body, "author": author, "seq": seq}
-
-
-def budget_problem(budgets: Mapping[str, tuple[int, ...]]) -> str:
-    """Why a budget plan is malformed ('' when it is not)."""
-    for s, (lo, hi) in budgets.items():
-        if s not in BUDGETS or not 1 <= lo <= hi:
-            return f"budget for {s} must be 1 <= min <= max, not {lo}-{hi}"
-    return ""
-
-
-# ------------------------------------------------------------ per-move checks
-
-Check = Callable[["Debate", str, Mapping[str, Any]], str]
-
-
-def _needs_pending(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    return "there is no steelman of you to grade" if d.pending_steelman() is None else ""
-
-
-def _needs_grade(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    return "" if move.get("grade") in GRADES else f"a grade is one of {', '.join(GRADES)}"
-
-
-def _needs_target(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    target = str(move.get("target", ""))
-    if target == author or target not in d.participants:
-        return f"{move.get('move')} needs another participant as its target"
-    return ""
-
-
-def _needs_accurate_steelman(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    target = str(move.get("target", ""))
-    if d.accurate(author, target):
-        return ""
-    return f"{author} may challenge {target} only after a steelman of {target} graded ACCURATE"
-
-
-def _needs_side(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    return "" if move.get("side") in SIDES else \
-        f"{move.get('move')} needs a side: {', '.join(SIDES)}"
-
-
-def _needs_commitment(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    return "" if author in d.commitments else "concede from a position: commit first"
-
-
-def _concrete_falsifier(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    if move.get("move") == "COMMIT" and not move.get("falsifier"):
-        return ""  # a commitment may come without one (the lock gate asks for it)
-    problems = falsifier_problems(move.get("falsifier"))
-    return "falsifier rejected: " + "; ".join(problems) if problems else ""
-
-
-def _needs_question(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    return "" if str(move.get("question", "")).strip() else "PROPOSE_QUESTION needs the question"
-
-
-def _needs_top_claim(d: Debate, author: str, move: Mapping[str, Any]) -> str:
-    claim = move.get("top_claim") or {}
-    if str(claim.get("statement", "")).strip() and claim.get("side") in ("YES", "NO",
-                                                                         "NUANCED"):
-        return ""
-    return "a TopClaim needs a statement and a side YES, NO or NUANCED"
-
-
-CHECKS: dict[str, tuple[Check, ...]] = {  # in the order their reasons are given
-    "GRADE_STEELMAN": (_needs_pending, _needs_grade),
-    "STEELMAN": (_needs_target,),
-    "CHALLENGE": (_needs_target, _needs_accurate_steelman),
-    "COMMIT": (_needs_side, _concrete_falsifier),
-    "CONCEDE": (_needs_side, _needs_commitment),
-    "FALSIFIER": (_concrete_falsifier,),
-    "PROPOSE_QUESTION": (_needs_question,),
-    "TOP_CLAIM": (_needs_top_claim,),
-}
+from shared.debates.moves import (
+    BINARY,
+    CHECKS,
+    KEPT,
+    MOVES,
+    SIDES,
+    IllegalMove,
+)
 
 
 def _confidence(move: Mapping[str, Any]) -> float:
@@ -335,7 +199,7 @@ class Debate:
         self.stage_count += 1
         kind, author = move["move"], move["author"]
         self.messages.append({"seq": self.seq, "author": author, "move": kind,
-                              "stage": self.stage, **{k: move[k] for k in _KEPT if k in move}})
+                              "stage": self.stage, **{k: move[k] for k in KEPT if k in move}})
         self._event("message_posted", author=author, move=kind,
                     content=str(move.get("content", ""))[:500])
         if kind != "GRADE_STEELMAN" and not (kind == "PASS" and self.pending_steelman()):
@@ -409,7 +273,7 @@ class Debate:
 
     def _discovery_gate(self) -> None:
         low, high = self.budgets[self.stage]
-        if self.stage_count >= low and _BINARY.match(self.question):
+        if self.stage_count >= low and BINARY.match(self.question):
             self._to("CRUX_LOCK")
         elif self.stage_count >= high:
             self.question = self._binary_framing()
@@ -470,7 +334,7 @@ class Debate:
 
     def _binary_framing(self) -> str:
         q = self.question.strip().rstrip("?") or self.topic.strip().rstrip(".?")
-        return q + "?" if _BINARY.match(q + "?") else f"Is it true that {q}?"
+        return q + "?" if BINARY.match(q + "?") else f"Is it true that {q}?"
 
     def _derive_falsifiers(self) -> list[str]:
         """For committed participants without one: a falsifier from their own words - the

@@ -21,17 +21,17 @@ from typing import Any, cast
 
 from shared import clock
 from shared.atomic import CorruptFile, append_line, read_json, read_jsonl, write_bytes
-from shared.debates.rules import (
+from shared.debates.moves import (
     BUDGETS,
     MAX_PARTICIPANTS,
     MIN_PARTICIPANTS,
-    Debate,
     IllegalMove,
     Move,
     budget_problem,
     recorded,
     scaled_budgets,
 )
+from shared.debates.rules import Debate
 from shared.documents import locked
 from shared.errors import Invalid, NotFound
 from shared.threads import Threads

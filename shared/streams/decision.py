@@ -195,6 +195,14 @@ def _granted(s: Stream, claims: list[Thought], n: int) -> list[str]:
     return granted
 
 
+def _fallback(s: Stream, thoughts: list[Thought]) -> list[str]:
+    """A person's message nobody claimed: the most confident voice answers anyway."""
+    if not (s.human and s.settings.answer_humans):
+        return []
+    voices = _by_confidence(s, (t for t in thoughts if t.citizen not in s.settings.silenced))
+    return [t.citizen for t in voices[:1]]
+
+
 def decide(s: Stream, now: float) -> Decision | None:
     """The decision at `now` (seconds since the epoch), or None while it is worth
     waiting for more thoughts."""
@@ -206,15 +214,16 @@ def decide(s: Stream, now: float) -> Decision | None:
     how = _exit(s, thoughts, claims, n, elapsed_ms)
     if not how:
         return None
+    at = max(0, elapsed_ms)
     if not s.settings.coordinate:
         return Decision(tuple(t.citizen for t in claims), (), tuple(
-            t.citizen for t in thoughts if not t.claiming), len(claims), how, max(0, elapsed_ms))
+            t.citizen for t in thoughts if not t.claiming), len(claims), how, at)
     granted = _granted(s, claims, n)
-    fallback = False
-    if not granted and s.human and s.settings.answer_humans:
-        voices = _by_confidence(s, (t for t in thoughts if t.citizen not in s.settings.silenced))
-        granted, fallback = [t.citizen for t in voices[:1]], bool(voices)
+    fallback = not granted
+    if fallback:
+        granted = _fallback(s, thoughts)
+        fallback = bool(granted)
     denied = tuple(t.citizen for t in claims if t.citizen not in granted)
     silent = tuple(t.citizen for t in thoughts if t.citizen not in granted and (
         not t.claiming or t.citizen in s.settings.silenced))
-    return Decision(tuple(granted), denied, silent, n, how, max(0, elapsed_ms), fallback)
+    return Decision(tuple(granted), denied, silent, n, how, at, fallback)
