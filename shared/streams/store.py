@@ -49,20 +49,23 @@ OPENING_S = 2.0  # how long a stream another daemon is opening may take to show 
 
 
 class Streams:
+    """ThoughtStream threads, rooms and the model's semaphore in the commons."""
+
     def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
-        self.shared = shared_dir
-        self.dir = shared_dir / "streams"
-        self.citizens = sorted(citizens)
-        self.enforce = enforce_identity
-        self.threads = Threads(self.dir, "stream", "stream.json", top=shared_dir,
-                               enforce=enforce_identity, pattern=_ID, what="stream",
-                               lister="citizen decisions list")
-        self.rooms = Rooms(self.dir / "rooms", shared_dir)
+        # Stream ids are hashes of Message-IDs (one stream per message), not time-sortable.
+        self.threads = Threads(shared_dir / "streams", "stream", "stream.json",
+                               top=shared_dir, enforce=enforce_identity, pattern=_ID,
+                               what="stream", lister="citizen decisions list")
+        self.shared, self.dir = shared_dir, self.threads.root
+        self.citizens, self.enforce = sorted(citizens), enforce_identity
+        # Rooms and the semaphore make only their own directories (`streams/` is the
+        # installer's, made with the commons' mode: see civilization.init_shared).
+        self.rooms = Rooms(self.dir / "rooms", self.dir)
 
     def semaphore(self, size: int = 1) -> Semaphore:
         """The shared model's admission control (`size`: generations it takes at once;
         any size reads the same queue depth, the ambient `pressure`)."""
-        return Semaphore(self.dir / ".semaphore", size, top=self.shared)
+        return Semaphore(self.dir / ".semaphore", size, top=self.dir)
 
     # rooms -------------------------------------------------------------
 
@@ -264,7 +267,7 @@ class Streams:
         answers are counted in it) - so it is replaced, not created once; it is read back
         through `Threads.read` like every other record (its file must be its author's)."""
         path = self.threads.dir(sid) / "records" / f"{citizen}.json"
-        make_dirs(path.parent, self.shared, DIR_MODE)
+        make_dirs(path.parent, self.shared, DIR_MODE)  # the threads' mode: sticky, group-added
         write_json(path, {**body, AUTHOR: citizen, "ts": clock.now()}, mode=RECORD_MODE)
 
     def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None:
