@@ -11,7 +11,12 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${VENV:-$here/.venv}"
 python="${PYTHON:-python3}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/experience"
-wheelhouse="$cache/wheels"
+# The wheel is built for a portable x86-64-v3 CPU (AVX2/FMA/F16C), not -march=native: a
+# native build on a CPU that advertises AMX uses AMX tiles, which this kind of VM's kernel
+# does not grant - every decode segfaulted in ggml_backend_amx_mul_mat - and a cached
+# native wheel would crash with SIGILL on the next, older machine. New flags, new folder;
+# --no-cache-dir because pip's wheel cache ignores CMAKE_ARGS and hands back the old build.
+wheelhouse="$cache/wheels-portable"
 llama_version="0.3.36"
 
 step() { printf '==> %s\n' "$*"; }
@@ -35,14 +40,19 @@ if ! ls "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; t
     mkdir -p "$wheelhouse"
     nocommon="$cache/llama-no-common.cmake"
     echo 'set(LLAMA_BUILD_COMMON OFF)' > "$nocommon"
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$nocommon" \
+    cpu_flags="-DGGML_NATIVE=OFF"
+    if [ "$(uname -m)" = x86_64 ]; then
+        cpu_flags="$cpu_flags -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
+    fi
+    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$nocommon $cpu_flags" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        "${pip[@]}" wheel --no-deps "llama-cpp-python==$llama_version" -w "$wheelhouse" \
+        "${pip[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$llama_version" -w "$wheelhouse" \
         || fail "build llama-cpp-python (needs gcc, g++, cmake: apt-get install build-essential cmake)"
 fi
 
 step "installing experience with the local and dev extras into $venv"
-"${pip[@]}" install --find-links "$wheelhouse" "llama-cpp-python==$llama_version" \
+# Always the wheelhouse's own build (seconds): a venv may still hold a native build.
+"${pip[@]}" install --force-reinstall --no-deps "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl \
     || fail "install the llama-cpp-python wheel"
 "${pip[@]}" install --find-links "$wheelhouse" -e "$here[local,dev]" \
     || fail "pip install -e .[local,dev]"
