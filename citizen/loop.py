@@ -20,6 +20,7 @@ from citizen.llm.base import Provider, Reply, Request, ToolCall, estimate_tokens
 from citizen.tools.base import Tool, ToolEnv, ToolFailure
 from citizen.wakelog import WakeLog
 from citizen.wakes.base import Ending
+from shared.errors import SharedError
 
 NO_PROGRESS_REPEATS = 3
 _SUMMARY = 300
@@ -150,7 +151,7 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
     else:
         try:
             output = tools[name].run(env, args)
-        except ToolFailure as exc:
+        except (ToolFailure, SharedError) as exc:  # the commons refused: the model reads why
             output, error = f"error: {exc}", True
         except TypeError as exc:  # arguments the schema check let through but the function refuses
             output, error = f"error: bad arguments ({exc})", True

@@ -19,6 +19,7 @@ from shared import doorbell
 
 if TYPE_CHECKING:
     from shared.consensus import Consensus
+    from shared.consensus.values import Framework
     from shared.debates import Debates
     from shared.dry import DryTracker
     from shared.dyntools import DynTools
@@ -26,7 +27,6 @@ if TYPE_CHECKING:
     from shared.goals import Goals
     from shared.library import Library
     from shared.streams import Streams
-    from shared.values import Framework
 
 log = logging.getLogger(__name__)
 
@@ -44,7 +44,7 @@ class Commons:
 
     @cached_property
     def framework(self) -> Framework:
-        from shared.values import Framework  # noqa: PLC0415 - lazy: yaml only when used
+        from shared.consensus.values import Framework  # noqa: PLC0415 - lazy: yaml only when used
 
         return Framework.load(self.framework_path)
 

@@ -11,11 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import records
-from shared.errors import SharedError
-
-
-class DryError(SharedError, ValueError):
-    """A DRY step is not allowed."""
+from shared.errors import NotFound
 
 
 class DryTracker:
@@ -33,7 +29,7 @@ class DryTracker:
 
     def fixed(self, citizen: str, vid: str, note: str) -> None:
         if not (self.dir / f"{vid}.json").exists():
-            raise DryError(f"no violation {vid} - see dry_violation_list")
+            raise NotFound(f"no violation {vid} - see dry_violation_list")
         records.write(self.dir, self.dir / f"{vid}.fixed" / f"{citizen}.json", {"note": note})
 
     def violations(self, status: str = "open") -> list[dict[str, Any]]:

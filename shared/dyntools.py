@@ -22,7 +22,7 @@ from typing import Any
 
 from shared import records
 from shared.atomic import write_bytes
-from shared.errors import SharedError
+from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,40}$")
 TEST_TIMEOUT_S = 120
@@ -37,8 +37,6 @@ RUNNER = (
 )
 
 
-class DynToolError(SharedError, ValueError):
-    """A dynamic-tool step is not allowed, or a call failed."""
 
 
 def _sha(path: Path) -> str:
@@ -59,13 +57,13 @@ class DynTools:
                 input_schema: dict[str, Any], code: str, tests: str,
                 reserved: set[str]) -> dict[str, Any]:
         if not NAME_RE.match(name) or name in reserved:
-            raise DynToolError(f"'{name}' is not a free tool name (3-41 lowercase letters, "
+            raise Invalid(f"'{name}' is not a free tool name (3-41 lowercase letters, "
                                "digits, '_'; not a core tool)")
         impl, test, manifest = self._paths(name)
         existing = records.read_claimed(manifest, self.enforce, key="author") \
             if manifest.exists() else None
         if existing and existing["author"] != citizen:
-            raise DynToolError(f"{name} belongs to {existing['author']}")
+            raise NotAllowed(f"{name} belongs to {existing['author']}")
         for path, text in ((impl, code), (test, tests)):
             records.make_dirs(path.parent, self.dir)
             write_bytes(path, text.encode(), mode=records.RECORD_MODE)
@@ -79,7 +77,7 @@ class DynTools:
         data = records.read_claimed(manifest, self.enforce, key="author") \
             if manifest.exists() else None
         if data is None:
-            raise DynToolError(f"no tool {name} - see tool_list")
+            raise NotFound(f"no tool {name} - see tool_list")
         return data
 
     def run_tests(self, name: str) -> tuple[bool, str]:
@@ -101,7 +99,7 @@ class DynTools:
     def review(self, citizen: str, name: str, decision: str, note: str) -> dict[str, Any]:
         data = self.manifest(name)
         if data["author"] == citizen:
-            raise DynToolError("nobody reviews their own tool")
+            raise NotAllowed("nobody reviews their own tool")
         passed, output = self.run_tests(name)
         review = {"decision": decision, "note": note, "impl_sha": data["impl_sha"],
                   "tests_sha": data["tests_sha"], "tests_passed": passed, "output": output}
@@ -113,7 +111,7 @@ class DynTools:
         """Approved by enough peers whose passing tests ran on exactly the current files."""
         try:
             data = self.manifest(name)
-        except DynToolError:
+        except SharedError:
             return False
         impl, test, _ = self._paths(name)
         if not impl.exists() or not test.exists():
@@ -142,7 +140,7 @@ class DynTools:
     def call(self, name: str, args: dict[str, Any], cwd: Path, env: dict[str, str]) -> str:
         """Run an approved tool in a fresh interpreter with a timeout."""
         if not self.callable(name):
-            raise DynToolError(f"{name} is not callable (not approved, failing, or changed "
+            raise NotAllowed(f"{name} is not callable (not approved, failing, or changed "
                                "since its approval)")
         impl, _, _ = self._paths(name)
         try:
@@ -150,7 +148,7 @@ class DynTools:
                                     input=json.dumps(args), capture_output=True, text=True,
                                     cwd=cwd, env=env, timeout=CALL_TIMEOUT_S, check=False)
         except subprocess.TimeoutExpired as exc:
-            raise DynToolError(f"{name} ran past {CALL_TIMEOUT_S} s") from exc
+            raise Invalid(f"{name} ran past {CALL_TIMEOUT_S} s") from exc
         if result.returncode != 0:
-            raise DynToolError(f"{name} failed: {result.stderr.strip()[-500:]}")
+            raise Invalid(f"{name} failed: {result.stderr.strip()[-500:]}")
         return result.stdout.strip()

@@ -25,7 +25,7 @@ import git
 
 from shared import records
 from shared.atomic import read_json
-from shared.errors import SharedError
+from shared.errors import Invalid, NotAllowed, NotFound
 from shared.identity import check_author
 
 log = logging.getLogger(__name__)
@@ -34,11 +34,9 @@ OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2
 
 
-class EvolutionError(SharedError, RuntimeError):
-    """An evolution step is not allowed now; the message says why and what to do."""
 
 
-class AdoptConflict(EvolutionError):
+class AdoptConflict(NotAllowed):
     """A cherry-pick conflicted; it was aborted and the repository left as it was."""
 
 
@@ -102,11 +100,11 @@ class Evolution:
     def get(self, change_id: str) -> Change:
         """A change and its valid records.
 
-        :raises EvolutionError: no such change.
+        :raises NotFound: no such change.
         """
         base = self.dir / change_id
         if not (base / "announce.json").exists():
-            raise EvolutionError(f"no change {change_id} - see code_pending_reviews or "
+            raise NotFound(f"no change {change_id} - see code_pending_reviews or "
                                  "code_status for the known ones")
         announce = read_json(base / "announce.json")
         check_author(base / "announce.json", announce["citizen"], self.enforce)
@@ -136,7 +134,7 @@ class Evolution:
         head = git.Repo(repo).head.commit
         change_id = f"{citizen}-{head.hexsha[:10]}"
         if (self.dir / change_id).exists():
-            raise EvolutionError(f"commit {head.hexsha[:10]} is already announced as "
+            raise NotAllowed(f"commit {head.hexsha[:10]} is already announced as "
                                  f"{change_id}")
         files = sorted(str(f) for f in head.stats.files) if head.parents else []
         self._write(self.dir / change_id / "announce.json", {
@@ -148,7 +146,7 @@ class Evolution:
     def report(self, change_id: str, citizen: str, outcome: str, note: str) -> Change:
         """File (or replace) `citizen`'s report on a change."""
         if outcome not in OUTCOMES:
-            raise EvolutionError(f"outcome must be one of {', '.join(OUTCOMES)}")
+            raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}")
         change = self.get(change_id)
         self._write(self.dir / change_id / "reports" / f"{citizen}.json",
                     {"outcome": outcome, "note": note, "ts": _now()})
@@ -173,7 +171,7 @@ class Evolution:
         try:
             repo.commit(change.commit)
         except (ValueError, git.BadName) as exc:
-            raise EvolutionError(f"commit {change.commit[:12]} is no longer in "
+            raise NotFound(f"commit {change.commit[:12]} is no longer in "
                                  f"{author_repo}; ask {change.citizen} to announce again") \
                 from exc
 
@@ -185,10 +183,10 @@ class Evolution:
         """
         change = self.get(change_id)
         if change.status not in ("verified_good", "merged"):
-            raise EvolutionError(f"{change_id} is {change.status}; only verified-good changes "
+            raise NotAllowed(f"{change_id} is {change.status}; only verified-good changes "
                                  "can be adopted")
         if citizen in change.holders():
-            raise EvolutionError(f"{citizen} already has {change_id}")
+            raise NotAllowed(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
         new_head = _cherry_pick(git.Repo(repo_path), change, citizen)
         self._write(self.dir / change_id / "adoptions" / f"{citizen}.json",

@@ -11,11 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import records
-from shared.errors import SharedError
-
-
-class GoalError(SharedError, ValueError):
-    """A goal step is not allowed."""
+from shared.errors import Invalid, NotFound
 
 
 class Goals:
@@ -26,7 +22,7 @@ class Goals:
     def propose(self, citizen: str, title: str, steps: list[str]) -> str:
         steps = [s.strip() for s in steps if s.strip()]
         if not steps:
-            raise GoalError("a goal needs at least one step")
+            raise Invalid("a goal needs at least one step")
         gid = records.new_id("goal")
         records.write(self.dir, self.dir / f"{gid}.json",
                       {"id": gid, "citizen": citizen, "title": title, "steps": steps})
@@ -35,7 +31,7 @@ class Goals:
     def step_done(self, citizen: str, gid: str, step: int, note: str) -> dict[str, Any]:
         goal = self.get(gid)
         if not 0 <= step < len(goal["steps"]):
-            raise GoalError(f"{gid} has steps 0 to {len(goal['steps']) - 1}")
+            raise Invalid(f"{gid} has steps 0 to {len(goal['steps']) - 1}")
         records.write(self.dir, self.dir / f"{gid}.done" / f"{step}-{citizen}.json",
                       {"citizen": citizen, "note": note})
         return self.get(gid)
@@ -44,7 +40,7 @@ class Goals:
         path = self.dir / f"{gid}.json"
         goal = records.read_claimed(path, self.enforce) if path.exists() else None
         if goal is None:
-            raise GoalError(f"no goal {gid} - see civ_goals_list")
+            raise NotFound(f"no goal {gid} - see civ_goals_list")
         done = sorted({int(p.stem.split("-", 1)[0])
                        for p in (self.dir / f"{gid}.done").glob("*.json")
                        if records.read_claimed(p, self.enforce) is not None})

@@ -18,14 +18,12 @@ from typing import Any
 
 from shared import records
 from shared.atomic import read_json
-from shared.errors import SharedError
+from shared.errors import Invalid, NotAllowed, NotFound
 
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,60}$")
 DECISIONS = ("approve", "reject")
 
 
-class LibraryError(SharedError, ValueError):
-    """A library step is not allowed; the message says why."""
 
 
 @dataclass
@@ -60,7 +58,7 @@ class Library:
     def load(self, module_id: str) -> dict[str, Any]:
         path = self.dir / "modules" / f"{module_id}.json"
         if not path.exists():
-            raise LibraryError(f"no approved module {module_id} - see library_list")
+            raise NotFound(f"no approved module {module_id} - see library_list")
         data: dict[str, Any] = read_json(path)
         return data
 
@@ -68,16 +66,16 @@ class Library:
                 content: str) -> dict[str, Any]:
         """Propose a new module, or a new version of one you maintain."""
         if not ID_RE.match(module_id):
-            raise LibraryError("a module id is 2-61 lowercase letters, digits, '-' or '_'")
+            raise Invalid("a module id is 2-61 lowercase letters, digits, '-' or '_'")
         pending = self.dir / "pending" / f"{module_id}.json"
         if pending.exists():
-            raise LibraryError(f"{module_id} is already waiting for review")
+            raise NotAllowed(f"{module_id} is already waiting for review")
         current = self.dir / "modules" / f"{module_id}.json"
         version = 1
         if current.exists():
             old = read_json(current)
             if old["maintainer"] != citizen:
-                raise LibraryError(f"{module_id} is maintained by {old['maintainer']}; "
+                raise NotAllowed(f"{module_id} is maintained by {old['maintainer']}; "
                                    "propose a module of your own or ask them")
             version = int(old["version"]) + 1
         module = {"id": module_id, "domain": domain, "summary": summary, "content": content,
@@ -110,13 +108,13 @@ class Library:
     def review(self, citizen: str, module_id: str, decision: str, note: str) -> str:
         """Review a proposal; the approval that reaches the threshold publishes it."""
         if decision not in DECISIONS:
-            raise LibraryError(f"decision must be {' or '.join(DECISIONS)}")
+            raise Invalid(f"decision must be {' or '.join(DECISIONS)}")
         pending = self.dir / "pending" / f"{module_id}.json"
         if not pending.exists():
-            raise LibraryError(f"no proposal {module_id} - see library_pending")
+            raise NotFound(f"no proposal {module_id} - see library_pending")
         module = read_json(pending)
         if module["maintainer"] == citizen:
-            raise LibraryError("nobody reviews their own module")
+            raise NotAllowed("nobody reviews their own module")
         reviews_dir = self.dir / "pending" / f"{module_id}.reviews"
         records.write(self.dir, reviews_dir / f"{citizen}.json",
                       {"decision": decision, "note": note, "ts": _now()})

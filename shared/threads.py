@@ -33,6 +33,9 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 AUTHOR = "author"  # the key naming a record's author, in every record of every thread
+# Records written before the one author key named their author under these; read
+# back, the name is copied to AUTHOR so the rules see one key.
+LEGACY_AUTHOR_KEYS = ("citizen", "maintainer")
 RECORD_MODE = 0o664  # the author writes; every citizen (and the operator) reads
 # 3775 on thread directories: group `citizens` adds records (setgid keeps the group),
 # and the sticky bit stops a citizen from deleting or replacing another's record.
@@ -83,6 +86,9 @@ class Threads:
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir() if self.pattern.match(p.name))
+
+    def new_id(self) -> str:
+        return new_id(self.prefix)
 
     def exists(self, tid: str) -> bool:
         return bool(self.pattern.match(tid)) and (self.dir(tid) / self.header_name).is_file()
@@ -170,7 +176,7 @@ class Threads:
         """
         out = []
         for tid in ids:
-            sig = self._signature(tid)
+            sig = self.signature(tid)
             cached = self._owed_cache.get(tid)
             if cached is not None and cached[0] == sig:
                 who = cached[1]
@@ -189,7 +195,8 @@ class Threads:
         """Drop what `owed` knows of a thread (after a change that is not a new record)."""
         self._owed_cache.pop(tid, None)
 
-    def _signature(self, tid: str) -> tuple[int, ...]:
+    def signature(self, tid: str) -> tuple[int, ...]:
+        """Changes whenever a record is added to the thread (its directories' mtimes)."""
         folder = self.dir(tid)
         sig: list[int] = []
         try:
@@ -212,7 +219,9 @@ def read_record(path: Path, author: str | None, enforce: bool) -> dict[str, Any]
     if not isinstance(data, dict):
         log.warning("ignoring %s: not a record", path)
         return None
-    named = str(data.get(AUTHOR, ""))
+    if AUTHOR not in data:
+        data[AUTHOR] = next((data[k] for k in LEGACY_AUTHOR_KEYS if k in data), "")
+    named = str(data[AUTHOR])
     if author is not None and named != author:
         log.warning("ignoring %s: it names %s, but the step is %s's", path, named or "nobody",
                     author)

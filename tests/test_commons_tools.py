@@ -8,8 +8,9 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import core_tools
 from citizen.wake import run_wake
+from shared.errors import Invalid, NotFound
 from tests.scripts import Actor, call, tool_env
 
 
@@ -26,7 +27,7 @@ def test_dry_violations_open_and_fixed(civ: Path) -> None:
         == f"{vid} marked fixed"
     assert json.loads(run("opus", "dry_violation_list")) == []
     assert json.loads(run("opus", "dry_violation_list", status="fixed"))[0]["fixed_by"] == ["opus"]
-    with pytest.raises(ToolFailure, match="no violation"):
+    with pytest.raises(NotFound, match="no violation"):
         run("opus", "dry_violation_fixed", violation_id="dry-nope", note="x")
 
 
@@ -39,9 +40,9 @@ def test_goal_progress_is_derived_from_done_steps(civ: Path) -> None:
         f"{gid}: progress 1/3"  # the same step twice is still one step
     (goal,) = json.loads(run("mira", "civ_goals_list"))
     assert goal["progress"] == "1/3" and goal["done_steps"] == [0]
-    with pytest.raises(ToolFailure, match="steps 0 to 2"):
+    with pytest.raises(Invalid, match="steps 0 to 2"):
         run("mira", "civ_goal_step_done", goal_id=gid, step=7, note="x")
-    with pytest.raises(ToolFailure, match="at least one step"):
+    with pytest.raises(Invalid, match="at least one step"):
         run("mira", "civ_goal_propose", title="empty", steps="\n \n")
 
 

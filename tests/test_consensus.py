@@ -8,10 +8,10 @@ from pathlib import Path
 import git
 import pytest
 
-from shared import episodes as episodes_mod
-from shared.consensus import MAX_ROUNDS, Consensus, ConsensusError, rotation
-from shared.gaming import flags
-from shared.values import WeightError
+from shared.consensus import MAX_ROUNDS, Consensus, rotation
+from shared.consensus import episodes as episodes_mod
+from shared.consensus.gaming import flags
+from shared.errors import Invalid, NotAllowed
 from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
 
@@ -55,22 +55,22 @@ def test_roles_never_give_a_citizen_its_own_proposal(c: Consensus) -> None:
     for i in range(30):
         roles = rotation(f"prop-2026-{i:04x}", "mira", ["opus", "mira", "aria", "zed"])
         assert len(set(roles.values())) == 3 and roles["executor"] == "mira"
-    with pytest.raises(ConsensusError, match="two citizens besides"):
+    with pytest.raises(Invalid, match="two citizens besides"):
         rotation("prop-x", "opus", ["opus", "mira"])
 
 
 def test_steps_out_of_turn_or_twice_are_refused(c: Consensus) -> None:
     pid, roles = opened(c)
-    with pytest.raises(ConsensusError, match=r"verify step is (mira|aria)"):
+    with pytest.raises(NotAllowed, match=r"verify step is (mira|aria)"):
         c.verify(pid, "opus", vote())  # the proposer verifying itself
-    with pytest.raises(ConsensusError, match="at 'verify'"):
+    with pytest.raises(NotAllowed, match="at 'verify'"):
         c.execute(pid, "opus", env())  # executing before any vote
-    with pytest.raises(ConsensusError, match="at 'verify'"):
+    with pytest.raises(NotAllowed, match="at 'verify'"):
         c.integrate(pid, roles["integrator"], vote())  # the integrator before the verifier
     c.verify(pid, roles["verifier"], vote())
-    with pytest.raises(ConsensusError, match="at 'integrate'"):
+    with pytest.raises(NotAllowed, match="at 'integrate'"):
         c.verify(pid, roles["verifier"], vote("reject"))  # a second vote
-    with pytest.raises(ConsensusError):
+    with pytest.raises(NotAllowed):
         c.decide_human(pid, "root", "approve")  # nothing asks a human for medium stakes
 
 
@@ -140,13 +140,13 @@ def test_high_stakes_never_executes_without_a_human(c: Consensus) -> None:
     c.verify(pid, roles["verifier"], vote())
     d = c.integrate(pid, roles["integrator"], vote())
     assert d.stakes == "high" and d.phase == "human" and d.owed_by == "operator"
-    with pytest.raises(ConsensusError, match="at 'human'"):
+    with pytest.raises(NotAllowed, match="at 'human'"):
         c.execute(pid, "opus", env())
     d = c.decide_human(pid, "root", "reject", "never")
     assert d.result == "rejected" and d.phase == "record"
-    with pytest.raises(ConsensusError, match="nothing for a human to approve"):
+    with pytest.raises(NotAllowed, match="nothing for a human to approve"):
         c.decide_human(pid, "root", "approve")
-    with pytest.raises(ConsensusError, match="already decided"):
+    with pytest.raises(NotAllowed, match="already decided"):
         c.decide_human(pid, "root", "reject", "twice")
 
 
@@ -199,15 +199,15 @@ def test_the_round_cap_hands_over_to_a_human(c: Consensus) -> None:
 
 def test_weights_stay_within_bounds(c: Consensus) -> None:
     before = c.weights.current("mira")["truth"]  # verifier profile: truth 1.0, bounds 0.8-1.0
-    with pytest.raises(WeightError, match="outside its bounds"):
+    with pytest.raises(Invalid, match="outside its bounds"):
         c.weights.adjust("mira", "truth", 0.05, episodes=["ep-1"], approved_by="aria",
                          reason="more truth")
-    with pytest.raises(WeightError, match="cite"):
+    with pytest.raises(Invalid, match="cite"):
         c.weights.adjust("mira", "truth", -0.05, episodes=[], approved_by="aria", reason="")
-    with pytest.raises(WeightError, match="own weights"):
+    with pytest.raises(Invalid, match="own weights"):
         c.weights.adjust("aria", "truth", -0.05, episodes=["ep-1"], approved_by="aria",
                          reason="")
-    with pytest.raises(WeightError, match="over the limit"):
+    with pytest.raises(Invalid, match="over the limit"):
         c.weights.adjust("mira", "truth", -0.15, episodes=["ep-1"], approved_by="aria",
                          reason="")
     c.weights.adjust("mira", "truth", -0.1, episodes=["ep-1"], approved_by="aria", reason="r")
@@ -263,7 +263,7 @@ def test_a_proposer_that_gives_up_withdraws_and_a_reviewer_hands_over(c: Consens
     d = c.give_up(d.id, "opus", "the model failed three times")
     assert d.result == "rejected" and "withdrawn" in d.why and d.phase == "record"
     pid, roles = opened(c)
-    with pytest.raises(ConsensusError):
+    with pytest.raises(NotAllowed):
         c.give_up(pid, "opus", "not mine to give up")
     d = c.give_up(pid, roles["verifier"], "no valid review")
     assert d.phase == "human" and "could not verify" in d.why

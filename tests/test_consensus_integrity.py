@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from shared import records
-from shared.consensus import ConsensusError, Proposal
+from shared.consensus import Proposal
+from shared.errors import SharedError
 from tests.thoughtworld import CITIZENS, commons, env, proposal, vote
 
 WHO = (*CITIZENS, "operator")
@@ -71,7 +72,7 @@ class ConsensusMachine(RuleBasedStateMachine):
         before = self.c.load(pid)
         try:
             after: Proposal = fn()
-        except ConsensusError:
+        except SharedError:
             return
         # An accepted step was owed by the one who took it, at that phase, once.
         assert before.owed_by == who, (step, before.phase, before.owed_by, who)
@@ -174,7 +175,7 @@ class ConsensusMachine(RuleBasedStateMachine):
         before = self.c.load(pid)
         try:
             self.c.decide_human(pid, "root", decision, "because")
-        except ConsensusError:
+        except SharedError:
             return
         if decision == "approve":
             assert before.phase == "human", "a human approved what did not ask for one"
@@ -231,15 +232,15 @@ class ConsensusMachine(RuleBasedStateMachine):
         roles = d.roles
         assert len(set(roles.values())) == 3
         for v in d.verifications.values():
-            assert v["citizen"] == roles["verifier"] != roles["executor"]
+            assert v["author"] == roles["verifier"] != roles["executor"]
         for i in d.integrations.values():
-            assert i["citizen"] == roles["integrator"] != roles["executor"]
+            assert i["author"] == roles["integrator"] != roles["executor"]
         if d.outcome:
-            assert d.outcome["citizen"] == roles["verifier"]
+            assert d.outcome["author"] == roles["verifier"]
 
     @staticmethod
     def _execution_was_allowed(d: Proposal) -> None:
-        assert d.execution is not None and d.execution["citizen"] == d.roles["executor"]
+        assert d.execution is not None and d.execution["author"] == d.roles["executor"]
         human_ok = bool(d.human and d.human["decision"] == "approve")
         if d.consensus is None:  # a reviewer gave up: only a human can have let it run
             assert human_ok and d.giveups, "ran with neither a consensus nor a human"

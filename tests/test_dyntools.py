@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import core_tools
 from citizen.tools.dynamic import dynamic_tools
+from shared.errors import Invalid, NotAllowed
 from tests.scripts import tool_env
 
 CODE = "def run(text: str) -> str:\n    return text[::-1]\n"
@@ -30,7 +31,7 @@ def propose(code: str = CODE, tests: str = TESTS) -> str:
 def test_a_tool_becomes_callable_after_two_approvals_with_passing_tests(civ: Path) -> None:
     assert "proposed reverse_text" in propose()
     assert dynamic_tools(tool_env("opus").config) == {}
-    with pytest.raises(ToolFailure, match="nobody reviews their own tool"):
+    with pytest.raises(NotAllowed, match="nobody reviews their own tool"):
         admin("opus", "tool_review", name="reverse_text", decision="approve", note="mine")
     first = json.loads(admin("mira", "tool_review", name="reverse_text", decision="approve",
                              note="ok"))
@@ -62,6 +63,6 @@ def test_a_tool_modified_after_approval_is_not_callable(civ: Path) -> None:
 
 
 def test_names_of_core_tools_are_reserved(civ: Path) -> None:
-    with pytest.raises(ToolFailure, match="not a free tool name"):
+    with pytest.raises(Invalid, match="not a free tool name"):
         admin("opus", "tool_propose", name="shell_command", description="x", input_schema="{}",
               code=CODE, tests=TESTS)

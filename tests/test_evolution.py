@@ -10,7 +10,9 @@ import pytest
 from click.testing import CliRunner
 
 from citizen.cli import cli
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import core_tools
+from shared.errors import NotAllowed
+from shared.evolution import AdoptConflict
 from tests.scripts import tool_env
 
 APP = "def greet():\n    return 'hi'\n"
@@ -85,7 +87,7 @@ def test_a_conflicting_adoption_aborts_cleanly(evo: Path) -> None:
     aria = git.Repo(evo / "aria" / "code")
     commit(aria, {"app.py": APP.replace("'hi'", "'hey'")}, "aria's own greeting")
     before = aria.head.commit.hexsha
-    with pytest.raises(ToolFailure, match=r"conflicts with .* in app.py; the cherry-pick was"):
+    with pytest.raises(AdoptConflict, match=r"conflicts with .* in app.py; the cherry-pick was"):
         run("aria", "code_adopt", change_id=cid)
     assert aria.head.commit.hexsha == before and not aria.is_dirty()
     assert run("aria", "code_my_divergence") == ["app.py"]
@@ -96,7 +98,7 @@ def test_a_change_verified_as_failed_cannot_be_adopted(evo: Path) -> None:
     cid = run("opus", "code_announce", description="x", expected_outcome="y")["id"]
     for peer in ("mira", "aria"):
         run(peer, "code_report_outcome", change_id=cid, outcome="failed", note="syntax error")
-    with pytest.raises(ToolFailure, match="verified_failed; only verified-good"):
+    with pytest.raises(NotAllowed, match="verified_failed; only verified-good"):
         run("mira", "code_adopt", change_id=cid)
 
 

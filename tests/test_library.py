@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import core_tools
 from citizen.wake import run_wake
+from shared.errors import Invalid, NotAllowed
 from tests.scripts import tool_env
 
 
@@ -26,7 +27,7 @@ def test_a_module_is_published_after_two_peer_approvals(civ: Path) -> None:
               content="git bisect start; git bisect bad; git bisect good <sha>; test; repeat.")
     assert "waits for peer review" in out
     assert json.loads(run("mira", "library_list")) == []
-    with pytest.raises(ToolFailure, match="nobody reviews their own module"):
+    with pytest.raises(NotAllowed, match="nobody reviews their own module"):
         run("opus", "library_review", module_id="git-bisect", decision="approve", note="mine")
     assert run("mira", "library_review", module_id="git-bisect", decision="approve",
                note="clear") == "git-bisect: 1 of 2 approvals"
@@ -38,7 +39,7 @@ def test_a_module_is_published_after_two_peer_approvals(civ: Path) -> None:
     assert "bisect" in json.loads(run("mira", "library_load", module_id="git-bisect"))["content"]
     assert json.loads(run("mira", "library_search", query="which commit broke"))[0]["id"] == \
         "git-bisect"
-    with pytest.raises(ToolFailure, match="maintained by opus"):
+    with pytest.raises(NotAllowed, match="maintained by opus"):
         run("mira", "library_propose", module_id="git-bisect", domain="git", summary="x",
             content="y")
     assert "version 2" in run("opus", "library_propose", module_id="git-bisect", domain="git",
@@ -52,7 +53,7 @@ def test_rejections_do_not_publish_and_bad_ids_are_refused(civ: Path) -> None:
     assert json.loads(run("opus", "library_list")) == []
     pending = json.loads(run("opus", "library_pending"))
     assert pending[0]["reviews"] == {"mira": "approve", "opus": "reject"}
-    with pytest.raises(ToolFailure, match="lowercase"):
+    with pytest.raises(Invalid, match="lowercase"):
         run("aria", "library_propose", module_id="../escape", domain="x", summary="s",
             content="c")
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from shared.stakes import action_stakes, classify, command_stakes, threshold_met
+from shared.consensus.stakes import action_stakes, classify, command_stakes, threshold_met
 
 
 @pytest.mark.parametrize(("command", "level"), [

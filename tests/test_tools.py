@@ -149,3 +149,28 @@ def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv) -> None:
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_a_commons_refusal_is_an_observation_and_other_errors_are_not(env: ToolEnv) -> None:
+    """The loop hands any SharedError (NotFound, NotAllowed, Invalid …) back to the model as
+    an error observation - no per-tool wrapper needed - while a bug still surfaces."""
+    from citizen.llm.base import ToolCall
+    from citizen.loop import _dispatch
+    from shared.errors import NotFound
+
+    @tool
+    def lookup(env: ToolEnv, what: str) -> str:
+        """Look something up.
+
+        :param what: what
+        """
+        if what == "bug":
+            raise KeyError(what)
+        raise NotFound(f"no such {what} - see lookup_list")
+
+    tools = {"lookup": lookup}
+    call = ToolCall("c1", "lookup", {"what": "thing"})
+    assert _dispatch(call, tools, env, {}, "k1") == ("error: no such thing - see lookup_list",
+                                                     True)
+    with pytest.raises(KeyError):
+        _dispatch(ToolCall("c2", "lookup", {"what": "bug"}), tools, env, {}, "k2")

@@ -8,7 +8,7 @@ from typing import Any
 
 from citizen import paths
 from shared.consensus import Consensus
-from shared.values import Framework
+from shared.consensus.values import Framework
 
 CITIZENS = ("opus", "mira", "aria")
 PROFILES = {"opus": "executor", "mira": "verifier", "aria": "integrator"}

@@ -10,8 +10,7 @@ import click
 
 from citizen import civilization, config
 from citizen.cli.options import json_option, operator, ring_as_operator
-from shared import emergence
-from shared.consensus import STATES, Consensus, Proposal, render
+from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
 def _commons() -> Consensus:
@@ -100,7 +99,8 @@ def _echo_rounds(view: dict[str, Any]) -> None:
         for role in ("verification", "integration"):
             vote = rnd[role]
             if vote:
-                click.echo(f"   {vote['citizen']} ({role}): {vote['decision']} - "
+                who = vote.get("author") or vote.get("citizen")  # views from before "author"
+                click.echo(f"   {who} ({role}): {vote['decision']} - "
                            f"{vote.get('rationale', '')}")
                 for concern in vote.get("concerns", []):
                     click.echo(f"      concern: {concern}")

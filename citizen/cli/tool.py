@@ -14,6 +14,7 @@ from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
+from shared.errors import SharedError
 
 
 @click.command("tool")
@@ -50,7 +51,7 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
                   task=tasks.active())
     try:
         click.echo(tools[tool_name].run(env, parsed))
-    except ToolFailure as exc:
+    except (ToolFailure, SharedError) as exc:
         raise click.ClickException(str(exc)) from exc
     finally:
         store.save_all(contexts)

@@ -13,7 +13,7 @@ import git
 from citizen import civilization, paths
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
-from shared.evolution import Evolution, EvolutionError, divergence
+from shared.evolution import Evolution, divergence
 from shared.identity import server_mode
 
 TEST_TIMEOUT_S = 900
@@ -29,10 +29,7 @@ def evolution() -> Evolution:
 
 
 def _run(step: object) -> str:
-    try:
-        return json.dumps(step() if callable(step) else step, default=str)
-    except EvolutionError as exc:
-        raise ToolFailure(str(exc)) from exc
+    return json.dumps(step() if callable(step) else step, default=str)
 
 
 @tool
@@ -77,11 +74,8 @@ def code_test(env: ToolEnv, change_id: str) -> str:
     :param change_id: the change to test
     """
     evo = evolution()
-    try:
-        change = evo.get(change_id)
-        evo.fetch(change, env.home.code)
-    except EvolutionError as exc:
-        raise ToolFailure(str(exc)) from exc
+    change = evo.get(change_id)
+    evo.fetch(change, env.home.code)
     repo = git.Repo(env.home.code)
     with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
         tree = Path(scratch) / "tree"

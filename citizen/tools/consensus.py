@@ -3,10 +3,8 @@ before anything runs (`shared.consensus`)."""
 
 from __future__ import annotations
 
-from citizen import civilization, config, paths
+from citizen import civilization, config
 from citizen.tools.base import ToolEnv, ToolFailure, tool
-from shared import doorbell
-from shared.consensus import ConsensusError
 
 
 @tool
@@ -21,11 +19,8 @@ def propose(env: ToolEnv, task: str) -> str:
     if not task.strip():
         raise ToolFailure("say what should be done")
     me = env.home.name
-    try:
-        d = civilization.consensus(config.templates()).request(task, me, me, source={
-            "task": env.task.id if env.task else ""})
-    except ConsensusError as exc:
-        raise ToolFailure(str(exc)) from exc
-    doorbell.ring(paths.home(me).doorbell, "CONSENSUS", f"propose {d.id}", sender=me)
+    commons = civilization.commons(config.templates())
+    d = commons.consensus.request(task, me, me, source={"task": env.task.id if env.task else ""})
+    commons.ring(me, "CONSENSUS", f"propose {d.id}", sender=me)
     return (f"opened {d.id}: {d.roles['verifier']} verifies, {d.roles['integrator']} "
             "integrates; you write the proposal in your next CONSENSUS wake")

@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from citizen import civilization, config, paths
-from citizen.tools.base import ToolEnv, ToolFailure, tool
-from shared import doorbell
-from shared.errors import SharedError
+from citizen import civilization, config
+from citizen.tools.base import ToolEnv, tool
 
 
 @tool
@@ -19,10 +17,8 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     me = env.home.name
     names = [me, *[p.strip() for p in participants.split(",") if p.strip() and p.strip() != me]]
     tpl = config.templates()
-    try:
-        d = civilization.debates().start(topic, names, me,
-                                         personas={n: civilization.persona(tpl, n) for n in names})
-    except SharedError as exc:
-        raise ToolFailure(str(exc)) from exc
-    doorbell.ring(paths.home(me).doorbell, "DEBATE", f"debate {d.id} started", sender=me)
+    commons = civilization.commons(tpl)
+    d = commons.debates.start(topic, names, me,
+                              personas={n: civilization.persona(tpl, n) for n in names})
+    commons.ring(me, "DEBATE", f"debate {d.id} started", sender=me)
     return f"started {d.id} among {', '.join(d.participants)}; you move first"

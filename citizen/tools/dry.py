@@ -6,9 +6,9 @@ import json
 from typing import Literal
 
 from citizen import paths
-from citizen.tools.base import ToolEnv, ToolFailure, tool
-from shared.dry import DryError, DryTracker
-from shared.goals import GoalError, Goals
+from citizen.tools.base import ToolEnv, tool
+from shared.dry import DryTracker
+from shared.goals import Goals
 from shared.identity import server_mode
 
 
@@ -44,10 +44,7 @@ def dry_violation_fixed(env: ToolEnv, violation_id: str, note: str) -> str:
     :param violation_id: the violation's id
     :param note: how it was fixed
     """
-    try:
-        DryTracker(paths.shared_dir(), _enforce()).fixed(env.home.name, violation_id, note)
-    except DryError as exc:
-        raise ToolFailure(str(exc)) from exc
+    DryTracker(paths.shared_dir(), _enforce()).fixed(env.home.name, violation_id, note)
     return f"{violation_id} marked fixed"
 
 
@@ -64,11 +61,8 @@ def civ_goal_propose(env: ToolEnv, title: str, steps: str) -> str:
     :param title: the goal in one line
     :param steps: its steps, one per line
     """
-    try:
-        return Goals(paths.shared_dir(), _enforce()).propose(env.home.name, title,
-                                                             steps.splitlines())
-    except GoalError as exc:
-        raise ToolFailure(str(exc)) from exc
+    return Goals(paths.shared_dir(), _enforce()).propose(env.home.name, title,
+                                                         steps.splitlines())
 
 
 @tool
@@ -79,11 +73,8 @@ def civ_goal_step_done(env: ToolEnv, goal_id: str, step: int, note: str) -> str:
     :param step: the step's number (from 0)
     :param note: what was done
     """
-    try:
-        goal = Goals(paths.shared_dir(), _enforce()).step_done(env.home.name, goal_id, step,
-                                                               note)
-    except GoalError as exc:
-        raise ToolFailure(str(exc)) from exc
+    goal = Goals(paths.shared_dir(), _enforce()).step_done(env.home.name, goal_id, step,
+                                                           note)
     return f"{goal_id}: progress {goal['progress']}"
 
 

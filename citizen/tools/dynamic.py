@@ -9,7 +9,7 @@ from citizen import paths
 from citizen.config import CitizenConfig
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.shell import scrubbed_env
-from shared.dyntools import DynToolError, DynTools
+from shared.dyntools import DynTools
 from shared.identity import server_mode
 
 
@@ -36,7 +36,7 @@ def tool_propose(env: ToolEnv, *, name: str, description: str, input_schema: str
         data = registry(env.config).propose(
             env.home.name, name, description=description, input_schema=schema, code=code,
             tests=tests, reserved=set(core_tools(mail=True, code=True)))
-    except (json.JSONDecodeError, DynToolError) as exc:
+    except json.JSONDecodeError as exc:
         raise ToolFailure(str(exc)) from exc
     return f"proposed {data['name']}; peers review it (and run its tests) before it is callable"
 
@@ -50,10 +50,7 @@ def tool_review(env: ToolEnv, name: str, decision: Literal["approve", "reject"],
     :param decision: approve or reject
     :param note: why
     """
-    try:
-        review = registry(env.config).review(env.home.name, name, decision, note)
-    except DynToolError as exc:
-        raise ToolFailure(str(exc)) from exc
+    review = registry(env.config).review(env.home.name, name, decision, note)
     return json.dumps({k: review[k] for k in ("decision", "tests_passed", "callable")})
 
 
@@ -76,11 +73,8 @@ def dynamic_tools(config: CitizenConfig) -> dict[str, Tool]:
         manifest = reg.manifest(entry["name"])
 
         def call(env: ToolEnv, _name: str = entry["name"], **args: Any) -> str:
-            try:
-                return registry(env.config).call(_name, args, env.home.dir,
-                                                 scrubbed_env(str(env.home.dir)))
-            except DynToolError as exc:
-                raise ToolFailure(str(exc)) from exc
+            return registry(env.config).call(_name, args, env.home.dir,
+                                             scrubbed_env(str(env.home.dir)))
 
         out[entry["name"]] = Tool(entry["name"], f"{manifest['description']} (by "
                                   f"{manifest['author']})", dict(manifest["input_schema"]), call)

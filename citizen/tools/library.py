@@ -6,9 +6,9 @@ import json
 from typing import Literal
 
 from citizen import paths
-from citizen.tools.base import ToolEnv, ToolFailure, tool
+from citizen.tools.base import ToolEnv, tool
 from shared.identity import server_mode
-from shared.library import Library, LibraryError
+from shared.library import Library
 
 
 def library(env: ToolEnv) -> Library:
@@ -35,10 +35,7 @@ def library_load(env: ToolEnv, module_id: str) -> str:
 
     :param module_id: the module's id
     """
-    try:
-        return _json(library(env).load(module_id))
-    except LibraryError as exc:
-        raise ToolFailure(str(exc)) from exc
+    return _json(library(env).load(module_id))
 
 
 @tool
@@ -61,10 +58,7 @@ def library_propose(env: ToolEnv, module_id: str, domain: str, summary: str,
     :param summary: one line saying what it teaches
     :param content: the knowledge itself: concrete, checked, short
     """
-    try:
-        module = library(env).propose(env.home.name, module_id, domain, summary, content)
-    except LibraryError as exc:
-        raise ToolFailure(str(exc)) from exc
+    module = library(env).propose(env.home.name, module_id, domain, summary, content)
     return f"proposed {module['id']} version {module['version']}; it waits for peer review"
 
 
@@ -83,10 +77,7 @@ def library_review(env: ToolEnv, module_id: str, decision: Literal["approve", "r
     :param decision: approve or reject
     :param note: why: what is right, wrong or missing
     """
-    try:
-        return library(env).review(env.home.name, module_id, decision, note)
-    except LibraryError as exc:
-        raise ToolFailure(str(exc)) from exc
+    return library(env).review(env.home.name, module_id, decision, note)
 
 
 LIBRARY_TOOLS = (library_list, library_load, library_search, library_propose, library_pending,

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+from collections.abc import Mapping
 from typing import Any
 
 from citizen import civilization, paths, state
@@ -21,9 +22,10 @@ from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from citizen.wakes.task import finish_task
-from shared import doorbell, episodes, stakes
-from shared.consensus import Consensus, ConsensusError, Proposal, render
-from shared.values import MAX_STEP
+from shared import doorbell
+from shared.consensus import Consensus, Proposal, episodes, render, stakes
+from shared.consensus.values import MAX_STEP
+from shared.errors import SharedError
 
 log = logging.getLogger(__name__)
 
@@ -172,13 +174,13 @@ class ConsensusWake(WakeType):
             after: Proposal | None
             try:
                 after = steps.take(d)
-            except (ProviderError, StructuredOutputError, ConsensusError) as exc:
+            except (ProviderError, StructuredOutputError, SharedError) as exc:
                 # e.g. the model's answer broke the schema or a rule of the protocol
                 why = f"{d.phase} of {d.id}: {type(exc).__name__}: {exc}"
                 _log(env, "consensus_step_failed", proposal=d.id, step=d.phase, reason=why)
                 after = _after_failure(setup, commons, steps, d, why)
                 if after is None:
-                    status = "end_turn" if isinstance(exc, ConsensusError) else "provider_error"
+                    status = "end_turn" if isinstance(exc, SharedError) else "provider_error"
                     return Ending(status, why, "; ".join(done))
                 _log(env, "consensus_fallback", proposal=d.id, step=d.phase, next=after.phase)
             done.append(f"{d.phase} {d.id} -> {after.phase}")
@@ -246,7 +248,7 @@ def _take_task(commons: Consensus, me: str, text: str, meta: dict[str, Any],
             d = commons.decide_human(pid, operator, decision.group(1).lower(),
                                      decision.group(3).strip(), relayed_by=me,
                                      message_id=str(meta.get("message_id", "")))
-        except ConsensusError as exc:
+        except SharedError as exc:
             return f"could not record {operator}'s decision on {pid}: {exc}"
         _ring(d, me)
         return f"recorded {operator}'s {decision.group(1).lower()} of {pid}; it is now at {d.phase}"
@@ -420,7 +422,7 @@ class _Steps:
         return self.c.record(d.id, self.me, data)
 
 
-def _said(vote: dict[str, Any] | None) -> dict[str, Any] | None:
+def _said(vote: Mapping[str, Any] | None) -> dict[str, Any] | None:
     if vote is None:
         return None
     return {k: vote[k] for k in ("decision", "rationale", "concerns", "compromise",

@@ -19,14 +19,11 @@ from typing import Any
 import yaml
 
 from shared.atomic import append_line, make_dirs, read_jsonl
-from shared.errors import SharedError
+from shared.errors import Invalid
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
 HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
-
-class WeightError(SharedError, ValueError):
-    """A weight change that is not allowed (unknown value, no cited episode, out of bounds)."""
 
 
 @dataclass(frozen=True)
@@ -83,23 +80,23 @@ class Weights:
                approved_by: str, reason: str) -> dict[str, Any]:
         """Record one adjustment approved by the integrator `approved_by`.
 
-        :raises WeightError: unknown value, no cited episode, a step over MAX_STEP, the
+        :raises Invalid: unknown value, no cited episode, a step over MAX_STEP, the
             integrator adjusting itself, or a result outside the profile's bounds.
         """
         if value not in self.framework.base_values:
-            raise WeightError(f"'{value}' is not a base value "
+            raise Invalid(f"'{value}' is not a base value "
                               f"({', '.join(self.framework.base_values)})")
         if not episodes:
-            raise WeightError("a weight change must cite the episodes that motivate it")
+            raise Invalid("a weight change must cite the episodes that motivate it")
         if approved_by == citizen:
-            raise WeightError(f"{citizen} cannot approve a change to its own weights")
+            raise Invalid(f"{citizen} cannot approve a change to its own weights")
         if abs(delta) > MAX_STEP + 1e-9:
-            raise WeightError(f"a step of {delta:+.2f} is over the limit of ±{MAX_STEP}")
+            raise Invalid(f"a step of {delta:+.2f} is over the limit of ±{MAX_STEP}")
         old = self.current(citizen)[value]
         new = round(old + delta, 4)
         low, high = self.framework.bounds[self.profile(citizen)][value]
         if not low <= new <= high:
-            raise WeightError(f"{citizen}'s {value} would become {new:.2f}, outside its "
+            raise Invalid(f"{citizen}'s {value} would become {new:.2f}, outside its "
                               f"bounds [{low}, {high}]")
         line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "citizen": citizen,
                 "value": value, "old": old, "new": new, "delta": delta, "episodes": episodes,

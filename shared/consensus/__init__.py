@@ -1,0 +1,28 @@
+"""Thought World consensus: the pure rules (`rules`: a proposal's state from its records;
+`stakes`, `gaming`, `values` for the classifier, the anti-gaming checks and the value
+weights they use), what a proposal renders into (`view`), and where proposals live
+(`store`: the threads of `shared/proposals/records/<id>/`, through `shared.threads`),
+with the world repository the executor acts in (`world`), the episodes learned from
+(`episodes`) and the emergence indicators read from them all (`emergence`)."""
+
+from shared.consensus.rules import (
+    APPROVING,
+    INTEGRATE_DECISIONS,
+    MAX_ACTIONS,
+    MAX_ROUNDS,
+    OWNER,
+    ROLES,
+    STATES,
+    VERIFY_DECISIONS,
+    Proposal,
+    Vote,
+    derive,
+    proposal_problem,
+    rotation,
+)
+from shared.consensus.store import Consensus
+from shared.consensus.view import episode_record, render
+
+__all__ = ["APPROVING", "INTEGRATE_DECISIONS", "MAX_ACTIONS", "MAX_ROUNDS", "OWNER", "ROLES",
+           "STATES", "VERIFY_DECISIONS", "Consensus", "Proposal", "Vote", "derive",
+           "episode_record", "proposal_problem", "render", "rotation"]

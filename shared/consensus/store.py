@@ -1,0 +1,390 @@
+"""Thought World consensus in the commons: the threads of `shared/proposals/records/<id>/`.
+
+Each proposal is a thread (`shared.threads`) of records, each written once by the
+citizen who owes that step and owned by it:
+
+    request.json        the task and the roles (executor, verifier, integrator)
+    proposal-NN.json    revision NN by the executor (goal, actions, justification, …)
+    verify-NN.json      the verifier's vote on revision NN (it never sees the integrator's)
+    integrate-NN.json   the integrator's decision on revision NN
+    giveup-NN.json      an owner that could not take its step
+    human.json          an operator's approval or rejection
+    execution.json      what the executor's daemon did (the actions voted on, nothing else)
+    outcome.json        the verifier's check of the expected outcomes
+    episode.json        the integrator's record of what was learned
+
+What a proposal's state is comes from these records through the pure rules
+(`shared.consensus.rules.derive`) every time anyone looks. The readable proposal JSON
+(`shared.consensus.view.render`) lives in exactly one of `pending/`, `approved/`,
+`rejected/` (moved by an atomic rename); it is for reading, never trusted for a decision.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pwd
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, cast
+
+from shared import clock
+from shared.atomic import CorruptFile, create_json, make_dirs, read_json, write_json
+from shared.consensus import gaming
+from shared.consensus.episodes import Episodes
+from shared.consensus.rules import (
+    INTEGRATE_DECISIONS,
+    MAX_ROUNDS,
+    OWNER,
+    STATES,
+    VERIFY_DECISIONS,
+    Proposal,
+    Vote,
+    derive,
+    proposal_problem,
+    rotation,
+)
+from shared.consensus.values import Framework, Weights
+from shared.consensus.view import episode_record, render
+from shared.consensus.world import ActionError, World
+from shared.documents import locked
+from shared.errors import Invalid, NotAllowed, NotFound
+from shared.identity import ForgedRecord, check_author
+from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads, id_pattern
+
+log = logging.getLogger(__name__)
+
+VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `citizens`)
+_ID = id_pattern("prop")
+
+
+class Consensus:
+    """The protocol over the commons, for one acting citizen (or the operator)."""
+
+    def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
+                 citizens: Iterable[str], enforce_identity: bool) -> None:
+        self.shared = shared_dir
+        self.dir = shared_dir / "proposals"
+        self.records_dir = self.dir / "records"
+        self.framework = framework
+        self.weights = Weights(shared_dir, framework, profiles)
+        self.episodes = Episodes(shared_dir)
+        self.world = World(shared_dir)
+        self.citizens = sorted(citizens)
+        self.enforce = enforce_identity
+        self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
+                               enforce=enforce_identity, what="proposal",
+                               lister="citizen proposals")
+        # One lock for rendering views: a view moves between state directories under it.
+        # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
+        self.views_lock = self.dir / ".views.lock"
+        # The justification keys of each proposal's revisions, kept while its thread does
+        # not change: the gaming check compares a proposal with every other one, and
+        # rereading them all on every load made owed() quadratic in the proposals ever made.
+        self._keys: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
+
+    # ------------------------------------------------------------ reading
+
+    def ids(self, state: str | None = None) -> list[str]:
+        """Proposal ids (all, or those whose view is in `state`), oldest first."""
+        if state is not None:
+            folder = self.dir / state
+            return sorted(p.stem for p in folder.glob("prop-*.json")) if folder.is_dir() else []
+        return self.threads.ids()
+
+    def load(self, pid: str) -> Proposal:
+        """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
+        folder = self.records_dir / pid
+        d = Proposal(pid, self.threads.header(pid))
+        roles = d.roles
+        for r in range(1, MAX_ROUNDS + 1):
+            rev = self._record(folder / f"proposal-{r:02d}.json", roles["executor"])
+            if rev is None:
+                break
+            d.revisions.append(rev)
+            ver = self._record(folder / f"verify-{r:02d}.json", roles["verifier"])
+            if ver is not None and ver.get("decision") in VERIFY_DECISIONS:
+                d.verifications[r] = cast(Vote, ver)
+            integ = self._record(folder / f"integrate-{r:02d}.json", roles["integrator"])
+            if integ is not None and integ.get("decision") in INTEGRATE_DECISIONS and ver:
+                d.integrations[r] = cast(Vote, integ)
+        for r in range(MAX_ROUNDS + 1):
+            g = self._giveup(folder / f"giveup-{r:02d}.json", roles)
+            if g is not None:
+                d.giveups[r] = g
+        d.human = self._human(folder / "human.json")
+        d.execution = self._record(folder / "execution.json", roles["executor"])
+        d.outcome = self._record(folder / "outcome.json", roles["verifier"])
+        d.episode = self._record(folder / "episode.json", roles["integrator"])
+        derive(d, {c: self.weights.current(c) for c in roles.values()})
+        if d.revisions:
+            d.flags = gaming.flags(d.revisions[-1], self.framework.base_values,
+                                   self._justifications_elsewhere(pid))
+        return d
+
+    def _record(self, path: Path, author: str) -> dict[str, Any] | None:
+        if not path.is_file():
+            return None
+        return self.threads.read(path.parent.name, path.name, author)
+
+    def _giveup(self, path: Path, roles: Mapping[str, str]) -> dict[str, Any] | None:
+        if not path.is_file():
+            return None
+        rec = self.threads.read(path.parent.name, path.name)
+        if rec is None or rec.get("phase") not in OWNER:
+            return None
+        if rec.get(AUTHOR) != roles.get(OWNER[str(rec["phase"])]):
+            log.warning("ignoring %s: %s does not owe %s", path, rec.get(AUTHOR),
+                        rec.get("phase"))
+            return None
+        return rec
+
+    def _human(self, path: Path) -> dict[str, Any] | None:
+        """An operator's decision: in server mode its file must not belong to any citizen."""
+        if not path.is_file():
+            return None
+        try:
+            rec: dict[str, Any] = read_json(path)
+        except CorruptFile as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return None
+        relay = str(rec.get("relayed_by", ""))
+        if relay:
+            # A mail decision is filed by the citizen that received the mail; it must be
+            # that citizen's file and name the message (its mail ledger has it).
+            try:
+                check_author(path, relay, self.enforce)
+            except ForgedRecord as exc:
+                log.warning("ignoring %s: %s", path, exc)
+                return None
+            if not rec.get("message_id"):
+                log.warning("ignoring %s: a mail decision without its Message-ID", path)
+                return None
+        elif self.enforce:
+            owner = path.stat().st_uid
+            for c in self.citizens:
+                try:
+                    if pwd.getpwnam(c).pw_uid == owner:
+                        log.warning("ignoring %s: written by citizen %s, not an operator",
+                                    path, c)
+                        return None
+                except KeyError:
+                    continue
+        return rec if rec.get("decision") in ("approve", "reject") else None
+
+    def _justifications_elsewhere(self, pid: str) -> dict[str, str]:
+        """Each justification key cited by another proposal: the first proposal citing it."""
+        seen: dict[str, str] = {}
+        for other in self.ids():
+            if other != pid:
+                for key in sorted(self._justification_keys(other)):
+                    seen.setdefault(key, other)
+        return seen
+
+    def _justification_keys(self, pid: str) -> frozenset[str]:
+        sig = self.threads.signature(pid)
+        cached = self._keys.get(pid)
+        if cached is not None and cached[0] == sig:
+            return cached[1]
+        keys: set[str] = set()
+        for name in self.threads.names(pid, "proposal-*.json"):
+            try:
+                keys.update(gaming.justification_keys(read_json(self.records_dir / pid / name)))
+            except CorruptFile:
+                continue
+        self._keys[pid] = (sig, frozenset(keys))
+        return self._keys[pid][1]
+
+    def owed(self, citizen: str) -> list[Proposal]:
+        """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
+        kept while its thread does not change (each step re-derives it before acting)."""
+        ids = self.threads.owed(citizen, self.ids("pending"), lambda p: self.load(p).owed_by)
+        return [self.load(pid) for pid in ids]
+
+    # ------------------------------------------------------------ steps
+
+    def request(self, task: str, executor: str, requested_by: str,
+                source: Mapping[str, Any] | None = None, pid: str = "") -> Proposal:
+        """Open a proposal: `executor` owes its first revision. (`pid`: a chosen id, for
+        replays and tests; by default a new time-sortable one.)"""
+        if executor not in self.citizens:
+            raise NotFound(f"{executor} is not a citizen here "
+                                 f"({', '.join(self.citizens)})")
+        pid = pid or self.threads.new_id()
+        pid = self.threads.open({"task": task[:4000],
+                                 "roles": rotation(pid, executor, self.citizens),
+                                 "requested_by": requested_by, "source": dict(source or {})},
+                                pid)
+        return self.refresh(pid)
+
+    def _owe(self, pid: str, me: str, *phases: str) -> Proposal:
+        d = self.load(pid)
+        if d.phase not in phases:
+            raise NotAllowed(f"{pid} is at '{d.phase}' (owed by {d.owed_by or 'nobody'}), "
+                                 f"not at {' or '.join(phases)}")
+        if d.owed_by != me:
+            raise NotAllowed(f"{pid}: the {d.phase} step is {d.owed_by}'s, not {me}'s")
+        return d
+
+    def _write(self, pid: str, name: str, me: str, body: Mapping[str, Any]) -> Proposal:
+        """Record `me`'s step (once; the authorship check is the thread's) and re-derive."""
+        self.threads.write(pid, name, me, body)
+        return self.refresh(pid)
+
+    def propose(self, pid: str, me: str, body: Mapping[str, Any]) -> Proposal:
+        """The executor's proposal (first revision, or a revision after discussion)."""
+        d = self._owe(pid, me, "propose", "revise")
+        problem = proposal_problem(body)
+        if problem:
+            raise Invalid(f"{pid}: {problem}")
+        rev = {k: body[k] for k in ("goal", "actions", "value_justification",
+                                    "expected_outcomes", "risk_assessment") if k in body}
+        rev.update(round=d.round + 1, cites=list(body.get("cites", []))[:10],
+                   response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
+                   level=d.level or "proposal")
+        return self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
+
+    def give_up(self, pid: str, me: str, why: str) -> Proposal:
+        """The owner of a proposal, vote or decision says it cannot take its step."""
+        d = self._owe(pid, me, "propose", "revise", "verify", "integrate")
+        return self._write(pid, f"giveup-{d.round:02d}.json", me,
+                           {"phase": d.phase, "why": why[:1000]})
+
+    def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Proposal:
+        d = self._owe(pid, me, "verify")
+        if vote.get("decision") not in VERIFY_DECISIONS:
+            raise Invalid(f"a verifier decides one of {', '.join(VERIFY_DECISIONS)}")
+        body = _clean(vote, ("decision", "rationale", "concerns", "gaming_check",
+                             "suggestions", "values"))
+        body["deterministic_flags"] = d.flags
+        return self._write(pid, f"verify-{d.round:02d}.json", me, body)
+
+    def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:
+        d = self._owe(pid, me, "integrate")
+        if decision.get("decision") not in INTEGRATE_DECISIONS:
+            raise Invalid(f"an integrator decides one of {', '.join(INTEGRATE_DECISIONS)}")
+        body = _clean(decision, ("decision", "rationale", "coherence_check", "compromise",
+                                 "values", "learnings"))
+        after = self._write(pid, f"integrate-{d.round:02d}.json", me, body)
+        self.episodes.decision({"ts": clock.now(), "proposal": pid, "round": d.round,
+                                "stakes": after.stakes, "consensus": after.consensus,
+                                "flags": after.flags})
+        return after
+
+    def decide_human(self, pid: str, operator: str, decision: str, why: str = "", *,
+                     relayed_by: str = "", message_id: str = "") -> Proposal:
+        """An operator approves (only when a human is owed) or rejects (any time before
+        execution). `relayed_by`: the citizen whose mailbox received the operator's mail
+        decision (then the record is that citizen's file, naming the mail)."""
+        d = self.load(pid)
+        if decision == "approve" and d.phase != "human":
+            raise NotAllowed(f"{pid} is at '{d.phase}': there is nothing for a human to "
+                                 "approve yet (high-stakes and escalated proposals ask)")
+        if decision == "reject" and (d.execution is not None or d.phase == "done"):
+            raise NotAllowed(f"{pid} has already {'run' if d.execution else 'finished'}; "
+                                 "it can no longer be rejected")
+        if decision not in ("approve", "reject"):
+            raise Invalid("a human decision is approve or reject")
+        try:
+            # Not a thread step: its author is a person (root, or relayed by the citizen
+            # that received the mail), checked by `_human` when read.
+            create_json(self.records_dir / pid / "human.json",
+                        {"operator": operator, "decision": decision, "why": why[:2000],
+                         "ts": clock.now(), "relayed_by": relayed_by,
+                         "message_id": message_id}, mode=RECORD_MODE)
+        except FileExistsError as exc:
+            raise NotAllowed(f"{pid}: a human has already decided") from exc
+        return self.refresh(pid)
+
+    def execute(self, pid: str, me: str, env: Mapping[str, str]) -> Proposal:
+        """Carry out the approved revision's actions in the world repository and commit."""
+        d = self._owe(pid, me, "execute")
+        rev = d.revisions[-1]
+        started = clock.now()
+        with self.world.lock:
+            self.world.repo()
+            results = self.world.run(list(rev.get("actions", [])), env)
+            success = all(r["ok"] for r in results)
+            commit = None
+            if success:
+                approvers = ", ".join(f"{c} ({p})" for c, p in
+                                      (d.consensus or {}).get("positions", {}).items())
+                commit = self.world.commit(f"{pid}: {rev.get('goal', '')[:60]}\n\n"
+                                           f"Proposal {pid}, round {d.round}, stakes "
+                                           f"{d.stakes}.\nVotes: {approvers}\n", me)
+            else:
+                self.world.discard()
+        error = "" if success else next(r["output"] for r in results if not r["ok"])
+        return self._write(pid, "execution.json", me,
+                           {"round": d.round, "started": started, "completed": clock.now(),
+                            "success": success,
+                            "results": results, "commit": commit, "error": error[:2000]})
+
+    def check(self, pid: str, me: str, verdict: Mapping[str, Any]) -> Proposal:
+        """The verifier's outcome check: its judgement and the mechanical checks must agree;
+        when they do not, the execution's commit is reverted."""
+        d = self._owe(pid, me, "check")
+        with self.world.lock:
+            mechanical = self.world.check(list(d.revisions[-1].get("actions", [])))
+            verified = bool(verdict.get("outcomes_verified")) and all(
+                c["met"] for c in mechanical)
+            reverted, revert_error = None, ""
+            commit = (d.execution or {}).get("commit")
+            if not verified and commit:
+                try:
+                    reverted = self.world.revert(str(commit), me)
+                except ActionError as exc:  # recorded; the operator sees it in the proposal
+                    revert_error = str(exc)
+        body = _clean(verdict, ("rationale", "checks"))
+        body.update(outcomes_verified=verified, model_verdict=bool(
+            verdict.get("outcomes_verified")), mechanical=mechanical, reverted=reverted,
+                    revert_error=revert_error)
+        return self._write(pid, "outcome.json", me, body)
+
+    def record(self, pid: str, me: str, notes: Mapping[str, Any]) -> Proposal:
+        """The integrator's episode: what happened and what was learned; weight changes
+        it approves are applied within bounds (refused ones are recorded as refused)."""
+        d = self._owe(pid, me, "record")
+        ep_id = "ep-" + pid.removeprefix("prop-")
+        applied, refused = [], []
+        participants = set(d.roles.values())
+        for adj in list(notes.get("weight_adjustments", []))[:6]:
+            who = str(adj.get("citizen", ""))
+            try:
+                if who not in participants:
+                    raise Invalid(f"{who} did not take part in {pid}")
+                applied.append(self.weights.adjust(
+                    who, str(adj.get("value", "")), float(adj.get("delta", 0.0)),
+                    episodes=[ep_id, *[str(e) for e in adj.get("episodes", [])]],
+                    approved_by=me, reason=str(adj.get("reason", ""))))
+            except (TypeError, ValueError) as exc:  # Invalid is a ValueError
+                refused.append({**adj, "refused": str(exc)})
+        episode = episode_record(d, ep_id, notes, applied, refused)
+        after = self._write(pid, "episode.json", me, episode)
+        self.episodes.add(episode)
+        return after
+
+    # ------------------------------------------------------------ views
+
+    def refresh(self, pid: str) -> Proposal:
+        """Re-derive a proposal and write its view into the one directory its state says."""
+        d = self.load(pid)
+        view = render(d)
+        with locked(self.views_lock, mode=0o660):
+            target = self.dir / d.state / f"{pid}.json"
+            for state in STATES:
+                current = self.dir / state / f"{pid}.json"
+                if current != target and current.exists():
+                    os.rename(current, target)  # atomic: never in two directories, or none
+            make_dirs(target.parent, self.shared, DIR_MODE)
+            write_json(target, view, mode=VIEW_MODE)
+        return d
+
+    def view_locations(self, pid: str) -> list[str]:
+        return [s for s in STATES if (self.dir / s / f"{pid}.json").exists()]
+
+
+
+def _clean(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
+    return {k: data[k] for k in keys if k in data}
+

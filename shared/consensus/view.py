@@ -1,0 +1,75 @@
+"""What a derived proposal renders into: the readable proposal JSON of the seed's schema, and
+the episode record of a finished one.
+
+It is for reading (`shared/proposals/<state>/<id>.json`), never trusted for a decision.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from shared import clock
+from shared.consensus.rules import Proposal
+
+
+def render(d: Proposal) -> dict[str, Any]:
+    """The seed's proposal JSON, with every step's reasoning."""
+    last = d.revisions[-1] if d.revisions else {}
+    roles = d.roles
+    votes: dict[str, Any] = {}
+    if d.revisions:
+        votes["executor"] = {"citizen": roles["executor"], "decision": "approve",
+                             "timestamp": last.get("ts"), "rationale": "Proposer approves"}
+    if d.round in d.verifications:
+        v = d.verifications[d.round]
+        votes["verifier"] = {"citizen": roles["verifier"], "decision": v["decision"],
+                             "timestamp": v.get("ts"), "rationale": v.get("rationale", ""),
+                             "concerns": v.get("concerns", []),
+                             "gaming_check": v.get("gaming_check", {})}
+    if d.round in d.integrations:
+        i = d.integrations[d.round]
+        votes["integrator"] = {"citizen": roles["integrator"], "decision": i["decision"],
+                               "timestamp": i.get("ts"), "rationale": i.get("rationale", ""),
+                               "compromise": i.get("compromise"), "final": True}
+    return {
+        "schema_version": 1, "id": d.id, "task": d.request.get("task", ""),
+        "timestamp": d.request.get("ts"), "proposer": roles.get("executor"), "roles": roles,
+        "status": d.state, "phase": d.phase, "owed_by": d.owed_by, "why": d.why,
+        "goal": last.get("goal", ""), "actions": last.get("actions", []),
+        "value_justification": last.get("value_justification", {}),
+        "expected_outcomes": last.get("expected_outcomes", []),
+        "risk_assessment": last.get("risk_assessment", []), "cites": last.get("cites", []),
+        "stakes": d.stakes, "stakes_reasons": d.stakes_reasons, "round": d.round,
+        "votes": votes, "consensus": d.consensus, "tiebreak": d.tiebreak,
+        "gaming": {"flags": d.flags}, "human": d.human,
+        "rounds": [{"round": r, "proposal": d.revisions[r - 1],
+                    "verification": d.verifications.get(r),
+                    "integration": d.integrations.get(r)} for r in range(1, d.round + 1)],
+        "execution": d.execution, "outcome": d.outcome,
+        "episode": (d.episode or {}).get("id"), "source": d.request.get("source", {}),
+    }
+
+
+def episode_record(d: Proposal, ep_id: str, notes: Mapping[str, Any],
+                   applied: list[dict[str, Any]], refused: list[dict[str, Any]]) -> dict[str, Any]:
+    """The integrator's episode of a finished proposal: what happened and was learned."""
+    first = d.revisions[0] if d.revisions else {}
+    last = d.revisions[-1] if d.revisions else {}
+    return {
+        "id": ep_id, "proposal": d.id, "task": d.request.get("task", "")[:500],
+        "timestamp": clock.now(), "goal": last.get("goal", ""), "outcome": d.result,
+        "why": d.why, "stakes": d.stakes, "consensus_rounds": d.round,
+        "conflicts": sum(1 for v in d.verifications.values() if v["decision"] == "reject")
+        + sum(1 for i in d.integrations.values() if i["decision"] != "approve"),
+        "concerns": sum(len(v.get("concerns", [])) for v in d.verifications.values()),
+        "flags": d.flags, "level": d.level or "vote",
+        "changed_from_first": bool(first) and first.get("actions") != last.get("actions"),
+        "cites": last.get("cites", []),
+        "key_learnings": [str(x)[:300] for x in notes.get("key_learnings", [])][:5],
+        "values_served": sorted(last.get("value_justification", {})),
+        "weight_adjustments": applied, "weight_adjustments_refused": refused,
+        "artifacts": [str((a.get("args") or {}).get("path")) for a in
+                      last.get("actions", []) if (a.get("args") or {}).get("path")],
+        "commit": (d.execution or {}).get("commit"),
+    }
