@@ -22,6 +22,7 @@ from typing import Any
 
 from citizen import paths
 from citizen.errors import ConfigError
+from citizen.schemas import Schemas
 
 SCHEMA_VERSION = 1
 CONTEXT_TYPES = (
@@ -413,6 +414,7 @@ class Templates:
         self._alloc = _load(directory / "wake_allocations.json", _ALLOCATIONS)
         self._identities = _load(directory / "identity_templates.json", _IDENTITIES)
         self.values = self._load_values(directory / "values.yaml")
+        self.schemas = Schemas(directory / "schemas")
         self._check_allocations(directory / "wake_allocations.json")
         for name in self.citizen_names():
             self.citizen(name)  # validate every template citizen now, not at first use
@@ -505,6 +507,10 @@ class Templates:
         if not path.is_file():
             raise ConfigError(path, "", "prompt file is missing", _FIX_RESTORE)
         return string.Template(path.read_text(encoding="utf-8")).safe_substitute(variables)
+
+    def schema(self, name: str, /, **fill: object) -> dict[str, Any]:
+        """An output schema from `templates/schemas/` with its placeholders filled."""
+        return self.schemas.get(name, **fill)
 
     def identity(self, name: str, focus: str = "") -> str:
         """The starting identity text for a citizen (the default template for new ones)."""

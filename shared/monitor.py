@@ -11,15 +11,19 @@ the peer's doorbell.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 from shared import records
-from shared.atomic import read_json, read_jsonl
+from shared.atomic import CorruptFile, read_json, read_jsonl
+
+log = logging.getLogger(__name__)
 
 STALE_HEARTBEAT_S = 300  # ten missed beats
 STUCK_TASK_S = 6 * 3600
@@ -120,3 +124,15 @@ def recent_reports(shared_dir: Path, peer: str, within_s: float = 86400) -> int:
         if data["ts"] >= cutoff and data["findings"]:
             count += 1
     return count
+
+
+def reports_about(shared_dir: Path, peer: str) -> list[dict[str, Any]]:
+    """Every report filed about `peer`, oldest first (unreadable ones skipped, logged)."""
+    directory = shared_dir / "monitor" / "findings" / peer
+    out = []
+    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
+        try:
+            out.append(read_json(path))
+        except CorruptFile as exc:
+            log.warning("ignoring %s: %s", path, exc)
+    return out

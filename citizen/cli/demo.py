@@ -17,7 +17,6 @@ import click
 
 from citizen import civilization, paths, wakelog
 from citizen.tasks import TaskQueue
-from shared import doorbell
 
 CITIZENS = ("opus", "mira", "aria")
 TASKS = {
@@ -95,7 +94,7 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
         click.echo("each wake loads the embedded model in-process")
     for name in CITIZENS:
         task = TaskQueue(paths.home(name).tasks).add(TASKS[name], source="demo")
-        doorbell.ring(paths.home(name).doorbell, "TASK", f"task {task.id}", sender="demo")
+        civilization.commons().ring(name, "TASK", f"task {task.id}", sender="demo")
         click.echo(f"task for {name}: {TASKS[name]}")
     daemons = {}
     for name in CITIZENS:

@@ -50,10 +50,11 @@ def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
     """Ring citizen NAME's doorbell from the shell."""
     import os  # noqa: PLC0415
 
-    from citizen import paths  # noqa: PLC0415
-    from shared import doorbell  # noqa: PLC0415
+    from citizen import civilization, paths  # noqa: PLC0415
 
     home = paths.home(name)
     # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
     owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
-    doorbell.ring(home.doorbell, wake_type, reason, sender="operator", owner=owner)
+    if not civilization.commons().ring(name, wake_type, reason, sender="operator", owner=owner):
+        raise click.ClickException(f"could not ring {name}'s doorbell (see the log above); "
+                                   "its next scheduled wake takes the work")

@@ -25,13 +25,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from citizen import civilization
 from citizen.config import CitizenConfig
 from citizen.mail import routes
 from citizen.mail.account import Account, MailError, connect_imap
 from citizen.mail.message import BadMail, headers, message_id_of, parse, sender_of
 from citizen.paths import Home
 from citizen.tasks import TaskQueue, now_iso
-from shared import doorbell
 from shared.atomic import append_line, write_bytes
 from shared.errors import SharedError
 
@@ -175,8 +175,8 @@ class Intake:
                                                 "subject": mail.subject})
         self._move(client, uid, self.config.mail.processed_folder)
         held = self.tasks.where(task_id) == "held"  # several citizens got it: bid first
-        doorbell.ring(self.home.doorbell, "STREAM" if held else kind, f"mail task {task_id}",
-                      sender=mail.sender)
+        civilization.commons().ring(self.home.name, "STREAM" if held else kind,
+                                    f"mail task {task_id}", sender=mail.sender)
         log.info("mail %s from %s became task %s", message_id, mail.sender, task_id)
         return Outcome(uid, message_id, "task", task_id)
 

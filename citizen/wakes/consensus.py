@@ -16,218 +16,95 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from citizen import civilization, paths, state
-from citizen.errors import ProviderError, StructuredOutputError
+from citizen import civilization, state
 from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
-from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
-from citizen.wakes.task import finish_task
-from shared import doorbell
-from shared.consensus import Consensus, Proposal, episodes, render, stakes
+from citizen.wakes.base import Ask, Setup
+from citizen.wakes.owed import OwedStepsWake
+from shared.consensus import (
+    INTEGRATE_DECISIONS,
+    VERIFY_DECISIONS,
+    Consensus,
+    Proposal,
+    episodes,
+    render,
+    stakes,
+)
 from shared.consensus.values import MAX_STEP
 from shared.errors import SharedError
 
 log = logging.getLogger(__name__)
 
-MAX_STEPS = 12  # steps one wake may take (several proposals can be owed at once)
 MAILED = "consensus_mailed"  # mark: proposal id -> the phase its requester was told about
-FAILURES = "consensus_failures"  # mark: "pid:round:phase" -> failed attempts
-MAX_ATTEMPTS = 3  # failed attempts at one step before its fallback
-_S = {"type": "string", "maxLength": 400}
-_LIST = {"type": "array", "items": {"type": "string", "maxLength": 200}, "maxItems": 4}
-
-
-def proposal_schema(values: list[str]) -> dict[str, Any]:
-    args = {"type": "object", "additionalProperties": False,
-            "properties": {k: {"type": "string", "maxLength": 1000 if k == "content" else 200}
-                           for k in ("path", "content", "old", "new", "pattern", "command")}}
-    return {
-        "type": "object", "additionalProperties": False,
-        "required": ["goal", "actions", "value_justification", "expected_outcomes",
-                     "risk_assessment"],
-        "properties": {
-            "goal": {"type": "string", "minLength": 1, "maxLength": 200},
-            "actions": {"type": "array", "minItems": 1, "maxItems": 4, "items": {
-                "type": "object", "additionalProperties": False, "required": ["tool", "args"],
-                "properties": {"tool": {"enum": list(stakes.ACTION_TOOLS)}, "args": args}}},
-            "value_justification": {"type": "object", "additionalProperties": False,
-                                    "properties": {v: _S for v in values}},
-            "expected_outcomes": {**_LIST, "minItems": 1},
-            "risk_assessment": {"type": "array", "maxItems": 3, "items": {
-                "type": "object", "additionalProperties": False,
-                "required": ["risk", "mitigation", "severity"],
-                "properties": {"risk": _S, "mitigation": _S,
-                               "severity": {"enum": ["low", "medium", "high"]}}}},
-            "cites": {"type": "array", "items": {"type": "string", "maxLength": 40},
-                      "maxItems": 3},
-            "response_to_concerns": _S,
-        },
-    }
-
-
-def verify_schema(values: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object", "additionalProperties": False,
-        "required": ["decision", "rationale", "concerns", "gaming_check", "values"],
-        "properties": {
-            "decision": {"enum": ["approve", "approve_with_concerns", "reject"]},
-            "rationale": _S, "concerns": _LIST, "suggestions": _LIST,
-            "gaming_check": {"type": "object", "additionalProperties": False,
-                             "required": ["detected", "explanation"],
-                             "properties": {"detected": {"type": "boolean"},
-                                            "explanation": _S}},
-            "values": {"type": "array", "items": {"enum": values}, "maxItems": 3},
-        },
-    }
-
-
-def integrate_schema(values: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object", "additionalProperties": False,
-        "required": ["decision", "rationale", "values"],
-        "properties": {
-            "decision": {"enum": ["approve", "reject", "propose_compromise",
-                                  "escalate_to_human"]},
-            "rationale": _S,
-            "coherence_check": {"type": "object", "additionalProperties": False,
-                                "properties": {"aligns_with_history": {"type": "boolean"},
-                                               "relevant_episodes": _LIST,
-                                               "systemic_impact": _S}},
-            "compromise": {"type": "object", "additionalProperties": False,
-                           "properties": {"proposed_changes": _S,
-                                          "satisfies_values": _LIST}},
-            "values": {"type": "array", "items": {"enum": values}, "maxItems": 3},
-            "learnings": _LIST,
-        },
-    }
-
-
-CHECK_SCHEMA: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "required": ["outcomes_verified", "rationale"],
-    "properties": {
-        "outcomes_verified": {"type": "boolean"}, "rationale": _S,
-        "checks": {"type": "array", "maxItems": 4, "items": {
-            "type": "object", "additionalProperties": False,
-            "required": ["outcome", "met"],
-            "properties": {"outcome": _S, "met": {"type": "boolean"}, "evidence": _S}}},
-    },
-}
-
-
-def record_schema(values: list[str], citizens: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object", "additionalProperties": False, "required": ["key_learnings"],
-        "properties": {
-            "key_learnings": {**_LIST, "maxItems": 3},
-            "weight_adjustments": {"type": "array", "maxItems": 2, "items": {
-                "type": "object", "additionalProperties": False,
-                "required": ["citizen", "value", "delta", "reason"],
-                "properties": {"citizen": {"enum": citizens}, "value": {"enum": values},
-                               "delta": {"type": "number", "minimum": -MAX_STEP,
-                                         "maximum": MAX_STEP},
-                               "reason": _S}}},
-        },
-    }
 
 
 def _dump(data: Any) -> str:
     return json.dumps(data, ensure_ascii=False, indent=1)
 
 
-class ConsensusWake(WakeType):
+class ConsensusWake(OwedStepsWake[Proposal]):
     name = "CONSENSUS"
-    loop = False
+    max_steps = 12  # several proposals can be owed at once
+    max_failures = 3  # failed attempts at one step before its fallback
+    failures_mark = "consensus_failures"  # "pid:round:phase" -> failed attempts
+    event = "consensus_step"
+    idle = "no proposal step is owed by me and no consensus task waits"
 
-    def gate(self, setup: Setup) -> Gate:
-        me = setup.home.name
-        task_id = setup.tasks.next_of("CONSENSUS")
-        commons = civilization.consensus(setup.templates)
-        owed = [d.id for d in commons.owed(me)]
-        notices = _notices_due(commons, me, setup.marks.get(MAILED, {}))
-        if not (owed or task_id or notices):
-            return Gate(False, "no proposal step is owed by me and no consensus task waits")
-        parts = [f"{len(owed)} proposal steps owed"] if owed else []
-        parts += [f"consensus task {task_id}"] if task_id else []
-        parts += [f"{len(notices)} requester notices"] if notices else []
-        return Gate(True, "; ".join(parts), {"task_id": task_id})
+    def owed(self, setup: Setup) -> list[Proposal]:
+        return _consensus(setup).owed(setup.home.name)
 
-    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
-        if gate.data.get("task_id"):
-            env.task = setup.tasks.claim(gate.data["task_id"])
-        return "take the proposal steps I owe"
+    def thread_id(self, item: Proposal) -> str:
+        return item.id
 
-    def act(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask) -> Ending:
-        me = setup.home.name
-        commons = civilization.consensus(setup.templates)
-        done: list[str] = []
-        if env.task is not None:
-            env.task_outcome = ("done", _take_task(commons, me, env.task.text, env.task.meta,
-                                                   env.task.id))
-            done.append(env.task_outcome[1])
-        steps = _Steps(commons, setup, ask, env)
-        for _ in range(MAX_STEPS):
-            owed = commons.owed(me)
-            if not owed:
-                break
-            d = owed[0]
-            after: Proposal | None
-            try:
-                after = steps.take(d)
-            except (ProviderError, StructuredOutputError, SharedError) as exc:
-                # e.g. the model's answer broke the schema or a rule of the protocol
-                why = f"{d.phase} of {d.id}: {type(exc).__name__}: {exc}"
-                _log(env, "consensus_step_failed", proposal=d.id, step=d.phase, reason=why)
-                after = _after_failure(setup, commons, steps, d, why)
-                if after is None:
-                    status = "end_turn" if isinstance(exc, SharedError) else "provider_error"
-                    return Ending(status, why, "; ".join(done))
-                _log(env, "consensus_fallback", proposal=d.id, step=d.phase, next=after.phase)
-            done.append(f"{d.phase} {d.id} -> {after.phase}")
-            _log(env, "consensus_step", proposal=d.id, step=d.phase, next=after.phase,
-                 owed_by=after.owed_by, stakes=after.stakes, flags=after.flags)
-            _ring(after, me)
-        _send_notices(setup, env, commons, me)
-        return Ending("end_turn", text="; ".join(done) or "nothing was owed any more")
+    def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Proposal) -> Proposal:
+        return _Steps(_consensus(setup), setup, ask, env).take(item)
 
-    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
-        task = env.task
-        if task is not None:
-            status, result = env.task_outcome or ("failed", ending.reason or ending.status)
-            finish_task(setup, env, task, status, result)
-        return (ending.text or ending.reason or ending.status)[:300]
+    def failure_key(self, item: Proposal) -> str:
+        return f"{item.id}:{item.round}:{item.phase}"
 
-
-def _after_failure(setup: Setup, commons: Consensus, steps: _Steps, d: Proposal,
-                   why: str) -> Proposal | None:
-    """Count a failed step; at the MAX_ATTEMPTS-th failure take the fallback so that a
-    proposal never waits forever on a model that cannot do it (and never pays forever):
-    a proposer withdraws, a reviewer hands over to a human, an outcome check falls back
-    to the mechanical checks, a record is written without learnings. None: try again
-    at the next wake."""
-    key = f"{d.id}:{d.round}:{d.phase}"
-    failures = dict(setup.marks.get(FAILURES, {}))
-    failures[key] = int(failures.get(key, 0)) + 1
-    setup.marks[FAILURES] = failures
-    state.mark(setup.home, FAILURES, failures)
-    if failures[key] < MAX_ATTEMPTS:
+    def fallback(self, setup: Setup, item: Proposal, why: str) -> Proposal | None:
+        """A proposer withdraws, a reviewer hands over to a human, an outcome check falls
+        back to the mechanical checks, a record is written without learnings."""
+        commons, me = _consensus(setup), setup.home.name
+        if item.phase in ("propose", "revise", "verify", "integrate"):
+            return commons.give_up(item.id, me, why)
+        if item.phase == "check":
+            mechanical = commons.world.check(item.revisions[-1].get("actions", []))
+            return commons.check(item.id, me, {
+                "outcomes_verified": bool(mechanical) and all(c["met"] for c in mechanical),
+                "rationale": f"model unavailable ({why}); mechanical checks only"})
+        if item.phase == "record":
+            return commons.record(item.id, me, {"key_learnings": []})
         return None
-    note = f"failed {failures[key]} times; last: {why}"
-    if d.phase in ("propose", "revise", "verify", "integrate"):
-        return commons.give_up(d.id, steps.me, note)
-    if d.phase == "check":
-        mechanical = commons.world.check(d.revisions[-1].get("actions", []))
-        return commons.check(d.id, steps.me, {
-            "outcomes_verified": bool(mechanical) and all(c["met"] for c in mechanical),
-            "rationale": f"model unavailable ({note}); mechanical checks only"})
-    if d.phase == "record":
-        return commons.record(d.id, steps.me, {"key_learnings": []})
-    return None
+
+    def step_data(self, item: Proposal, after: Proposal) -> dict[str, Any]:
+        return {"proposal": item.id, "step": item.phase, "next": after.phase,
+                "owed_by": after.owed_by, "stakes": after.stakes, "flags": after.flags,
+                "summary": f"{item.phase} -> {after.phase}"}
+
+    def rings(self, setup: Setup, after: Proposal) -> list[tuple[str, str]]:
+        return [(after.owed_by, f"{after.phase} of {after.id}")] if after.owed_by else []
+
+    def from_task(self, setup: Setup, env: ToolEnv) -> str:
+        task = env.task
+        assert task is not None  # noqa: S101 - begin() claimed it
+        return _take_task(setup, task.text, task.meta, task.id)
+
+    def gate_parts(self, owed: list[Proposal], task_id: str | None, notices: int) -> list[str]:
+        return ([f"{len(owed)} proposal steps owed"] if owed else []) + \
+            ([f"consensus task {task_id}"] if task_id else []) + \
+            ([f"{notices} requester notices"] if notices else [])
+
+    def notices_due(self, setup: Setup) -> int:
+        return len(_notices_due(_consensus(setup), setup.home.name,
+                                setup.marks.get(MAILED, {})))
+
+    def send_notices(self, setup: Setup, env: ToolEnv) -> None:
+        _send_notices(setup, env, _consensus(setup), setup.home.name)
 
 
-def _log(env: ToolEnv, event: str, **data: Any) -> None:
-    if env.log is not None:
-        env.log.event(event, **data)
+def _consensus(setup: Setup) -> Consensus:
+    return civilization.commons(setup.templates).consensus
 
 
 _DECISION = re.compile(r"^\s*(approve|reject)\b\s*(prop-[0-9T]+-[0-9a-f]{4})?\s*(.*)$",
@@ -235,9 +112,9 @@ _DECISION = re.compile(r"^\s*(approve|reject)\b\s*(prop-[0-9T]+-[0-9a-f]{4})?\s*
 _PID = re.compile(r"prop-[0-9T]+-[0-9a-f]{4}")
 
 
-def _take_task(commons: Consensus, me: str, text: str, meta: dict[str, Any],
-               task_id: str) -> str:
+def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> str:
     """A consensus task: an operator's mail decision on a proposal, or work to propose."""
+    commons, me = _consensus(setup), setup.home.name
     body = text.split("\n\n", 1)[1] if text.startswith("Mail from") else text
     decision = _DECISION.search(body.split("\n>", 1)[0])
     pid_in_subject = _PID.search(str(meta.get("subject", "")))
@@ -250,7 +127,9 @@ def _take_task(commons: Consensus, me: str, text: str, meta: dict[str, Any],
                                      message_id=str(meta.get("message_id", "")))
         except SharedError as exc:
             return f"could not record {operator}'s decision on {pid}: {exc}"
-        _ring(d, me)
+        if d.owed_by != me:
+            civilization.commons(setup.templates).ring(d.owed_by, "CONSENSUS",
+                                                       f"{d.phase} of {d.id}", sender=me)
         return f"recorded {operator}'s {decision.group(1).lower()} of {pid}; it is now at {d.phase}"
     d = commons.request(text, me, me, source={"task": task_id, **{
         k: meta[k] for k in ("from", "subject", "message_id", "references") if k in meta}})
@@ -259,33 +138,15 @@ def _take_task(commons: Consensus, me: str, text: str, meta: dict[str, Any],
             " I will write again when it is decided.")
 
 
-def _ring(d: Proposal, me: str) -> None:
-    who = d.owed_by
-    if who in ("", "operator", me):
-        return
-    try:
-        doorbell.ring(paths.home(who).doorbell, "CONSENSUS", f"{d.phase} of {d.id}", sender=me)
-    except OSError as exc:  # the proposal waits for its slot wake instead
-        log.warning("could not ring %s for %s: %s", who, d.id, exc)
-
-
 def _notices_due(commons: Consensus, me: str, mailed: dict[str, str]) -> list[Proposal]:
     """Proposals I requested from mail whose requester has not heard of their state."""
     due = []
-    for state_dir in ("pending", "approved", "rejected"):
-        for pid in commons.ids(state_dir):
-            if pid in mailed and mailed[pid] == "done":
-                continue
-            view = commons.dir / state_dir / f"{pid}.json"
-            try:
-                data = json.loads(view.read_bytes())
-            except (OSError, ValueError):
-                continue
-            source = data.get("source") or {}
-            if data.get("proposer") != me or not source.get("from"):
-                continue
-            if data.get("phase") in ("human", "done") and mailed.get(pid) != data.get("phase"):
-                due.append(commons.load(pid))
+    for data in commons.views():
+        pid, source = str(data.get("id")), data.get("source") or {}
+        if mailed.get(pid) == "done" or data.get("proposer") != me or not source.get("from"):
+            continue
+        if data.get("phase") in ("human", "done") and mailed.get(pid) != data.get("phase"):
+            due.append(commons.load(pid))
     return due
 
 
@@ -314,7 +175,7 @@ def _send_notices(setup: Setup, env: ToolEnv, commons: Consensus, me: str) -> No
                           in_reply_to=str(src.get("message_id", "")))
         except MailError as exc:
             note = f"not sent: {exc}"
-        _log(env, "consensus_notice", proposal=d.id, phase=d.phase, to=src.get("from"),
+        env.event("consensus_notice", proposal=d.id, phase=d.phase, to=src.get("from"),
              note=note)
         mailed[d.id] = d.phase
     state.mark(setup.home, MAILED, mailed)
@@ -358,7 +219,9 @@ class _Steps:
                                recent_episodes_json=self._episodes(d),
                                task_description=d.request.get("task", ""),
                                discussion_json=_dump(discussion) if discussion else "(none yet)")
-        data = self.ask(self._prompt("executor", d, text), proposal_schema(self.values),
+        data = self.ask(self._prompt("executor", d, text),
+                        self.tpl.schema("consensus_proposal", values=self.values,
+                                        action_tools=list(stakes.ACTION_TOOLS)),
                         f"consensus_{d.phase}", max_tokens=1200)
         return self.c.propose(d.id, self.me, data)
 
@@ -376,7 +239,9 @@ class _Steps:
                                        for r in range(1, d.round)]}
         text = self.tpl.prompt("verifier", weights_json=self._weights(),
                                proposal_json=_dump(view), recent_episodes_json=self._episodes(d))
-        data = self.ask(self._prompt("verifier", d, text), verify_schema(self.values),
+        data = self.ask(self._prompt("verifier", d, text),
+                        self.tpl.schema("consensus_verify", values=self.values,
+                                        decisions=list(VERIFY_DECISIONS)),
                         "consensus_verify", max_tokens=700)
         return self.c.verify(d.id, self.me, data)
 
@@ -393,7 +258,9 @@ class _Steps:
                                consensus_rules_json=_dump(rules), proposal_json=_dump(proposal),
                                verification_json=_dump(d.verifications[d.round]),
                                recent_episodes_json=self._episodes(d))
-        data = self.ask(self._prompt("integrator", d, text), integrate_schema(self.values),
+        data = self.ask(self._prompt("integrator", d, text),
+                        self.tpl.schema("consensus_integrate", values=self.values,
+                                        decisions=list(INTEGRATE_DECISIONS)),
                         "consensus_integrate", max_tokens=700)
         return self.c.integrate(d.id, self.me, data)
 
@@ -407,7 +274,8 @@ class _Steps:
             expected_json=_dump(d.revisions[-1].get("expected_outcomes", [])),
             execution_json=_dump(d.execution),
             mechanical_json=_dump(self.c.world.check(d.revisions[-1].get("actions", []))))
-        data = self.ask(self._prompt("verifier", d, text), CHECK_SCHEMA, "consensus_check",
+        data = self.ask(self._prompt("verifier", d, text), self.tpl.schema("consensus_check"),
+                        "consensus_check",
                         max_tokens=600)
         return self.c.check(d.id, self.me, data)
 
@@ -417,7 +285,9 @@ class _Steps:
                                proposal_json=_dump(render(d)),
                                participants_json=_dump({c: self.c.weights.current(c)
                                                         for c in others}))
-        data = self.ask(self._prompt("integrator", d, text), record_schema(self.values, others),
+        data = self.ask(self._prompt("integrator", d, text),
+                        self.tpl.schema("consensus_record", values=self.values, citizens=others,
+                                        min_step=-MAX_STEP, max_step=MAX_STEP),
                         "consensus_record", max_tokens=600)
         return self.c.record(d.id, self.me, data)
 

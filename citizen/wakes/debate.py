@@ -13,13 +13,11 @@ import json
 import logging
 from typing import Any
 
-from citizen import civilization, paths, state
-from citizen.errors import ProviderError, StructuredOutputError
+from citizen import civilization, state
 from citizen.tools.base import ToolEnv
-from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wakes.base import Ask, Setup
+from citizen.wakes.owed import OwedStepsWake
 from citizen.wakes.stream import volunteers
-from citizen.wakes.task import finish_task
-from shared import doorbell
 from shared.debates import (
     GRADES,
     SIDES,
@@ -37,97 +35,67 @@ MAX_FAILURES = 3  # failed wakes on one turn before the turn passes
 PEERS = 2  # a mailed debate: the citizen it reached and two peers
 FAILURES = "debate_failures"
 MAILED = "debates_mailed"
-_S = {"type": "string", "maxLength": 600}
-_SHORT = {"type": "string", "maxLength": 160}
 
 
-def move_schema(d: Debate, me: str) -> dict[str, Any]:
-    others = [p for p in d.participants if p != me] or [me]
-    return {
-        "type": "object", "additionalProperties": False, "required": ["move", "content"],
-        "properties": {
-            "move": {"enum": [m for m in d.allowed() if m != "PASS"] or ["PASS"]},
-            "content": _S,
-            "target": {"enum": others},
-            "side": {"enum": list(SIDES)},
-            "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-            "grade": {"enum": list(GRADES)},
-            "question": _SHORT,
-            "falsifier": {"type": "object", "additionalProperties": False,
-                          "required": ["metric", "threshold", "deadline"],
-                          "properties": {"metric": _SHORT, "threshold": _SHORT,
-                                         "deadline": {"type": "string", "maxLength": 10},
-                                         "reasoning": _SHORT}},
-            "top_claim": {"type": "object", "additionalProperties": False,
-                          "required": ["statement", "side"],
-                          "properties": {"statement": _SHORT,
-                                         "side": {"enum": ["YES", "NO", "NUANCED"]},
-                                         "confidence": {"type": "number", "minimum": 0,
-                                                        "maximum": 1}}},
-        },
-    }
-
-
-class DebateWake(WakeType):
+class DebateWake(OwedStepsWake[Debate]):
     name = "DEBATE"
-    loop = False
+    max_steps = 8  # moves one wake may make (several debates can wait at once)
+    max_failures = 3  # failed wakes on one turn before the turn passes
+    failures_mark = "debate_failures"  # "did:seq" -> failed attempts
+    event = "debate_move"
+    idle = "no debate move is owed by me and no debate task waits"
 
-    def gate(self, setup: Setup) -> Gate:
-        me = setup.home.name
-        task_id = setup.tasks.next_of("DEBATE")
-        debates = civilization.debates()
-        owed = [d.id for d in debates.owed(me)]
-        notices = _notices_due(debates, me, setup.marks.get(MAILED, []))
-        if not (owed or task_id or notices):
-            return Gate(False, "no debate move is owed by me and no debate task waits")
-        parts = [f"my move in {', '.join(owed)}"] if owed else []
-        parts += [f"debate task {task_id}"] if task_id else []
-        parts += [f"{len(notices)} cruxes to mail"] if notices else []
-        return Gate(True, "; ".join(parts), {"task_id": task_id})
+    def owed(self, setup: Setup) -> list[Debate]:
+        return _debates(setup).owed(setup.home.name)
 
-    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
-        if gate.data.get("task_id"):
-            env.task = setup.tasks.claim(gate.data["task_id"])
-        return "make the debate moves I owe"
+    def thread_id(self, item: Debate) -> str:
+        return item.id
 
-    def act(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask) -> Ending:
-        me = setup.home.name
-        debates = civilization.debates()
-        done: list[str] = []
-        if env.task is not None:
-            env.task_outcome = ("done", _start_from_task(debates, setup, env))
-            done.append(env.task_outcome[1])
-        for _ in range(MAX_MOVES):
-            owed = debates.owed(me)
-            if not owed:
-                break
-            d = owed[0]
-            try:
-                after, kind = _one_move(setup, ask, debates, d, me)
-            except (ProviderError, StructuredOutputError) as exc:
-                _log(env, "debate_move_failed", debate=d.id, reason=str(exc)[:500])
-                if not _count_failure(setup, d):
-                    return Ending("provider_error", f"move in {d.id}: {exc}", "; ".join(done))
-                after, kind = debates.move(d.id, me, {"move": "PASS", "content":
-                                                       f"no move: {str(exc)[:200]}"}), "PASS"
-            done.append(f"{kind} in {d.id} ({after.stage})")
-            _log(env, "debate_move", debate=d.id, move=kind, stage=after.stage,
-                 next=after.owed_by())
-            _ring(after, me)
-            if not after.active:  # the starter mails the crux to whoever asked for it
-                _ring_starter(debates, after, me)
-        _send_notices(setup, env, debates, me)
-        return Ending("end_turn", text="; ".join(done) or "no move was owed any more")
+    def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Debate) -> Debate:
+        return _one_move(setup, ask, _debates(setup), item, setup.home.name)
 
-    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
-        if env.task is not None:
-            status, result = env.task_outcome or ("failed", ending.reason or ending.status)
-            finish_task(setup, env, env.task, status, result)
-        return (ending.text or ending.reason or ending.status)[:300]
+    def failure_key(self, item: Debate) -> str:
+        return f"{item.id}:{item.seq}"
+
+    def fallback(self, setup: Setup, item: Debate, why: str) -> Debate:
+        """The turn passes: a debate never waits on a participant that cannot move."""
+        return _debates(setup).move(item.id, setup.home.name,
+                                    {"move": "PASS", "content": f"no move: {why[:200]}"})
+
+    def step_data(self, item: Debate, after: Debate) -> dict[str, Any]:
+        move = next((str(m["move"]) for m in reversed(after.messages)
+                     if m["author"] != "moderator"), "")
+        return {"debate": item.id, "move": move, "stage": after.stage,
+                "next": after.owed_by(), "summary": f"{move} ({after.stage})"}
+
+    def rings(self, setup: Setup, after: Debate) -> list[tuple[str, str]]:
+        out = [(after.owed_by(), f"move in {after.id}")] if after.owed_by() else []
+        if not after.active:  # the starter mails the crux to whoever asked for it
+            starter = str(_debates(setup).thread(after.id).get("started_by", ""))
+            out.append((starter, f"{after.id} ended"))
+        return out
+
+    def from_task(self, setup: Setup, env: ToolEnv) -> str:
+        return _start_from_task(_debates(setup), setup, env)
+
+    def gate_parts(self, owed: list[Debate], task_id: str | None, notices: int) -> list[str]:
+        return ([f"my move in {', '.join(d.id for d in owed)}"] if owed else []) + \
+            ([f"debate task {task_id}"] if task_id else []) + \
+            ([f"{notices} cruxes to mail"] if notices else [])
+
+    def notices_due(self, setup: Setup) -> int:
+        return len(_notices_due(_debates(setup), setup.home.name,
+                                setup.marks.get(MAILED, [])))
+
+    def send_notices(self, setup: Setup, env: ToolEnv) -> None:
+        _send_notices(setup, env, _debates(setup), setup.home.name)
 
 
-def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate,
-              me: str) -> tuple[Debate, str]:
+def _debates(setup: Setup) -> Debates:
+    return civilization.commons(setup.templates).debates
+
+
+def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> Debate:
     """One structured call for the move; a refused move is retried once with the reason,
     then the turn passes."""
     persona = debates.thread(d.id).get("personas", {}).get(me, "")
@@ -142,32 +110,20 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate,
                                            instructions=prompt)
         calls, spent = ask.meter.calls, ask.meter.spent
         tokens = ask.meter.tokens_in + ask.meter.tokens_out
-        move = ask(text, move_schema(d, me), f"debate_{d.stage.lower()}", max_tokens=700)
+        others = [p for p in d.participants if p != me] or [me]
+        schema = setup.templates.schema(
+            "debate_move", moves=[m for m in d.allowed() if m != "PASS"] or ["PASS"],
+            others=others, sides=list(SIDES), grades=list(GRADES))
+        move = ask(text, schema, f"debate_{d.stage.lower()}", max_tokens=700)
         move["cost"] = {"calls": ask.meter.calls - calls,
                         "usd": round(ask.meter.spent - spent, 6),
                         "tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens}
         try:
-            return debates.move(d.id, me, move), str(move.get("move"))
+            return debates.move(d.id, me, move)
         except IllegalMove as exc:
             reason = exc.reason
             d = debates.load(d.id)
-    return debates.move(d.id, me, {"move": "PASS",
-                                   "content": f"refused twice: {reason}"[:600]}), "PASS"
-
-
-def _count_failure(setup: Setup, d: Debate) -> bool:
-    """Count a failed turn; True once the turn should pass."""
-    key = f"{d.id}:{d.seq}"
-    failures = dict(setup.marks.get(FAILURES, {}))
-    failures[key] = int(failures.get(key, 0)) + 1
-    setup.marks[FAILURES] = failures
-    state.mark(setup.home, FAILURES, failures)
-    return int(failures[key]) >= MAX_FAILURES
-
-
-def _log(env: ToolEnv, event: str, **data: Any) -> None:
-    if env.log is not None:
-        env.log.event(event, **data)
+    return debates.move(d.id, me, {"move": "PASS", "content": f"refused twice: {reason}"[:600]})
 
 
 def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
@@ -190,7 +146,9 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
                                   if k in task.meta})
     except SharedError as exc:
         return f"could not start a debate: {exc}"
-    _ring(d, me)
+    if d.owed_by() != me:
+        civilization.commons(setup.templates).ring(d.owed_by(), "DEBATE", f"move in {d.id}",
+                                                   sender=me)
     return (f"debate {d.id} started among {', '.join(d.participants)} on: {topic}. "
             "The crux and the transcript will follow by mail.")
 
@@ -217,25 +175,6 @@ def _budgets(setup: Setup) -> dict[str, tuple[int, int]] | None:
     return {**scaled_budgets(3), **mine}
 
 
-def _ring(d: Debate, me: str) -> None:
-    who = d.owed_by()
-    if who in ("", me):
-        return
-    try:
-        doorbell.ring(paths.home(who).doorbell, "DEBATE", f"move in {d.id}", sender=me)
-    except OSError as exc:  # the debate waits for that citizen's slot wake instead
-        log.warning("could not ring %s for %s: %s", who, d.id, exc)
-
-
-def _ring_starter(debates: Debates, d: Debate, me: str) -> None:
-    starter = str(debates.thread(d.id).get("started_by", ""))
-    if starter != me and starter in debates.citizens:
-        try:
-            doorbell.ring(paths.home(starter).doorbell, "DEBATE", f"{d.id} ended", sender=me)
-        except OSError as exc:
-            log.warning("could not ring %s for %s: %s", starter, d.id, exc)
-
-
 def _notices_due(debates: Debates, me: str, mailed: list[str]) -> list[str]:
     due = []
     for did in debates.ids():
@@ -257,7 +196,7 @@ def _send_notices(setup: Setup, env: ToolEnv, debates: Debates, me: str) -> None
 
     for did in due:
         t, crux = debates.thread(did), debates.result(did) or {}
-        transcript = (debates.dir / did / "transcript.md").read_text(encoding="utf-8")
+        transcript = debates.transcript(did)
         body = (f"The debate on '{t['topic']}' has ended.\n\nCrux "
                 f"({'validated' if crux.get('validated') else 'not validated'}):\n"
                 f"{json.dumps(crux, indent=1, ensure_ascii=False)}\n\n{transcript}")
@@ -268,6 +207,6 @@ def _send_notices(setup: Setup, env: ToolEnv, debates: Debates, me: str) -> None
                           in_reply_to=str(src.get("message_id", "")))
         except MailError as exc:
             note = f"not sent: {exc}"
-        _log(env, "debate_notice", debate=did, to=src.get("from"), note=note)
+        env.event("debate_notice", debate=did, to=src.get("from"), note=note)
         mailed.append(did)
     state.mark(setup.home, MAILED, mailed)

@@ -15,7 +15,6 @@ from email.message import EmailMessage
 from citizen import civilization, paths, wakelog
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import WORK_WAKES, Gate, Setup, WakeType
-from shared import doorbell
 from shared.monitor import (
     Finding,
     check_heartbeat,
@@ -55,7 +54,8 @@ class PeerMonitorWake(WakeType):
         me = setup.home.name
         shared = paths.shared_dir()
         file_findings(shared, peer, me, findings)
-        doorbell.ring(paths.home(peer).doorbell, "REFLECT", f"peer report from {me}", sender=me)
+        civilization.commons(setup.templates).ring(peer, "REFLECT", f"peer report from {me}",
+                                                   sender=me)
         summary = "; ".join(f"{f.kind}: {f.detail}" for f in findings)
         env.contexts["peer_monitor"].add(f"{peer}: {summary}")
         if recent_reports(shared, peer) >= OPERATOR_THRESHOLD:

@@ -2,20 +2,19 @@
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import Any
 
 from citizen import paths, state
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import WORK_WAKES, Ending, Gate, Setup, WakeType
-from shared.atomic import read_json
+from shared.monitor import reports_about
 
 MARK = "reflected_through_wake"
 SEEN = "peer_reports_seen"
 
 
-def _reports_about(setup: Setup) -> list[Path]:
-    directory = paths.shared_dir() / "monitor" / "findings" / setup.home.name
-    return sorted(directory.glob("*.json")) if directory.is_dir() else []
+def _reports_about(setup: Setup) -> list[dict[str, Any]]:
+    return reports_about(paths.shared_dir(), setup.home.name)
 
 
 class ReflectWake(WakeType):
@@ -33,8 +32,7 @@ class ReflectWake(WakeType):
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         text = setup.templates.wake_prompt(self.name)
-        for path in gate.data["reports"]:
-            report = read_json(path)
+        for report in gate.data["reports"]:
             text += (f"\n\nA peer, {report['by']}, reported about you: "
                      + "; ".join(f"{f['kind']}: {f['detail']}" for f in report["findings"]))
         return text

@@ -16,13 +16,12 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
-from citizen import civilization, paths
+from citizen import civilization
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Request
 from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
-from shared import doorbell
 from shared.errors import LockTimeout, SharedError
 from shared.streams import (
     HIGH_PRESSURE,
@@ -63,7 +62,7 @@ def pending(setup: Setup, streams: Streams, held: dict[str, str]) -> list[str]:
 def _take_up(setup: Setup, task_id: str, note: str) -> None:
     """A held mail task becomes mine to do: queued, and my TASK wake rung."""
     TaskQueue(setup.home.tasks).release(task_id, note)
-    doorbell.ring(setup.home.doorbell, "TASK", f"mail task {task_id}")
+    civilization.commons(setup.templates).ring(setup.home.name, "TASK", f"mail task {task_id}")
 
 
 class StreamWake(WakeType):
@@ -89,16 +88,11 @@ class StreamWake(WakeType):
                 done.append(_take(setup, env, ask, streams, sem=sem, sid=sid,
                                   task_id=held.get(sid)))
             except SharedError as exc:  # another daemon's step raced ours; logged, not fatal
-                _log(env, "stream_refused", stream=sid, reason=str(exc))
+                env.event("stream_refused", stream=sid, reason=str(exc))
                 if sid in held and not streams.exists(sid):  # never lose the mail
                     _take_up(setup, held[sid], f"no stream: {exc}")
                     done.append(f"{sid}: unreadable, took task {held[sid]} myself")
         return Ending("end_turn", text="; ".join(done) or "nothing waited any more")
-
-
-def _log(env: ToolEnv, event: str, **data: Any) -> None:
-    if env.log is not None:
-        env.log.event(event, **data)
 
 
 def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaphore,
@@ -129,12 +123,12 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         if me in decision["granted"]:
             streams.respond(sid, me, "I volunteer")
         streams.record(sid, me, record)
-        _log(env, "stream_volunteer", stream=sid, action=record["action"])
+        env.event("stream_volunteer", stream=sid, action=record["action"])
         return f"{sid}: {record['action']}"
     if me not in decision["granted"]:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
-        _log(env, "stream_silent", stream=sid, exit=decision["exit"])
+        env.event("stream_silent", stream=sid, exit=decision["exit"])
         return f"{sid}: SILENT"
     started, wall = time.monotonic(), time.time()
     calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
@@ -152,7 +146,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         if record["answer_failures"] >= MAX_ANSWER_FAILURES:
             streams.respond(sid, me, f"(no answer: {str(exc)[:200]})", failed=True)
         streams.record(sid, me, record)
-        _log(env, "stream_failed", stream=sid, error=str(exc)[:300],
+        env.event("stream_failed", stream=sid, error=str(exc)[:300],
              attempts=record["answer_failures"])
         return f"{sid}: FAILED ({record['answer_failures']}/{MAX_ANSWER_FAILURES})"
     figures = {"started": wall, "latency_s": round(time.monotonic() - started, 3),
@@ -163,7 +157,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     streams.heat(info["room"], "serviced")
     record.update(action="POSTED", response=reply.text[:4000], **figures)
     streams.record(sid, me, record)
-    _log(env, "stream_posted", stream=sid, **figures)
+    env.event("stream_posted", stream=sid, **figures)
     return f"{sid}: POSTED"
 
 
@@ -186,7 +180,7 @@ def _mail(setup: Setup, env: ToolEnv, streams: Streams, *, sid: str,
                                                 f"({sid}: {decision['exit']})")
         record["action"] = "SILENT"
     streams.record(sid, me, record)
-    _log(env, "stream_mail", stream=sid, action=record["action"], task=task_id)
+    env.event("stream_mail", stream=sid, action=record["action"], task=task_id)
     return f"{sid}: {record['action']}"
 
 
@@ -269,7 +263,7 @@ def volunteers(text: str, *, key: str, by: str, among: list[str], wanted: int) -
                      participants=among, sender=by, source="volunteer", fixed_slots=wanted)
     if streams.decision(s.id) is None:
         for name in s.participants:
-            doorbell.ring(paths.home(name).doorbell, "STREAM", f"volunteers {s.id}", sender=by)
+            civilization.commons().ring(name, "STREAM", f"volunteers {s.id}", sender=by)
     decision = streams.wait_decision(s.id, by, timeout_s=s.settings.intention_window_ms
                                      / 1000 + 5, every_s=0.2)
     return sorted(decision["granted"])
@@ -284,6 +278,5 @@ def say(text: str, *, room: str = "general", to: list[str] | None = None,
                      pressure=streams.semaphore().pressure())
     streams.heat(room, "human")
     for name in s.participants:
-        home = paths.home(name)
-        doorbell.ring(home.doorbell, "STREAM", f"message {s.id}", sender=sender)
+        civilization.commons().ring(name, "STREAM", f"message {s.id}", sender=sender)
     return s.id

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import os
 import pwd
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -379,6 +379,15 @@ class Consensus:
             make_dirs(target.parent, self.shared, DIR_MODE)
             write_json(target, view, mode=VIEW_MODE)
         return d
+
+    def views(self) -> Iterator[dict[str, Any]]:
+        """Every proposal's readable view, by state (unreadable ones skipped, logged)."""
+        for state in STATES:
+            for pid in self.ids(state):
+                try:
+                    yield read_json(self.dir / state / f"{pid}.json")
+                except (OSError, CorruptFile) as exc:  # moved meanwhile, or half-written
+                    log.warning("view of %s: %s", pid, exc)
 
     def view_locations(self, pid: str) -> list[str]:
         return [s for s in STATES if (self.dir / s / f"{pid}.json").exists()]
