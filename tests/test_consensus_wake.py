@@ -80,9 +80,9 @@ def test_a_step_that_keeps_failing_falls_back_and_stops_costing(civ: Path) -> No
     c.propose(pid, "opus", proposal())
     verifier = c.load(pid).roles["verifier"]
     broken = ScriptedProvider(default=lambda request: say("not json at all"))
-    for attempt in range(1, ConsensusWake.max_failures + 1):
+    for attempt in range(1, ConsensusWake.spec.max_failures + 1):
         result = run_wake(verifier, wake_type="CONSENSUS", provider=lambda c, s: broken)
-        assert result.status == ("provider_error" if attempt < ConsensusWake.max_failures
+        assert result.status == ("provider_error" if attempt < ConsensusWake.spec.max_failures
                                  else "ok")
     d = commons().load(pid)
     assert d.phase == "human" and f"{verifier} could not verify" in d.why

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import json_option, operator, ring_as_operator
+from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
 from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
@@ -48,15 +48,11 @@ def proposals(pending: bool, human: bool, as_json: bool) -> None:
                          "goal": render(d)["goal"] or d.request.get("task", "")[:60],
                          "why": d.why})
     rows.sort(key=lambda r: r["id"])
-    if as_json:
-        click.echo(json.dumps(rows))
-        return
-    for r in rows:
-        click.echo(f"{r['id']}  {r['state']:<8} {r['phase']:<9} {r['stakes']:<6} "
-                   f"round {r['round']}  owed by {r['owed_by'] or '-':<8} {r['goal'][:50]!r}"
-                   + (f"  [{r['flags']} red flags]" if r["flags"] else ""))
-    if not rows:
-        click.echo("no proposals" + (" waiting for a human" if human else ""))
+    echo_rows(rows, as_json, lambda r: (
+        f"{r['id']}  {r['state']:<8} {r['phase']:<9} {r['stakes']:<6} round {r['round']}  "
+        f"owed by {r['owed_by'] or '-':<8} {r['goal'][:50]!r}"
+        + (f"  [{r['flags']} red flags]" if r["flags"] else "")),
+        "no proposals" + (" waiting for a human" if human else ""))
 
 
 @click.group("proposal")

@@ -9,7 +9,7 @@ import time
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import json_option, operator, ring_as_operator
+from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
 from shared import clock
 from shared.debates import BUDGETS, Debate, Debates
 
@@ -37,15 +37,10 @@ def debates_cmd(as_json: bool) -> None:
     """List debates: stage, whose move, moves, calls, cost."""
     debates = civilization.debates()
     rows = [summary(debates, debates.load(did)) for did in debates.ids()]
-    if as_json:
-        click.echo(json.dumps(rows))
-        return
-    for r in rows:
-        click.echo(f"{r['id']}  {r['stage']:<9} next {r['owed_by'] or '-':<6} {r['moves']:>3} "
-                   f"moves {r['calls']:>3} calls ${r['cost_usd']:.4f} {r['seconds']:>6} s  "
-                   f"{str(r['topic'])[:50]!r}")
-    if not rows:
-        click.echo("no debates")
+    echo_rows(rows, as_json, lambda r: (
+        f"{r['id']}  {r['stage']:<9} next {r['owed_by'] or '-':<6} {r['moves']:>3} moves "
+        f"{r['calls']:>3} calls ${r['cost_usd']:.4f} {r['seconds']:>6} s  "
+        f"{str(r['topic'])[:50]!r}"), "no debates")
 
 
 @click.group("debate")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -58,3 +59,15 @@ def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
     if not civilization.commons().ring(name, wake_type, reason, sender="operator", owner=owner):
         raise click.ClickException(f"could not ring {name}'s doorbell (see the log above); "
                                    "its next scheduled wake takes the work")
+
+
+def echo_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[str, Any]], str],
+              empty: str) -> None:
+    """A listing: the rows as JSON with --json, else one line each (or `empty`)."""
+    if as_json:
+        click.echo(json.dumps(rows))
+        return
+    for r in rows:
+        click.echo(line(r))
+    if not rows:
+        click.echo(empty)

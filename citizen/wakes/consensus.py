@@ -20,7 +20,7 @@ from citizen import civilization, state
 from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
 from citizen.wakes.base import Ask, Setup
-from citizen.wakes.owed import OwedStepsWake
+from citizen.wakes.owed import OwedStepsWake, Spec
 from shared.consensus import (
     INTEGRATE_DECISIONS,
     VERIFY_DECISIONS,
@@ -44,17 +44,14 @@ def _dump(data: Any) -> str:
 
 class ConsensusWake(OwedStepsWake[Proposal]):
     name = "CONSENSUS"
-    max_steps = 12  # several proposals can be owed at once
-    max_failures = 3  # failed attempts at one step before its fallback
-    failures_mark = "consensus_failures"  # "pid:round:phase" -> failed attempts
-    event = "consensus_step"
-    idle = "no proposal step is owed by me and no consensus task waits"
+    # 12 steps a wake (several proposals can be owed at once); the fallback at the third
+    # failure of a step ("pid:round:phase").
+    spec = Spec(12, 3, "consensus_failures", "consensus_step",
+                "no proposal step is owed by me and no consensus task waits",
+                "requester notices")
 
-    def owed(self, setup: Setup) -> list[Proposal]:
-        return _consensus(setup).owed(setup.home.name)
-
-    def thread_id(self, item: Proposal) -> str:
-        return item.id
+    def store(self, setup: Setup) -> Consensus:
+        return _consensus(setup)
 
     def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Proposal) -> Proposal:
         return _Steps(_consensus(setup), setup, ask, env).take(item)
@@ -90,10 +87,8 @@ class ConsensusWake(OwedStepsWake[Proposal]):
         assert task is not None  # noqa: S101 - begin() claimed it
         return _take_task(setup, task.text, task.meta, task.id)
 
-    def gate_parts(self, owed: list[Proposal], task_id: str | None, notices: int) -> list[str]:
-        return ([f"{len(owed)} proposal steps owed"] if owed else []) + \
-            ([f"consensus task {task_id}"] if task_id else []) + \
-            ([f"{notices} requester notices"] if notices else [])
+    def owed_text(self, owed: list[Proposal]) -> str:
+        return f"{len(owed)} proposal steps owed"
 
     def notices_due(self, setup: Setup) -> int:
         return len(_notices_due(_consensus(setup), setup.home.name,

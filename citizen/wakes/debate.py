@@ -16,7 +16,7 @@ from typing import Any
 from citizen import civilization, state
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Setup
-from citizen.wakes.owed import OwedStepsWake
+from citizen.wakes.owed import OwedStepsWake, Spec
 from citizen.wakes.stream import volunteers
 from shared.debates import (
     GRADES,
@@ -39,17 +39,14 @@ MAILED = "debates_mailed"
 
 class DebateWake(OwedStepsWake[Debate]):
     name = "DEBATE"
-    max_steps = 8  # moves one wake may make (several debates can wait at once)
-    max_failures = 3  # failed wakes on one turn before the turn passes
-    failures_mark = "debate_failures"  # "did:seq" -> failed attempts
-    event = "debate_move"
-    idle = "no debate move is owed by me and no debate task waits"
+    # Up to 8 moves a wake; a turn ("did:seq") that failed three times passes.
+    spec = Spec(max_steps=8, max_failures=3, failures_mark="debate_failures",
+                event="debate_move",
+                idle="no debate move is owed by me and no debate task waits",
+                notices="cruxes to mail")
 
-    def owed(self, setup: Setup) -> list[Debate]:
-        return _debates(setup).owed(setup.home.name)
-
-    def thread_id(self, item: Debate) -> str:
-        return item.id
+    def store(self, setup: Setup) -> Debates:
+        return _debates(setup)
 
     def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Debate) -> Debate:
         return _one_move(setup, ask, _debates(setup), item, setup.home.name)
@@ -78,10 +75,8 @@ class DebateWake(OwedStepsWake[Debate]):
     def from_task(self, setup: Setup, env: ToolEnv) -> str:
         return _start_from_task(_debates(setup), setup, env)
 
-    def gate_parts(self, owed: list[Debate], task_id: str | None, notices: int) -> list[str]:
-        return ([f"my move in {', '.join(d.id for d in owed)}"] if owed else []) + \
-            ([f"debate task {task_id}"] if task_id else []) + \
-            ([f"{notices} cruxes to mail"] if notices else [])
+    def owed_text(self, owed: list[Debate]) -> str:
+        return f"my move in {', '.join(d.id for d in owed)}"
 
     def notices_due(self, setup: Setup) -> int:
         return len(_notices_due(_debates(setup), setup.home.name,

@@ -13,7 +13,8 @@ speed; at the end, requesters are mailed what they asked to hear.
 from __future__ import annotations
 
 from abc import abstractmethod
-from typing import Any, ClassVar, Generic, TypeVar
+from dataclasses import dataclass
+from typing import Any, ClassVar, Generic, Protocol, TypeVar
 
 from citizen import civilization, state
 from citizen.errors import ProviderError, StructuredOutputError
@@ -22,27 +23,46 @@ from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
 from citizen.wakes.task import finish_task
 from shared.errors import SharedError
 
-T = TypeVar("T")  # a thread's derived state (a Proposal, a Debate)
+
+class Thread(Protocol):
+    """A thread's derived state (a Proposal, a Debate): all the wake needs is its id."""
+
+    @property
+    def id(self) -> str: ...
+
+
+T = TypeVar("T", bound=Thread)
+
+
+class Store(Protocol[T]):
+    """A protocol's threads in the commons (Consensus, Debates)."""
+
+    def owed(self, citizen: str) -> list[T]: ...
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The numbers and names of one owed-steps wake."""
+
+    max_steps: int  # steps one wake may take (several threads can wait at once)
+    max_failures: int  # failures of one step before its fallback
+    failures_mark: str  # the mark counting failures per step
+    event: str  # the wake-log event of a step ("consensus_step", "debate_move")
+    idle: str  # the gate's reason when nothing is owed
+    notices: str  # what a requester is mailed ("requester notices", "cruxes to mail")
 
 
 class OwedStepsWake(WakeType, Generic[T]):
     """A wake that takes the steps owed in one protocol's threads (see the module doc)."""
 
     loop = False
-    max_steps: ClassVar[int]  # steps one wake may take (several threads can wait at once)
-    max_failures: ClassVar[int]  # failures of one step before its fallback
-    failures_mark: ClassVar[str]  # the mark counting failures per thread and turn
-    event: ClassVar[str]  # the wake-log event of a step ("consensus_step", "debate_move")
-    idle: ClassVar[str]  # the gate's reason when nothing is owed
+    spec: ClassVar[Spec]
 
     # ------------------------------------------------------------ hooks
 
     @abstractmethod
-    def owed(self, setup: Setup) -> list[T]:
-        """The threads whose next step is this citizen's, the one to take first first."""
-
-    @abstractmethod
-    def thread_id(self, item: T) -> str: ...
+    def store(self, setup: Setup) -> Store[T]:
+        """Where this wake's threads live."""
 
     @abstractmethod
     def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: T) -> T:
@@ -69,7 +89,8 @@ class OwedStepsWake(WakeType, Generic[T]):
         """Act on the claimed task (open a thread, record a decision); returns its result."""
 
     @abstractmethod
-    def gate_parts(self, owed: list[T], task_id: str | None, notices: int) -> list[str]: ...
+    def owed_text(self, owed: list[T]) -> str:
+        """The gate's reason for the steps owed ("2 proposal steps owed")."""
 
     def notices_due(self, setup: Setup) -> int:
         """How many requesters are owed a mail now."""
@@ -82,12 +103,14 @@ class OwedStepsWake(WakeType, Generic[T]):
 
     def gate(self, setup: Setup) -> Gate:
         task_id = setup.tasks.next_of(self.name)
-        owed = self.owed(setup)
+        owed = self.store(setup).owed(setup.home.name)
         notices = self.notices_due(setup)
         if not (owed or task_id or notices):
-            return Gate(False, self.idle)
-        return Gate(True, "; ".join(self.gate_parts(owed, task_id, notices)),
-                    {"task_id": task_id})
+            return Gate(False, self.spec.idle)
+        parts = [self.owed_text(owed)] if owed else []
+        parts += [f"{self.name.lower()} task {task_id}"] if task_id else []
+        parts += [f"{notices} {self.spec.notices}"] if notices else []
+        return Gate(True, "; ".join(parts), {"task_id": task_id})
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         if gate.data.get("task_id"):
@@ -100,27 +123,28 @@ class OwedStepsWake(WakeType, Generic[T]):
         if env.task is not None:
             env.task_outcome = ("done", self.from_task(setup, env))
             done.append(env.task_outcome[1])
-        for _ in range(self.max_steps):
-            owed = self.owed(setup)
+        spec = self.spec
+        for _ in range(spec.max_steps):
+            owed = self.store(setup).owed(me)
             if not owed:
                 break
             item = owed[0]
-            tid = self.thread_id(item)
+            tid = item.id
             try:
                 after = self.take(setup, env, ask, item)
             except (ProviderError, StructuredOutputError, SharedError) as exc:
                 # the model failed, its answer broke the schema, or a rule refused it
                 why = f"{tid}: {type(exc).__name__}: {exc}"[:500]
-                env.event(f"{self.event}_failed", thread=tid, reason=why)
+                env.event(f"{spec.event}_failed", thread=tid, reason=why)
                 fallback = self._after_failure(setup, item, why)
                 if fallback is None:
                     status = "end_turn" if isinstance(exc, SharedError) else "provider_error"
                     return Ending(status, why, "; ".join(done))
                 after = fallback
-                env.event(f"{self.event}_fallback", thread=tid)
+                env.event(f"{spec.event}_fallback", thread=tid)
             data = self.step_data(item, after)
             done.append(f"{tid}: {data.get('summary', '')}")
-            env.event(self.event, thread=tid, **data)
+            env.event(spec.event, thread=tid, **data)
             commons = civilization.commons(setup.templates)
             for who, reason in self.rings(setup, after):
                 if who != me:
@@ -137,11 +161,11 @@ class OwedStepsWake(WakeType, Generic[T]):
     def _after_failure(self, setup: Setup, item: T, why: str) -> T | None:
         """Count a failed step; at the max_failures-th, its fallback (None: try again at
         the next wake, or the fallback cannot take this step)."""
-        key = self.failure_key(item)
-        failures = dict(setup.marks.get(self.failures_mark, {}))
+        key, mark = self.failure_key(item), self.spec.failures_mark
+        failures = dict(setup.marks.get(mark, {}))
         failures[key] = int(failures.get(key, 0)) + 1
-        setup.marks[self.failures_mark] = failures
-        state.mark(setup.home, self.failures_mark, failures)
-        if failures[key] < self.max_failures:
+        setup.marks[mark] = failures
+        state.mark(setup.home, mark, failures)
+        if failures[key] < self.spec.max_failures:
             return None
         return self.fallback(setup, item, f"failed {failures[key]} times; last: {why}")

@@ -5,24 +5,9 @@ weights they use), what a proposal renders into (`view`), and where proposals li
 with the world repository the executor acts in (`world`), the episodes learned from
 (`episodes`) and the emergence indicators read from them all (`emergence`)."""
 
-from shared.consensus.rules import (
-    APPROVING,
-    INTEGRATE_DECISIONS,
-    MAX_ACTIONS,
-    MAX_ROUNDS,
-    OWNER,
-    ROLES,
-    STATES,
-    VERIFY_DECISIONS,
-    Proposal,
-    Vote,
-    derive,
-    proposal_problem,
-    rotation,
-)
+from shared.consensus import rules
+from shared.consensus.rules import *  # noqa: F403 - the rules' names are the package's
 from shared.consensus.store import Consensus
 from shared.consensus.view import episode_record, render
 
-__all__ = ["APPROVING", "INTEGRATE_DECISIONS", "MAX_ACTIONS", "MAX_ROUNDS", "OWNER", "ROLES",
-           "STATES", "VERIFY_DECISIONS", "Consensus", "Proposal", "Vote", "derive",
-           "episode_record", "proposal_problem", "render", "rotation"]
+__all__ = [*rules.__all__, "Consensus", "episode_record", "render"]  # noqa: PLE0604

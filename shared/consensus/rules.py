@@ -21,6 +21,10 @@ from shared.errors import Invalid
 
 log = logging.getLogger(__name__)
 
+__all__ = ["APPROVING", "INTEGRATE_DECISIONS", "MAX_ACTIONS", "MAX_ROUNDS", "OWNER", "ROLES",
+           "STATES", "VERIFY_DECISIONS", "Proposal", "Vote", "derive", "proposal_problem",
+           "rotation"]
+
 ROLES = ("executor", "verifier", "integrator")
 APPROVING = ("approve", "approve_with_concerns")
 VERIFY_DECISIONS = ("approve", "approve_with_concerns", "reject")

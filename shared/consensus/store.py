@@ -81,7 +81,8 @@ class Consensus:
         # The justification keys of each proposal's revisions, kept while its thread does
         # not change: the gaming check compares a proposal with every other one, and
         # rereading them all on every load made owed() quadratic in the proposals ever made.
-        self._keys: dict[str, tuple[tuple[int, ...], frozenset[str]]] = {}
+        self._keys: dict[str, tuple[int, frozenset[str]]] = {}
+        self._index_in_use: dict[str, list[str]] | None = None  # during one owed() call
 
     # ------------------------------------------------------------ reading
 
@@ -175,31 +176,47 @@ class Consensus:
     def _justifications_elsewhere(self, pid: str) -> dict[str, str]:
         """Each justification key cited by another proposal: the first proposal citing it."""
         seen: dict[str, str] = {}
-        for other in self.ids():
-            if other != pid:
-                for key in sorted(self._justification_keys(other)):
-                    seen.setdefault(key, other)
+        index = self._index_in_use if self._index_in_use is not None else \
+            self._justification_index()
+        for key, pids in index.items():
+            other = next((p for p in pids if p != pid), None)
+            if other is not None:
+                seen[key] = other
         return seen
 
-    def _justification_keys(self, pid: str) -> frozenset[str]:
-        sig = self.threads.signature(pid)
-        cached = self._keys.get(pid)
-        if cached is not None and cached[0] == sig:
-            return cached[1]
-        keys: set[str] = set()
-        for name in self.threads.names(pid, "proposal-*.json"):
+    def _justification_index(self) -> dict[str, list[str]]:
+        """key -> the proposals citing it, oldest first. A proposal's keys are reread only
+        when its thread directory changed (one stat each, not a read of every revision)."""
+        index: dict[str, list[str]] = {}
+        for pid in self.ids():
             try:
-                keys.update(gaming.justification_keys(read_json(self.records_dir / pid / name)))
-            except CorruptFile:
+                mtime = (self.records_dir / pid).stat().st_mtime_ns
+            except FileNotFoundError:
                 continue
-        self._keys[pid] = (sig, frozenset(keys))
-        return self._keys[pid][1]
+            cached = self._keys.get(pid)
+            if cached is None or cached[0] != mtime:
+                keys: set[str] = set()
+                for name in self.threads.names(pid, "proposal-*.json"):
+                    try:
+                        keys.update(gaming.justification_keys(
+                            read_json(self.records_dir / pid / name)))
+                    except CorruptFile:
+                        continue
+                cached = self._keys[pid] = (mtime, frozenset(keys))
+            for key in cached[1]:
+                index.setdefault(key, []).append(pid)
+        return index
 
     def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
         kept while its thread does not change (each step re-derives it before acting)."""
-        ids = self.threads.owed(citizen, self.ids("pending"), lambda p: self.load(p).owed_by)
-        return [self.load(pid) for pid in ids]
+        self._index_in_use = self._justification_index()  # once for all the loads below
+        try:
+            ids = self.threads.owed(citizen, self.ids("pending"),
+                                    lambda p: self.load(p).owed_by)
+            return [self.load(pid) for pid in ids]
+        finally:
+            self._index_in_use = None
 
     # ------------------------------------------------------------ steps
 
@@ -251,20 +268,19 @@ class Consensus:
                            {"phase": d.phase, "why": why[:1000]})
 
     def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Proposal:
+        """The verifier's vote (it never sees the integrator's)."""
         d = self._owe(pid, me, "verify")
-        if vote.get("decision") not in VERIFY_DECISIONS:
-            raise Invalid(f"a verifier decides one of {', '.join(VERIFY_DECISIONS)}")
-        body = _clean(vote, ("decision", "rationale", "concerns", "gaming_check",
-                             "suggestions", "values"))
-        body["deterministic_flags"] = d.flags
-        return self._write(pid, f"verify-{d.round:02d}.json", me, body)
+        body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
+                                                              "suggestions"))
+        return self._write(pid, f"verify-{d.round:02d}.json", me,
+                           {**body, "deterministic_flags": d.flags})
 
     def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:
+        """The integrator's decision, which closes the round (and is logged as an episode
+        decision)."""
         d = self._owe(pid, me, "integrate")
-        if decision.get("decision") not in INTEGRATE_DECISIONS:
-            raise Invalid(f"an integrator decides one of {', '.join(INTEGRATE_DECISIONS)}")
-        body = _clean(decision, ("decision", "rationale", "coherence_check", "compromise",
-                                 "values", "learnings"))
+        body = _vote(decision, "an integrator", INTEGRATE_DECISIONS,
+                     ("coherence_check", "compromise", "learnings"))
         after = self._write(pid, f"integrate-{d.round:02d}.json", me, body)
         self.episodes.decision({"ts": clock.now(), "proposal": pid, "round": d.round,
                                 "stakes": after.stakes, "consensus": after.consensus,
@@ -397,3 +413,10 @@ class Consensus:
 def _clean(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: data[k] for k in keys if k in data}
 
+
+def _vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
+          keys: tuple[str, ...]) -> dict[str, Any]:
+    """A vote's record: its decision (one of `decisions`), rationale, values and `keys`."""
+    if data.get("decision") not in decisions:
+        raise Invalid(f"{who} decides one of {', '.join(decisions)}")
+    return _clean(data, ("decision", "rationale", *keys, "values"))
