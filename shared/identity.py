@@ -12,12 +12,12 @@ import grp
 import pwd
 from pathlib import Path
 
-from shared.errors import SharedError
+from shared.errors import NotAllowed
 
 GROUP = "citizens"
 
 
-class ForgedRecord(SharedError, PermissionError):
+class ForgedRecord(NotAllowed):
     """A record claims an author who does not own its file."""
 
 

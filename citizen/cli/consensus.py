@@ -17,7 +17,8 @@ def _commons() -> Consensus:
     return civilization.consensus(config.templates())
 
 
-def _ring(d: Proposal) -> str:
+def _wake_next(d: Proposal) -> str:
+    """Ring whoever owes the next step (as the operator); says so for the output."""
     who = d.owed_by
     if who in ("", "operator"):
         return ""
@@ -125,7 +126,7 @@ def _echo_ending(d: Proposal) -> None:
 def approve(pid: str, why: str) -> None:
     """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
     d = _commons().decide_human(pid, operator(), "approve", why)
-    click.echo(f"approved {pid}; next: {d.phase}{_ring(d)}")
+    click.echo(f"approved {pid}; next: {d.phase}{_wake_next(d)}")
 
 
 @click.command("reject")
@@ -134,7 +135,7 @@ def approve(pid: str, why: str) -> None:
 def reject(pid: str, why: str) -> None:
     """Reject proposal PID as a human (any time before it runs)."""
     d = _commons().decide_human(pid, operator(), "reject", why)
-    click.echo(f"rejected {pid}; next: {d.phase}{_ring(d)}")
+    click.echo(f"rejected {pid}; next: {d.phase}{_wake_next(d)}")
 
 
 @click.group("consensus")
@@ -154,7 +155,7 @@ def start(executor: str, task: str) -> None:
     """
     d = _commons().request(task, executor, operator(), source={"cli": True})
     click.echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
-               f"{d.roles['integrator']} integrates{_ring(d)}")
+               f"{d.roles['integrator']} integrates{_wake_next(d)}")
 
 
 @consensus.command("report")

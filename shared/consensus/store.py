@@ -32,6 +32,7 @@ from shared import clock
 from shared.atomic import CorruptFile, create_json, make_dirs, read_json, write_json
 from shared.consensus import gaming
 from shared.consensus.episodes import Episodes
+from shared.consensus.justifications import Justifications
 from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
     MAX_ROUNDS,
@@ -78,11 +79,7 @@ class Consensus:
         # One lock for rendering views: a view moves between state directories under it.
         # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
         self.views_lock = self.dir / ".views.lock"
-        # The justification keys of each proposal's revisions, kept while its thread does
-        # not change: the gaming check compares a proposal with every other one, and
-        # rereading them all on every load made owed() quadratic in the proposals ever made.
-        self._keys: dict[str, tuple[int, frozenset[str]]] = {}
-        self._index_in_use: dict[str, list[str]] | None = None  # during one owed() call
+        self.cited = Justifications(self.threads)
 
     # ------------------------------------------------------------ reading
 
@@ -120,7 +117,7 @@ class Consensus:
         derive(d, {c: self.weights.current(c) for c in roles.values()})
         if d.revisions:
             d.flags = gaming.flags(d.revisions[-1], self.framework.base_values,
-                                   self._justifications_elsewhere(pid))
+                                   self.cited.elsewhere(pid))
         return d
 
     def _record(self, path: Path, author: str) -> dict[str, Any] | None:
@@ -173,50 +170,13 @@ class Consensus:
                     continue
         return rec if rec.get("decision") in ("approve", "reject") else None
 
-    def _justifications_elsewhere(self, pid: str) -> dict[str, str]:
-        """Each justification key cited by another proposal: the first proposal citing it."""
-        seen: dict[str, str] = {}
-        index = self._index_in_use if self._index_in_use is not None else \
-            self._justification_index()
-        for key, pids in index.items():
-            other = next((p for p in pids if p != pid), None)
-            if other is not None:
-                seen[key] = other
-        return seen
-
-    def _justification_index(self) -> dict[str, list[str]]:
-        """key -> the proposals citing it, oldest first. A proposal's keys are reread only
-        when its thread directory changed (one stat each, not a read of every revision)."""
-        index: dict[str, list[str]] = {}
-        for pid in self.ids():
-            try:
-                mtime = (self.records_dir / pid).stat().st_mtime_ns
-            except FileNotFoundError:
-                continue
-            cached = self._keys.get(pid)
-            if cached is None or cached[0] != mtime:
-                keys: set[str] = set()
-                for name in self.threads.names(pid, "proposal-*.json"):
-                    try:
-                        keys.update(gaming.justification_keys(
-                            read_json(self.records_dir / pid / name)))
-                    except CorruptFile:
-                        continue
-                cached = self._keys[pid] = (mtime, frozenset(keys))
-            for key in cached[1]:
-                index.setdefault(key, []).append(pid)
-        return index
-
     def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
         kept while its thread does not change (each step re-derives it before acting)."""
-        self._index_in_use = self._justification_index()  # once for all the loads below
-        try:
+        with self.cited.frozen():  # read once for all the loads below
             ids = self.threads.owed(citizen, self.ids("pending"),
                                     lambda p: self.load(p).owed_by)
             return [self.load(pid) for pid in ids]
-        finally:
-            self._index_in_use = None
 
     # ------------------------------------------------------------ steps
 

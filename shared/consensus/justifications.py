@@ -1,0 +1,69 @@
+"""What every proposal cited: the memory behind the gaming check's repetition flag.
+
+The check compares a proposal's value justifications with those of every other
+proposal ever made. Rereading every revision on every load made `owed()` quadratic
+in the proposals a civilization ever made; here each proposal's keys are kept and
+reread only when its thread directory changed (one stat per proposal), and an
+`owed()` call reads the index once for all the proposals it loads.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+
+from shared.atomic import CorruptFile, read_json
+from shared.consensus import gaming
+from shared.threads import Threads
+
+
+class Justifications:
+    """The justification keys of every proposal in `threads`."""
+
+    def __init__(self, threads: Threads) -> None:
+        self.threads = threads
+        self._keys: dict[str, tuple[int, frozenset[str]]] = {}  # pid -> (dir mtime, keys)
+        self._frozen: dict[str, list[str]] | None = None
+
+    def elsewhere(self, pid: str) -> dict[str, str]:
+        """Each key cited by a proposal other than `pid`: the first proposal citing it."""
+        seen: dict[str, str] = {}
+        index = self._frozen if self._frozen is not None else self.index()
+        for key, pids in index.items():
+            other = next((p for p in pids if p != pid), None)
+            if other is not None:
+                seen[key] = other
+        return seen
+
+    def index(self) -> dict[str, list[str]]:
+        """key -> the proposals citing it, oldest first."""
+        out: dict[str, list[str]] = {}
+        for pid in self.threads.ids():
+            try:
+                mtime = self.threads.dir(pid).stat().st_mtime_ns  # a new revision changes it
+            except FileNotFoundError:
+                continue
+            cached = self._keys.get(pid)
+            if cached is None or cached[0] != mtime:
+                cached = self._keys[pid] = (mtime, self._read(pid))
+            for key in cached[1]:
+                out.setdefault(key, []).append(pid)
+        return out
+
+    @contextlib.contextmanager
+    def frozen(self) -> Iterator[None]:
+        """Within: every `elsewhere` uses one index, read on entry."""
+        self._frozen = self.index()
+        try:
+            yield
+        finally:
+            self._frozen = None
+
+    def _read(self, pid: str) -> frozenset[str]:
+        keys: set[str] = set()
+        for name in self.threads.names(pid, "proposal-*.json"):
+            try:
+                keys.update(gaming.justification_keys(read_json(self.threads.dir(pid) / name)))
+            except CorruptFile:
+                continue
+        return frozenset(keys)
