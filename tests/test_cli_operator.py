@@ -74,3 +74,21 @@ def test_status_and_logs_never_import_the_sdk(civ: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert out.strip().endswith("NO-SDK")
+
+
+def test_the_noun_groups_and_the_old_names_for_one_release(civ: Path) -> None:
+    """`citizen proposal|debate|stream <verb>` is the interface; the names before it still
+    run the same command, hidden from help, with a note on stderr naming the new one."""
+    new = CliRunner().invoke(cli, ["proposal", "start", "--by", "opus", "Create hi.md"])
+    assert new.exit_code == 0 and new.stdout.startswith("opened prop-"), new.output
+    listed = CliRunner().invoke(cli, ["proposal", "list", "--json"])
+    old = CliRunner().invoke(cli, ["proposals", "--json"])
+    assert listed.exit_code == old.exit_code == 0
+    assert json.loads(listed.stdout) == json.loads(old.stdout) and len(json.loads(old.stdout)) == 1
+    assert listed.stderr == ""
+    assert "`citizen proposals` is now `citizen proposal list`" in old.stderr
+    for group, verb in (("debate", "list"), ("stream", "list")):
+        assert CliRunner().invoke(cli, [group, verb]).exit_code == 0
+    top = CliRunner().invoke(cli, ["--help"]).stdout
+    assert "proposal" in top and "stream" in top
+    assert not any(f"  {old_name} " in top for old_name in ("proposals", "decisions", "say"))

@@ -6,6 +6,7 @@ commands that make no model call must stay fast (`import anthropic` alone is ≈
 
 from __future__ import annotations
 
+import copy
 import importlib
 import logging
 import os
@@ -34,17 +35,42 @@ COMMANDS = {
     "onboard": "citizen.cli.onboard:onboard",
     "doctor": "citizen.cli.doctor:doctor",
     "ask": "citizen.cli.ask:ask",
-    "proposals": "citizen.cli.consensus:proposals",
     "proposal": "citizen.cli.consensus:proposal",
-    "approve": "citizen.cli.consensus:approve",
-    "reject": "citizen.cli.consensus:reject",
-    "consensus": "citizen.cli.consensus:consensus",
-    "debates": "citizen.cli.debate:debates_cmd",
     "debate": "citizen.cli.debate:debate",
-    "say": "citizen.cli.stream:say_cmd",
+    "stream": "citizen.cli.stream:stream",
     "room": "citizen.cli.stream:room",
-    "decisions": "citizen.cli.stream:decisions",
 }
+# The names before the noun groups, kept (hidden, with a note on stderr) for one release:
+# old name -> (what to type now, "module:function").
+ALIASES = {
+    "proposals": ("proposal list", "citizen.cli.consensus:proposals"),
+    "approve": ("proposal approve", "citizen.cli.consensus:approve"),
+    "reject": ("proposal reject", "citizen.cli.consensus:reject"),
+    "consensus": ("proposal start|report", "citizen.cli.consensus:consensus"),
+    "debates": ("debate list", "citizen.cli.debate:debates_cmd"),
+    "say": ("stream say", "citizen.cli.stream:say_cmd"),
+    "decisions": ("stream list|show|replay|rate|calibration", "citizen.cli.stream:decisions"),
+}
+
+
+def _load(target: str) -> click.Command:
+    module, _, attr = target.partition(":")
+    command: click.Command = getattr(importlib.import_module(module), attr)
+    return command
+
+
+def _alias(old: str, new: str, command: click.Command) -> click.Command:
+    """`command` under its old name: hidden from help, and saying what replaced it."""
+    alias = copy.copy(command)
+    alias.hidden = True
+
+    def invoke(ctx: click.Context) -> Any:
+        click.echo(f"note: `citizen {old}` is now `citizen {new}`; the old name goes in the "
+                   "next release", err=True)
+        return type(command).invoke(alias, ctx)
+
+    alias.invoke = invoke  # type: ignore[method-assign]
+    return alias
 
 
 class _Group(click.Group):
@@ -54,12 +80,11 @@ class _Group(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module, _, attr = target.partition(":")
-        command: click.Command = getattr(importlib.import_module(module), attr)
-        return command
+        if cmd_name in ALIASES:
+            new, target = ALIASES[cmd_name]
+            return _alias(cmd_name, new, _load(target))
+        found = COMMANDS.get(cmd_name)
+        return _load(found) if found else None
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

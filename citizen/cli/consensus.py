@@ -1,4 +1,4 @@
-"""Thought World from the operator's side: `citizen proposals`, `proposal show`,
+"""Thought World from the operator's side: `citizen proposal list`, `proposal show`,
 `approve`, `reject`, `consensus start` and `consensus report`."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def proposals(pending: bool, human: bool, as_json: bool) -> None:
 
     \b
     Example:
-      citizen proposals --human        what waits for `citizen approve|reject`
+      citizen proposal list --human        what waits for `citizen proposal approve|reject`
     """
     commons = _commons()
     rows = []
@@ -58,7 +58,7 @@ def proposals(pending: bool, human: bool, as_json: bool) -> None:
 
 @click.group("proposal")
 def proposal() -> None:
-    """Look at one proposal."""
+    """Thought World proposals: list, show, start, approve, reject, report."""
 
 
 @proposal.command("show")
@@ -140,7 +140,7 @@ def reject(pid: str, why: str) -> None:
 
 @click.group("consensus")
 def consensus() -> None:
-    """Start proposals and look at the collective's history."""
+    """Start proposals and look at the collective's history (now `citizen proposal`)."""
 
 
 @consensus.command("start")
@@ -151,7 +151,7 @@ def start(executor: str, task: str) -> None:
 
     \b
     Example:
-      citizen consensus start --by opus "Create hello.md saying 'Hello, thought world!'"
+      citizen proposal start --by opus "Create hello.md saying 'Hello, thought world!'"
     """
     d = _commons().request(task, executor, operator(), source={"cli": True})
     click.echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
@@ -168,3 +168,10 @@ def report(as_json: bool) -> None:
         return
     for key, value in data.items():
         click.echo(f"{key:<32} {json.dumps(value)}")
+
+
+# `citizen proposal <verb>`: the noun group (the old top-level names are aliases in
+# citizen/cli/__init__.py for one release).
+for _name, _cmd in (("list", proposals), ("start", start), ("approve", approve),
+                    ("reject", reject), ("report", report)):
+    proposal.add_command(_cmd, _name)

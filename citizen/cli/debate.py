@@ -1,4 +1,4 @@
-"""Structured debates from the operator's side: `citizen debates`, `citizen debate
+"""Structured debates from the operator's side: `citizen debate list`, `citizen debate
 start|show|follow`."""
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def debates_cmd(as_json: bool) -> None:
 
 @click.group("debate")
 def debate() -> None:
-    """Start, show and follow one debate."""
+    """Structured debates: list, start, show, follow."""
 
 
 def _budget(values: tuple[str, ...]) -> dict[str, tuple[int, int]] | None:
@@ -142,3 +142,6 @@ def follow(did: str, timeout: float) -> None:
         if any(e["type"] == "debate_complete" for e in events):
             return
         time.sleep(0.2)
+
+
+debate.add_command(debates_cmd, "list")

@@ -1,4 +1,4 @@
-"""ThoughtStream from the operator's side: `citizen say`, `citizen room`, `citizen decisions`."""
+"""ThoughtStream from the operator's side: `citizen stream say`, `citizen room`, `citizen stream`."""
 
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
 
     \b
     Example:
-      citizen say "Who can explain file locks? @mira"
+      citizen stream say "Who can explain file locks? @mira"
     """
     from citizen.wakes.stream import say  # noqa: PLC0415 - the wake machinery is heavier
 
@@ -51,7 +51,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
         if decision and all(n in shown for n in decision["granted"]):
             return
         time.sleep(0.2)
-    click.echo(f"(stopped waiting after {wait:.0f} s; `citizen decisions show {sid}`)")
+    click.echo(f"(stopped waiting after {wait:.0f} s; `citizen stream show {sid}`)")
 
 
 @click.group("room")
@@ -241,3 +241,14 @@ def calibration(as_json: bool) -> None:
         click.echo(f"{r['citizen']:<8} rated {r['rated']:>3}  factor {r['factor']:.3f}"
                    + (f"  confidence {r['mean_confidence']} vs rating {r['mean_rating']}"
                       f"  brier {r['brier']}" if r["rated"] >= 3 else ""))
+
+
+@click.group("stream")
+def stream() -> None:
+    """ThoughtStream: say (open a stream), list and show decisions, replay, rate,
+    calibration; rooms under `citizen room`."""
+
+
+for _name, _cmd in (("say", say_cmd), ("list", list_cmd), ("show", show), ("replay", replay),
+                    ("rate", rate), ("calibration", calibration)):
+    stream.add_command(_cmd, _name)

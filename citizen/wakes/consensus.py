@@ -160,7 +160,7 @@ def _send_notices(setup: Setup, env: ToolEnv, commons: Consensus, me: str) -> No
             body = (f"Proposal {d.id} ({d.stakes} stakes) needs a human decision: {d.why}.\n\n"
                     f"Goal: {render(d)['goal']}\nActions:\n{_dump(render(d)['actions'])}\n\n"
                     f"Reply with 'approve {d.id}' or 'reject {d.id} <why>' as the first line,"
-                    f" or run `citizen approve {d.id}` on the server.\n")
+                    f" or run `citizen proposal approve {d.id}` on the server.\n")
         else:
             subject = f"[consensus] {d.result}: {d.id}"
             body = (f"Proposal {d.id} was {d.result}: {d.why}.\n\n"

@@ -75,7 +75,7 @@ class Consensus:
         self.enforce = enforce_identity
         self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
                                enforce=enforce_identity, what="proposal",
-                               lister="citizen proposals")
+                               lister="citizen proposal list")
         # One lock for rendering views: a view moves between state directories under it.
         # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
         self.views_lock = self.dir / ".views.lock"

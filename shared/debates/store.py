@@ -53,7 +53,7 @@ class Debates:
         self.enforce = enforce_identity
         self.threads = Threads(self.dir, "debate", "thread.json", top=shared_dir,
                                enforce=enforce_identity, what="debate",
-                               lister="citizen debates")
+                               lister="citizen debate list")
 
     def ids(self) -> list[str]:
         return self.threads.ids()

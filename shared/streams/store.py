@@ -55,7 +55,7 @@ class Streams:
         # Stream ids are hashes of Message-IDs (one stream per message), not time-sortable.
         self.threads = Threads(shared_dir / "streams", "stream", "stream.json",
                                top=shared_dir, enforce=enforce_identity, pattern=_ID,
-                               what="stream", lister="citizen decisions list")
+                               what="stream", lister="citizen stream list")
         self.shared, self.dir = shared_dir, self.threads.root
         self.citizens, self.enforce = sorted(citizens), enforce_identity
         # Rooms and the semaphore make only their own directories (`streams/` is the
@@ -284,7 +284,7 @@ class Streams:
             raise Invalid("a rating is between 0 and 1")
         if self.read_record(sid, citizen) is None:
             raise NotFound(f"{citizen} has no decision record on {sid} - "
-                           f"`citizen decisions show {sid}` lists its bidders")
+                           f"`citizen stream show {sid}` lists its bidders")
         path = self.threads.dir(sid) / "ratings" / f"{citizen}.json"
         make_dirs(path.parent, self.shared, DIR_MODE)
         write_json(path, {"citizen": citizen, "score": score, "by": by, "ts": clock.now()},
