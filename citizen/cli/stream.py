@@ -1,4 +1,4 @@
-"""ThoughtStream from the operator's side: `citizen stream say`, `citizen room`, `citizen stream`."""
+"""ThoughtStream from the operator's side: `citizen stream say|list|show|…`, `citizen room`."""
 
 from __future__ import annotations
 
