@@ -130,7 +130,7 @@ class Daemon:
                                    name="doorbell", daemon=True)
         watcher.start()
         self._enqueue_rings()  # events rung while the daemon was down
-        self._start_mail()
+        self.start_mail()
         self._set_state(State.SLEEPING)
         notify("READY=1")
         rollback.ready(self.home)
@@ -165,7 +165,7 @@ class Daemon:
     def _schedule(self) -> None:
         start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
         self.scheduler.add_job(
-            self._slot_due, IntervalTrigger(seconds=self.interval_s), id="wake",
+            self.slot_due, IntervalTrigger(seconds=self.interval_s), id="wake",
             next_run_time=start, max_instances=1, coalesce=True,
             misfire_grace_time=max(1, int(self.interval_s // 2)))
         self.scheduler.add_job(self._heartbeat, IntervalTrigger(seconds=self.heartbeat_s),
@@ -200,7 +200,8 @@ class Daemon:
             self.pending.add(wake_type)
         self.requests.put(WakeRequest(wake_type, reason))
 
-    def _slot_due(self) -> None:
+    def slot_due(self) -> None:
+        """A slot's time came: queue its wake (and a STREAM wake while mail is held)."""
         if TaskQueue(self.home.tasks).ids("held"):  # a mail waits on a stream: never forget it
             self._request("STREAM", "mail held for a stream's decision")
         self._request(None, "slot")
@@ -309,7 +310,8 @@ class Daemon:
 
     # ------------------------------------------------------------ mail
 
-    def _start_mail(self) -> None:
+    def start_mail(self) -> None:
+        """Set up the mail job (and the IMAP IDLE watcher) when the citizen has mail."""
         secrets = config.load_secrets(self.name)
         if not mail.configured(secrets):
             log.info("citizen %s: no mailbox configured (%s in .env)", self.name,
@@ -322,14 +324,14 @@ class Daemon:
                                next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
                                misfire_grace_time=int(every))
         if self.config.mail.idle:
-            threading.Thread(target=self.intake.watch, args=(self._mail_now, self.mail_stop),
+            threading.Thread(target=self.intake.watch, args=(self.poll_mail, self.mail_stop),
                              name="mail-idle", daemon=True).start()
 
     def _mail_due(self) -> None:
         if time.monotonic() >= self.mail_retry_at:
-            self._mail_now()
+            self.poll_mail()
 
-    def _mail_now(self) -> None:
+    def poll_mail(self) -> None:
         """Poll the INBOX and send the outbox; back off while the server fails."""
         if self.intake is None:
             return

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -42,11 +43,30 @@ def daemon_env(root: Path, server: MessagesServer) -> dict[str, str]:
             "ANTHROPIC_BASE_URL": server.url}
 
 
-def start(env: dict[str, str], name: str = "opus", *args: str) -> subprocess.Popen[str]:
+class Daemon(subprocess.Popen[str]):
+    """`citizen run` whose output goes to a file, not a pipe: a pipe nobody drains fills
+    at 64 KiB and then blocks the daemon mid-log. `communicate` waits, then reads it."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        fd, name = tempfile.mkstemp(prefix="daemon-", suffix=".out")
+        self.output_path = Path(name)
+        with os.fdopen(fd, "w") as out:  # the child keeps its own copy of the descriptor
+            super().__init__(argv, env=env, stdout=out, stderr=subprocess.STDOUT, text=True,
+                             start_new_session=True)
+
+    def communicate(self, input: str | None = None,
+                    timeout: float | None = None) -> tuple[str, str]:
+        self.wait(timeout)
+        return self.output(), ""
+
+    def output(self) -> str:
+        """Everything the daemon printed so far."""
+        return self.output_path.read_text(errors="replace")
+
+
+def start(env: dict[str, str], name: str = "opus", *args: str) -> Daemon:
     """Start `citizen run NAME` as its own process group (so a test can kill it whole)."""
-    return subprocess.Popen([sys.executable, "-m", "citizen", "run", name, *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            start_new_session=True)
+    return Daemon([sys.executable, "-m", "citizen", "run", name, *args], env)
 
 
 def wait_for(predicate: Callable[[], object], timeout: float = 30.0, every: float = 0.05) -> Any:

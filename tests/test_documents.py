@@ -79,3 +79,63 @@ def test_writers_killed_mid_write_leave_a_parseable_document(tmp_path: Path) -> 
             p.wait()
         data = json.loads(path.read_text())  # whole, whatever moment the kills hit
         assert data["count"] == sum(data["by"].values())
+
+
+HOLDER = """
+import sys, time
+from pathlib import Path
+from shared.documents import locked
+with locked(Path(sys.argv[1])):
+    print("held", flush=True)
+    time.sleep(600)
+"""
+
+
+def _hold(path: Path) -> subprocess.Popen[str]:
+    """Another process takes the lock of `path` and keeps it until killed."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    proc = subprocess.Popen([sys.executable, "-c", HOLDER, str(path)], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline().strip() == "held"
+    return proc
+
+
+def test_the_lock_times_out_blocks_and_dies_with_its_holder(tmp_path: Path) -> None:
+    """`locked` is the one lock: with a timeout it gives up with LockTimeout (never a
+    library's own exception); without one it waits in the kernel's queue; and a holder
+    killed with SIGKILL releases it - nothing stale is left to clean up."""
+    from shared.documents import is_locked, lock_path, locked
+    from shared.errors import LockTimeout
+
+    path = tmp_path / "doc.json"
+    assert not is_locked(lock_path(path))
+    holder = _hold(path)
+    try:
+        assert is_locked(lock_path(path))
+        started = time.monotonic()
+        with pytest.raises(LockTimeout, match="held by another process"), \
+                locked(path, timeout=0.3):
+            pass
+        assert 0.25 <= time.monotonic() - started < 5
+        with pytest.raises(TimeoutError), locked(path, timeout=0):  # also the built-in
+            pass
+    finally:
+        holder.send_signal(signal.SIGKILL)
+        holder.wait()
+    assert not is_locked(lock_path(path))
+    with locked(path, timeout=0) as waited:  # free at once: the kernel dropped the lock
+        assert waited < 1
+    holder = _hold(path)
+    try:
+        def release_soon() -> None:
+            time.sleep(0.5)
+            holder.send_signal(signal.SIGKILL)
+
+        import threading
+
+        threading.Thread(target=release_soon, daemon=True).start()
+        with locked(path) as waited:  # no timeout: blocks until the holder is gone
+            assert waited >= 0.4
+    finally:
+        holder.kill()
+        holder.wait()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,7 +14,7 @@ import pytest
 
 from citizen.tasks import TaskQueue
 from tests.anthropic_server import MessagesServer, tool_use
-from tests.daemons import cli, daemon_env, routing, start, wait_for
+from tests.daemons import cli, daemon_env, heartbeat, routing, start, wait_for
 from tests.mailserver import MailSystem, unavailable
 from tests.test_mail import OPERATOR, folder, mail, mx, opus_mail  # noqa: F401
 
@@ -58,7 +57,14 @@ def test_mail_to_three_citizens_is_answered_once(civ: Path, mx: MailSystem,  # n
         (reply,) = wait_for(lambda: folder(mx, OPERATOR, "INBOX"), timeout=120, every=1.0)
         queues = {n: TaskQueue(civ / n / "tasks") for n in CITIZENS}
         wait_for(lambda: all(len(q.ids("done")) == 1 for q in queues.values()), timeout=60)
-        time.sleep(3)  # time for a second answer, if anyone were to send one
+        # No wake in flight anywhere: a second answer would have been queued by now. Then
+        # what every citizen sent (its own ledger) is all that can ever arrive.
+        wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping"
+                             and not list((civ / n / "mail" / "outbox").glob("*"))
+                             for n in CITIZENS), timeout=60)
+        sent = [line for n in CITIZENS if (civ / n / "mail" / "sent.jsonl").exists()
+                for line in (civ / n / "mail" / "sent.jsonl").read_text().splitlines()]
+        assert len(sent) == 1, sent
         replies = folder(mx, OPERATOR, "INBOX")
     finally:
         for p in procs:

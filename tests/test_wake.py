@@ -145,10 +145,13 @@ def test_secrets_never_reach_tools(civ: Path, monkeypatch: pytest.MonkeyPatch) -
     queue().add("print the environment")
     actor = Actor(call("shell_command", command="env"), call("task_complete", summary="ok"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
-    output = events(result.log_path, "tool_call")[0]
-    log_text = result.log_path.read_text()
-    assert "PATH=" in output["result"] or output["result_chars"] > 0
-    assert "sk-very-secret" not in log_text and "hunter2" not in log_text
+    assert events(result.log_path, "tool_call")[0]["tool"] == "shell_command"
+    shown = json.dumps([r.messages for r in actor.requests])  # everything the model saw
+    assert "PATH=" in shown, "env did not run, so this test would prove nothing"
+    for secret in ("sk-very-secret", "hunter2"):
+        assert secret not in shown, "a secret reached the model through a tool"
+        leaked = [f for f in civ.rglob("*") if f.is_file() and secret.encode() in f.read_bytes()]
+        assert leaked == [], f"a secret was written to {leaked}"
 
 
 def test_a_wake_replays_from_its_log(civ: Path, tmp_path: Path) -> None:
