@@ -13,11 +13,11 @@ import os
 import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from citizen.errors import CitizenError
+from shared import clock
 from shared.atomic import CorruptFile, read_json, write_json
 
 SCHEMA_VERSION = 1
@@ -30,8 +30,8 @@ class TaskError(CitizenError, LookupError):
 
 
 def now_iso() -> str:
-    """The current UTC time, ISO 8601 with seconds."""
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    """The current UTC time in the one timestamp format (`shared.clock`)."""
+    return clock.now()
 
 
 def new_id() -> str:

@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from shared import clock
 from shared.atomic import write_json
 
 
@@ -34,7 +35,7 @@ def ring(directory: Path, wake_type: str, reason: str, sender: str = "operator",
     path = directory / name
     # 0660: rung by other citizens (group `citizens`), removed by the owner's daemon.
     write_json(path, {"wake_type": wake_type, "reason": reason, "sender": sender,
-                      "ts": time.time()}, mode=0o660, owner=owner)
+                      "ts": clock.now()}, mode=0o660, owner=owner)
     return path
 
 

@@ -20,7 +20,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared import records
+from shared import clock, records
 from shared.atomic import CorruptFile, read_json, read_jsonl
 
 log = logging.getLogger(__name__)
@@ -56,7 +56,7 @@ def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
     beat = read_json(path)
     if beat.get("state") == "stopped":
         return []
-    age = now - datetime.fromisoformat(beat["updated"]).timestamp()
+    age = now - clock.epoch(beat["updated"])
     if not alive(int(beat["pid"])):
         return [Finding("dead", f"daemon pid {beat['pid']} is gone without stopping cleanly")]
     if age > STALE_HEARTBEAT_S and beat.get("state") != "waking":
@@ -109,7 +109,7 @@ def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding])
     top = shared_dir / "monitor" / "findings"
     stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     path = top / peer / f"{stamp}-{by}.json"
-    records.write(top, path, {"peer": peer, "by": by, "ts": time.time(),
+    records.write(top, path, {"peer": peer, "by": by, "ts": clock.now(),
                               "findings": [asdict(f) for f in findings]})
     return path
 
@@ -121,7 +121,7 @@ def recent_reports(shared_dir: Path, peer: str, within_s: float = 86400) -> int:
     count = 0
     for path in directory.glob("*.json") if directory.is_dir() else ():
         data = read_json(path)
-        if data["ts"] >= cutoff and data["findings"]:
+        if clock.epoch(data["ts"]) >= cutoff and data["findings"]:  # any format
             count += 1
     return count
 

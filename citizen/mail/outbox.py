@@ -11,7 +11,6 @@ import contextlib
 import json
 import logging
 import time
-from datetime import datetime
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
@@ -20,6 +19,7 @@ from pathlib import Path
 from citizen.mail.account import Account, MailError, connect_smtp
 from citizen.paths import Home
 from citizen.tasks import Task, now_iso
+from shared import clock
 from shared.atomic import append_line, write_bytes
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def sent_recently(home: Home, source: str, seconds: float = 3600.0) -> int:
             except json.JSONDecodeError:
                 continue
             if entry.get("source") == source and \
-                    datetime.fromisoformat(entry["ts"]).timestamp() >= cutoff:
+                    clock.epoch(entry["ts"]) >= cutoff:
                 count += 1
     outbox = home.dir / "mail" / "outbox"
     if outbox.is_dir():

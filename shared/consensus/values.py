@@ -10,7 +10,6 @@ history can never push a weight outside them.
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +17,7 @@ from typing import Any
 
 import yaml
 
+from shared import clock
 from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.errors import Invalid
 
@@ -98,7 +98,7 @@ class Weights:
         if not low <= new <= high:
             raise Invalid(f"{citizen}'s {value} would become {new:.2f}, outside its "
                               f"bounds [{low}, {high}]")
-        line = {"ts": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "citizen": citizen,
+        line = {"ts": clock.now(), "citizen": citizen,
                 "value": value, "old": old, "new": new, "delta": delta, "episodes": episodes,
                 "approved_by": approved_by, "reason": reason[:500]}
         make_dirs(self.history_path.parent)
