@@ -17,7 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from shared import records
 from shared.consensus import Proposal
 from shared.errors import SharedError
-from tests.thoughtworld import CITIZENS, commons, env, proposal, vote
+from tests.thoughtworld import CITIZENS, assert_allowed_to_run, commons, env, proposal, vote
 
 WHO = (*CITIZENS, "operator")
 KINDS = {"low": ("read_file", "README.md", ""), "medium": ("write_file", "w/{pid}.md", "hi"),
@@ -241,21 +241,7 @@ class ConsensusMachine(RuleBasedStateMachine):
     @staticmethod
     def _execution_was_allowed(d: Proposal) -> None:
         assert d.execution is not None and d.execution["author"] == d.roles["executor"]
-        human_ok = bool(d.human and d.human["decision"] == "approve")
-        if d.consensus is None:  # a reviewer gave up: only a human can have let it run
-            assert human_ok and d.giveups, "ran with neither a consensus nor a human"
-            return
-        if d.stakes == "high" or d.consensus["level"] == "human":
-            assert human_ok, "high stakes or an escalation ran without a human"
-        elif d.consensus["level"] == "vote":
-            # The seed's table, written out here rather than taken from the code under test.
-            needed = {"low": 2, "medium": 3}[d.stakes]
-            approvals = sum(p == "approve" for p in d.consensus["positions"].values())
-            assert approvals >= needed, f"{d.stakes} stakes ran with {approvals} of 3"
-            assert d.verifications[d.round]["decision"] in ("approve", "approve_with_concerns") \
-                or d.stakes == "low"
-        else:
-            assert d.tiebreak and d.tiebreak["winner"] == "approve"
+        assert_allowed_to_run(d)
         assert d.human is None or d.human["decision"] == "approve"
 
 

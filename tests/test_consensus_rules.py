@@ -17,14 +17,13 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shared.consensus import MAX_ROUNDS, Proposal, Vote, derive
-from tests.thoughtworld import proposal, vote
+from tests.thoughtworld import assert_allowed_to_run, proposal, vote
 
 ROLES = {"executor": "opus", "verifier": "mira", "integrator": "aria"}
 ACTIONS = {"low": ("read_file", "README.md"), "medium": ("write_file", "w.md"),
            "high": ("delete_file", "README.md")}
 VALUES = ("truth", "safety", "efficiency", "coherence", "exploration")
 WEIGHTS = {c: {v: 1.0 for v in VALUES} for c in ROLES.values()}
-NEEDED = {"low": 2, "medium": 3}  # approvals of 3 for a vote to pass (the seed's table)
 
 
 class RulesMachine(RuleBasedStateMachine):
@@ -80,7 +79,7 @@ class RulesMachine(RuleBasedStateMachine):
         d = self._derive()
         if d.phase == "execute" and self.d.execution is None:
             self.ran_at = f"{d.stakes}/{d.level or 'vote'}"
-            self._check_allowed_to_run(d)
+            assert_allowed_to_run(d)
             self.d.execution = {"round": d.round, "success": success,
                                 "author": ROLES["executor"]}
 
@@ -102,19 +101,6 @@ class RulesMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the rules
 
-    def _check_allowed_to_run(self, d: Proposal) -> None:
-        human_ok = bool(d.human and d.human["decision"] == "approve")
-        if d.consensus is None:  # a reviewer gave up: only a person can have let it run
-            assert human_ok and d.giveups, "ran with neither a consensus nor a human"
-            return
-        if d.stakes == "high" or d.consensus["level"] == "human":
-            assert human_ok, "high stakes or an escalation ran without a human"
-        elif d.consensus["level"] == "vote":
-            approvals = sum(p == "approve" for p in d.consensus["positions"].values())
-            assert approvals >= NEEDED[d.stakes], f"{d.stakes} ran with {approvals} of 3"
-        else:
-            assert d.tiebreak is not None and d.tiebreak["winner"] == "approve"
-
     @invariant()
     def the_rules_hold(self) -> None:
         d = self._derive()
@@ -127,7 +113,7 @@ class RulesMachine(RuleBasedStateMachine):
             assert d.execution and d.execution["success"] and d.outcome \
                 and d.outcome["outcomes_verified"], "approved without a verified execution"
         if d.phase == "execute":  # whatever it took to get here must have been allowed
-            self._check_allowed_to_run(d)
+            assert_allowed_to_run(d)
         owner = {"propose": "executor", "revise": "executor", "execute": "executor",
                  "verify": "verifier", "check": "verifier", "integrate": "integrator",
                  "record": "integrator"}.get(d.phase)

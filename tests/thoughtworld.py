@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen import paths
-from shared.consensus import Consensus
+from shared.consensus import Consensus, Proposal
 from shared.consensus.values import Framework
 
 CITIZENS = ("opus", "mira", "aria")
@@ -93,3 +93,23 @@ def council_provider() -> Any:
     from tests.scripts import say
 
     return ScriptedProvider(default=lambda request: say(json.dumps(COUNCIL[request.purpose])))
+
+
+def assert_allowed_to_run(d: Proposal) -> None:
+    """What let proposal `d` reach execution was allowed - the seed's table, written out
+    here rather than taken from the code under test: its threshold, its tiebreak, or a
+    person (always a person for high stakes and escalations)."""
+    human_ok = bool(d.human and d.human["decision"] == "approve")
+    if d.consensus is None:  # a reviewer gave up: only a human can have let it run
+        assert human_ok and d.giveups, "ran with neither a consensus nor a human"
+        return
+    if d.stakes == "high" or d.consensus["level"] == "human":
+        assert human_ok, "high stakes or an escalation ran without a human"
+    elif d.consensus["level"] == "vote":
+        needed = {"low": 2, "medium": 3}[d.stakes]
+        approvals = sum(p == "approve" for p in d.consensus["positions"].values())
+        assert approvals >= needed, f"{d.stakes} stakes ran with {approvals} of 3"
+        assert d.verifications[d.round]["decision"] in ("approve", "approve_with_concerns") \
+            or d.stakes == "low"
+    else:
+        assert d.tiebreak is not None and d.tiebreak["winner"] == "approve"
