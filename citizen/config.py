@@ -36,191 +36,6 @@ SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
 
 _FIX_RESTORE = "compare with the shipped file (`git diff -- templates/`) or restore it"
 
-_SEAT = {
-    "type": "object",
-    "required": ["model", "role", "temperature"],
-    "additionalProperties": False,
-    "properties": {
-        "model": {"type": "string", "minLength": 1},
-        "role": {"type": "string", "minLength": 1},
-        "temperature": {"type": "number", "minimum": 0, "maximum": 2},
-    },
-}
-_CITIZEN_PROPS: dict[str, Any] = {
-    "name": {"type": "string"},
-    "email": {"type": "string", "pattern": r"^[^@\s]+@[^@\s]+$"},
-    "focus": {"type": "string", "minLength": 1},
-    "strengths": {"type": "array", "items": {"type": "string"}},
-    # Which Thought World weight profile (values.yaml agent_roles) a citizen starts from.
-    "values_profile": {"enum": ["executor", "verifier", "integrator"]},
-    "council": {"type": "array", "minItems": 1, "items": _SEAT},
-    "context_limits": {
-        "type": "object",
-        "additionalProperties": {"type": "integer", "minimum": 500},
-        "propertyNames": {"enum": list(CONTEXT_TYPES)},
-    },
-    "permissions": {"type": "object", "additionalProperties": {"type": "boolean"}},
-    "budget": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "max_usd_per_wake": {"type": "number", "exclusiveMinimum": 0, "maximum": 100},
-            "max_iterations": {"type": "integer", "minimum": 1, "maximum": 200},
-            "max_output_tokens": {"type": "integer", "minimum": 16, "maximum": 64000},
-        },
-    },
-    "wake_interval_minutes": {"type": "number", "exclusiveMinimum": 0},
-    "library_approvals": {"type": "integer", "minimum": 1},
-    # Messages per debate stage, [min, max], for the debates this citizen starts from mail
-    # (default: the seed's 6-10 / 6-8 / 12-16, scaled for more than two participants).
-    "debate_budgets": {
-        "type": "object", "additionalProperties": False,
-        "properties": {stage: {"type": "array", "minItems": 2, "maxItems": 2,
-                               "items": {"type": "integer", "minimum": 1}}
-                       for stage in ("DISCOVERY", "CRUX_LOCK", "EVIDENCE")},
-    },
-    # How this citizen bids on a stream: "model" (a fast structured call), "rule" (its
-    # focus and @mentions, no call), or "auto": the model unless the model serves one
-    # request at a time (the local server) or its queue is deeper than 3 - a bid queued
-    # behind generations comes too late and delays the answer it is meant to save.
-    "stream_bid": {"enum": ["auto", "model", "rule"]},
-    "mail": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "allowed_senders": {"type": "array", "items": {"type": "string"}},
-            "max_message_mb": {"type": "number", "exclusiveMinimum": 0},
-            "max_attachment_mb": {"type": "number", "exclusiveMinimum": 0},
-            "poll_seconds": {"type": "number", "minimum": 5},
-            "idle": {"type": "boolean"},
-            "processed_folder": {"type": "string", "minLength": 1},
-            "quarantine_folder": {"type": "string", "minLength": 1},
-            "max_sends_per_hour": {"type": "integer", "minimum": 0},
-        },
-    },
-    "llm": {
-        "type": "object",
-        "additionalProperties": False,
-        "properties": {
-            "provider": {"enum": list(PROVIDERS)},
-            "local_url": {"type": "string"},
-            "anthropic_base_url": {"type": "string"},
-        },
-    },
-}
-_CITIZEN = {"type": "object", "additionalProperties": False, "properties": _CITIZEN_PROPS}
-_CITIZEN_CONFIGS = {
-    "type": "object",
-    "required": ["schema_version", "defaults", "citizens"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "defaults": {**_CITIZEN, "required": ["council", "context_limits", "permissions",
-                                              "budget", "wake_interval_minutes", "llm",
-                                              "mail", "library_approvals"]},
-        "citizens": {"type": "object", "minProperties": 1, "additionalProperties": _CITIZEN},
-    },
-}
-_PRICE = {
-    "type": "object",
-    "required": ["input", "output", "cache_write", "cache_read"],
-    "additionalProperties": False,
-    "properties": {k: {"type": "number", "minimum": 0}
-                   for k in ("input", "output", "cache_write", "cache_read")},
-}
-_MODELS = {
-    "type": "object",
-    "required": ["schema_version", "prices_usd_per_mtok", "local"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "prices_usd_per_mtok": {"type": "object", "additionalProperties": _PRICE},
-        "local": {
-            "type": "object",
-            "required": ["model", "context_tokens", "max_output_tokens", "threads",
-                         "max_concurrent_generations"],
-            "additionalProperties": False,
-            "properties": {
-                "model": {"type": "string"},
-                "context_tokens": {"type": "integer", "minimum": 512},
-                "max_output_tokens": {"type": "integer", "minimum": 16},
-                "threads": {"type": "integer", "minimum": 0},
-                "max_concurrent_generations": {"type": "integer", "minimum": 1},
-            },
-        },
-    },
-}
-_SLOTS = {"type": "object", "additionalProperties": {"type": "string"},
-          "propertyNames": {"pattern": "^[0-9]$"}}
-_ALLOCATIONS = {
-    "type": "object",
-    "required": ["schema_version", "mandatory", "default", "citizens"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "mandatory": _SLOTS,
-        "default": _SLOTS,
-        "citizens": {"type": "object", "additionalProperties": _SLOTS},
-    },
-}
-_WAKE_PROMPTS = {
-    "type": "object",
-    "required": ["schema_version", "wakes"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "wakes": {
-            "type": "object",
-            "propertyNames": {"pattern": "^[A-Z_]+$"},
-            "additionalProperties": {
-                "type": "object",
-                "required": ["mandatory", "purpose", "prompt"],
-                "properties": {
-                    "mandatory": {"type": "boolean"},
-                    "purpose": {"type": "string", "minLength": 1},
-                    "prompt": {"type": "string", "minLength": 1},
-                },
-            },
-        },
-    },
-}
-_IDENTITY = {"type": "object", "required": ["identity"],
-             "properties": {"identity": {"type": "string", "minLength": 1},
-                            "values": {"type": "array", "items": {"type": "string"}}}}
-_IDENTITIES = {
-    "type": "object",
-    "required": ["schema_version", "philosophy", "default", "citizens"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "philosophy": {"type": "object",
-                       "additionalProperties": {"type": "array", "items": {"type": "string"}}},
-        "default": _IDENTITY,
-        "citizens": {"type": "object", "additionalProperties": _IDENTITY},
-    },
-}
-_VALUES = {
-    "type": "object",
-    "required": ["schema_version", "base_values", "agent_roles"],
-    "properties": {
-        "schema_version": {"type": "integer"},
-        "base_values": {"type": "object", "minProperties": 1,
-                        "additionalProperties": {"type": "string"}},
-        "agent_roles": {
-            "type": "object",
-            "required": ["executor", "verifier", "integrator"],
-            "additionalProperties": {
-                "type": "object",
-                "required": ["weights", "bounds"],
-                "properties": {
-                    "weights": {"type": "object",
-                                "additionalProperties": {"type": "number", "minimum": 0,
-                                                         "maximum": 1}},
-                    "bounds": {"type": "object", "additionalProperties": {
-                        "type": "array", "minItems": 2, "maxItems": 2,
-                        "items": {"type": "number", "minimum": 0, "maximum": 1}}},
-                },
-            },
-        },
-    },
-}
-
-
 @dataclass(frozen=True)
 class CouncilSeat:
     """One model in a citizen's council: the tier (`role`) it serves and its temperature."""
@@ -406,13 +221,19 @@ class Templates:
 
     def __init__(self, directory: Path) -> None:
         self.dir = directory
-        self._configs = _load(directory / "citizen_configs.json", _CITIZEN_CONFIGS)
-        models = _load(directory / "models.json", _MODELS)
+        # The schemas of these files are data too (templates/schemas/config/), with the
+        # names only code knows filled in; they are checked as JSON Schemas first.
+        self._schemas = Schemas(directory / "schemas" / "config")
+        self._configs = _load(directory / "citizen_configs.json",
+                              self._schema("citizen_configs"))
+        models = _load(directory / "models.json", self._schema("models"))
         self.prices = {m: ModelPrice(**p) for m, p in models["prices_usd_per_mtok"].items()}
         self.local = LocalModelSettings(**models["local"])
-        self._prompts = _load(directory / "wake_prompts.json", _WAKE_PROMPTS)["wakes"]
-        self._alloc = _load(directory / "wake_allocations.json", _ALLOCATIONS)
-        self._identities = _load(directory / "identity_templates.json", _IDENTITIES)
+        self._prompts = _load(directory / "wake_prompts.json",
+                              self._schema("wake_prompts"))["wakes"]
+        self._alloc = _load(directory / "wake_allocations.json", self._schema("wake_allocations"))
+        self._identities = _load(directory / "identity_templates.json",
+                                 self._schema("identity_templates"))
         self.values = self._load_values(directory / "values.yaml")
         self.schemas = Schemas(directory / "schemas")
         self._check_allocations(directory / "wake_allocations.json")
@@ -445,7 +266,9 @@ class Templates:
     def build_citizen(self, data: Mapping[str, Any], source: Path) -> CitizenConfig:
         """Validate merged citizen data and turn it into a `CitizenConfig`."""
         data = _merge(self._configs["defaults"], data)
-        _validate(source, data, {**_CITIZEN, "required": ["name", "email", "focus"]})
+        citizen = {"$defs": self._schema("citizen_configs")["$defs"],
+                   "$ref": "#/$defs/citizen", "required": ["name", "email", "focus"]}
+        _validate(source, data, citizen)
         name = paths.check_name(data["name"])
         council = tuple(CouncilSeat(**s) for s in data["council"])
         if not any(s.role == "primary" for s in council):
@@ -508,6 +331,11 @@ class Templates:
             raise ConfigError(path, "", "prompt file is missing", _FIX_RESTORE)
         return string.Template(path.read_text(encoding="utf-8")).safe_substitute(variables)
 
+    def _schema(self, name: str) -> dict[str, Any]:
+        """The schema of one of the files here."""
+        return self._schemas.get(name, context_types=list(CONTEXT_TYPES),
+                                 providers=list(PROVIDERS))
+
     def schema(self, name: str, /, **fill: object) -> dict[str, Any]:
         """An output schema from `templates/schemas/` with its placeholders filled."""
         return self.schemas.get(name, **fill)
@@ -541,7 +369,7 @@ class Templates:
                                       f"use one of {', '.join(self._prompts)}")
 
     def _load_values(self, path: Path) -> dict[str, RoleValues]:
-        data = _load(path, _VALUES)
+        data = _load(path, self._schema("values"))
         base = set(data["base_values"])
         roles: dict[str, RoleValues] = {}
         for role, spec in data["agent_roles"].items():

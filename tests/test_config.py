@@ -211,3 +211,30 @@ def test_every_path_derives_from_civ_root(civ_root: Path) -> None:
     assert paths.shared_dir() == civ_root / "shared"
     assert paths.citizen_home("aria") == civ_root / "aria"
     assert paths.citizen_env_file("aria") == civ_root / "aria" / ".env"
+
+
+@pytest.mark.parametrize("name", ["debate_move.json", "config/citizen_configs.json"])
+def test_a_broken_schema_file_fails_at_load_naming_it(tpl_dir: Path, name: str) -> None:
+    """Schemas are data (templates/schemas/): a file that is not JSON, or not a JSON
+    Schema, stops the templates from loading - with its path - not a wake later."""
+    path = tpl_dir / "schemas" / name
+    good = path.read_text()
+    path.write_text(good[:-20])
+    err = load_fails(tpl_dir)
+    assert str(path) in str(err) and "not valid JSON" in str(err)
+    edit_json_text = json.loads(good)
+    edit_json_text["type"] = "nonsense"
+    path.write_text(json.dumps(edit_json_text))
+    err = load_fails(tpl_dir)
+    assert str(path) in str(err) and "not a JSON Schema" in str(err)
+
+
+def test_output_schemas_are_filled_from_code(tpl_dir: Path) -> None:
+    tpl = config.Templates(tpl_dir)
+    schema = tpl.schema("consensus_verify", values=["truth"], decisions=["approve", "reject"])
+    assert schema["properties"]["decision"] == {"enum": ["approve", "reject"]}
+    assert schema["properties"]["values"]["items"] == {"enum": ["truth"]}
+    with pytest.raises(ConfigError, match="placeholder 'decisions' is not filled"):
+        tpl.schema("consensus_verify", values=["truth"])
+    with pytest.raises(ConfigError, match="no such output schema"):
+        tpl.schema("nothing_like_it")
