@@ -115,7 +115,8 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
     names = citizens()
     if handle is None or handle.citizens != names or handle.approvals != approvals:
         handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
-                         {n: tpl.values_profile(n) for n in names}, approvals)
+                         {n: tpl.values_profile(n) for n in names}, approvals,
+                         {n: paths.home(n).code for n in names})
         _COMMONS[key] = handle
     return handle
 

@@ -260,12 +260,9 @@ class Daemon:
         broken = rollback.roll_back(self.home, reason)
         self.crashes = 0
         if broken:
-            from citizen.civilization import citizens  # noqa: PLC0415
-            from shared.identity import server_mode  # noqa: PLC0415
+            from citizen.civilization import commons  # noqa: PLC0415
 
-            shared = paths.shared_dir()
-            filed = rollback.report_failed(self.home, broken, reason, shared_dir=shared,
-                                           citizens=citizens(), enforce=server_mode(shared))
+            filed = rollback.report_failed(self.home, broken, reason, commons().evolution)
             log.error("rolled back %s; filed 'failed' for %s", broken[:12],
                       ", ".join(filed) or "no announced change")
 

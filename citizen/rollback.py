@@ -11,13 +11,16 @@ run by systemd's ExecStartPre) rolls back after three starts that never reached 
 from __future__ import annotations
 
 import logging
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 import git
 
 from citizen import state
 from citizen.paths import Home
 from shared.atomic import append_line
+
+if TYPE_CHECKING:
+    from shared.evolution import Evolution
 
 log = logging.getLogger(__name__)
 
@@ -62,12 +65,8 @@ def roll_back(home: Home, reason: str) -> str | None:
     return broken
 
 
-def report_failed(home: Home, broken: str, reason: str, *, shared_dir: Path,
-                  citizens: list[str], enforce: bool) -> list[str]:
+def report_failed(home: Home, broken: str, reason: str, evolution: Evolution) -> list[str]:
     """File `failed` for every change of this citizen between last-known-good and `broken`."""
-    from shared.evolution import Evolution  # noqa: PLC0415
-
-    evolution = Evolution(shared_dir, citizens, enforce)
     repo = git.Repo(home.code)
     good = state.load(home)["marks"].get(LKG)
     reverted = {c.hexsha for c in repo.iter_commits(f"{good}..{broken}")} if good else {broken}

@@ -41,6 +41,7 @@ class Commons:
     framework_path: Path  # the frozen base values (templates/values.yaml)
     profiles: Mapping[str, str] = field(default_factory=dict)  # citizen -> values profile
     approvals: int = 2  # peer approvals a library module or dynamic tool needs
+    code_dirs: Mapping[str, Path] = field(default_factory=dict)  # citizen -> its ~/code
 
     @cached_property
     def framework(self) -> Framework:
@@ -82,7 +83,7 @@ class Commons:
     def evolution(self) -> Evolution:
         from shared.evolution import Evolution  # noqa: PLC0415
 
-        return Evolution(self.dir, self.citizens, self.enforce)
+        return Evolution(self.dir, self.citizens, self.enforce, code_dirs=self.code_dirs)
 
     @cached_property
     def dry(self) -> DryTracker:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -86,11 +87,15 @@ def _now() -> str:
 class Evolution:
     """The change records of one civilization."""
 
-    def __init__(self, shared_dir: Path, citizens: list[str], enforce_identity: bool) -> None:
+    def __init__(self, shared_dir: Path, citizens: list[str], enforce_identity: bool, *,
+                 code_dirs: Mapping[str, Path] | None = None) -> None:
         self.dir = shared_dir / "changes"
         self.baseline = shared_dir / "baseline"
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
+        # Where each citizen's repository is: the caller knows the homes' layout; the
+        # commons does not (DESIGN §10).
+        self.code_dirs = dict(code_dirs or {})
 
     # ------------------------------------------------------------ reading
 
@@ -165,7 +170,10 @@ class Evolution:
 
     def fetch(self, change: Change, into: Path) -> None:
         """Fetch the change's commit from its author's repository into `into`."""
-        author_repo = self.dir.parent.parent / change.citizen / "code"
+        author_repo = self.code_dirs.get(change.citizen)
+        if author_repo is None:
+            raise NotFound(f"no repository known for {change.citizen} (citizens: "
+                           f"{', '.join(sorted(self.code_dirs)) or 'none given'})")
         repo = git.Repo(into)
         repo.git.fetch("--quiet", str(author_repo), "HEAD")
         try:

@@ -14,7 +14,6 @@ from citizen import civilization, paths
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
 from shared.evolution import Evolution, divergence
-from shared.identity import server_mode
 
 TEST_TIMEOUT_S = 900
 # What "test it" runs in a scratch worktree of the change: the project's own tests,
@@ -24,8 +23,7 @@ TEST_COMMAND = ("python -m pytest -q -x -m 'not model' --ignore=tests/test_serve
 
 
 def evolution() -> Evolution:
-    shared = paths.shared_dir()
-    return Evolution(shared, civilization.citizens(), server_mode(shared))
+    return civilization.commons().evolution
 
 
 def _run(step: object) -> str:

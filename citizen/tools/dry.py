@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from citizen import paths
+from citizen import civilization
 from citizen.tools.base import ToolEnv, tool
-from shared.dry import DryTracker
-from shared.goals import Goals
-from shared.identity import server_mode
+from shared.commons import Commons
 
 
-def _enforce() -> bool:
-    return server_mode(paths.shared_dir())
+def _commons() -> Commons:
+    return civilization.commons()
 
 
 @tool
@@ -24,7 +22,7 @@ def dry_violation_report(env: ToolEnv, location: str, description: str, fix: str
     :param description: what is duplicated or too complex; which two values can disagree
     :param fix: the simplest fix
     """
-    return DryTracker(paths.shared_dir(), _enforce()).report(env.home.name, location,
+    return _commons().dry.report(env.home.name, location,
                                                              description, fix)
 
 
@@ -34,7 +32,7 @@ def dry_violation_list(env: ToolEnv, status: Literal["open", "fixed", "all"] = "
 
     :param status: open, fixed or all
     """
-    return json.dumps(DryTracker(paths.shared_dir(), _enforce()).violations(status))
+    return json.dumps(_commons().dry.violations(status))
 
 
 @tool
@@ -44,14 +42,14 @@ def dry_violation_fixed(env: ToolEnv, violation_id: str, note: str) -> str:
     :param violation_id: the violation's id
     :param note: how it was fixed
     """
-    DryTracker(paths.shared_dir(), _enforce()).fixed(env.home.name, violation_id, note)
+    _commons().dry.fixed(env.home.name, violation_id, note)
     return f"{violation_id} marked fixed"
 
 
 @tool
 def civ_goals_list(env: ToolEnv) -> str:
     """List the civilization's goals with their steps and derived progress."""
-    return json.dumps(Goals(paths.shared_dir(), _enforce()).all())
+    return json.dumps(_commons().goals.all())
 
 
 @tool
@@ -61,7 +59,7 @@ def civ_goal_propose(env: ToolEnv, title: str, steps: str) -> str:
     :param title: the goal in one line
     :param steps: its steps, one per line
     """
-    return Goals(paths.shared_dir(), _enforce()).propose(env.home.name, title,
+    return _commons().goals.propose(env.home.name, title,
                                                          steps.splitlines())
 
 
@@ -73,7 +71,7 @@ def civ_goal_step_done(env: ToolEnv, goal_id: str, step: int, note: str) -> str:
     :param step: the step's number (from 0)
     :param note: what was done
     """
-    goal = Goals(paths.shared_dir(), _enforce()).step_done(env.home.name, goal_id, step,
+    goal = _commons().goals.step_done(env.home.name, goal_id, step,
                                                            note)
     return f"{goal_id}: progress {goal['progress']}"
 

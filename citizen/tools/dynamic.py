@@ -5,17 +5,15 @@ from __future__ import annotations
 import json
 from typing import Any, Literal
 
-from citizen import paths
+from citizen import civilization
 from citizen.config import CitizenConfig
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.shell import scrubbed_env
 from shared.dyntools import DynTools
-from shared.identity import server_mode
 
 
 def registry(config: CitizenConfig) -> DynTools:
-    shared = paths.shared_dir()
-    return DynTools(shared, config.library_approvals, server_mode(shared))
+    return civilization.commons(approvals=config.library_approvals).tools
 
 
 @tool

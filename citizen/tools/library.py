@@ -5,15 +5,13 @@ from __future__ import annotations
 import json
 from typing import Literal
 
-from citizen import paths
+from citizen import civilization
 from citizen.tools.base import ToolEnv, tool
-from shared.identity import server_mode
 from shared.library import Library
 
 
 def library(env: ToolEnv) -> Library:
-    shared = paths.shared_dir()
-    return Library(shared, env.config.library_approvals, server_mode(shared))
+    return civilization.commons(approvals=env.config.library_approvals).library
 
 
 def _json(value: object) -> str:

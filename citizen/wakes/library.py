@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import json
 
-from citizen import paths, state
+from citizen import civilization, state
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import WORK_WAKES, Ending, Gate, Setup, WakeType
-from shared.identity import server_mode
-from shared.library import Library
 
 MARK = "library_through_wake"
 
@@ -18,8 +16,8 @@ class LibraryWake(WakeType):
     required_tools = ("library_pending", "library_review", "library_propose")
 
     def gate(self, setup: Setup) -> Gate:
-        shared = paths.shared_dir()
-        library = Library(shared, setup.config.library_approvals, server_mode(shared))
+        library = civilization.commons(setup.templates,
+                                       approvals=setup.config.library_approvals).library
         me = setup.home.name
         to_review = [p for p in library.pending()
                      if p["maintainer"] != me and me not in p["reviews"]]
