@@ -28,12 +28,19 @@ def flags(proposal: Mapping[str, Any], base_values: Iterable[str],
           elsewhere: Mapping[str, str]) -> list[str]:
     """Red flags of one proposal revision. `elsewhere` maps normalised justification
     texts of other proposals to their ids."""
-    found: list[str] = []
-    values = set(base_values)
     justification = proposal.get("value_justification") or {}
     actions = list(proposal.get("actions") or [])
-    if not justification:
-        found.append("no value justification at all")
+    found = [] if justification else ["no value justification at all"]
+    found += _justification_flags(justification, set(base_values), elsewhere)
+    found += _claim_flags(proposal, justification, {str(a.get("tool")) for a in actions})
+    found += _outcome_flags(proposal, actions)
+    return found
+
+
+def _justification_flags(justification: Mapping[str, Any], values: set[str],
+                         elsewhere: Mapping[str, str]) -> list[str]:
+    """Unknown values, generic texts, one text for two values, a text from elsewhere."""
+    found: list[str] = []
     seen: dict[str, str] = {}
     for value, said in justification.items():
         text = str(said)
@@ -47,13 +54,25 @@ def flags(proposal: Mapping[str, Any], base_values: Iterable[str],
         seen.setdefault(key, value)
         if key and key in elsewhere:
             found.append(f"justification for {value} repeated from {elsewhere[key]}")
-    tools = {str(a.get("tool")) for a in actions}
+    return found
+
+
+def _claim_flags(proposal: Mapping[str, Any], justification: Mapping[str, Any],
+                 tools: set[str]) -> list[str]:
+    """Values the actions cannot serve."""
+    found = []
     if "exploration" in justification and tools and tools <= _READING:
         found.append("claims exploration, but every action only reads")
     if "safety" in justification and "delete_file" in tools and not proposal.get(
             "risk_assessment"):
         found.append("claims safety, but deletes without any risk assessment")
+    return found
+
+
+def _outcome_flags(proposal: Mapping[str, Any], actions: list[Any]) -> list[str]:
+    """Changes no expected outcome names."""
     outcomes = " ".join(str(o) for o in proposal.get("expected_outcomes") or []).lower()
+    found = []
     for a in actions:
         path = str((a.get("args") or {}).get("path", ""))
         if a.get("tool") in _CHANGING and path and path.lower() not in outcomes:
