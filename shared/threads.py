@@ -191,9 +191,13 @@ class Threads:
                 out.append(tid)
         return out
 
-    def forget(self, tid: str) -> None:
-        """Drop what `owed` knows of a thread (after a change that is not a new record)."""
-        self._owed_cache.pop(tid, None)
+    def forget(self, tid: str | None = None) -> None:
+        """Drop what `owed` knows of a thread, or of every thread (after a change outside
+        the threads that derivation reads, such as value weights)."""
+        if tid is None:
+            self._owed_cache.clear()
+        else:
+            self._owed_cache.pop(tid, None)
 
     def signature(self, tid: str) -> tuple[int, ...]:
         """Changes whenever a record is added to the thread (its directories' mtimes)."""

@@ -268,3 +268,23 @@ def test_a_proposer_that_gives_up_withdraws_and_a_reviewer_hands_over(c: Consens
     d = c.give_up(pid, roles["verifier"], "no valid review")
     assert d.phase == "human" and "could not verify" in d.why
     assert c.decide_human(pid, "root", "approve", "looked myself").phase == "execute"
+
+
+def test_owed_rederives_only_what_moved_and_everything_when_weights_change(
+        c: Consensus, monkeypatch: pytest.MonkeyPatch) -> None:
+    """owed() keeps who owes each proposal while its thread is unchanged - but the value
+    weights can decide a tiebreak, so a change of weights makes it derive them all again."""
+    pids = [opened(c)[0] for _ in range(3)]
+    verifier = c.load(pids[0]).roles["verifier"]
+    first = {d.id for d in c.owed(verifier)}
+    loads: list[str] = []
+    real_load = c.load
+    monkeypatch.setattr(c, "load", lambda pid: (loads.append(pid), real_load(pid))[1])
+    assert {d.id for d in c.owed(verifier)} == first
+    assert sorted(loads) == sorted(first)  # only the owed ones, to return them
+    loads.clear()
+    c.weights.history_path.parent.mkdir(parents=True, exist_ok=True)
+    with c.weights.history_path.open("a") as f:  # another proposal's episode moved weights
+        f.write(json.dumps({"citizen": "mira", "value": "truth", "delta": 0.05}) + "\n")
+    assert {d.id for d in c.owed(verifier)} == first
+    assert set(pids) <= set(loads)  # every pending proposal derived again

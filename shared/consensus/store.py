@@ -80,6 +80,7 @@ class Consensus:
         # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
         self.views_lock = self.dir / ".views.lock"
         self.cited = Justifications(self.threads)
+        self._weights_seen = -1
 
     # ------------------------------------------------------------ reading
 
@@ -172,7 +173,12 @@ class Consensus:
 
     def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
-        kept while its thread does not change (each step re-derives it before acting)."""
+        kept while its thread and the value weights do not change (the weights can decide a
+        tiebreak, and so who owes the next step); each step re-derives before acting."""
+        weights = _mtime(self.weights.history_path)
+        if weights != self._weights_seen:
+            self.threads.forget()
+            self._weights_seen = weights
         with self.cited.frozen():  # read once for all the loads below
             ids = self.threads.owed(citizen, self.ids("pending"),
                                     lambda p: self.load(p).owed_by)
@@ -380,3 +386,10 @@ def _vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
     if data.get("decision") not in decisions:
         raise Invalid(f"{who} decides one of {', '.join(decisions)}")
     return _clean(data, ("decision", "rationale", *keys, "values"))
+
+
+def _mtime(path: Path) -> int:
+    try:
+        return path.stat().st_mtime_ns
+    except FileNotFoundError:
+        return 0
