@@ -33,6 +33,7 @@ OWN_SLOTS = (2, 3, 5, 6, 8, 9)
 PROVIDERS = ("auto", "anthropic", "local", "replay")
 # Secrets that must never reach prompts, logs or tool subprocesses.
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
+MIN_SECRET = 6  # shorter values are redacted nowhere: they would match ordinary words
 
 _FIX_RESTORE = "compare with the shipped file (`git diff -- templates/`) or restore it"
 
@@ -149,6 +150,16 @@ class Secrets:
 
     def __repr__(self) -> str:
         return f"Secrets(keys={sorted(self.values)})"
+
+    def redact(self, text: str) -> str:
+        """`text` with every secret value replaced by its name: the last line of defence
+        for what reaches a model, a log or a mail (a hard link to `.env`, a tool that
+        prints its environment)."""
+        for key in SECRET_KEYS:
+            value = self.values.get(key, "")
+            if len(value) >= MIN_SECRET and value in text:
+                text = text.replace(value, f"[{key} redacted]")
+        return text
 
 
 # ---------------------------------------------------------------- file loading

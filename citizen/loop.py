@@ -155,6 +155,7 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
             output, error = f"error: {exc}", True
         except TypeError as exc:  # arguments the schema check let through but the function refuses
             output, error = f"error: bad arguments ({exc})", True
+        output = env.secrets.redact(output)  # whatever a tool read, a secret never goes on
         cache[key] = output
     if env.log is not None:
         env.log.event("tool_call", tool=name, args=args, result=output[:_SUMMARY],

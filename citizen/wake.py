@@ -132,6 +132,7 @@ class _Run:
         if not gate.work:
             return "idle", gate.reason
         secrets = config.load_secrets(self.name)
+        self.wlog.redact = secrets.redact  # from here on, no known secret is logged
         try:
             llm = self.provider(self.cfg, secrets)
         except ProviderError as exc:  # no key, no model: the operator's to fix, not a crash

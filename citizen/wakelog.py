@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,12 @@ class WakeLog:
         self.path = home.wake_logs / f"{number:06d}-{wake_type}.jsonl"
         self.number = number
         self.started = time.monotonic()
+        # Set once the wake knows its secrets: every string logged passes through it.
+        self.redact: Callable[[str], str] = str
 
     def event(self, event: str, **fields: Any) -> None:
-        append_line(self.path, {"ts": now_iso(), "wake": self.number, "event": event, **fields})
+        record = {"ts": now_iso(), "wake": self.number, "event": event, **fields}
+        append_line(self.path, _scrub(record, self.redact))
 
     def blob(self, text: str) -> str:
         """Store a large text once under `logs/blobs/` (content-addressed); return its key.
@@ -36,6 +40,7 @@ class WakeLog:
         System blocks (the contexts) repeat from wake to wake: storing each distinct
         block once keeps logs small and still lets a replay rebuild every prompt.
         """
+        text = self.redact(text)
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
         path = self.path.parent.parent / "blobs" / f"{key}.txt"
         if not path.exists():
@@ -50,6 +55,17 @@ class WakeLog:
                 os.fsync(fd)
             finally:
                 os.close(fd)
+
+
+def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` with `redact` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_scrub(k, redact): _scrub(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v, redact) for v in value]
+    return value
 
 
 def wake_logs(home: Home) -> list[Path]:
