@@ -314,3 +314,24 @@ def test_send_email_goes_only_to_operators_and_citizens_and_is_rate_limited(
     (got,) = folder(mx, OPERATOR, "INBOX")
     assert got["Subject"] == "status" and got["From"] == OPUS
     assert len(folder(mx, "mira@experience.local", "INBOX")) == 1
+
+
+def test_a_crlf_in_an_encoded_subject_is_no_header_injection(tmp_path: Path) -> None:
+    """'=?utf-8?q?hi=0D=0ABcc:…?=' decodes to a line break: stored as it came, the reply
+    would carry a Bcc of the sender's choosing (or raise ValueError and end the wake)."""
+    from citizen.mail.message import parse
+    from citizen.mail.outbox import reply_to_task
+    from citizen.tasks import Task
+
+    raw = (b"From: boss@example.org\r\nTo: opus@experience.local\r\n"
+           b"Subject: =?utf-8?q?hi=0D=0ABcc:_evil@example.net=09=00x?=\r\n"
+           b"Message-ID: <crlf-1@example.org>\r\n\r\nPlease look.\r\n")
+    mail = parse(raw, 1 << 20)
+    assert not any(ch in mail.subject for ch in "\r\n\t\x00")
+    assert mail.subject == "hi Bcc: evil@example.net x"
+    task = Task(id="t-1", text="x", meta={"from": mail.sender, "subject": mail.subject,
+                                           "message_id": mail.message_id})
+    task.status, task.result = "done", "ok"
+    reply = reply_to_task(task, "opus@experience.local")
+    assert reply["Bcc"] is None and "\n" not in str(reply["Subject"])
+    assert message_from_bytes(bytes(reply), policy=policy.default)["Bcc"] is None

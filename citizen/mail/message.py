@@ -7,6 +7,7 @@ that cannot be read safely raises `BadMail` with the reason, and goes to quarant
 from __future__ import annotations
 
 import hashlib
+import re
 from dataclasses import dataclass, field
 from email import policy
 from email.message import EmailMessage
@@ -20,6 +21,9 @@ from citizen.tools.web import html_to_text
 _FATAL_DEFECTS = {"StartBoundaryNotFoundDefect", "CloseBoundaryNotFoundDefect",
                   "MultipartInvariantViolationDefect", "NoBoundaryInMultipartDefect",
                   "FirstHeaderLineIsContinuationDefect"}
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # C0 and C1 controls, DEL
 
 
 class BadMail(CitizenError, ValueError):
@@ -55,7 +59,10 @@ def _header(msg: EmailMessage, name: str) -> str:
     # Raw 8-bit bytes surface as surrogates or U+FFFD, depending on the header's kind.
     if undecodable or any("\udc80" <= ch <= "\udcff" or ch == "\ufffd" for ch in value):
         raise BadMail(f"undecodable {name} header (raw non-UTF-8 bytes)")
-    return value.strip()
+    # An encoded-word can decode to CR/LF ("hi\r\nBcc: …"): stored as it came, it would be
+    # a header injection in the reply (or a ValueError that ends the wake). Every control
+    # character becomes a space.
+    return " ".join(_CONTROL.sub(" ", value).split())
 
 
 def sender_of(msg: EmailMessage) -> str:
