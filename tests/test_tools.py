@@ -117,7 +117,9 @@ def test_web_fetch_refuses_other_schemes(env: ToolEnv) -> None:
         core_tools()["web_fetch"].run(env, {"url": "file:///etc/passwd"})
 
 
-def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv) -> None:
+def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # the operator opens this host
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -174,3 +176,48 @@ def test_a_commons_refusal_is_an_observation_and_other_errors_are_not(env: ToolE
                                                      True)
     with pytest.raises(KeyError):
         _dispatch(ToolCall("c2", "lookup", {"what": "bug"}), tools, env, {}, "k2")
+
+
+def test_web_fetch_never_reaches_the_machine_or_its_network(
+        env: ToolEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A page or a prompt-injected model asks for the daemon's own machine: refused in
+    every spelling, before any connection; a redirect from an allowed host to a
+    forbidden one is refused too; the operator's allow-list opens a host."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    hits: list[str] = []
+
+    class Inside(BaseHTTPRequestHandler):
+        def log_message(self, *args: object) -> None:
+            pass
+
+        def do_GET(self) -> None:
+            hits.append(self.path)
+            if self.path == "/hop":
+                self.send_response(302)
+                self.send_header("Location", f"http://localhost:{port}/secret")
+                self.end_headers()
+                return
+            self.send_response(200)
+            self.end_headers()
+            self.wfile.write(b"internal admin page")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Inside)
+    port = server.server_address[1]
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    fetch = core_tools()["web_fetch"]
+    try:
+        for host in ("127.0.0.1", "localhost", "2130706433", "0x7f.1", "0177.0.0.1", "[::1]",
+                     "[::ffff:127.0.0.1]", "0.0.0.0", "169.254.169.254", "10.0.0.1",
+                     "192.168.1.1", "[fe80::1]", "224.0.0.1"):
+            with pytest.raises(ToolFailure, match="not a public address"):
+                fetch.run(env, {"url": f"http://{host}:{port}/secret"})
+        assert hits == [], f"a refused address was connected to: {hits}"
+        monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")
+        assert fetch.run(env, {"url": f"http://127.0.0.1:{port}/page"}) == "internal admin page"
+        with pytest.raises(ToolFailure, match="localhost resolves to"):
+            fetch.run(env, {"url": f"http://127.0.0.1:{port}/hop"})
+        assert hits == ["/page", "/hop"]  # the redirect's target was never asked
+    finally:
+        server.shutdown()

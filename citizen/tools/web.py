@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
+import socket
+import ssl
 import urllib.parse
 import urllib.request
 from html.parser import HTMLParser
+from typing import Any
 
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 MAX_BYTES = 500_000
 TIMEOUT_S = 20
 SEARCH_URL_ENV = "EXPERIENCE_SEARCH_URL"  # a SearXNG-style JSON endpoint, e.g. http://host/search
+# Hosts the operator opens although they resolve to loopback or private addresses
+# (comma-separated names or addresses). Set in the service's environment, not by a citizen.
+ALLOW_ENV = "EXPERIENCE_WEB_ALLOW"
 
 
 class _Text(HTMLParser):
@@ -41,14 +49,89 @@ def html_to_text(html: str) -> str:
     return "\n".join(parser.parts)
 
 
+def _allowed_hosts() -> set[str]:
+    hosts = {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
+    search = urllib.parse.urlsplit(os.environ.get(SEARCH_URL_ENV, "")).hostname
+    return hosts | ({search.lower()} if search else set())
+
+
+def _public_address(host: str, port: int) -> str:
+    """The address to connect to for `host`: resolved once, every answer checked.
+
+    A page (or a prompt-injected model) must not reach the daemon's own machine or
+    network: loopback, private, link-local, multicast, unspecified and reserved addresses
+    are refused in any spelling (the resolver turns `2130706433` or `0x7f.1` into
+    127.0.0.1), IPv4-mapped IPv6 by the address it maps.
+
+    :raises ToolFailure: the host does not resolve, or resolves to an address not public.
+    """
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except (OSError, UnicodeError) as exc:
+        raise ToolFailure(f"could not resolve {host}: {exc}") from exc
+    addresses = [str(info[4][0]) for info in infos]
+    if host.lower() in _allowed_hosts():
+        return addresses[0]
+    for text in addresses:
+        ip = ipaddress.ip_address(text.split("%", 1)[0])
+        mapped = getattr(ip, "ipv4_mapped", None)
+        if not (mapped or ip).is_global or (mapped or ip).is_multicast:
+            raise ToolFailure(f"{host} resolves to {text}, which is not a public address; "
+                              f"the operator may allow it in {ALLOW_ENV}")
+    return addresses[0]
+
+
+class _Pinned(http.client.HTTPConnection):
+    """Connects to the checked address of its host (a second lookup could answer another)."""
+
+    def connect(self) -> None:
+        address = _public_address(self.host, self.port)
+        self.sock = socket.create_connection((address, self.port), self.timeout)
+
+
+class _PinnedTLS(http.client.HTTPSConnection):
+    def connect(self) -> None:
+        address = _public_address(self.host, self.port)
+        sock = socket.create_connection((address, self.port), self.timeout)
+        self.sock = ssl.create_default_context().wrap_socket(sock, server_hostname=self.host)
+
+
+class _HTTP(urllib.request.HTTPHandler):
+    def http_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_Pinned, req)
+
+
+class _HTTPS(urllib.request.HTTPSHandler):
+    def https_open(self, req: urllib.request.Request) -> Any:
+        return self.do_open(_PinnedTLS, req)
+
+
+class _Redirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is a new request: its scheme is checked here, its host at connect."""
+
+    def redirect_request(  # noqa: PLR0917 - urllib's signature
+            self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any,
+            newurl: str) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            raise ToolFailure(f"refused a redirect to {newurl}: only http and https")
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+# No proxy handler: a proxy from the environment would connect on our behalf, unchecked.
+_OPENER = urllib.request.OpenerDirector()
+for _handler in (_HTTP(), _HTTPS(), _Redirects(), urllib.request.HTTPErrorProcessor(),
+                 urllib.request.HTTPDefaultErrorHandler()):
+    _OPENER.add_handler(_handler)
+
+
 def _get(url: str) -> tuple[bytes, str]:
     if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
         raise ToolFailure("only http and https URLs can be fetched")
     req = urllib.request.Request(url, headers={"User-Agent": "experience-citizen/0.1"})  # noqa: S310
     try:
-        with urllib.request.urlopen(req, timeout=TIMEOUT_S) as resp:  # noqa: S310 - scheme checked
+        with _OPENER.open(req, timeout=TIMEOUT_S) as resp:
             return resp.read(MAX_BYTES), resp.headers.get_content_type()
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, http.client.HTTPException) as exc:
         raise ToolFailure(f"could not fetch {url}: {exc}") from exc
 
 
