@@ -7,6 +7,7 @@ commands that make no model call must stay fast (`import anthropic` alone is ≈
 from __future__ import annotations
 
 import copy
+import ctypes
 import importlib
 import logging
 import os
@@ -18,6 +19,8 @@ import click
 from citizen import __version__
 from citizen.errors import CitizenError
 from shared.errors import SharedError
+
+_PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
 # name -> "module:function". Loaded on first use, so `citizen status` never pays for the
 # scheduler, the wake machinery or a model SDK (goal: status in under 300 ms).
@@ -126,4 +129,17 @@ def main() -> None:
     # Same umask as the systemd unit: peers may read what a citizen creates but never
     # write it (shared documents set group-write modes explicitly); others get nothing.
     os.umask(0o027)
+    undumpable()
     cli()
+
+
+def undumpable() -> None:
+    """Make this process undumpable (PR_SET_DUMPABLE 0): its /proc files - environ, mem,
+    maps - then belong to root, so a command a citizen's model runs as the same user
+    cannot read the API key out of the daemon or the wake that holds it. Also: no core
+    dumps of a process with secrets in memory. Linux only; elsewhere nothing happens."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: no prctl
+        return
