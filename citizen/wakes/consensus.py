@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from citizen import civilization, state
+from citizen.mail import citizen_addresses
 from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
 from citizen.wakes.base import Ask, Setup
@@ -116,6 +117,12 @@ def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> s
     if decision and (decision.group(2) or pid_in_subject):
         pid = decision.group(2) or (pid_in_subject.group(0) if pid_in_subject else "")
         operator = str(meta.get("from", "operator"))
+        if operator.lower() in citizen_addresses():
+            # Citizens may mail each other, but a citizen's approval is no person's: a
+            # peer (or a prompt-injected model) must not stand in for the human a
+            # high-stakes proposal waits for.
+            return (f"refused {operator}'s {decision.group(1).lower()} of {pid}: that is a "
+                    "citizen's address; a human decision comes from an operator")
         try:
             d = commons.decide_human(pid, operator, decision.group(1).lower(),
                                      decision.group(3).strip(), relayed_by=me,
