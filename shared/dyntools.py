@@ -143,12 +143,21 @@ class DynTools:
             raise NotAllowed(f"{name} is not callable (not approved, failing, or changed "
                                "since its approval)")
         impl, _, _ = self._paths(name)
-        try:
-            result = subprocess.run([sys.executable, "-c", RUNNER, str(impl)],
-                                    input=json.dumps(args), capture_output=True, text=True,
-                                    cwd=cwd, env=env, timeout=CALL_TIMEOUT_S, check=False)
-        except subprocess.TimeoutExpired as exc:
-            raise Invalid(f"{name} ran past {CALL_TIMEOUT_S} s") from exc
+        # Run exactly the reviewed bytes: read once, checked against the approved hash, and
+        # executed from a private copy - the file in the commons could be swapped between
+        # the check above and the interpreter opening it.
+        code = impl.read_bytes()
+        if hashlib.sha256(code).hexdigest() != self.manifest(name)["impl_sha"]:
+            raise NotAllowed(f"{name} changed since its approval; it is not run")
+        with tempfile.TemporaryDirectory(prefix="dyntool-") as private:  # 0700: ours alone
+            copy = Path(private) / f"{name}.py"
+            copy.write_bytes(code)
+            try:
+                result = subprocess.run([sys.executable, "-c", RUNNER, str(copy)],
+                                        input=json.dumps(args), capture_output=True, text=True,
+                                        cwd=cwd, env=env, timeout=CALL_TIMEOUT_S, check=False)
+            except subprocess.TimeoutExpired as exc:
+                raise Invalid(f"{name} ran past {CALL_TIMEOUT_S} s") from exc
         if result.returncode != 0:
             raise Invalid(f"{name} failed: {result.stderr.strip()[-500:]}")
         return result.stdout.strip()
