@@ -9,6 +9,7 @@ over an index built from the module files on each search - derived, never stale.
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from dataclasses import dataclass
@@ -17,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from shared import records
-from shared.atomic import read_json
+from shared.atomic import CorruptFile, read_json
 from shared.errors import Invalid, NotAllowed, NotFound
 
+log = logging.getLogger(__name__)
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,60}$")
 DECISIONS = ("approve", "reject")
 
@@ -45,11 +47,41 @@ class Library:
         self.approvals = approvals
         self.enforce = enforce_identity
 
+    def published(self) -> list[dict[str, Any]]:
+        """Every module that really was approved (see `_approved`), by id."""
+        out = []
+        for path in sorted((self.dir / "modules").glob("*.json")):
+            module = self._approved(path)
+            if module is not None:
+                out.append(module)
+        return out
+
+    def _approved(self, path: Path) -> dict[str, Any] | None:
+        """The module in `path` if its approvals hold: enough approving reviews, each its
+        reviewer's own record, none by the maintainer, and (in server mode) the file
+        written by one of them. A file placed in `modules/` by anyone else - the
+        directory is group-writable - is ignored (logged), never loaded."""
+        try:
+            module: dict[str, Any] = read_json(path)
+        except CorruptFile as exc:
+            log.warning("ignoring %s: %s", path, exc)
+            return None
+        approvers = [str(c) for c in module.get("approved_by", [])
+                     if c != module.get("maintainer")]
+        reviews = {r.citizen: r.decision for r in self.reviews(str(module.get("id", "")))}
+        real = [c for c in approvers if reviews.get(c) == "approve"]
+        if len(set(real)) < self.approvals:
+            log.warning("ignoring %s: %d real approvals of %d needed", path, len(set(real)),
+                        self.approvals)
+            return None
+        if self.enforce and not any(records.read(path, c, True) is not None for c in real):
+            return None  # not written by an approver (read logs why)
+        return module
+
     def modules(self, domain: str = "") -> list[dict[str, Any]]:
         """Approved modules (summaries), optionally of one domain."""
         out = []
-        for path in sorted((self.dir / "modules").glob("*.json")):
-            module = read_json(path)
+        for module in self.published():
             if not domain or module["domain"] == domain:
                 out.append({k: module[k] for k in ("id", "domain", "summary", "version",
                                                      "maintainer")})
@@ -57,10 +89,10 @@ class Library:
 
     def load(self, module_id: str) -> dict[str, Any]:
         path = self.dir / "modules" / f"{module_id}.json"
-        if not path.exists():
+        module = self._approved(path) if path.exists() else None
+        if module is None:
             raise NotFound(f"no approved module {module_id} - see library_list")
-        data: dict[str, Any] = read_json(path)
-        return data
+        return module
 
     def propose(self, citizen: str, module_id: str, domain: str, summary: str,
                 content: str) -> dict[str, Any]:
@@ -135,8 +167,7 @@ class Library:
             return []
         db = sqlite3.connect(":memory:")
         db.execute("CREATE VIRTUAL TABLE m USING fts5(id, domain, summary, content)")
-        for path in sorted((self.dir / "modules").glob("*.json")):
-            module = read_json(path)
+        for module in self.published():
             db.execute("INSERT INTO m VALUES (?, ?, ?, ?)", (module["id"], module["domain"],
                                                             module["summary"],
                                                             module["content"]))
