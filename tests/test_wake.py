@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from citizen import config, paths, wakelog
+from citizen.llm.base import Reply, Request
 from citizen.llm.replay import ReplayProvider
 from citizen.tasks import TaskQueue
 from citizen.wake import WakeRefused, run_wake
@@ -129,10 +130,19 @@ def test_a_corrupt_context_fails_the_wake_and_is_kept(civ: Path) -> None:
 
 def test_contexts_survive_a_failed_save_in_an_emergency_dump(civ: Path) -> None:
     queue().add("break the history file")
-    # A real fault: the wake itself makes history.json unwritable (a directory).
-    actor = Actor(call("shell_command",
-                       command="rm contexts/history.json && mkdir contexts/history.json"),
-                  call("task_complete", summary="done"))
+
+    class Breaker(Actor):
+        """A real fault mid-wake: history.json becomes unwritable (a directory). (Shell
+        commands can no longer do this: the sandbox hides the contexts from them.)"""
+
+        def _answer(self, request: Request) -> Reply:
+            history = paths.home("opus").contexts / "history.json"
+            if request.purpose not in ("route", "select_tools") and history.is_file():
+                history.unlink()
+                history.mkdir()
+            return super()._answer(request)
+
+    actor = Breaker(call("task_complete", summary="done"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     (dump_event,) = events(result.log_path, "contexts_emergency_dump")
     dump = json.loads(Path(dump_event["path"]).read_text())

@@ -1,4 +1,5 @@
-"""`shell_command`: run a command in the citizen's home, with no secrets in its environment."""
+"""`shell_command`: run a command in the citizen's sandbox (`citizen.sandbox`): its home,
+no secrets in its environment or its files, nothing of the daemon's or its peers'."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import re
 import signal
 import subprocess
 
+from citizen import sandbox
 from citizen.config import SECRET_KEYS
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
@@ -33,8 +35,14 @@ def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
     :param timeout: seconds before the command is killed (at most 600)
     """
     timeout = max(1, min(timeout, MAX_TIMEOUT_S))
+    refused = sandbox.refusal()
+    if refused:
+        raise ToolFailure(refused)
+    network = bool(env.config.permissions.get("can_use_network", False))
     proc = subprocess.Popen(
-        ["bash", "-c", command], cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
+        sandbox.wrap(env.home, ["bash", "-c", command], network=network,
+                     limits=sandbox.Limits(cpu_s=timeout + 5)),
+        cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,  # its own process group, so a timeout kills all it started
     )

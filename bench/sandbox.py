@@ -1,0 +1,63 @@
+"""What the sandbox costs a tool call: `shell_command 'true'` with and without bubblewrap.
+
+    .venv/bin/python bench/sandbox.py [--calls 50]
+
+Prints the median and p95 of each, and what the sandbox adds (issue 15's goal: ≤ 20 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stats import pct, show
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=50)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as root:
+        os.environ["CIV_ROOT"] = root
+        from citizen import civilization, config, paths, sandbox
+        from citizen.contexts import ContextStore
+        from citizen.llm.base import estimate_tokens
+        from citizen.memory import Memory
+        from citizen.tasks import TaskQueue
+        from citizen.tools import core_tools
+        from citizen.tools.base import ToolEnv
+
+        civilization.init(["opus", "mira", "aria"])
+        home = paths.home("opus")
+        cfg = config.load_citizen("opus")
+        contexts = ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all()
+        env = ToolEnv(home, cfg, config.load_secrets("opus"), TaskQueue(home.tasks),
+                      Memory(home.memory), contexts)
+        shell = core_tools()["shell_command"]
+        times: dict[str, list[float]] = {}
+        for label, mode in (("unconfined (EXPERIENCE_SANDBOX=off)", "off"),
+                            ("bubblewrap sandbox", "required")):
+            os.environ[sandbox.MODE_ENV] = mode
+            shell.run(env, {"command": "true"})  # warm the page cache
+            samples = []
+            for _ in range(args.calls):
+                started = time.perf_counter()
+                shell.run(env, {"command": "true"})
+                samples.append(time.perf_counter() - started)
+            times[label] = samples
+            show(f"shell_command 'true', {label}", samples, "ms", 1000)
+    plain, boxed = times.values()
+    added = statistics.median(boxed) - statistics.median(plain)
+    added_p95 = pct(boxed, 0.95) - pct(plain, 0.95)
+    print(f"added by the sandbox: median {1000 * added:.1f} ms, p95 {1000 * added_p95:.1f} ms")
+
+
+if __name__ == "__main__":
+    main()

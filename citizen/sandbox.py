@@ -1,0 +1,142 @@
+"""The sandbox every command a model asks for runs in: bubblewrap, with nothing of the
+daemon's within reach.
+
+A citizen's model is treated as hostile (prompt-injected, or simply wrong): whatever
+its command can reach, a bad wake will eventually reach. So a command sees
+- the system read-only (`--ro-bind / /`), a fresh /proc in its own PID namespace (the
+  wake and the daemon, and their environments, are not there), its own IPC and UTS
+  namespaces, an empty /tmp, and no network unless the citizen's config grants it;
+- of the civilization only its own home, read-write, with the daemon's files masked:
+  the secrets file, contexts, memory, logs, tasks, mail and state are empty or absent,
+  its config is read-only; peers' homes and the commons are not mounted at all;
+- rlimits for CPU time, memory, file size and processes; and it dies with its call:
+  bubblewrap is PID 1 of the namespace, so nothing it started outlives it.
+
+EXPERIENCE_SANDBOX says what happens when bubblewrap cannot run here (not installed, or
+namespaces forbidden - today's systemd unit still has RestrictNamespaces=yes):
+`required` refuses commands; `auto` (the default, until the unit allows bubblewrap's
+namespaces) runs them unconfined and logs a warning once per process; `off` never
+sandboxes (development only).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+
+from citizen import paths
+from citizen.paths import Home
+
+log = logging.getLogger(__name__)
+
+MODE_ENV = "EXPERIENCE_SANDBOX"  # auto | required | off (see the module doc)
+# What of a home a command must not see: the daemon's own state and the citizen's
+# secrets. Directories become empty (tmpfs), files unreadable (/dev/null bound over).
+HIDDEN_DIRS = ("contexts", "memory", "logs", "tasks", "mail")
+HIDDEN_FILES = (".env", "state.json", ".state.lock", ".daemon.lock")
+READ_ONLY = ("config.json",)  # the operator's rules: readable, never writable
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Per-command resource limits (each a ceiling the kernel enforces)."""
+
+    cpu_s: int = 600  # CPU seconds (a busy loop is killed, not the wall-clock timeout)
+    memory: int = 4 << 30  # address space, bytes
+    file_size: int = 1 << 30  # largest file a command may write (SIGXFSZ past it)
+    processes: int = 512  # per user: stops a fork bomb from taking the daemon down
+
+
+def bwrap() -> str | None:
+    """The bubblewrap binary, if installed."""
+    return shutil.which("bwrap")
+
+
+def mode() -> str:
+    value = os.environ.get(MODE_ENV, "auto")
+    return value if value in ("auto", "required", "off") else "required"  # unknown: safest
+
+
+@functools.cache
+def _probe(binary: str) -> str:
+    """Why bubblewrap cannot make its namespaces here ("" when it can)."""
+    try:
+        done = subprocess.run([binary, "--ro-bind", "/", "/", "--unshare-pid", "--unshare-net",
+                               "--unshare-ipc", "--unshare-uts", "--proc", "/proc",
+                               "--dev", "/dev", "true"],
+                              capture_output=True, text=True, timeout=10, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return str(exc)
+    return "" if done.returncode == 0 else (done.stderr.strip() or f"exit {done.returncode}")
+
+
+def problem() -> str:
+    """Why commands cannot be sandboxed here ("" when they can)."""
+    binary = bwrap()
+    if binary is None:
+        return "bubblewrap is not installed (apt-get install bubblewrap)"
+    why = _probe(binary)
+    return f"bubblewrap cannot make its namespaces here: {why}" if why else ""
+
+
+def refusal() -> str:
+    """Why a command must be refused now ("" when it may run, boxed or not)."""
+    if mode() != "required":
+        return ""
+    why = problem()
+    return f"{why}; commands are refused while {MODE_ENV}=required" if why else ""
+
+
+def confined() -> bool:
+    """Whether commands run in bubblewrap now (a warning, once, when they cannot)."""
+    if mode() == "off":
+        return False
+    why = problem()
+    if why and not _WARNED:
+        _WARNED.append(why)
+        log.warning("commands run UNCONFINED: %s (set %s=required to refuse them instead)",
+                    why, MODE_ENV)
+    return not why
+
+
+_WARNED: list[str] = []
+
+
+def wrap(home: Home, argv: list[str], *, network: bool = False,
+         limits: Limits = Limits()) -> list[str]:
+    """`argv` as it runs in the sandbox of citizen `home`, under `limits` (unconfined but
+    limited when the sandbox cannot run and the mode allows that)."""
+    # prlimit, not a preexec_fn: the daemon has threads, and forking code must not run
+    # Python between fork and exec.
+    limited = ["prlimit", f"--cpu={limits.cpu_s}", f"--as={limits.memory}",
+               f"--fsize={limits.file_size}", f"--nproc={limits.processes}", "--"]
+    binary = bwrap()
+    if not confined() or binary is None:
+        return [*limited, *argv]
+    h = str(home.dir)
+    args = [*limited, binary, "--ro-bind", "/", "/",
+            "--tmpfs", "/tmp",  # noqa: S108 - a private, empty /tmp inside the sandbox
+            "--tmpfs", str(paths.civ_root()),  # peers' homes and the commons vanish ...
+            "--bind", h, h,  # ... and only this home comes back
+            "--proc", "/proc", "--dev", "/dev",
+            "--unshare-pid", "--unshare-ipc", "--unshare-uts",
+            "--die-with-parent",  # the wake's call ends: everything in here ends
+            "--new-session",  # no TIOCSTI into a terminal the daemon may hold
+            "--chdir", h]
+    if not network:
+        args.append("--unshare-net")  # only loopback, and nothing listens there
+    for name in HIDDEN_DIRS:
+        if (home.dir / name).is_dir():
+            args += ["--tmpfs", f"{h}/{name}"]
+    for name in HIDDEN_FILES:
+        if (home.dir / name).exists():
+            args += ["--ro-bind", "/dev/null", f"{h}/{name}"]
+    for name in READ_ONLY:
+        if (home.dir / name).exists():
+            args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
+    return [*args, "--", *argv]
+
