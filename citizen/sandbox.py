@@ -27,6 +27,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass
+from pathlib import Path
 
 from citizen import paths
 from citizen.paths import Home
@@ -106,10 +107,12 @@ def confined() -> bool:
 _WARNED: list[str] = []
 
 
-def wrap(home: Home, argv: list[str], *, network: bool = False,
-         limits: Limits = Limits()) -> list[str]:
+def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits = Limits(),
+         binds: tuple[Path, ...] = (), chdir: Path | None = None) -> list[str]:
     """`argv` as it runs in the sandbox of citizen `home`, under `limits` (unconfined but
-    limited when the sandbox cannot run and the mode allows that)."""
+    limited when the sandbox cannot run and the mode allows that). `binds`: more
+    directories the command may write (a review's scratch worktree), `chdir` where it
+    starts (default: the home)."""
     # prlimit, not a preexec_fn: the daemon has threads, and forking code must not run
     # Python between fork and exec.
     limited = ["prlimit", f"--cpu={limits.cpu_s}", f"--as={limits.memory}",
@@ -125,8 +128,7 @@ def wrap(home: Home, argv: list[str], *, network: bool = False,
             "--proc", "/proc", "--dev", "/dev",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent",  # the wake's call ends: everything in here ends
-            "--new-session",  # no TIOCSTI into a terminal the daemon may hold
-            "--chdir", h]
+            "--new-session"]  # no TIOCSTI into a terminal the daemon may hold
     if not network:
         args.append("--unshare-net")  # only loopback, and nothing listens there
     for name in HIDDEN_DIRS:
@@ -138,5 +140,7 @@ def wrap(home: Home, argv: list[str], *, network: bool = False,
     for name in READ_ONLY:
         if (home.dir / name).exists():
             args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
-    return [*args, "--", *argv]
+    for extra in binds:
+        args += ["--bind", str(extra), str(extra)]
+    return [*args, "--chdir", str(chdir or home.dir), "--", *argv]
 

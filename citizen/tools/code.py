@@ -10,7 +10,7 @@ from typing import Literal
 
 import git
 
-from citizen import civilization, paths
+from citizen import civilization, paths, sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
 from shared.evolution import Evolution, divergence
@@ -78,8 +78,13 @@ def code_test(env: ToolEnv, change_id: str) -> str:
     with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
         tree = Path(scratch) / "tree"
         repo.git.worktree("add", "--detach", "--quiet", str(tree), change.commit)
+        # A peer's code (its tests, a conftest.py) runs here: in the reviewer's sandbox,
+        # which sees the scratch tree and the reviewer's home without its secrets, and
+        # neither the commons nor the network - reviewing must not hand over the reviewer.
+        argv = sandbox.wrap(env.home, ["bash", "-c", TEST_COMMAND], binds=(Path(scratch),),
+                            chdir=tree, limits=sandbox.Limits(cpu_s=TEST_TIMEOUT_S))
         try:
-            result = subprocess.run(["bash", "-c", TEST_COMMAND], cwd=tree, capture_output=True,
+            result = subprocess.run(argv, cwd=tree, capture_output=True,
                                     text=True, timeout=TEST_TIMEOUT_S, check=False,
                                     env={**scrubbed_env(str(env.home.dir)),
                                          "PYTHONPATH": str(tree)})
