@@ -1,0 +1,31 @@
+"""The DEBATE wake in-process: a turn whose model keeps failing passes after three failed
+wakes (the owed-steps fallback), and the next participant's doorbell rings. (Idle gates
+cost nothing: the contract suite over every wake type.) From the wt-wakes branch."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from citizen import civilization, paths
+from citizen.llm.scripted import ScriptedProvider
+from citizen.wake import run_wake
+from citizen.wakes.debate import DebateWake
+from tests.scripts import say
+
+
+def test_a_turn_that_keeps_failing_passes_and_rings_the_next(civ: Path) -> None:
+    debates = civilization.debates()
+    d = debates.start("Tests before features", ["opus", "mira", "aria"], "operator")
+    first = d.owed_by()
+    broken = ScriptedProvider(default=lambda request: say("not json at all"))
+    tries = DebateWake.spec.max_failures
+    for attempt in range(1, tries + 1):
+        result = run_wake(first, wake_type="DEBATE", provider=lambda c, s: broken)
+        assert result.status == ("provider_error" if attempt < tries else "ok")
+        assert debates.load(d.id).seq == d.seq + (attempt == tries)
+    after = debates.load(d.id)
+    assert after.messages[-1]["move"] == "PASS" and after.messages[-1]["author"] == first
+    assert after.messages[-1]["content"].startswith("no move: ")
+    nxt = after.owed_by()
+    assert nxt and nxt != first  # three participants: the turn moved on
+    assert any(p.name.endswith("DEBATE.json") for p in paths.home(nxt).doorbell.iterdir())
