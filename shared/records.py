@@ -9,8 +9,6 @@ read - never stored twice, so it cannot drift.
 from __future__ import annotations
 
 import logging
-import secrets
-import time
 from pathlib import Path
 from typing import Any
 
@@ -18,22 +16,19 @@ from shared import atomic
 from shared.atomic import CorruptFile, create_json, read_json, write_json
 from shared.identity import ForgedRecord, check_author
 
+# The modes and ids of the one record mechanism: these records are shared.threads'
+# records without a thread (re-exported for the modules that write them).
+from shared.threads import DIR_MODE, RECORD_MODE, new_id
+
+__all__ = ["DIR_MODE", "RECORD_MODE", "create", "make_dirs", "new_id", "read", "read_claimed",
+           "write"]
 log = logging.getLogger(__name__)
 
-RECORD_MODE = 0o664  # the author writes; every citizen (and the operator) reads
-# 3775 on record directories: group `citizens` adds records (setgid keeps the group),
-# and the sticky bit stops a citizen from deleting or replacing another's record.
-DIR_MODE = 0o3775
 
 
 def make_dirs(path: Path, top: Path) -> None:
     """Create `path` and any missing parents up to `top`, each with DIR_MODE."""
     atomic.make_dirs(path, top, DIR_MODE)
-
-
-def new_id(prefix: str) -> str:
-    """Time-sortable, unique: `dry-20261122T120000-1a2b`."""
-    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
 
 
 def write(top: Path, path: Path, record: dict[str, Any]) -> None:
