@@ -97,14 +97,15 @@ def confined() -> bool:
     if mode() == "off":
         return False
     why = problem()
-    if why and not _WARNED:
-        _WARNED.append(why)
-        log.warning("commands run UNCONFINED: %s (set %s=required to refuse them instead)",
-                    why, MODE_ENV)
+    if why:
+        _warn_once(why)
     return not why
 
 
-_WARNED: list[str] = []
+@functools.cache
+def _warn_once(why: str) -> None:
+    log.warning("commands run UNCONFINED: %s (set %s=required to refuse them instead)",
+                why, MODE_ENV)
 
 
 def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits = Limits(),

@@ -101,6 +101,6 @@ def test_without_bubblewrap_commands_are_refused_when_required(
         run(env, "echo hi")
     # auto (the default while the unit forbids namespaces): runs, unconfined, and says so
     monkeypatch.setenv(sandbox.MODE_ENV, "auto")
-    monkeypatch.setattr(sandbox, "_WARNED", [])
+    sandbox._warn_once.cache_clear()
     assert "hi" in run(env, "echo hi")
     assert "UNCONFINED" in caplog.text
