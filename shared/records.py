@@ -9,6 +9,8 @@ read - never stored twice, so it cannot drift.
 from __future__ import annotations
 
 import logging
+import os
+import secrets
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +20,7 @@ from shared.identity import ForgedRecord, check_author
 
 # The modes and ids of the one record mechanism: these records are shared.threads'
 # records without a thread (re-exported for the modules that write them).
-from shared.threads import DIR_MODE, RECORD_MODE, new_id
+from shared.threads import ALT, DIR_MODE, RECORD_MODE, effective_user, glob_escape, new_id
 
 __all__ = ["DIR_MODE", "RECORD_MODE", "create", "make_dirs", "new_id", "read", "read_claimed",
            "write"]
@@ -31,10 +33,37 @@ def make_dirs(path: Path, top: Path) -> None:
     atomic.make_dirs(path, top, DIR_MODE)
 
 
+def _mine(path: Path) -> Path:
+    """Where this process writes the record `path`: `path` itself, unless someone else
+    created it first (in a sticky directory nobody can replace another's file). Then
+    beside it, under a name nobody could guess in advance (`<name>~<user>-<random>`),
+    or the one this process made there before; readers take the file its author owns."""
+    try:
+        owner = path.lstat().st_uid
+    except FileNotFoundError:
+        return path
+    me = os.geteuid()
+    if me in (owner, 0):
+        return path
+    for alt in sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*")):
+        if alt.lstat().st_uid == me:
+            return alt
+    alt = path.with_name(f"{path.name}{ALT}{effective_user()}-{secrets.token_hex(8)}")
+    log.warning("%s was pre-created by uid %d; writing %s instead", path, owner, alt.name)
+    return alt
+
+
+def _candidates(path: Path, enforce: bool) -> list[Path]:
+    found = [path] if path.is_file() else []
+    if enforce and path.parent.is_dir():
+        found += sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
+    return found
+
+
 def write(top: Path, path: Path, record: dict[str, Any]) -> None:
     """Write one record (its directories made group-addable and sticky)."""
     make_dirs(path.parent, top)
-    write_json(path, record, mode=RECORD_MODE)
+    write_json(_mine(path), record, mode=RECORD_MODE)
 
 
 def create(top: Path, path: Path, record: dict[str, Any]) -> None:
@@ -44,22 +73,28 @@ def create(top: Path, path: Path, record: dict[str, Any]) -> None:
 
 
 def read_claimed(path: Path, enforce: bool, key: str = "citizen") -> dict[str, Any] | None:
-    """A record that names its own author under `key`, if that author owns its file."""
-    try:
-        data: dict[str, Any] = read_json(path)
-        check_author(path, str(data.get(key, "")), enforce)
-    except (ForgedRecord, CorruptFile) as exc:
-        log.warning("ignoring %s: %s", path, exc)
-        return None
-    return data
+    """A record that names its own author under `key`, if that author owns its file
+    (the first such among `path` and what was written beside a forgery of it)."""
+    for candidate in _candidates(path, enforce):
+        try:
+            data: dict[str, Any] = read_json(candidate)
+            check_author(candidate, str(data.get(key, "")), enforce)
+        except (ForgedRecord, CorruptFile) as exc:
+            log.warning("ignoring %s: %s", candidate, exc)
+            continue
+        return data
+    return None
 
 
 def read(path: Path, author: str, enforce: bool) -> dict[str, Any] | None:
-    """A record if it is whole and its file belongs to `author`; None (logged) otherwise."""
-    try:
-        check_author(path, author, enforce)
-        data: dict[str, Any] = read_json(path)
-    except (ForgedRecord, CorruptFile) as exc:
-        log.warning("ignoring %s: %s", path, exc)
-        return None
-    return data
+    """A record if it is whole and its file belongs to `author` (`path`, or what the
+    author wrote beside a forgery of it); None (logged) otherwise."""
+    for candidate in _candidates(path, enforce):
+        try:
+            check_author(candidate, author, enforce)
+            data: dict[str, Any] = read_json(candidate)
+        except (ForgedRecord, CorruptFile) as exc:
+            log.warning("ignoring %s: %s", candidate, exc)
+            continue
+        return data
+    return None

@@ -36,11 +36,21 @@ AUTHOR = "author"  # the key naming a record's author, in every record of every 
 # Records written before the one author key named their author under these; read
 # back, the name is copied to AUTHOR so the rules see one key.
 LEGACY_AUTHOR_KEYS = ("citizen", "maintainer")
-RECORD_MODE = 0o664  # the author writes; every citizen (and the operator) reads
+# 0644: the author writes; every citizen (and the operator) reads. Never group-write:
+# a peer could rewrite a record in place and it would still carry its author's owner.
+RECORD_MODE = 0o644
 # 3775 on thread directories: group `citizens` adds records (setgid keeps the group),
 # and the sticky bit stops a citizen from deleting or replacing another's record.
 DIR_MODE = 0o3775
 OPERATOR = "operator"  # the author of records root writes on a person's behalf
+# A record its author had to write beside a file someone pre-created under its name:
+# `<name>~<author>-<random>` (no `*.json` glob of a reader lists it by mistake).
+ALT = "~"
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters taken literally."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
 
 
 def new_id(prefix: str) -> str:
@@ -142,27 +152,48 @@ class Threads:
         try:
             create_json(path, record, mode=RECORD_MODE)
         except FileExistsError as exc:
-            if self.read(tid, name, author) is None:  # there, but not the author's
-                raise NotAllowed(
-                    f"{tid}: {path} exists but is not {author}'s (uid {path.stat().st_uid}): "
-                    "a forged record blocks this step - the operator should remove it") from exc
-            raise NotAllowed(f"{tid}: {name} is already recorded; a step is taken once") from exc
+            if self.read(tid, name, author) is not None:
+                raise NotAllowed(f"{tid}: {name} is already recorded; a step is taken once"
+                                 ) from exc
+            if not self.enforce:  # dev mode: one Unix user, nobody to tell apart
+                raise NotAllowed(f"{tid}: {path} exists but does not name {author}: a "
+                                 "broken record blocks this step - remove it") from exc
+            # Pre-created in the author's name by someone else: the author records the step
+            # beside it, under a name nobody can guess in advance, and readers take the
+            # file the author owns (`read`).
+            alt = path.with_name(f"{path.name}{ALT}{author}-{secrets.token_hex(8)}")
+            log.warning("%s was pre-created by uid %d; %s records %s instead", path,
+                        path.stat().st_uid, author, alt.name)
+            create_json(alt, record, mode=RECORD_MODE)
         return record
 
-    def read(self, tid: str, name: str, author: str | None = None) -> dict[str, Any] | None:
+    def read(self, tid: str, name: str, author: str | None = None,
+             accept: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any] | None:
         """A record if it is whole, names its author, and (in server mode) its file is the
-        author's. `author` None: whoever it names, if that one owns it. None otherwise
-        (a forged or broken record is logged and ignored)."""
+        author's. `author` None: whoever it names, if that one owns it; `accept` may
+        demand more (who owes the step). None otherwise (a forged or broken record is
+        logged and ignored). A record written beside a pre-created forgery (`write`)
+        counts as the one it stands in for."""
         path = self.dir(tid) / name
-        if not path.is_file():
-            return None
-        return read_record(path, author, self.enforce)
+        candidates = [path] if path.is_file() else []
+        if self.enforce and path.parent.is_dir():
+            candidates += sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
+        for candidate in candidates:
+            rec = read_record(candidate, author, self.enforce)
+            if rec is not None and (accept is None or accept(rec)):
+                return rec
+        return None
 
     def names(self, tid: str, glob: str) -> list[str]:
-        """Record names in a thread matching `glob` (may include a subdirectory), sorted."""
+        """Record names in a thread matching `glob` (may include a subdirectory), sorted;
+        a record written beside a forgery is listed under the name it stands in for."""
         folder = self.dir(tid)
-        return sorted(str(p.relative_to(folder)) for p in folder.glob(glob)) \
-            if folder.is_dir() else []
+        if not folder.is_dir():
+            return []
+        found = {str(p.relative_to(folder)) for p in folder.glob(glob)}
+        found |= {str(p.relative_to(folder)).split(ALT, 1)[0]
+                  for p in folder.glob(f"{glob}{ALT}*")}
+        return sorted(found)
 
     # ---------------------------------------------------------------- owed steps
 

@@ -123,6 +123,12 @@ def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> s
             # high-stakes proposal waits for.
             return (f"refused {operator}'s {decision.group(1).lower()} of {pid}: that is a "
                     "citizen's address; a human decision comes from an operator")
+        if commons.enforce:
+            # On a server nothing this daemon writes can prove a person (its mail ledger
+            # is its own file): the person decides at the server, as root.
+            return (f"did not record {operator}'s {decision.group(1).lower()} of {pid}: on "
+                    "this server a human decision counts only from the operator CLI - "
+                    f"run `sudo citizen {decision.group(1).lower()} {pid}` there")
         try:
             d = commons.decide_human(pid, operator, decision.group(1).lower(),
                                      decision.group(3).strip(), relayed_by=me,

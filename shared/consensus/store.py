@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import os
-import pwd
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -50,7 +49,6 @@ from shared.consensus.view import episode_record, render
 from shared.consensus.world import ActionError, World
 from shared.documents import locked
 from shared.errors import Invalid, NotAllowed, NotFound
-from shared.identity import ForgedRecord, check_author
 from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
@@ -122,24 +120,25 @@ class Consensus:
         return d
 
     def _record(self, path: Path, author: str) -> dict[str, Any] | None:
-        if not path.is_file():
-            return None
         return self.threads.read(path.parent.name, path.name, author)
 
     def _giveup(self, path: Path, roles: Mapping[str, str]) -> dict[str, Any] | None:
-        if not path.is_file():
-            return None
-        rec = self.threads.read(path.parent.name, path.name)
-        if rec is None or rec.get("phase") not in OWNER:
-            return None
-        if rec.get(AUTHOR) != roles.get(OWNER[str(rec["phase"])]):
+        def owes(rec: dict[str, Any]) -> bool:
+            if rec.get("phase") in OWNER and rec.get(AUTHOR) == roles.get(
+                    OWNER[str(rec["phase"])]):
+                return True
             log.warning("ignoring %s: %s does not owe %s", path, rec.get(AUTHOR),
                         rec.get("phase"))
-            return None
-        return rec
+            return False
+
+        return self.threads.read(path.parent.name, path.name, accept=owes)
 
     def _human(self, path: Path) -> dict[str, Any] | None:
-        """An operator's decision: in server mode its file must not belong to any citizen."""
+        """An operator's decision. In server mode only root's file counts: a person acts
+        through the operator CLI as root, and nothing a citizen's process writes - a
+        record "relayed" from mail included, since its mail ledger is the citizen's own
+        file - can prove a person stood behind it. In dev mode (one Unix user for all)
+        a mail decision relayed by the citizen that received it counts."""
         if not path.is_file():
             return None
         try:
@@ -147,28 +146,15 @@ class Consensus:
         except CorruptFile as exc:
             log.warning("ignoring %s: %s", path, exc)
             return None
-        relay = str(rec.get("relayed_by", ""))
-        if relay:
-            # A mail decision is filed by the citizen that received the mail; it must be
-            # that citizen's file and name the message (its mail ledger has it).
-            try:
-                check_author(path, relay, self.enforce)
-            except ForgedRecord as exc:
-                log.warning("ignoring %s: %s", path, exc)
-                return None
-            if not rec.get("message_id"):
-                log.warning("ignoring %s: a mail decision without its Message-ID", path)
-                return None
-        elif self.enforce:
+        if self.enforce:
             owner = path.stat().st_uid
-            for c in self.citizens:
-                try:
-                    if pwd.getpwnam(c).pw_uid == owner:
-                        log.warning("ignoring %s: written by citizen %s, not an operator",
-                                    path, c)
-                        return None
-                except KeyError:
-                    continue
+            if owner != 0:
+                log.warning("ignoring %s: written by uid %d, not by an operator as root "
+                            "(`citizen approve|reject`)", path, owner)
+                return None
+        elif rec.get("relayed_by") and not rec.get("message_id"):
+            log.warning("ignoring %s: a mail decision without its Message-ID", path)
+            return None
         return rec if rec.get("decision") in ("approve", "reject") else None
 
     def owed(self, citizen: str) -> list[Proposal]:
@@ -267,10 +253,18 @@ class Consensus:
                                  "it can no longer be rejected")
         if decision not in ("approve", "reject"):
             raise Invalid("a human decision is approve or reject")
+        path = self.records_dir / pid / "human.json"
+        if self.enforce and os.geteuid() == 0 and path.is_file() \
+                and path.stat().st_uid != 0:
+            # Pre-created by a citizen to block the person's decision: root removes it
+            # (root may, in the sticky directory) and decides.
+            log.warning("removing %s: written by uid %d, not an operator", path,
+                        path.stat().st_uid)
+            path.unlink()
         try:
             # Not a thread step: its author is a person (root, or relayed by the citizen
             # that received the mail), checked by `_human` when read.
-            create_json(self.records_dir / pid / "human.json",
+            create_json(path,
                         {"operator": operator, "decision": decision, "why": why[:2000],
                          "ts": clock.now(), "relayed_by": relayed_by,
                          "message_id": message_id}, mode=RECORD_MODE)
