@@ -179,6 +179,8 @@ class _Run:
         tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
                  **core_tools(mail=mail_configured(env.secrets),
                               code=(self.home.code / ".git").exists())}
+        # Only what the operator permits is offered (Tool.run refuses the rest anyway).
+        tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)

@@ -17,6 +17,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +29,10 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,40}$")
 TEST_TIMEOUT_S = 120
 CALL_TIMEOUT_S = 60
 # Runs one tool call in a fresh interpreter: arguments in on stdin, result out on stdout.
+# How a caller confines what runs a tool's code: (argv, the private directory it needs)
+# -> the argv to run. The daemon passes its sandbox (citizen.sandbox.wrap); the commons
+# cannot import it (`shared` never imports `citizen`). Unconfined when none is given.
+Wrap = Callable[[list[str], Path], list[str]]
 RUNNER = (
     "import importlib.util, json, sys\n"
     "spec = importlib.util.spec_from_file_location('dyntool', sys.argv[1])\n"
@@ -80,27 +85,34 @@ class DynTools:
             raise NotFound(f"no tool {name} - see tool_list")
         return data
 
-    def run_tests(self, name: str) -> tuple[bool, str]:
-        """Run the tool's tests on a private copy, in a subprocess with a timeout."""
+    def run_tests(self, name: str, wrap: Wrap | None = None) -> tuple[bool, str]:
+        """Run the tool's tests on a private copy, in a subprocess with a timeout (inside
+        `wrap`: the author's code runs with the reviewer's rights otherwise)."""
         impl, test, _ = self._paths(name)
         with tempfile.TemporaryDirectory(prefix=f"tooltest-{name}-") as tmp:
             shutil.copy(impl, Path(tmp) / f"{name}.py")
             shutil.copy(test, Path(tmp) / f"test_{name}.py")
+            argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                    f"test_{name}.py"]
             try:
                 result = subprocess.run(
-                    [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                     f"test_{name}.py"], cwd=tmp, capture_output=True, text=True,
+                    wrap(argv, Path(tmp)) if wrap else argv, cwd=tmp, capture_output=True,
+                    text=True,
                     timeout=TEST_TIMEOUT_S, check=False, env={"PATH": "/usr/bin:/bin",
                                                               "PYTHONPATH": tmp})
             except subprocess.TimeoutExpired:
                 return False, f"tests ran past {TEST_TIMEOUT_S} s"
         return result.returncode == 0, (result.stdout + result.stderr)[-1500:]
 
-    def review(self, citizen: str, name: str, decision: str, note: str) -> dict[str, Any]:
+    def review(self, citizen: str, name: str, decision: str, note: str,
+               wrap: Wrap | None = None) -> dict[str, Any]:
+        """File `citizen`'s review. An approval runs the tests first (in `wrap`); a
+        rejection runs nothing of the author's - there is nothing to gain from it."""
         data = self.manifest(name)
         if data["author"] == citizen:
             raise NotAllowed("nobody reviews their own tool")
-        passed, output = self.run_tests(name)
+        passed, output = self.run_tests(name, wrap) if decision == "approve" else \
+            (False, "not run: the reviewer rejected the tool")
         review = {"decision": decision, "note": note, "impl_sha": data["impl_sha"],
                   "tests_sha": data["tests_sha"], "tests_passed": passed, "output": output}
         records.write(self.dir, self.dir / "registry" / f"{name}.reviews" / f"{citizen}.json",
@@ -137,8 +149,9 @@ class DynTools:
                            | {"callable": self.callable(data["name"])})
         return out
 
-    def call(self, name: str, args: dict[str, Any], cwd: Path, env: dict[str, str]) -> str:
-        """Run an approved tool in a fresh interpreter with a timeout."""
+    def call(self, name: str, args: dict[str, Any], cwd: Path, env: dict[str, str],
+             wrap: Wrap | None = None) -> str:
+        """Run an approved tool in a fresh interpreter with a timeout (inside `wrap`)."""
         if not self.callable(name):
             raise NotAllowed(f"{name} is not callable (not approved, failing, or changed "
                                "since its approval)")
@@ -152,8 +165,9 @@ class DynTools:
         with tempfile.TemporaryDirectory(prefix="dyntool-") as private:  # 0700: ours alone
             copy = Path(private) / f"{name}.py"
             copy.write_bytes(code)
+            argv = [sys.executable, "-c", RUNNER, str(copy)]
             try:
-                result = subprocess.run([sys.executable, "-c", RUNNER, str(copy)],
+                result = subprocess.run(wrap(argv, Path(private)) if wrap else argv,
                                         input=json.dumps(args), capture_output=True, text=True,
                                         cwd=cwd, env=env, timeout=CALL_TIMEOUT_S, check=False)
             except subprocess.TimeoutExpired as exc:

@@ -93,9 +93,9 @@ def test_files_stay_in_the_home_and_env_is_untouchable(env: ToolEnv) -> None:
     assert (env.home.dir / "notes" / "a.md").read_text() == "one 2 one"
     with pytest.raises(ToolFailure, match="outside your home"):
         tools["write_file"].run(env, {"path": "../mira/x.txt", "content": "x"})
-    with pytest.raises(ToolFailure, match="secrets files"):
+    with pytest.raises(ToolFailure, match="never readable"):
         tools["read_file"].run(env, {"path": ".env"})
-    with pytest.raises(ToolFailure, match="secrets files"):
+    with pytest.raises(ToolFailure, match="never readable"):
         tools["read_file"].run(env, {"path": "../mira/.env"})
 
 

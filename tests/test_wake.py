@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from pathlib import Path
 
@@ -209,21 +208,22 @@ def test_reflection_and_curation_do_not_feed_each_other(civ: Path) -> None:
         assert run_wake("opus", wake_type=kind, provider=never).status == "idle"
 
 
-def test_a_secret_read_through_a_hard_link_reaches_neither_model_nor_log(civ: Path) -> None:
-    """read_file refuses `.env` by name, but a hard link is another name for the same
-    file: whatever a tool reads, known secret values are redacted before the model or any
-    log sees them (the last line of defence; the sandbox keeps shells from the file)."""
+def test_a_copied_secret_reaches_neither_model_nor_log(civ: Path) -> None:
+    """read_file refuses `.env` by name and a hard link to it by inode, but a copy made
+    some other way (a shell before the sandbox, a backup) is just a file: whatever a
+    tool reads, known secret values are redacted before the model or any log sees them
+    (the last line of defence)."""
     home = paths.home("opus")
     with home.env.open("a") as f:
         f.write("EMAIL_PASS=pw-canary-4e1d\n")
-    os.link(home.env, home.dir / "notes.txt")  # the attack's first step
+    shutil.copy(home.env, home.dir / "notes.txt")  # the attack's first step
     queue().add("read my notes")
     actor = Actor(call("read_file", path="notes.txt"), call("task_complete", summary="ok"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     shown = json.dumps([r.messages for r in actor.requests])
     assert "[EMAIL_PASS redacted]" in shown, "the file was not read, so this proves nothing"
     assert "pw-canary-4e1d" not in shown
-    written = [f for f in civ.rglob("*") if f.is_file() and f.stat().st_nlink == 1
+    written = [f for f in civ.rglob("*") if f.is_file() and f.name not in (".env", "notes.txt")
                and b"pw-canary-4e1d" in f.read_bytes()]
     assert written == [], f"the secret was written to {written}"
     assert result.status in ("ok", "task_finished")

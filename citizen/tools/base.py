@@ -32,6 +32,18 @@ from citizen.tasks import Task, TaskQueue
 from citizen.wakelog import WakeLog
 
 RESULT_CHARS = 8000  # what a tool result may put into the conversation
+# The operator's permissions (config `permissions`), checked where the action happens:
+# every tool call goes through `Tool.run`, whoever asks - the wake loop or `citizen tool`.
+# `can_use_network` is checked by shell_command itself (it decides the sandbox's network);
+# `can_onboard_citizens` guards no tool: onboarding creates Unix users, which only root
+# does (`citizen onboard`).
+PERMISSIONS = {
+    "send_email": "can_send_email",
+    "code_announce": "can_modify_shared_code",
+    "code_adopt": "can_modify_shared_code",
+    "tool_propose": "can_create_tools",
+    "debate_start": "can_start_debates",
+}
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -71,7 +83,15 @@ class Tool:
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.schema)
 
+    def allowed(self, config: CitizenConfig) -> bool:
+        """Whether the operator's permissions let this citizen use this tool."""
+        need = PERMISSIONS.get(self.name)
+        return need is None or bool(config.permissions.get(need, False))
+
     def run(self, env: ToolEnv, args: dict[str, Any]) -> str:
+        if not self.allowed(env.config):
+            raise ToolFailure(f"{self.name} needs the permission {PERMISSIONS[self.name]}, "
+                              "which your operator has not granted")
         out = self.func(env, **args)
         return clip(out)
 

@@ -71,6 +71,9 @@ def code_test(env: ToolEnv, change_id: str) -> str:
 
     :param change_id: the change to test
     """
+    refused = sandbox.refusal()
+    if refused:
+        raise ToolFailure(refused)
     evo = evolution()
     change = evo.get(change_id)
     evo.fetch(change, env.home.code)

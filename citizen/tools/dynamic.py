@@ -3,17 +3,31 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any, Literal
 
-from citizen import civilization
+from citizen import civilization, sandbox
 from citizen.config import CitizenConfig
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.shell import scrubbed_env
-from shared.dyntools import DynTools
+from shared.dyntools import DynTools, Wrap
 
 
 def registry(config: CitizenConfig) -> DynTools:
     return civilization.commons(approvals=config.library_approvals).tools
+
+
+def boxed(env: ToolEnv) -> Wrap:
+    """A peer's tool code (its tests, its calls) runs in this citizen's sandbox: its home
+    without secrets, the private copy of the code, no commons, no network."""
+    refused = sandbox.refusal()
+    if refused:
+        raise ToolFailure(refused)
+
+    def wrap(argv: list[str], private: Path) -> list[str]:
+        return sandbox.wrap(env.home, argv, binds=(private,), chdir=private)
+
+    return wrap
 
 
 @tool
@@ -48,7 +62,8 @@ def tool_review(env: ToolEnv, name: str, decision: Literal["approve", "reject"],
     :param decision: approve or reject
     :param note: why
     """
-    review = registry(env.config).review(env.home.name, name, decision, note)
+    review = registry(env.config).review(env.home.name, name, decision, note,
+                                         wrap=boxed(env))
     return json.dumps({k: review[k] for k in ("decision", "tests_passed", "callable")})
 
 
@@ -72,7 +87,7 @@ def dynamic_tools(config: CitizenConfig) -> dict[str, Tool]:
 
         def call(env: ToolEnv, _name: str = entry["name"], **args: Any) -> str:
             return registry(env.config).call(_name, args, env.home.dir,
-                                             scrubbed_env(str(env.home.dir)))
+                                             scrubbed_env(str(env.home.dir)), wrap=boxed(env))
 
         out[entry["name"]] = Tool(entry["name"], f"{manifest['description']} (by "
                                   f"{manifest['author']})", dict(manifest["input_schema"]), call)

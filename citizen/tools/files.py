@@ -2,23 +2,61 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+from citizen import config, paths, sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 from shared.atomic import write_bytes
 
 MAX_READ = 200_000
+# File tools run in the daemon, not in the sandbox, so they refuse what the sandbox hides:
+# the kernel's views of processes (/proc/<daemon>/environ), devices, the unit's
+# credentials and the operator's directory, whatever the path is called.
+NEVER_READ = (Path("/proc"), Path("/sys"), Path("/dev"), Path("/run/credentials"))
+
+
+def _secret_inodes(env: ToolEnv) -> set[tuple[int, int]]:
+    """(device, inode) of every file holding this citizen's secrets: a hard link to one
+    has another name but the same inode."""
+    found = set()
+    for path in (config.secrets_file(env.home.name), env.home.env):
+        try:
+            st = path.stat() if path is not None else None
+        except OSError:
+            continue
+        if st is not None:
+            found.add((st.st_dev, st.st_ino))
+    return found
 
 
 def resolve(env: ToolEnv, path: str, writing: bool = False) -> Path:
-    """A path relative to the home (or absolute); never a `.env`, writes only in the home."""
+    """A path relative to the home (or absolute); never a secret, writes only in the
+    home and never to the daemon's own files (its config, state, logs, tasks, mail)."""
     home = env.home.dir.resolve()
     target = (home / Path(path).expanduser()).resolve() if not path.startswith("~") else \
         (home / path[1:].lstrip("/")).resolve()
-    if target.name == ".env":
-        raise ToolFailure("secrets files (.env) are never readable or writable by tools")
+    hidden = (*NEVER_READ, paths.operator_dir())
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if target.name == ".env" or any(target.is_relative_to(h) for h in hidden) or \
+            (creds and target.is_relative_to(Path(creds).resolve())):
+        raise ToolFailure(f"{path}: secrets, credentials and the kernel's process files are "
+                          "never readable or writable by tools")
+    try:
+        st = target.stat()
+    except OSError:
+        st = None
+    if st is not None and (st.st_dev, st.st_ino) in _secret_inodes(env):
+        raise ToolFailure(f"{path} is a link to your secrets; tools never read them")
     if writing and not target.is_relative_to(home):
         raise ToolFailure(f"{path} is outside your home {home}; you may only write there")
+    if writing and target.parent == home and target.name in (*sandbox.HIDDEN_FILES,
+                                                             *sandbox.READ_ONLY):
+        raise ToolFailure(f"{target.name} is the daemon's (your rules and state); tools "
+                          "never write it - the operator edits your rules")
+    if writing and any(target.is_relative_to(home / d) for d in ("logs", "tasks", "mail")):
+        raise ToolFailure(f"{path}: your logs, tasks and mail are the daemon's records; "
+                          "tools never write them")
     return target
 
 
