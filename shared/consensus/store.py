@@ -49,11 +49,15 @@ from shared.consensus.view import episode_record, render
 from shared.consensus.world import ActionError, World
 from shared.documents import locked
 from shared.errors import Invalid, NotAllowed, NotFound
-from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads, id_pattern
+from shared.threads import AUTHOR, RECORD_MODE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
 
 VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `citizens`)
+# 2775, not sticky like the records: a view is replaced by whichever citizen acts next,
+# which a sticky directory would forbid. Views are never trusted for a decision; one a
+# citizen spoils is rewritten from the records at the next step.
+VIEW_DIR_MODE = 0o2775
 _ID = id_pattern("prop")
 
 
@@ -352,7 +356,7 @@ class Consensus:
                 current = self.dir / state / f"{pid}.json"
                 if current != target and current.exists():
                     os.rename(current, target)  # atomic: never in two directories, or none
-            make_dirs(target.parent, self.shared, DIR_MODE)
+            make_dirs(target.parent, self.shared, VIEW_DIR_MODE)
             write_json(target, view, mode=VIEW_MODE)
         return d
 

@@ -19,13 +19,13 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from contextlib import suppress
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, cast
 
-from shared import clock
+from shared import clock, records
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.errors import Invalid, LockTimeout, NotAllowed, NotFound, SharedError
 from shared.identity import ForgedRecord, check_author
@@ -45,6 +45,9 @@ from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads
 log = logging.getLogger(__name__)
 
 _ID = re.compile(r"^stream-[0-9a-f]{16}$")
+# A bid written this close before a decision may not have been seen by its decider (it
+# read the bids, then wrote): a decision may leave such bids out, and no older ones.
+RACE_S = 2.0
 OPENING_S = 2.0  # how long a stream another daemon is opening may take to show its header
 
 
@@ -139,8 +142,9 @@ class Streams:
                                         str(rec.get("reasoning", "")), clock.epoch(rec.get("ts")))
         return s
 
-    def _read(self, sid: str, name: str, author: str | None,
-              legacy: str = "citizen") -> dict[str, Any] | None:
+    def _read(self, sid: str, name: str, author: str | None, legacy: str = "citizen",
+              accept: Callable[[dict[str, Any]], bool] | None = None
+              ) -> dict[str, Any] | None:
         """A record through `Threads.read`; one written before the one author key (its
         author under `legacy`) is checked the same way and returned with `author` set."""
         path = self.threads.dir(sid) / name
@@ -160,8 +164,9 @@ class Streams:
             except ForgedRecord as exc:
                 log.warning("ignoring %s: %s", path, exc)
                 return None
-            return {**raw, AUTHOR: named}
-        return self.threads.read(sid, name, author)
+            rec = {**raw, AUTHOR: named}
+            return rec if accept is None or accept(rec) else None
+        return self.threads.read(sid, name, author, accept=accept)
 
     def has(self, sid: str, kind: str, citizen: str) -> bool:
         """Whether `citizen` has a `kind` record (thoughts, responses) in the stream."""
@@ -207,19 +212,50 @@ class Streams:
         return self.load(sid)
 
     def decision(self, sid: str) -> DecisionRecord | None:
-        rec = self._read(sid, "decision.json", None, legacy="decided_by")
+        """The stream's decision: the first daemon to compute it writes it, and every
+        reader checks that the rules give it (`_sound`) - a bidder that writes a decision
+        granting itself first gets nothing from it."""
+        rec = self._read(sid, "decision.json", None, legacy="decided_by",
+                         accept=lambda r: self._sound(sid, r))
         return cast(DecisionRecord, rec) if rec is not None else None
+
+    def _sound(self, sid: str, rec: Mapping[str, Any]) -> bool:
+        """In server mode: `rec` is what `decide` gives on the bids it says it considered,
+        at the moment it says - and it left out no bid made well before it."""
+        if not self.enforce:
+            return True  # dev mode: one Unix user, every daemon is the same writer
+        try:
+            s = self.load(sid)
+            considered = set(rec["considered"])
+            written = clock.epoch(rec["ts"])
+            at = (int(rec["decided_at_ms"]) + 0.5) / 1000
+            granted = list(rec["granted"])
+        except (KeyError, TypeError, ValueError, SharedError):
+            log.warning("ignoring the decision of %s: it does not say what it considered", sid)
+            return False
+        earlier = {c for c, t in s.thoughts.items() if t.ts < written - RACE_S}
+        if not earlier <= considered or not considered <= set(s.thoughts):
+            log.warning("ignoring the decision of %s: it leaves out bids made before it", sid)
+            return False
+        s.thoughts = {c: t for c, t in s.thoughts.items() if c in considered}
+        d = decide(s, s.created + at)
+        if d is None or list(d.granted) != granted:
+            log.warning("ignoring the decision of %s: the rules do not give it", sid)
+            return False
+        return True
 
     def try_decide(self, sid: str, by: str, now: float | None = None) -> DecisionRecord | None:
         """The decision if it is made (by anyone), else compute it; the first writes it."""
         existing = self.decision(sid)
         if existing is not None:
             return existing
-        d = decide(self.load(sid), time.time() if now is None else now)
+        s = self.load(sid)
+        d = decide(s, time.time() if now is None else now)
         if d is None:
             return None
         try:
-            rec = self.threads.write(sid, "decision.json", by, {**d.to_dict(), "decided_by": by})
+            rec = self.threads.write(sid, "decision.json", by, {
+                **d.to_dict(), "decided_by": by, "considered": sorted(s.thoughts)})
         except NotAllowed:  # another daemon wrote it first
             return self.decision(sid)
         return cast(DecisionRecord, rec)
@@ -267,8 +303,8 @@ class Streams:
         answers are counted in it) - so it is replaced, not created once; it is read back
         through `Threads.read` like every other record (its file must be its author's)."""
         path = self.threads.dir(sid) / "records" / f"{citizen}.json"
-        make_dirs(path.parent, self.shared, DIR_MODE)  # the threads' mode: sticky, group-added
-        write_json(path, {**body, AUTHOR: citizen, "ts": clock.now()}, mode=RECORD_MODE)
+        # records.write: the threads' modes, and beside a file pre-created in its name
+        records.write(self.shared, path, {**body, AUTHOR: citizen, "ts": clock.now()})
 
     def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None:
         """The decision record of one bidder (None: it has none)."""
