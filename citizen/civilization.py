@@ -28,6 +28,7 @@ SHARED_DIRS = (
     "tools/tests", "proposals/pending", "proposals/approved", "proposals/rejected", "debates",
     "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
 )
+REWRITTEN = ("baseline", "proposals/pending", "proposals/approved", "proposals/rejected")
 ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
 # Leave ANTHROPIC_API_KEY empty to use the embedded local model.
 ANTHROPIC_API_KEY=
@@ -46,19 +47,35 @@ def init_shared() -> list[str]:
     """Create the commons; returns what was created."""
     made = []
     root = paths.shared_dir()
-    # 2775: group `citizens` writes the commons; setgid keeps new files in that group.
-    if _mkdir(root, 0o2775):
+    # 3775: group `citizens` adds to the commons, setgid keeps new files in that group,
+    # sticky: nobody removes, renames or replaces what another made (as setup_server.sh).
+    # The baseline and the proposal views are 2775: adoption merges rewrite files other
+    # citizens wrote, and a view is rewritten by whoever acts next (shared.consensus).
+    if _mkdir(root, 0o3775):
         made.append(str(root))
     for sub in SHARED_DIRS:
-        if _mkdir(root / sub, 0o2775):
+        if _mkdir(root / sub, 0o2775 if sub in REWRITTEN else 0o3775):
             made.append(str(root / sub))
     return made
 
 
-def init_citizen(name: str, new: dict[str, str] | None = None) -> list[str]:
+def create_file(path: Path, text: str, mode: int) -> None:
+    """Write a new file, never through a symlink: setup runs as root, and a citizen could
+    have left a link at the name pointing anywhere (O_EXCL|O_NOFOLLOW refuse it)."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+    os.fchmod(fd, mode)  # exactly `mode`: open's is filtered by whatever umask we run under
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def init_citizen(name: str, new: dict[str, str] | None = None, *,
+                 secrets_in_home: bool = True) -> list[str]:
     """Create a citizen's home from its template; returns what was created.
 
     `new` gives email and focus for a citizen the templates do not know (onboarding).
+    `secrets_in_home`: dev mode keeps the secrets in `~/.env`; a server keeps them (and
+    the operator's rules) in /etc/experience, and the home's config holds only what the
+    citizen may set for itself (config.CITIZEN_KEYS).
     """
     tpl = config.templates()
     home = paths.home(name)
@@ -68,19 +85,19 @@ def init_citizen(name: str, new: dict[str, str] | None = None) -> list[str]:
         made.append(str(home.dir))
     for sub in (home.wake_logs, home.code):
         _mkdir(sub, 0o750)
-    if not home.config.exists():
+    if not os.path.lexists(home.config):
         data = tpl.citizen_data(name) if name in tpl.citizen_names() else dict(new or {})
         # Validate before writing: a bad onboarding leaves no half-made config behind.
         tpl.build_citizen({**data, "name": name}, home.config)
-        home.config.write_text(json.dumps({**data, "name": name}, indent=2) + "\n")
+        if not secrets_in_home:
+            data = {k: v for k, v in data.items() if k in config.CITIZEN_KEYS}
+        create_file(home.config, json.dumps({**data, "name": name}, indent=2) + "\n", 0o640)
         made.append(str(home.config))
     cfg = config.load_citizen(name)
-    if not home.env.exists():
+    if secrets_in_home and not os.path.lexists(home.env):
         # O_EXCL + 0600 at creation: the secrets file is never readable by others, not even
         # for the moment between creating it and a chmod.
-        fd = os.open(home.env, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(ENV_TEMPLATE.format(name=name, email=cfg.email))
+        create_file(home.env, ENV_TEMPLATE.format(name=name, email=cfg.email), 0o600)
         made.append(str(home.env))
     TaskQueue(home.tasks).init()
     Memory(home.memory).init()

@@ -1,8 +1,12 @@
 """The one config module: loads and validates every template and citizen config.
 
 Sources, in order of precedence for a citizen:
-1. `CIV_ROOT/<name>/config.json` - the citizen's own config, once it has a home;
-2. its entry in `templates/citizen_configs.json`, merged over that file's `defaults`.
+1. `/etc/experience/<name>.json` - what the operator governs (budgets, model endpoints,
+   mail addresses and allow-lists, permissions, approval counts), root-owned;
+2. `CIV_ROOT/<name>/config.json` - the citizen's own config, once it has a home. On a
+   server (the commons belongs to group `citizens`) only CITIZEN_KEYS count there: a
+   citizen's model can write its home, so nothing it must not change may live there;
+3. its entry in `templates/citizen_configs.json`, merged over that file's `defaults`.
 
 Every file is validated when loaded. A bad file raises `ConfigError` naming the
 file, the key and the fix - never a traceback from deep inside the code that
@@ -12,6 +16,7 @@ later uses the value.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import string
 from collections.abc import Mapping
@@ -23,6 +28,7 @@ from typing import Any
 from citizen import paths
 from citizen.errors import ConfigError
 from citizen.schemas import Schemas
+from shared.identity import server_mode as _commons_owned
 
 SCHEMA_VERSION = 1
 CONTEXT_TYPES = (
@@ -33,6 +39,9 @@ OWN_SLOTS = (2, 3, 5, 6, 8, 9)
 PROVIDERS = ("auto", "anthropic", "local", "replay")
 # Secrets that must never reach prompts, logs or tool subprocesses.
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
+# What a citizen may set for itself on a server; every other key is the operator's.
+CITIZEN_KEYS = ("focus", "strengths", "stream_bid")
+CREDENTIAL = "secrets"  # the unit's LoadCredential= name for the citizen's secrets
 MIN_SECRET = 6  # shorter values are redacted nowhere: they would match ordinary words
 
 _FIX_RESTORE = "compare with the shipped file (`git diff -- templates/`) or restore it"
@@ -410,20 +419,48 @@ def templates() -> Templates:
     return _templates_at(paths.templates_dir())
 
 
-def load_citizen(name: str) -> CitizenConfig:
-    """A citizen's config: its own `config.json` merged over its template, else the template.
+def server_mode() -> bool:
+    """A server install: the commons belongs to group `citizens` (setup_server.sh)."""
+    return _commons_owned(paths.shared_dir())
 
-    :raises ConfigError: the file is invalid, or the citizen is unknown.
+
+def _object(path: Path) -> dict[str, Any]:
+    data = _read(path)
+    if not isinstance(data, dict):
+        raise ConfigError(path, "", "must be a JSON object", "restore it from a backup")
+    return data
+
+
+def load_citizen(name: str) -> CitizenConfig:
+    """A citizen's config: the operator's rules over its own `config.json` over its
+    template (module doc). On a server the citizen's file may only set CITIZEN_KEYS;
+    anything else in it is ignored with a warning naming the file to edit instead.
+
+    :raises ConfigError: a file is invalid, or the citizen is unknown.
     """
     tpl = templates()
-    own = paths.citizen_config_file(name)
-    if own.is_file():
-        data = _read(own)
-        if not isinstance(data, dict):
-            raise ConfigError(own, "", "must be a JSON object", "restore it from a backup")
-        base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
-        return tpl.build_citizen(_merge(base, {**data, "name": name}), own)
-    return tpl.citizen(name)
+    own, rules = paths.citizen_config_file(name), paths.operator_rules_file(name)
+    if not own.is_file() and not rules.is_file():
+        return tpl.citizen(name)
+    base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
+    data = _object(own) if own.is_file() else {}
+    if server_mode():
+        ignored = sorted(k for k in data if k not in (*CITIZEN_KEYS, "name"))
+        if ignored:
+            _warn_ignored(str(own), tuple(ignored), str(rules))
+        data = {k: v for k, v in data.items() if k in CITIZEN_KEYS}
+    merged = _merge(base, data)
+    source = own
+    if rules.is_file():
+        merged, source = _merge(merged, _object(rules)), rules
+    return tpl.build_citizen({**merged, "name": name}, source)
+
+
+@cache
+def _warn_ignored(own: str, keys: tuple[str, ...], rules: str) -> None:
+    logging.getLogger(__name__).warning(
+        "%s sets %s, which only the operator governs on a server: ignored (edit %s)",
+        own, ", ".join(keys), rules)
 
 
 def parse_env(path: Path) -> dict[str, str]:
@@ -448,12 +485,32 @@ def parse_env(path: Path) -> dict[str, str]:
     return out
 
 
+def secrets_file(name: str) -> Path | None:
+    """Where citizen `name`'s secrets are read from, if anywhere readable.
+
+    On a server: the credential its unit passes in (`LoadCredential=`, readable by the
+    daemon alone and hidden from its sandbox), or - for root's CLI - the root-owned
+    `/etc/experience/<name>.env`. Never its home's `.env` there: the citizen can write
+    that, and a rewritten ANTHROPIC_BASE_URL would send the key to a listener. In dev
+    mode, the home's `.env`.
+    """
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    candidates = [Path(creds) / CREDENTIAL] if creds else []
+    candidates.append(paths.operator_secrets_file(name))
+    if not server_mode():
+        candidates.append(paths.citizen_env_file(name))
+    for path in candidates:
+        if path.is_file() and os.access(path, os.R_OK):
+            return path
+    return None
+
+
 def load_secrets(name: str | None = None) -> Secrets:
-    """A citizen's secrets: its `.env` (when it has a home) overridden by the environment."""
+    """A citizen's secrets (`secrets_file`), overridden by the process environment."""
     values: dict[str, str] = {}
     if name is not None:
-        env_file = paths.citizen_env_file(name)
-        if env_file.is_file():
+        env_file = secrets_file(name)
+        if env_file is not None:
             values.update(parse_env(env_file))
     values.update({k: v for k, v in os.environ.items() if k in values or k in _ENV_KEYS})
     return Secrets({k: v for k, v in values.items() if v})

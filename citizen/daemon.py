@@ -311,7 +311,7 @@ class Daemon:
         """Set up the mail job (and the IMAP IDLE watcher) when the citizen has mail."""
         secrets = config.load_secrets(self.name)
         if not mail.configured(secrets):
-            log.info("citizen %s: no mailbox configured (%s in .env)", self.name,
+            log.info("citizen %s: no mailbox configured (%s in its secrets)", self.name,
                      ", ".join(mail.SETTINGS))
             return
         self.intake = Intake(self.home, self.config, mail.account(secrets),

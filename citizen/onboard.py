@@ -8,14 +8,17 @@ Every step is idempotent and reports only what it changed.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import shutil
+import stat
 import subprocess
 from pathlib import Path
 
 from citizen import civilization, config, paths
 from citizen.errors import CitizenError
+from shared.atomic import make_dirs
 
 GROUP = "citizens"
 
@@ -77,6 +80,66 @@ def clone_code(name: str) -> list[str]:
     return [f"{home.code} (clone of {baseline})"]
 
 
+def _no_symlink(path: Path) -> None:
+    if path.is_symlink():
+        raise OnboardError(f"{path} is a symbolic link; onboarding runs as root and follows "
+                           "none - remove it (a citizen may have planted it) and run again")
+
+
+def _migrated_env(name: str, uid: int) -> str:
+    """The secrets an older install kept in `~/.env`, read without trusting the file: no
+    symlink (O_NOFOLLOW), a regular file the citizen owns with one link (not a hard
+    link to a peer's secrets). "" when there is none or it is not trustworthy."""
+    path = paths.citizen_env_file(name)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return ""
+    with os.fdopen(fd) as fh:
+        st = os.fstat(fh.fileno())
+        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_nlink != 1:
+            raise OnboardError(f"{path} is not a plain file of {name}'s own - move the "
+                               f"secrets into {paths.operator_secrets_file(name)} by hand")
+        return fh.read()
+
+
+def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
+    """/etc/experience/<name>.json (the operator's rules for it, root 0644: the citizen
+    reads them, only root writes) and <name>.env (its secrets, root 0600: its unit hands
+    them to the daemon as a credential). Secrets found in an older `~/.env` move there."""
+    made = []
+    tpl = config.templates()
+    known = name in tpl.citizen_names()
+    address = email or (tpl.citizen_data(name)["email"] if known else f"{name}@experience.local")
+    folder = paths.operator_dir()
+    _no_symlink(folder)
+    if not folder.is_dir():
+        folder.mkdir(parents=True)
+        made.append(str(folder))
+    if folder.stat().st_mode & 0o777 != 0o755:
+        folder.chmod(0o755)  # root's; citizens read their rules (secrets stay 0600)
+    rules = paths.operator_rules_file(name)
+    _no_symlink(rules)
+    if not rules.exists():
+        body: dict[str, str] = {"email": address}
+        if not known:
+            body["focus"] = focus or "General"
+        civilization.create_file(rules, json.dumps(body, indent=2) + "\n", 0o644)
+        made.append(str(rules))
+    secrets = paths.operator_secrets_file(name)
+    _no_symlink(secrets)
+    if not secrets.exists():
+        text = _migrated_env(name, uid)
+        civilization.create_file(
+            secrets, text or civilization.ENV_TEMPLATE.format(name=name, email=address), 0o600)
+        made.append(str(secrets) + (" (moved from ~/.env)" if text else ""))
+    old = paths.citizen_env_file(name)
+    if old.is_symlink() or old.exists():
+        old.unlink()  # unlink never follows a link; the secrets live in /etc now
+        made.append(f"{old} removed (secrets live in {secrets})")
+    return made
+
+
 def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) -> list[str]:
     """Create citizen `name` on this server; returns what changed (empty: nothing to do)."""
     if os.geteuid() != 0:
@@ -86,18 +149,27 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) ->
     if shutil.which("useradd") is None:
         raise OnboardError("useradd is missing - install the passwd package")
     changed = ensure_user(name)
-    new = {"email": email or f"{name}@experience.local", "focus": focus or "General"}
-    made = civilization.init_citizen(name, new)
     user = pwd.getpwnam(name)
     gid = grp.getgrnam(GROUP).gr_gid
-    if made:
+    _no_symlink(paths.citizen_home(name))
+    changed += operator_files(name, email, focus, user.pw_uid)
+    new = {"email": email or f"{name}@experience.local", "focus": focus or "General"}
+    doorbell = paths.home(name).doorbell
+    if not paths.citizen_home(name).exists():
+        made = civilization.init_citizen(name, new, secrets_in_home=False)
         # The citizen owns everything in its home; group `citizens` can read (0750 dirs).
         _chown_tree(paths.citizen_home(name), user.pw_uid, gid)
         changed += made
+    # An existing home is the citizen's: root writes nothing there (a link it planted at
+    # a missing file's name would be followed), only its commons doorbell may be missing.
+    elif not doorbell.exists() and not doorbell.is_symlink():
+        make_dirs(doorbell, mode=0o2770)  # peers ring it (group write); nobody else looks
+        changed.append(str(doorbell))
     changed += clone_code(name)
-    doorbell = paths.home(name).doorbell
+    _no_symlink(doorbell)
     if doorbell.stat().st_uid != user.pw_uid:
-        os.chown(doorbell, user.pw_uid, gid)  # its daemon removes the events peers ring
+        # its daemon removes the events peers ring
+        os.chown(doorbell, user.pw_uid, gid, follow_symlinks=False)
         changed.append(str(doorbell))
     if enable and shutil.which("systemctl"):
         unit = f"citizen@{name}.service"

@@ -58,8 +58,24 @@ def citizen_config_file(name: str) -> Path:
 
 
 def citizen_env_file(name: str) -> Path:
-    """The citizen's secrets (`.env`, mode 0600)."""
+    """The citizen's secrets in dev mode (`.env`, mode 0600)."""
     return citizen_home(name) / ".env"
+
+
+def operator_dir() -> Path:
+    """Where a server keeps what the operator governs (`$EXPERIENCE_OPERATOR_DIR`, else
+    /etc/experience): root-owned, outside every home, so no citizen can rewrite it."""
+    return Path(os.environ.get("EXPERIENCE_OPERATOR_DIR") or "/etc/experience")
+
+
+def operator_rules_file(name: str) -> Path:
+    """A citizen's operator-governed settings (budget, endpoints, mail, permissions)."""
+    return operator_dir() / f"{check_name(name)}.json"
+
+
+def operator_secrets_file(name: str) -> Path:
+    """A citizen's secrets on a server (root-owned 0600; its unit passes them in)."""
+    return operator_dir() / f"{check_name(name)}.env"
 
 
 def project_dir() -> Path:

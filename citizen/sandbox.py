@@ -13,10 +13,10 @@ its command can reach, a bad wake will eventually reach. So a command sees
   bubblewrap is PID 1 of the namespace, so nothing it started outlives it.
 
 EXPERIENCE_SANDBOX says what happens when bubblewrap cannot run here (not installed, or
-namespaces forbidden - today's systemd unit still has RestrictNamespaces=yes):
-`required` refuses commands; `auto` (the default, until the unit allows bubblewrap's
-namespaces) runs them unconfined and logs a warning once per process; `off` never
-sandboxes (development only).
+namespaces forbidden): `required` (what the systemd unit sets, having allowed exactly
+bubblewrap's namespaces) refuses commands; `auto` (the default in dev mode) runs them
+unconfined and logs a warning once per process; `off` never sandboxes (development
+only). `citizen doctor` says which applies and why.
 """
 
 from __future__ import annotations
@@ -141,6 +141,9 @@ def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits =
     for name in READ_ONLY:
         if (home.dir / name).exists():
             args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds and Path(creds).is_dir():
+        args += ["--tmpfs", creds]  # the unit's credentials: the daemon's, never a command's
     for extra in binds:
         args += ["--bind", str(extra), str(extra)]
     return [*args, "--chdir", str(chdir or home.dir), "--", *argv]

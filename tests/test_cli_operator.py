@@ -26,7 +26,7 @@ def test_init_creates_the_tree_and_is_idempotent(civ_root: Path) -> None:
     home = civ_root / "opus"
     assert oct(home.stat().st_mode & 0o777) == "0o750"
     assert oct((home / ".env").stat().st_mode & 0o777) == "0o600"
-    assert oct((civ_root / "shared").stat().st_mode & 0o7777) == "0o2775"
+    assert oct((civ_root / "shared").stat().st_mode & 0o7777) == "0o3775"
     assert (home / "contexts" / "identity.json").is_file()
     (home / "contexts" / "identity.json").write_text('{"schema_version":1,"entries":[],"meta":{}}')
     assert "(already complete)" in invoke("init", "--root", str(civ_root))

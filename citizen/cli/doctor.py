@@ -9,7 +9,7 @@ from pathlib import Path
 
 import click
 
-from citizen import config, paths
+from citizen import config, paths, sandbox
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
@@ -48,7 +48,17 @@ def _check_paths(name: str) -> list[Check]:
         _mode_problem(home, stat.S_IWOTH | stat.S_IROTH, "750"),
     ) if p]
     env = paths.citizen_env_file(name)
-    if env.exists():
+    if config.server_mode():
+        secrets = paths.operator_secrets_file(name)
+        if env.exists() or env.is_symlink():
+            problems.append(f"{env} exists: on a server secrets live in {secrets} (the "
+                            "citizen can write its home) - run setup_server.sh again")
+        elif secrets.exists():
+            # root's alone: the unit hands the secrets to the daemon as a credential
+            problems += [p for p in [_mode_problem(secrets, 0o077, "600")] if p]
+            if secrets.stat().st_uid != 0:
+                problems.append(f"{secrets} must belong to root - run: chown root: {secrets}")
+    elif env.exists():
         # .env holds the API key and mail password: owner only.
         problems += [p for p in [_mode_problem(env, 0o077, "600")] if p]
         if env.stat().st_uid != home.stat().st_uid:
@@ -57,7 +67,7 @@ def _check_paths(name: str) -> list[Check]:
     shared = paths.shared_dir()
     if shared.is_dir():
         # The commons is group-writable for `citizens`, never world-writable.
-        problems += [p for p in [_mode_problem(shared, stat.S_IWOTH, "2775")] if p]
+        problems += [p for p in [_mode_problem(shared, stat.S_IWOTH, "3775")] if p]
     checks.append(Check("paths", FAIL if problems else OK,
                         "; ".join(problems) or f"{home} and its .env have safe modes"))
     from shared.identity import server_mode  # noqa: PLC0415
@@ -69,6 +79,21 @@ def _check_paths(name: str) -> list[Check]:
         checks.append(Check("identity", OK, "dev mode (one Unix user): identity checks of "
                             "commons records are off"))
     return checks
+
+
+def _sandbox_check() -> Check:
+    """Can commands run in bubblewrap here? On a server they must."""
+    mode, why = sandbox.mode(), sandbox.problem()
+    if mode == "off":
+        return Check("sandbox", WARN, f"{sandbox.MODE_ENV}=off: commands run UNCONFINED "
+                     "(development only)")
+    if not why:
+        return Check("sandbox", OK, f"bubblewrap confines every command ({sandbox.MODE_ENV}="
+                     f"{mode})")
+    if mode == "required" or config.server_mode():
+        return Check("sandbox", FAIL, f"{why} - commands are refused until it can run")
+    return Check("sandbox", WARN, f"{why} - commands run unconfined in dev mode; set "
+                 f"{sandbox.MODE_ENV}=required to refuse them instead")
 
 
 def _budget_check(cfg: config.CitizenConfig, tpl: config.Templates) -> Check:
@@ -94,7 +119,7 @@ def _mail_check(cfg: config.CitizenConfig, secrets: config.Secrets) -> Check:
 
     if not mail.configured(secrets):
         return Check("mail", OK, "no mailbox configured (IMAP_SERVER, SMTP_SERVER, EMAIL_USER, "
-                     "EMAIL_PASS in .env)")
+                     "EMAIL_PASS in its secrets)")
     try:
         acct = mail.account(secrets, timeout_s=10)
         connect_imap(acct).logout()
@@ -118,6 +143,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         cfg = config.load_citizen(name)
         checks.append(Check("citizen", OK, f"{name} from {cfg.source}"))
         checks += _check_paths(name)
+        checks.append(_sandbox_check())
         secrets = config.load_secrets(name)
         choice = choose(cfg, secrets, provider or "")
         checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))

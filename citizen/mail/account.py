@@ -82,7 +82,7 @@ def account(secrets: Secrets, timeout_s: float = TIMEOUT_S) -> Account:
     missing = [k for k in SETTINGS if not secrets.get(k)]
     if missing:
         raise MailNotConfigured(f"mail is not configured: set {', '.join(missing)} in the "
-                                "citizen's .env")
+                                "citizen's secrets (~/.env; /etc/experience/NAME.env on a server)")
     return Account(
         user=secrets.get("EMAIL_USER"),
         password=secrets.get("EMAIL_PASS"),
@@ -112,7 +112,7 @@ def connect_imap(acct: Account) -> Any:
         client.login(acct.user, acct.password)
     except LoginError as exc:
         raise MailError(f"IMAP login as {acct.user} at {ep} was refused ({exc}) - check "
-                        "EMAIL_USER and EMAIL_PASS in the citizen's .env") from exc
+                        "EMAIL_USER and EMAIL_PASS in the citizen's secrets") from exc
     except (IMAPClientError, OSError, TimeoutError) as exc:
         raise MailError(f"cannot reach IMAP at {ep}: {exc} - check IMAP_SERVER and "
                         "IMAP_TLS") from exc
@@ -137,7 +137,7 @@ def connect_smtp(acct: Account) -> smtplib.SMTP:
         server.login(acct.user, acct.password)
     except smtplib.SMTPAuthenticationError as exc:
         raise MailError(f"SMTP login as {acct.user} at {ep} was refused - check EMAIL_USER "
-                        "and EMAIL_PASS in the citizen's .env") from exc
+                        "and EMAIL_PASS in the citizen's secrets") from exc
     except (smtplib.SMTPException, OSError, TimeoutError) as exc:
         raise MailError(f"cannot reach SMTP at {ep}: {exc} - check SMTP_SERVER and "
                         "SMTP_TLS") from exc
