@@ -14,7 +14,8 @@ from pathlib import Path
 
 ROOTFS = Path(os.environ.get("EXPERIENCE_ROOTFS", "/var/cache/experience/rootfs-bookworm"))
 PACKAGES = ("systemd,systemd-sysv,dbus,procps,libpam-systemd,python3,python3-venv,python3-pip,"
-            "git,ca-certificates")
+            "git,ca-certificates,bubblewrap")
+STAMP = ".experience-packages"  # what the cached root filesystem was built with
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a root login shell's PATH
 
 
@@ -40,9 +41,13 @@ def _mirror() -> str:
 
 
 def ensure_rootfs() -> Path:
-    """The cached Debian root filesystem, built on first use (≈2.5 min)."""
+    """The cached Debian root filesystem, built on first use (≈2.5 min) and again when
+    PACKAGES changes (a cache from an older checkout lacks what the tests now need)."""
     if ROOTFS.is_dir():
-        return ROOTFS
+        stamp = ROOTFS / STAMP
+        if stamp.is_file() and stamp.read_text() == PACKAGES:
+            return ROOTFS
+        shutil.rmtree(ROOTFS)
     partial = ROOTFS.with_name(ROOTFS.name + ".partial")
     shutil.rmtree(partial, ignore_errors=True)
     partial.parent.mkdir(parents=True, exist_ok=True)
@@ -53,6 +58,7 @@ def ensure_rootfs() -> Path:
         shutil.copy(crt, partial / "usr/local/share/ca-certificates" / crt.name)
     subprocess.run(["chroot", str(partial), "update-ca-certificates"], check=True,
                    capture_output=True)
+    (partial / STAMP).write_text(PACKAGES)
     partial.rename(ROOTFS)
     return ROOTFS
 
