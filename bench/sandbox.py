@@ -1,15 +1,21 @@
 """What the sandbox costs a tool call: `shell_command 'true'` with and without bubblewrap.
 
-    .venv/bin/python bench/sandbox.py [--calls 50]
+    .venv/bin/python bench/sandbox.py [--calls 50] [--srt PATH/TO/srt]
 
 Prints the median and p95 of each, and what the sandbox adds (issue 15's goal: ≤ 20 ms).
+With --srt (Anthropic's sandbox runtime, `npm install @anthropic-ai/sandbox-runtime`;
+it needs socat), also the bare command `true` in our bubblewrap argv and in `srt` with
+the equivalent settings (the secrets file unreadable, writes only in the home, no
+network), the comparison DEPLOY.md §8 chose by.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -23,6 +29,7 @@ from bench.stats import pct, show
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--srt", help="the srt binary, to compare with bubblewrap alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as root:
         os.environ["CIV_ROOT"] = root
@@ -53,10 +60,36 @@ def main() -> None:
                 samples.append(time.perf_counter() - started)
             times[label] = samples
             show(f"shell_command 'true', {label}", samples, "ms", 1000)
-    plain, boxed = times.values()
-    added = statistics.median(boxed) - statistics.median(plain)
-    added_p95 = pct(boxed, 0.95) - pct(plain, 0.95)
-    print(f"added by the sandbox: median {1000 * added:.1f} ms, p95 {1000 * added_p95:.1f} ms")
+        plain, boxed = times.values()
+        added = statistics.median(boxed) - statistics.median(plain)
+        added_p95 = pct(boxed, 0.95) - pct(plain, 0.95)
+        print(f"added by the sandbox: median {1000 * added:.1f} ms, p95 "
+              f"{1000 * added_p95:.1f} ms")
+        if args.srt:
+            _compare_srt(args.srt, sandbox.wrap(home, ["true"]), home.dir, args.calls)
+
+
+def _timed(argv: list[str], cwd: Path, calls: int) -> list[float]:
+    subprocess.run(argv, cwd=cwd, check=True, capture_output=True)  # warm up
+    samples = []
+    for _ in range(calls):
+        started = time.perf_counter()
+        subprocess.run(argv, cwd=cwd, check=True, capture_output=True)
+        samples.append(time.perf_counter() - started)
+    return samples
+
+
+def _compare_srt(srt: str, boxed: list[str], home: Path, calls: int) -> None:
+    settings = home.parent / "srt-settings.json"
+    settings.write_text(json.dumps({
+        "filesystem": {"denyRead": [str(home / ".env")], "allowWrite": [str(home)],
+                       "denyWrite": [str(home / "config.json")]},
+        "network": {"allowedDomains": [], "deniedDomains": []}}))
+    ours = _timed(boxed, home, calls)
+    theirs = _timed([srt, "--settings", str(settings), "true"], home, calls)
+    show("`true` in our bubblewrap argv", ours, "ms", 1000)
+    show("`true` in srt 0.0.83", theirs, "ms", 1000)
+    print(f"srt / bubblewrap: median x{statistics.median(theirs) / statistics.median(ours):.1f}")
 
 
 if __name__ == "__main__":

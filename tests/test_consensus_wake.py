@@ -151,6 +151,6 @@ def test_on_a_server_an_approval_by_mail_is_not_recorded_and_says_what_to_run(
     finally:
         handle.enforce = False
     (done,) = [tasks.load("done", t) for t in tasks.ids("done")]
-    assert f"sudo citizen approve {pid}" in done.result
+    assert f"sudo citizen proposal approve {pid}" in done.result
     d = commons().load(pid)
     assert d.human is None and d.phase == "human"

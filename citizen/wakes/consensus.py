@@ -128,7 +128,7 @@ def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> s
             # is its own file): the person decides at the server, as root.
             return (f"did not record {operator}'s {decision.group(1).lower()} of {pid}: on "
                     "this server a human decision counts only from the operator CLI - "
-                    f"run `sudo citizen {decision.group(1).lower()} {pid}` there")
+                    f"run `sudo citizen proposal {decision.group(1).lower()} {pid}` there")
         try:
             d = commons.decide_human(pid, operator, decision.group(1).lower(),
                                      decision.group(3).strip(), relayed_by=me,
