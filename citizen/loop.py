@@ -2,8 +2,14 @@
 
 Limits are enforced *before* a call would exceed them: the dollar cap (from the
 citizen's budget, with the next call priced at its worst case) and the iteration
-cap. Identical tool calls within a wake are answered from a cache; the same call
-coming back with the same result a third time is a loop, and ends the wake.
+cap.
+
+Tool results are never stale. Only pure reads (`READS`) are answered from a cache, and
+any call that may change state (a write, a shell command, a test run, a dynamic tool:
+everything not in `READS` or `VOLATILE`) empties it. The breaker ends a wake when the
+same call gets the same result a third time with no change of state in between:
+re-reading after an edit, or re-running tests after a fix, is progress; so is polling
+whose result changes.
 """
 
 from __future__ import annotations
@@ -23,6 +29,16 @@ from citizen.wakes.base import Ending
 from shared.errors import SharedError
 
 NO_PROGRESS_REPEATS = 3
+# Tools whose result depends only on state the wake's own calls change: cached until a
+# call that may change state. (Not mail or web: the world changes them.)
+READS = frozenset({
+    "read_file", "memory_search", "library_list", "library_search", "library_load",
+    "library_pending", "tool_list", "code_status", "code_pending_reviews",
+    "code_verified_good", "code_my_divergence", "code_list_changes", "dry_violation_list",
+    "civ_goals_list"})
+# Tools that change nothing of ours but whose result the world may change: never cached,
+# never counted as a change of state.
+VOLATILE = frozenset({"web_fetch", "web_search", "check_email"})
 _SUMMARY = 300
 
 
@@ -94,7 +110,7 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
     messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
     specs = [t.spec() for t in tools.values()]
     cache: dict[str, str] = {}
-    repeats: Counter[str] = Counter()
+    repeats: Counter[tuple[str, str]] = Counter()  # (call, result) since the last change
     for _ in range(meter.budget.max_iterations):
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
                           max_tokens=meter.budget.max_output_tokens, purpose="execute")
@@ -123,13 +139,22 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         for call in reply.tool_calls:
             key = call.name + json.dumps(call.input, sort_keys=True, default=str)
             output, error = _dispatch(call, tools, env, cache, key)
-            repeats[key] += 1
+            if call.name not in READS and call.name not in VOLATILE:
+                # It may have changed state: nothing cached holds, and every other call's
+                # repetition count starts again (its own keeps counting: a command that
+                # keeps giving the same answer is still a loop).
+                cache.clear()
+                for seen in [k for k in repeats if k[0] != key]:
+                    del repeats[seen]
+            repeats[(key, output)] += 1
             results.append({"type": "tool_result", "tool_use_id": call.id, "content": output,
                             **({"is_error": True} if error else {})})
-            if repeats[key] >= NO_PROGRESS_REPEATS:
-                meter.log.event("breaker", tool=call.name, repeats=repeats[key])
-                return Ending("no_progress", f"{call.name} was called {repeats[key]} times "
-                              "with the same arguments and got the same result")
+            if repeats[(key, output)] >= NO_PROGRESS_REPEATS:
+                count = repeats[(key, output)]
+                meter.log.event("breaker", tool=call.name, repeats=count)
+                return Ending("no_progress", f"{call.name} was called {count} times with the "
+                              "same arguments and got the same result, with nothing changed "
+                              "in between")
         messages.append({"role": "user", "content": results})
         if env.task_outcome is not None:
             return Ending("task_finished", text=env.task_outcome[1])
@@ -146,7 +171,7 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
         output, error = f"error: {problem}", True
     elif name not in tools:
         output, error = f"error: no tool '{name}' in this wake", True
-    elif key in cache:
+    elif name in READS and key in cache:
         output, cached = cache[key], True
     else:
         try:
@@ -156,7 +181,8 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
         except TypeError as exc:  # arguments the schema check let through but the function refuses
             output, error = f"error: bad arguments ({exc})", True
         output = env.secrets.redact(output)  # whatever a tool read, a secret never goes on
-        cache[key] = output
+        if name in READS:
+            cache[key] = output
     if env.log is not None:
         env.log.event("tool_call", tool=name, args=args, result=output[:_SUMMARY],
                       result_chars=len(output), error=error, cached=cached,

@@ -96,15 +96,61 @@ def test_iteration_cap(civ: Path) -> None:
     assert "hit the iteration cap" in queue().load("failed", queue().ids("failed")[0]).result
 
 
-def test_identical_calls_are_cached_and_a_loop_is_broken(civ: Path) -> None:
+def test_a_read_after_an_edit_sees_the_edit(civ: Path) -> None:
+    """What a real agent does: read, edit, read again - the second read is fresh (the old
+    loop cached every call for the whole wake and answered it with the text before the
+    edit); a read repeated with nothing in between is answered from the cache."""
+    (civ / "opus" / "notes.md").write_text("one\n")
+    queue().add("edit notes.md")
+    actor = Actor(call("read_file", path="notes.md"), call("read_file", path="notes.md"),
+                  call("str_replace_file", path="notes.md", old="one", new="two"),
+                  call("read_file", path="notes.md"),
+                  call("task_complete", summary="edited"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    reads = [c for c in events(result.log_path, "tool_call") if c["tool"] == "read_file"]
+    assert [(c["result"], c["cached"]) for c in reads] == [
+        ("one\n", False), ("one\n", True), ("two\n", False)]
+
+
+def test_tests_rerun_after_a_fix_see_the_fix_and_are_progress(civ: Path) -> None:
+    """pytest, fix, pytest, fix, pytest: each run is real (never cached), and the same
+    failing run repeated around edits is progress, not a loop."""
+    (civ / "opus" / "check.sh").write_text("grep -q fixed state.txt && echo PASS || echo FAIL\n")
+    (civ / "opus" / "state.txt").write_text("broken\n")
+    queue().add("make check.sh pass")
+    run_check = call("shell_command", command="bash check.sh")
+    actor = Actor(run_check, call("write_file", path="state.txt", content="still broken"),
+                  run_check, call("write_file", path="other.txt", content="x"), run_check,
+                  call("write_file", path="state.txt", content="fixed"), run_check,
+                  call("task_complete", summary="check passes"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    runs = [c for c in events(result.log_path, "tool_call") if c["tool"] == "shell_command"]
+    assert [("PASS" in c["result"], c["cached"]) for c in runs] == [
+        (False, False), (False, False), (False, False), (True, False)]
+    assert not events(result.log_path, "breaker")
+
+
+def test_polling_with_a_changing_result_is_progress(civ: Path) -> None:
+    queue().add("poll")
+    actor = Actor(*[call("shell_command", command="date +%N") for _ in range(5)],
+                  call("task_complete", summary="polled"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    runs = events(result.log_path, "tool_call")
+    assert len({c["result"] for c in runs if c["tool"] == "shell_command"}) == 5
+
+
+def test_the_same_call_with_the_same_result_and_nothing_changed_is_a_loop(civ: Path) -> None:
     queue().add("loop")
-    actor = Actor(*[call("shell_command", command="echo $RANDOM") for _ in range(5)])
+    actor = Actor(*[call("shell_command", command="echo same") for _ in range(5)])
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     assert result.status == "no_progress"
-    tool_calls = events(result.log_path, "tool_call")
-    assert [c["cached"] for c in tool_calls] == [False, True, True]
-    assert len({c["result"] for c in tool_calls}) == 1  # ran once: $RANDOM not re-rolled
+    runs = events(result.log_path, "tool_call")
+    assert [c["cached"] for c in runs] == [False, False, False]  # each one really ran
     assert events(result.log_path, "breaker")[0]["repeats"] == 3
+    assert "nothing changed in between" in result.reason
 
 
 def test_tool_errors_are_observations(civ: Path) -> None:
