@@ -257,7 +257,8 @@ class LocalProvider(Provider):
         if request.output_schema is not None:
             return _with(reply, data=parse_json(text, request.output_schema, clamp=True))
         if tools:
-            return _as_action(reply, text, tools, result.get("id", "local"))
+            return _as_action(reply, text, tools, result.get("id", "local"),
+                              fitted if schema is not None else None)
         return reply
 
 
@@ -282,7 +283,26 @@ def action_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
     return {"anyOf": options}
 
 
-def _as_action(reply: Reply, text: str, tools: Sequence[ToolSpec], call_id: str) -> Reply:
+def _cut_strings(fitted: Mapping[str, Any] | None, name: str, args: Mapping[str, Any]) -> str:
+    """Why the call's arguments cannot be trusted whole ("" when they can): a string that
+    filled the bound the grammar gave it was most likely cut there, mid-word or
+    mid-quote - running a truncated command is worse than refusing it."""
+    if fitted is None:
+        return ""
+    option = next((o for o in fitted.get("anyOf", ())
+                   if o.get("properties", {}).get("tool", {}).get("const") == name), None)
+    props = (option or {}).get("properties", {}).get("args", {}).get("properties", {})
+    for arg, value in args.items():
+        bound = props.get(arg, {}).get("maxLength")
+        if isinstance(value, str) and bound is not None and len(value) >= int(bound):
+            return (f"your {arg} was cut at {bound} characters by the output limit, so it "
+                    "was not run; shorten it, or write long content in parts (write_file "
+                    "the first part, then append_file the rest)")
+    return ""
+
+
+def _as_action(reply: Reply, text: str, tools: Sequence[ToolSpec], call_id: str,
+               fitted: Mapping[str, Any] | None = None) -> Reply:
     try:
         action = json.loads(text, strict=False)
     except json.JSONDecodeError as exc:
@@ -298,7 +318,8 @@ def _as_action(reply: Reply, text: str, tools: Sequence[ToolSpec], call_id: str)
         args = {}
     if spec is not None:
         args = clamp_numbers(spec.input_schema, args)
-    problem = f"unknown tool '{name}'" if spec is None else schema_problem(spec.input_schema, args)
+    problem = f"unknown tool '{name}'" if spec is None else (
+        schema_problem(spec.input_schema, args) or _cut_strings(fitted, str(name), args))
     call = ToolCall(id=f"{call_id}-0", name=str(name), input=args, problem=problem)
     return _with(reply, text="", tool_calls=(call,), stop_reason="tool_use")
 

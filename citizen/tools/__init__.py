@@ -8,7 +8,7 @@ from citizen.tools.consensus import propose
 from citizen.tools.debate import debate_start
 from citizen.tools.dry import COMMONS_TOOLS
 from citizen.tools.dynamic import DYNAMIC_ADMIN_TOOLS
-from citizen.tools.files import read_file, str_replace_file, write_file
+from citizen.tools.files import append_file, read_file, str_replace_file, write_file
 from citizen.tools.library import LIBRARY_TOOLS
 from citizen.tools.memory import context_add, identity_update, memory_search
 from citizen.tools.shell import shell_command
@@ -22,9 +22,9 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     """Every core tool by name; `web_search` only when a search backend is configured,
     the mail tools only when the citizen has a mailbox, the code evolution tools only
     when its `~/code` is a git repository."""
-    tools = [shell_command, read_file, write_file, str_replace_file, memory_search, web_fetch,
-             task_progress, task_complete, task_stuck, context_add, identity_update, propose,
-             debate_start,
+    tools = [shell_command, read_file, write_file, append_file, str_replace_file, memory_search,
+             web_fetch, task_progress, task_complete, task_stuck, context_add, identity_update,
+             propose, debate_start,
              *LIBRARY_TOOLS, *COMMONS_TOOLS, *DYNAMIC_ADMIN_TOOLS]
     if code:
         tools += CODE_TOOLS

@@ -90,6 +90,20 @@ def write_file(env: ToolEnv, path: str, content: str) -> str:
 
 
 @tool
+def append_file(env: ToolEnv, path: str, content: str) -> str:
+    """Append text to a file in your home directory (creating it): build a large file in
+    parts - write_file the first part, then append_file each next one.
+
+    :param path: file path, relative to your home directory
+    :param content: the text to add at the end
+    """
+    target = resolve(env, path, writing=True)
+    data = (target.read_bytes() if target.is_file() else b"") + content.encode()
+    write_bytes(target, data, mode=0o640)
+    return f"appended {len(content)} characters to {target} (now {len(data)} bytes)"
+
+
+@tool
 def str_replace_file(env: ToolEnv, path: str, old: str, new: str) -> str:
     """Replace one exact occurrence of a text in a file.
 
