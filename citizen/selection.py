@@ -16,6 +16,8 @@ from citizen.loop import Meter
 from citizen.tools.base import Tool
 
 SELECT_LIMIT = 12
+# What most work needs whatever its words: reading, writing and running things.
+WORKING = ("read_file", "write_file", "append_file", "str_replace_file", "shell_command")
 TIERS = ("fast", "primary")
 
 
@@ -24,11 +26,15 @@ def _words(text: str) -> set[str]:
 
 
 def rank(tools: Mapping[str, Tool], work: str, limit: int) -> list[str]:
-    """Deterministic fallback: tools whose name and description share most words with the work."""
+    """Deterministic fallback: tools whose name (twice as much) and description share
+    most words with the work, then the general working tools, then the rest by name."""
     want = _words(work)
-    scored = sorted(tools.values(),
-                    key=lambda t: (-len(want & _words(f"{t.name} {t.description}")), t.name))
-    return [t.name for t in scored[:limit]]
+
+    def score(t: Tool) -> tuple[int, int, str]:
+        overlap = 2 * len(want & _words(t.name)) + len(want & _words(t.description))
+        return (-overlap, 0 if t.name in WORKING else 1, t.name)
+
+    return [t.name for t in sorted(tools.values(), key=score)[:limit]]
 
 
 def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mapping[str, Tool],
@@ -55,8 +61,11 @@ def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mappi
     if not picked:
         picked = rank(tools, work, limit)
         method = method if method.startswith("ranking") else "ranking (model picked none)"
-    chosen = list(dict.fromkeys([*required, *picked]))[: max(limit, len(required))]
-    return chosen, method
+    # The work's tools first (a model reads the list in order; the old order put the
+    # required task tools first and the work's last), the required ones always in.
+    room = max(0, limit - len(required))
+    work_tools = [n for n in dict.fromkeys(picked) if n not in required][:room]
+    return [*work_tools, *required], method
 
 
 def route(llm: Provider, meter: Meter, templates: Templates, work: str,
