@@ -273,3 +273,25 @@ def test_a_copied_secret_reaches_neither_model_nor_log(civ: Path) -> None:
                and b"pw-canary-4e1d" in f.read_bytes()]
     assert written == [], f"the secret was written to {written}"
     assert result.status in ("ok", "task_finished")
+
+
+def test_a_task_that_continues_sees_what_its_earlier_wakes_did(civ: Path) -> None:
+    """Wake 1 writes part of the work, notes its progress and stops; wake 2's first
+    prompt carries the notes, the files written and the last results - the old wake
+    showed only the task's text, so the work started over."""
+    task = queue().add("Write report.md in two parts")
+    first = Actor(call("write_file", path="report.md", content="Part one."),
+                  call("task_progress", note="part one is in report.md"),
+                  say("I will write part two next wake"))
+    assert run_wake("opus", wake_type="TASK", provider=lambda c, s: first).status == "ok"
+    assert queue().where(task.id) == "active"
+    second = Actor(call("append_file", path="report.md", content=" Part two."),
+                   call("task_complete", summary="report.md has both parts"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: second)
+    assert result.status == "ok", result.reason
+    prompt = json.dumps(next(r.messages for r in second.requests if r.purpose == "execute"))
+    assert "part one is in report.md" in prompt
+    assert "I will write part two next wake" in prompt
+    assert "Files you have written for it: report.md" in prompt
+    assert "write_file(path='report.md'" in prompt
+    assert (civ / "opus" / "report.md").read_text() == "Part one. Part two."

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
+from citizen import wakelog
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
@@ -35,7 +36,9 @@ class TaskWake(WakeType):
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         task = setup.tasks.claim(gate.data["task_id"])
         env.task = task
-        return setup.templates.wake_prompt(self.name, task=task.text)
+        prompt = setup.templates.wake_prompt(self.name, task=task.text)
+        so_far = progress_so_far(task)
+        return f"{prompt}\n\n{so_far}" if so_far else prompt
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         task = env.task
@@ -50,8 +53,9 @@ class TaskWake(WakeType):
             finish_task(setup, env, task, "failed", f"{why}: {ending.reason}")
             return f"task {task.id} failed: {why}"
         wakes = sum(1 for h in task.history if h.get("event") == "wake")
-        note = ending.text[:500] or "(the wake ended without a result)"
-        task.history.append({"event": "wake", "wake": setup.number, "note": note})
+        note = ending.text[:500] or ending.reason[:500] or "(the wake ended without a result)"
+        task.history.append({"event": "wake", "wake": setup.number, "note": note,
+                             **_what_this_wake_did(env)})
         if wakes + 1 >= MAX_WAKES_PER_TASK:
             finish_task(setup, env, task, "failed",
                          f"no result after {MAX_WAKES_PER_TASK} wakes; last note: {note}")
@@ -59,6 +63,48 @@ class TaskWake(WakeType):
         setup.tasks.progress(task, f"wake {setup.number} ended ({ending.status}) without "
                              "finishing; continues next wake")
         return f"task {task.id} continues"
+
+
+# Tools whose `path` argument names a file the task touched.
+_WRITES = ("write_file", "append_file", "str_replace_file")
+_LAST_RESULTS = 3
+
+
+def _what_this_wake_did(env: ToolEnv) -> dict[str, Any]:
+    """From this wake's log: the files it wrote and its last tool results - what the next
+    wake of the same task needs to carry on instead of starting over."""
+    if env.log is None or not env.log.path.is_file():
+        return {}
+    calls = [e for e in wakelog.read(env.log.path) if e.get("event") == "tool_call"]
+    touched = list(dict.fromkeys(str(c["args"].get("path")) for c in calls
+                                 if c.get("tool") in _WRITES and not c.get("error")
+                                 and isinstance(c.get("args"), dict) and c["args"].get("path")))
+    last = [f"{c.get('tool')}({_short(c.get('args'))}) -> {str(c.get('result', ''))[:300]}"
+            for c in calls[-_LAST_RESULTS:]]
+    return {"touched": touched, "last": last}
+
+
+def _short(args: object) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in args.items()) if isinstance(args, dict) else ""
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+def progress_so_far(task: Task) -> str:
+    """What earlier wakes did on this task ("" on its first wake): its progress notes,
+    how each wake ended, the files written and the last results."""
+    lines, touched = [], []
+    for h in task.history:
+        if h.get("event") == "progress":
+            lines.append(f"- progress: {h.get('note', '')}")
+        elif h.get("event") == "wake":
+            lines.append(f"- wake {h.get('wake')} ended: {h.get('note', '')}")
+            touched += [t for t in h.get("touched", ()) if t not in touched]
+            lines += [f"  last: {r}" for r in h.get("last", ())]
+    if not lines:
+        return ""
+    files = f"\nFiles you have written for it: {', '.join(touched)}." if touched else ""
+    return ("You have worked on this task before; carry on from where you stopped (read "
+            "what you wrote rather than starting over).\n" + "\n".join(lines) + files)
 
 
 def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
