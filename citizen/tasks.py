@@ -217,6 +217,10 @@ class TaskQueue:
         write_json(dst, task.to_dict())
         return task
 
+    def save(self, task: Task) -> None:
+        """Write the active task back (after a change to its meta)."""
+        write_json(self._path("active", task.id), task.to_dict())
+
     def progress(self, task: Task, note: str) -> None:
         """Record progress on the active task."""
         task.history.append({"ts": now_iso(), "event": "progress", "note": note})

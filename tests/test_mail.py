@@ -97,10 +97,12 @@ def test_round_trip_operator_mail_to_threaded_reply(opus_mail: Path, mx: MailSys
     assert task.source == "mail" and task.meta["message_id"] == original["Message-ID"]
     assert "Please write notes/hi.md" in task.text
     assert list((paths.home("opus").doorbell).glob("*.json"))  # the daemon is rung
-    actor = Actor(call("task_complete", summary="Hello written to notes/hi.md"))
+    actor = Actor(call("write_file", path="notes/hi.md", content="Hello"),
+                  call("task_complete", summary="Hello written to notes/hi.md"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     assert result.status == "ok"
     (reply,) = folder(mx, OPERATOR, "INBOX")
+    assert "notes/hi.md: 5 bytes, sha256" in reply.get_content()  # the reply quotes evidence
     assert reply["In-Reply-To"] == original["Message-ID"]
     assert original["Message-ID"] in reply["References"]
     assert reply["Subject"] == "Re: Write a greeting"

@@ -36,7 +36,9 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
     assert result.status == "ok", result.reason
     assert (civ / "opus" / "notes" / "hello.txt").read_text() == "hello"
     assert queue().ids("done") == [task.id]
-    assert queue().load("done", task.id).result == "wrote notes/hello.txt"
+    done = queue().load("done", task.id).result
+    assert done.startswith("wrote notes/hello.txt\n\nEvidence (checked):")
+    assert "- notes/hello.txt: 5 bytes, sha256 2cf24dba5fb0" in done
     kinds = [e["event"] for e in wakelog.read(result.log_path)]
     for expected in ("wake_start", "gate", "contexts", "tools_chosen", "route", "llm_call",
                      "tool_call", "task", "contexts_saved", "wake_end"):
@@ -295,3 +297,35 @@ def test_a_task_that_continues_sees_what_its_earlier_wakes_did(civ: Path) -> Non
     assert "Files you have written for it: report.md" in prompt
     assert "write_file(path='report.md'" in prompt
     assert (civ / "opus" / "report.md").read_text() == "Part one. Part two."
+
+
+def test_done_without_the_named_file_is_refused_then_failed(civ: Path) -> None:
+    """The demo's false "done": the task names a file, the worker claims done without
+    it. Each claim is refused with what is missing; after three the task is `failed`
+    with the reason - never `done`."""
+    task = queue().add("Write notes/plan.md with the three steps")
+    actor = Actor(*[call("task_complete", summary="done: finish") for _ in range(3)])
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    assert queue().ids("done") == []
+    failed = queue().load("failed", task.id)
+    assert "notes/plan.md does not exist" in failed.result and "claimed done 3" in failed.result
+    refusals = [c for c in events(result.log_path, "tool_call") if c["error"]]
+    assert len(refusals) == 2 and "not done: notes/plan.md" in refusals[0]["result"]
+
+
+def test_a_refused_claim_can_still_be_made_good(civ: Path) -> None:
+    task = queue().add("Write notes/plan.md with the three steps")
+    actor = Actor(call("task_complete", summary="done"),
+                  call("write_file", path="notes/plan.md", content="1. a\n2. b\n3. c\n"),
+                  call("task_complete", summary="notes/plan.md has the steps"))
+    assert run_wake("opus", wake_type="TASK", provider=lambda c, s: actor).status == "ok"
+    assert "notes/plan.md: 15 bytes" in queue().load("done", task.id).result
+
+
+def test_an_empty_deliverable_is_not_done(civ: Path) -> None:
+    task = queue().add("Write summary.txt")
+    actor = Actor(call("write_file", path="summary.txt", content="  \n"),
+                  *[call("task_complete", summary="written") for _ in range(3)])
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert "summary.txt is empty" in queue().load("failed", task.id).result

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from citizen import evidence
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
@@ -30,8 +31,23 @@ def task_complete(env: ToolEnv, summary: str) -> str:
 
     :param summary: the result: what was done and where it is
     """
-    _active(env)
-    env.task_outcome = ("done", summary)
+    task = _active(env)
+    wanted = task.meta.get("deliverables") or {}
+    problems, proof = evidence.check(env.home.dir, wanted, evidence.touched(
+        task.history, env.log.path if env.log is not None else None))
+    if problems:
+        refused = int(task.meta.get("refused_done", 0)) + 1
+        task.meta["refused_done"] = refused
+        env.tasks.progress(task, f"claimed done, refused: {'; '.join(problems)}")
+        if refused >= evidence.MAX_REFUSALS:
+            env.task_outcome = ("failed", f"claimed done {refused} times, but "
+                                f"{'; '.join(problems)}")
+            return "the task is filed as failed: what it asks for is not there"
+        raise ToolFailure(f"not done: {'; '.join(problems)}. Make it, or call task_stuck "
+                          "with the reason if you cannot")
+    result = summary + ("\n\nEvidence (checked):\n" + "\n".join(f"- {e}" for e in proof)
+                        if proof else "")
+    env.task_outcome = ("done", result)
     return "task marked complete; end your turn"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from citizen import wakelog
+from citizen import evidence, wakelog
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
@@ -35,6 +35,10 @@ class TaskWake(WakeType):
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         task = setup.tasks.claim(gate.data["task_id"])
+        if "deliverables" not in task.meta:
+            # What "done" will be checked against, fixed when the task is taken.
+            task.meta["deliverables"] = evidence.deliverables(task.text)
+            setup.tasks.save(task)
         env.task = task
         prompt = setup.templates.wake_prompt(self.name, task=task.text)
         so_far = progress_so_far(task)
@@ -46,7 +50,8 @@ class TaskWake(WakeType):
             return ending.status
         if env.task_outcome is not None:
             status, result = env.task_outcome
-            finish_task(setup, env, task, "done" if status == "done" else "stuck", result)
+            finish_task(setup, env, task, status if status in ("done", "failed") else "stuck",
+                        result)
             return f"task {task.id} {status}: {result[:200]}"
         if ending.status in _FAILING_ENDINGS or ending.status == "provider_error":
             why = _FAILING_ENDINGS.get(ending.status, "model provider failed")
@@ -65,8 +70,6 @@ class TaskWake(WakeType):
         return f"task {task.id} continues"
 
 
-# Tools whose `path` argument names a file the task touched.
-_WRITES = ("write_file", "append_file", "str_replace_file")
 _LAST_RESULTS = 3
 
 
@@ -76,9 +79,7 @@ def _what_this_wake_did(env: ToolEnv) -> dict[str, Any]:
     if env.log is None or not env.log.path.is_file():
         return {}
     calls = [e for e in wakelog.read(env.log.path) if e.get("event") == "tool_call"]
-    touched = list(dict.fromkeys(str(c["args"].get("path")) for c in calls
-                                 if c.get("tool") in _WRITES and not c.get("error")
-                                 and isinstance(c.get("args"), dict) and c["args"].get("path")))
+    touched = evidence.written(env.log.path)
     last = [f"{c.get('tool')}({_short(c.get('args'))}) -> {str(c.get('result', ''))[:300]}"
             for c in calls[-_LAST_RESULTS:]]
     return {"touched": touched, "last": last}

@@ -1,0 +1,97 @@
+"""Evidence before "done": the files a task names must exist when its worker says done.
+
+A worker's "done" is a claim, not a fact (the Thought World seed: no self-evaluation).
+When a task is taken, the files it names are kept in the task (`meta["deliverables"]`);
+`task_complete` checks them mechanically - each exists in the citizen's home and is not
+empty - and refuses the claim with what is missing, so the worker can still do it or say
+it is stuck. The evidence (each file, its size and digest) goes into the task's result,
+and so into the reply mail.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from pathlib import Path
+from typing import Any
+
+from citizen import wakelog
+
+# A path-like token with an extension: notes/hello.md, report.txt, src/app.py. Not a
+# URL, an address or a version number.
+_FILE = re.compile(r"(?<![\w/.:@-])((?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5})(?![\w/@-])")
+_NOT_FILES = re.compile(r"^(?:e\.g|i\.e|etc|vs)\.", re.IGNORECASE)
+MAX_REFUSALS = 3  # claims refused before the task ends `failed` with the reason
+
+
+def named_files(text: str) -> list[str]:
+    """The files a task's text names, in order, once each."""
+    found = []
+    for match in _FILE.finditer(text):
+        token = match.group(1)
+        start = match.start(1)
+        if text[max(0, start - 3):start].endswith("://") or _NOT_FILES.match(token):
+            continue
+        if token not in found:
+            found.append(token)
+    return found
+
+
+def deliverables(text: str) -> dict[str, Any]:
+    """What a task must leave behind, extracted when it is taken (kept in the task)."""
+    return {"files": named_files(text)}
+
+
+def _match(home: Path, name: str, touched: list[str]) -> Path | None:
+    """The file that delivers `name`: at that path in the home, else one the task wrote
+    whose path ends with it (a task asking for hello.txt answered by notes/hello.txt)."""
+    direct = (home / name).resolve()
+    if direct.is_relative_to(home.resolve()) and direct.is_file():
+        return direct
+    for path in reversed(touched):
+        if path == name or path.endswith("/" + name):
+            candidate = (home / path).resolve()
+            if candidate.is_relative_to(home.resolve()) and candidate.is_file():
+                return candidate
+    return None
+
+
+def check(home: Path, wanted: dict[str, Any], touched: list[str]) -> tuple[list[str], list[str]]:
+    """(problems, evidence): what is missing, and a line per deliverable that holds."""
+    problems, evidence = [], []
+    for name in wanted.get("files", ()):
+        found = _match(home, str(name), touched)
+        if found is None:
+            problems.append(f"{name} does not exist in your home")
+            continue
+        data = found.read_bytes()
+        if not data.strip():
+            problems.append(f"{name} is empty")
+            continue
+        digest = hashlib.sha256(data).hexdigest()[:12]
+        evidence.append(f"{found.relative_to(home.resolve())}: {len(data)} bytes, "
+                        f"sha256 {digest}")
+    return problems, evidence
+
+
+# Tools whose `path` argument names a file the task wrote.
+WRITES = ("write_file", "append_file", "str_replace_file")
+
+
+def written(log_path: Path | None) -> list[str]:
+    """The files a wake wrote (from its log), in order, once each."""
+    if log_path is None or not log_path.is_file():
+        return []
+    calls = [e for e in wakelog.read(log_path) if e.get("event") == "tool_call"]
+    return list(dict.fromkeys(
+        str(c["args"]["path"]) for c in calls
+        if c.get("tool") in WRITES and not c.get("error") and isinstance(c.get("args"), dict)
+        and c["args"].get("path")))
+
+
+def touched(history: list[dict[str, Any]], log_path: Path | None) -> list[str]:
+    """Every file a task wrote: in its earlier wakes (its history) and in this one."""
+    out: list[str] = []
+    for h in history:
+        out += [str(t) for t in h.get("touched", ()) if t not in out]
+    return out + [t for t in written(log_path) if t not in out]
