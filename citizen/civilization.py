@@ -25,7 +25,8 @@ from shared.streams import Streams
 
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
-    "tools/tests", "proposals/pending", "proposals/approved", "proposals/rejected", "debates",
+    "tools/tests", "proposals/records", "proposals/pending", "proposals/approved",
+    "proposals/rejected", "debates",
     "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
 )
 REWRITTEN = ("baseline", "proposals/pending", "proposals/approved", "proposals/rejected")

@@ -127,11 +127,17 @@ def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits =
             "--tmpfs", str(paths.civ_root()),  # peers' homes and the commons vanish ...
             "--bind", h, h,  # ... and only this home comes back
             "--proc", "/proc", "--dev", "/dev",
+            # No host sockets: /run holds the system bus, Dovecot's and other services'
+            # Unix sockets, which a read-only mount does not stop connect() to.
+            "--tmpfs", "/run",
             "--unshare-pid", "--unshare-ipc", "--unshare-uts",
             "--die-with-parent",  # the wake's call ends: everything in here ends
             "--new-session"]  # no TIOCSTI into a terminal the daemon may hold
     if not network:
         args.append("--unshare-net")  # only loopback, and nothing listens there
+    elif Path("/run/systemd/resolve").is_dir():
+        # /etc/resolv.conf may point into /run: name resolution for permitted network
+        args += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
     for name in HIDDEN_DIRS:
         if (home.dir / name).is_dir():
             args += ["--tmpfs", f"{h}/{name}"]

@@ -65,8 +65,8 @@ fi
 current="the commons under $shared"
 step "$current"
 for d in "" library library/modules library/pending tools tools/impl tools/registry \
-         tools/tests proposals proposals/pending proposals/approved proposals/rejected debates \
-         streams monitor monitor/heartbeats doorbell changes memory values; do
+         tools/tests proposals proposals/records proposals/pending proposals/approved \
+         proposals/rejected debates streams monitor monitor/heartbeats doorbell changes memory values; do
     # 3775 root:citizens: every citizen adds to the commons; setgid keeps the group on
     # new files; sticky: nobody removes, renames or replaces what another created.
     # Proposal views are 2775: whoever acts next rewrites them (never trusted, only read).

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -46,6 +47,26 @@ RUNNER = (
 
 def _sha(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _exact(path: Path, sha: str) -> bytes:
+    """The bytes of `path` if they are the ones a manifest names: read without following
+    a link (the author could point its file at the reader's secrets) and hashed before
+    anything runs them.
+
+    :raises NotAllowed: a link, not a plain file, or other bytes than reviewed.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise NotAllowed(f"{path.name} cannot be read as a plain file ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise NotAllowed(f"{path.name} is not a plain file; it is not run")
+        data = fh.read()
+    if hashlib.sha256(data).hexdigest() != sha:
+        raise NotAllowed(f"{path.name} is not what its manifest names; it is not run")
+    return data
 
 
 class DynTools:
@@ -89,9 +110,14 @@ class DynTools:
         """Run the tool's tests on a private copy, in a subprocess with a timeout (inside
         `wrap`: the author's code runs with the reviewer's rights otherwise)."""
         impl, test, _ = self._paths(name)
+        data = self.manifest(name)
+        try:
+            code, tests = _exact(impl, data["impl_sha"]), _exact(test, data["tests_sha"])
+        except NotAllowed as exc:
+            return False, f"not run: {exc}"
         with tempfile.TemporaryDirectory(prefix=f"tooltest-{name}-") as tmp:
-            shutil.copy(impl, Path(tmp) / f"{name}.py")
-            shutil.copy(test, Path(tmp) / f"test_{name}.py")
+            (Path(tmp) / f"{name}.py").write_bytes(code)
+            (Path(tmp) / f"test_{name}.py").write_bytes(tests)
             argv = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
                     f"test_{name}.py"]
             try:
@@ -159,9 +185,7 @@ class DynTools:
         # Run exactly the reviewed bytes: read once, checked against the approved hash, and
         # executed from a private copy - the file in the commons could be swapped between
         # the check above and the interpreter opening it.
-        code = impl.read_bytes()
-        if hashlib.sha256(code).hexdigest() != self.manifest(name)["impl_sha"]:
-            raise NotAllowed(f"{name} changed since its approval; it is not run")
+        code = _exact(impl, self.manifest(name)["impl_sha"])
         with tempfile.TemporaryDirectory(prefix="dyntool-") as private:  # 0700: ours alone
             copy = Path(private) / f"{name}.py"
             copy.write_bytes(code)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import grp
 import pwd
+import stat
 from pathlib import Path
 
 from shared.errors import NotAllowed
@@ -41,7 +42,12 @@ def check_author(path: Path, claimed: str, enforce: bool) -> None:
         uid = pwd.getpwnam(claimed).pw_uid
     except KeyError as exc:
         raise ForgedRecord(f"{path} claims to be from {claimed}, who is no user here") from exc
-    owner = path.stat().st_uid
+    # lstat, and only a plain file with one name: a symlink or a hard link to another's
+    # record elsewhere would carry that record's owner into a place it was never written.
+    st = path.lstat()
+    if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
+        raise ForgedRecord(f"{path} is not a plain file of its own (a link); it is ignored")
+    owner = st.st_uid
     if owner != uid:
         raise ForgedRecord(f"{path} claims to be from {claimed} (uid {uid}) but was written "
                            f"by uid {owner}; it is ignored")

@@ -46,6 +46,10 @@ OPERATOR = "operator"  # the author of records root writes on a person's behalf
 # A record its author had to write beside a file someone pre-created under its name:
 # `<name>~<author>-<random>` (no `*.json` glob of a reader lists it by mistake).
 ALT = "~"
+# Where a record was written (thread id, record name), stored in it: the owner of a
+# thread's directory may rename the records in it, and a renamed record must not count
+# as another step (a round-1 reject moved to round 2) or another thread's.
+PLACE = "written_as"
 
 
 def glob_escape(name: str) -> str:
@@ -146,7 +150,7 @@ class Threads:
             me = effective_user()
             if me != author and not (os.geteuid() == 0 and author == OPERATOR):
                 raise NotAllowed(f"{me} cannot write a record in {author}'s name")
-        record = {**body, AUTHOR: author, "ts": clock.now()}
+        record = {**body, AUTHOR: author, "ts": clock.now(), PLACE: f"{tid}/{name}"}
         path = self.dir(tid) / name
         make_dirs(path.parent, self.top, DIR_MODE)
         try:
@@ -180,6 +184,9 @@ class Threads:
             candidates += sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
         for candidate in candidates:
             rec = read_record(candidate, author, self.enforce)
+            if rec is not None and rec.get(PLACE, f"{tid}/{name}") != f"{tid}/{name}":
+                log.warning("ignoring %s: it was written as %s", candidate, rec[PLACE])
+                continue
             if rec is not None and (accept is None or accept(rec)):
                 return rec
         return None
@@ -248,7 +255,7 @@ def read_record(path: Path, author: str | None, enforce: bool) -> dict[str, Any]
     key, and - in server mode - owned by that author. None (logged) otherwise."""
     try:
         data = read_json(path)
-    except CorruptFile as exc:
+    except (CorruptFile, OSError) as exc:  # OSError: a record made unreadable (chmod 000)
         log.warning("ignoring %s: %s", path, exc)
         return None
     if not isinstance(data, dict):

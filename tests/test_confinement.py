@@ -29,6 +29,8 @@ from citizen.tools.dynamic import dynamic_tools
 from shared import records
 from shared.streams import Streams
 from shared.threads import RECORD_MODE, Threads
+from tests.thoughtworld import commons as consensus_commons
+from tests.thoughtworld import proposal, vote
 
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own files as others")
 
@@ -289,3 +291,89 @@ def test_a_bidder_cannot_grant_itself_by_writing_the_decision_first() -> None:
         assert again is not None and list(again["granted"]) == ["root"]
     finally:
         shutil.rmtree(top)
+
+
+def _open_threads(top: Path) -> Threads:
+    os.chmod(top, 0o1777)  # noqa: S103 - sticky and open to both, like the commons
+    return Threads(top / "t", "t", "header.json", top=top, enforce=True)
+
+
+@as_root
+def test_a_link_to_anothers_record_is_not_their_record() -> None:
+    """The attack (helper's F1): symlink the victim's vote in one thread into another,
+    where it would count as the victim's vote and block the victim's own."""
+    top = Path(tempfile.mkdtemp(prefix="confine-links-"))
+    try:
+        threads = _open_threads(top)
+        a, b = threads.open({"by": "root"}), threads.open({"by": "root"})
+        for tid in (a, b):
+            os.chmod(threads.dir(tid), 0o3777)  # noqa: S103 - both add records
+        threads.write(a, "vote-01.json", "root", {"decision": "approve"})
+        os.seteuid(_nobody())
+        try:
+            (threads.dir(b) / "vote-01.json").symlink_to(threads.dir(a) / "vote-01.json")
+        finally:
+            os.seteuid(0)
+        assert threads.read(b, "vote-01.json", "root") is None
+        threads.write(b, "vote-01.json", "root", {"decision": "reject"})  # not blocked
+        rec = threads.read(b, "vote-01.json", "root")
+        assert rec is not None and rec["decision"] == "reject"
+    finally:
+        shutil.rmtree(top)
+
+
+@as_root
+def test_a_record_renamed_by_the_threads_owner_does_not_count_elsewhere() -> None:
+    """The attack (helper's F2): the owner of a thread's directory renames the victim's
+    round-1 reject to round 2. A record knows where it was written."""
+    top = Path(tempfile.mkdtemp(prefix="confine-rename-"))
+    try:
+        threads = _open_threads(top)
+        tid = threads.open({"by": "nobody"})
+        os.chmod(threads.dir(tid), 0o3777)  # noqa: S103 - both add records
+        os.chown(threads.dir(tid), _nobody(), -1)  # the opener owns its thread
+        threads.write(tid, "vote-01.json", "root", {"decision": "reject"})
+        os.seteuid(_nobody())
+        try:
+            os.rename(threads.dir(tid) / "vote-01.json", threads.dir(tid) / "vote-02.json")
+        finally:
+            os.seteuid(0)
+        assert threads.read(tid, "vote-02.json", "root") is None
+    finally:
+        shutil.rmtree(top)
+
+
+@as_root
+def test_an_unreadable_record_is_ignored_not_a_crash() -> None:
+    top = Path(tempfile.mkdtemp(prefix="confine-chmod-"))
+    try:
+        threads = _open_threads(top)
+        tid = threads.open({"by": "root"})
+        threads.write(tid, "vote-01.json", "root", {"decision": "approve"})
+        os.chmod(threads.dir(tid) / "vote-01.json", 0)
+        os.seteuid(_nobody())
+        try:
+            assert threads.read(tid, "vote-01.json", "root") is None
+        finally:
+            os.seteuid(0)
+    finally:
+        shutil.rmtree(top)
+
+
+def test_a_proposal_rewritten_after_its_votes_loses_them(tmp_path: Path) -> None:
+    """The attack (from the helper's reading): a proposal is its executor's own file; once
+    verifier and integrator approved it, the executor rewrites its actions in place and
+    runs what nobody approved. A vote names the revision it judged."""
+    c = consensus_commons(tmp_path / "shared")
+    pid = c.request("Create hello.md", "opus", "operator").id
+    c.propose(pid, "opus", proposal())
+    roles = c.load(pid).roles
+    c.verify(pid, roles["verifier"], vote())
+    c.integrate(pid, roles["integrator"], vote())
+    assert c.load(pid).phase == "execute"
+    path = c.records_dir / pid / "proposal-01.json"
+    rev = json.loads(path.read_text())
+    rev["actions"] = [{"tool": "write_file", "args": {"path": "hello.md", "content": "evil"}}]
+    path.write_text(json.dumps(rev))  # in place: same file, same owner
+    after = c.load(pid)
+    assert after.phase == "verify" and not after.verifications

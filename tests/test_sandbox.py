@@ -4,6 +4,8 @@ first test shows it, with the development override) and fails in the sandbox."""
 from __future__ import annotations
 
 import os
+import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -104,3 +106,25 @@ def test_without_bubblewrap_commands_are_refused_when_required(
     sandbox._warn_once.cache_clear()
     assert "hi" in run(env, "echo hi")
     assert "UNCONFINED" in caplog.text
+
+
+def test_no_host_unix_socket_is_reachable(env: ToolEnv, monkeypatch: pytest.MonkeyPatch
+                                          ) -> None:
+    """The helper's observation: `--ro-bind / /` does not stop connect() to a service's
+    Unix socket (the system bus, Dovecot's auth socket live under /run)."""
+    folder = Path("/run") / f"experience-test-{os.getpid()}"
+    folder.mkdir(mode=0o755)
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        server.bind(str(folder / "service.sock"))
+        os.chmod(folder / "service.sock", 0o777)  # noqa: S103 - anyone may connect, as a bus
+        server.listen(1)
+        probe = (f"python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                 f"s.connect('{folder}/service.sock')\" && echo reached || echo unreachable")
+        with monkeypatch.context() as unconfined:
+            unconfined.setenv(sandbox.MODE_ENV, "off")
+            assert "reached" in run(env, probe)  # the attack works unconfined
+        assert "unreachable" in run(env, probe)
+    finally:
+        server.close()
+        shutil.rmtree(folder)

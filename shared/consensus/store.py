@@ -21,6 +21,8 @@ What a proposal's state is comes from these records through the pure rules
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import os
 from collections.abc import Iterable, Iterator, Mapping
@@ -49,7 +51,7 @@ from shared.consensus.view import episode_record, render
 from shared.consensus.world import ActionError, World
 from shared.documents import locked
 from shared.errors import Invalid, NotAllowed, NotFound
-from shared.threads import AUTHOR, RECORD_MODE, Threads, id_pattern
+from shared.threads import AUTHOR, PLACE, RECORD_MODE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +60,12 @@ VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `
 # which a sticky directory would forbid. Views are never trusted for a decision; one a
 # citizen spoils is rewritten from the records at the next step.
 VIEW_DIR_MODE = 0o2775
+REVISION = "revision"  # in a vote: the digest of the revision it judged
+
+
+def revision_digest(rev: Mapping[str, Any]) -> str:
+    """A revision's digest, over the record as read (its every field)."""
+    return hashlib.sha256(json.dumps(rev, sort_keys=True, default=str).encode()).hexdigest()[:16]
 _ID = id_pattern("prop")
 
 
@@ -103,17 +111,20 @@ class Consensus:
             if rev is None:
                 break
             d.revisions.append(rev)
-            ver = self._record(folder / f"verify-{r:02d}.json", roles["verifier"])
+            ver = self._judging(rev, self._record(folder / f"verify-{r:02d}.json",
+                                                  roles["verifier"]))
             if ver is not None and ver.get("decision") in VERIFY_DECISIONS:
                 d.verifications[r] = cast(Vote, ver)
-            integ = self._record(folder / f"integrate-{r:02d}.json", roles["integrator"])
+            integ = self._judging(rev, self._record(folder / f"integrate-{r:02d}.json",
+                                                    roles["integrator"]))
             if integ is not None and integ.get("decision") in INTEGRATE_DECISIONS and ver:
                 d.integrations[r] = cast(Vote, integ)
         for r in range(MAX_ROUNDS + 1):
             g = self._giveup(folder / f"giveup-{r:02d}.json", roles)
             if g is not None:
                 d.giveups[r] = g
-        d.human = self._human(folder / "human.json")
+        d.human = self._judging(d.revisions[-1], self._human(folder / "human.json")) \
+            if d.revisions else self._human(folder / "human.json")
         d.execution = self._record(folder / "execution.json", roles["executor"])
         d.outcome = self._record(folder / "outcome.json", roles["verifier"])
         d.episode = self._record(folder / "episode.json", roles["integrator"])
@@ -122,6 +133,17 @@ class Consensus:
             d.flags = gaming.flags(d.revisions[-1], self.framework.base_values,
                                    self.cited.elsewhere(pid))
         return d
+
+    @staticmethod
+    def _judging(rev: Mapping[str, Any], vote: dict[str, Any] | None) -> dict[str, Any] | None:
+        """`vote` if it judged exactly `rev`: a proposal is its executor's own file, which
+        it could rewrite after the votes; a vote for other words does not count. (Votes
+        from before this check name no revision and count.)"""
+        if vote is None or vote.get(REVISION, revision_digest(rev)) == revision_digest(rev):
+            return vote
+        log.warning("ignoring a vote of %s on %s: it judged another text of the revision",
+                    vote.get(AUTHOR) or vote.get("operator"), rev.get(PLACE))
+        return None
 
     def _record(self, path: Path, author: str) -> dict[str, Any] | None:
         return self.threads.read(path.parent.name, path.name, author)
@@ -229,7 +251,8 @@ class Consensus:
         body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
                                                               "suggestions"))
         return self._write(pid, f"verify-{d.round:02d}.json", me,
-                           {**body, "deterministic_flags": d.flags})
+                           {**body, "deterministic_flags": d.flags,
+                            REVISION: revision_digest(d.revisions[-1])})
 
     def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:
         """The integrator's decision, which closes the round (and is logged as an episode
@@ -237,7 +260,8 @@ class Consensus:
         d = self._owe(pid, me, "integrate")
         body = _vote(decision, "an integrator", INTEGRATE_DECISIONS,
                      ("coherence_check", "compromise", "learnings"))
-        after = self._write(pid, f"integrate-{d.round:02d}.json", me, body)
+        after = self._write(pid, f"integrate-{d.round:02d}.json", me,
+                            {**body, REVISION: revision_digest(d.revisions[-1])})
         self.episodes.decision({"ts": clock.now(), "proposal": pid, "round": d.round,
                                 "stakes": after.stakes, "consensus": after.consensus,
                                 "flags": after.flags})
@@ -271,7 +295,9 @@ class Consensus:
             create_json(path,
                         {"operator": operator, "decision": decision, "why": why[:2000],
                          "ts": clock.now(), "relayed_by": relayed_by,
-                         "message_id": message_id}, mode=RECORD_MODE)
+                         "message_id": message_id,
+                         **({REVISION: revision_digest(d.revisions[-1])} if d.revisions
+                            else {})}, mode=RECORD_MODE)
         except FileExistsError as exc:
             raise NotAllowed(f"{pid}: a human has already decided") from exc
         return self.refresh(pid)
