@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from citizen import config, paths, wakelog
+from citizen.cli.demo import _summary
 from citizen.llm.base import Reply, Request
 from citizen.llm.replay import ReplayProvider
 from citizen.tasks import TaskQueue
@@ -329,3 +330,19 @@ def test_an_empty_deliverable_is_not_done(civ: Path) -> None:
                   *[call("task_complete", summary="written") for _ in range(3)])
     run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     assert "summary.txt is empty" in queue().load("failed", task.id).result
+
+
+def test_the_demo_summary_shows_what_was_produced_not_what_was_claimed(
+        civ: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    made = queue().add("Write notes/plan.md with three steps")
+    missing = queue().add("Write notes/poem.md")
+    actor = Actor(call("write_file", path="notes/plan.md", content="1\n2\n3\n"),
+                  call("task_complete", summary="plan written"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    liar = Actor(*[call("task_complete", summary="done: finish") for _ in range(3)])
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: liar)
+    _summary(civ)
+    out = capsys.readouterr().out
+    assert f"{made.id} done: notes/plan.md: 6 bytes" in out
+    assert f"{missing.id} failed: notes/poem.md does not exist" in out
+    assert "why: claimed done 3 times" in out

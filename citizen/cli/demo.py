@@ -15,7 +15,7 @@ from pathlib import Path
 
 import click
 
-from citizen import civilization, paths, wakelog
+from citizen import civilization, evidence, paths, wakelog
 from citizen.tasks import TaskQueue
 
 CITIZENS = ("opus", "mira", "aria")
@@ -136,6 +136,20 @@ def _print_new(seen: set[Path]) -> None:
                        f"{(row['why'] or '')[:70]}")
 
 
+def _produced(home: Path, queue: TaskQueue) -> None:
+    """What the citizen actually produced for each task - checked here, not taken from
+    its report - or why it did not."""
+    for state in ("done", "failed", "active", "queue"):
+        for task_id in queue.ids(state):
+            task = queue.load(state, task_id)
+            wanted = (task.meta.get("deliverables") or evidence.deliverables(task.text))["files"]
+            problems, proof = evidence.check(home, {"files": wanted}, [])
+            click.echo(f"        {task_id} {state}: " + (
+                "; ".join([*proof, *problems]) or "names no file to check"))
+            if state == "failed" and task.result:
+                click.echo(f"          why: {task.result[:200]}")
+
+
 def _summary(base: Path) -> None:
     click.echo("\nsummary")
     for name in CITIZENS:
@@ -151,6 +165,7 @@ def _summary(base: Path) -> None:
         click.echo(f"  {name:<5} {len(rows)} wakes {statuses}  tasks done {counts['done']} "
                    f"failed {counts['failed']} queued {counts['queue'] + counts['active']}  "
                    f"{tokens} tokens")
+        _produced(home.dir, TaskQueue(home.tasks))
     click.echo(f"\nlogs: {base}/<citizen>/logs/wakes/   daemon output: {base}/daemon-*.log")
     click.echo(f"read them with: citizen --root {base} logs opus   "
                f"(one wake: citizen --root {base} logs opus --wake 1)")
