@@ -26,6 +26,7 @@ import logging
 import os
 import shutil
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -50,6 +51,41 @@ class Limits:
     memory: int = 4 << 30  # address space, bytes
     file_size: int = 1 << 30  # largest file a command may write (SIGXFSZ past it)
     processes: int = 512  # per user: stops a fork bomb from taking the daemon down
+
+
+def _python_prefixes() -> list[Path]:
+    """Where this interpreter and its libraries live."""
+    found: list[Path] = []
+    for p in (Path(sys.prefix), Path(sys.base_prefix),
+              Path(sys.executable).resolve().parent.parent):
+        if p not in found:
+            found.append(p)
+    return found
+
+
+def _masks(home: Path) -> list[str]:
+    """What of the home a command must not see or change, and what must come back."""
+    h, args = str(home), []
+    for name in HIDDEN_DIRS:
+        if (home / name).is_dir():
+            args += ["--tmpfs", f"{h}/{name}"]
+    for name in HIDDEN_FILES:
+        if (home / name).exists():
+            args += ["--ro-bind", "/dev/null", f"{h}/{name}"]
+    for name in READ_ONLY:
+        if (home / name).exists():
+            args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
+    # The interpreter a command may run (a peer's tool tests run sys.executable): when it
+    # lives where the sandbox mounts an empty tmpfs (a checkout under /tmp), it comes
+    # back read-only.
+    emptied = (Path("/tmp"), Path("/run"), paths.civ_root())  # noqa: S108 - as masked
+    for prefix in _python_prefixes():
+        if any(prefix.is_relative_to(e) for e in emptied):
+            args += ["--ro-bind", str(prefix), str(prefix)]
+    creds = os.environ.get("CREDENTIALS_DIRECTORY")
+    if creds and Path(creds).is_dir():
+        args += ["--tmpfs", creds]  # the unit's credentials: the daemon's, never a command's
+    return args
 
 
 def bwrap() -> str | None:
@@ -138,18 +174,7 @@ def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits =
     elif Path("/run/systemd/resolve").is_dir():
         # /etc/resolv.conf may point into /run: name resolution for permitted network
         args += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
-    for name in HIDDEN_DIRS:
-        if (home.dir / name).is_dir():
-            args += ["--tmpfs", f"{h}/{name}"]
-    for name in HIDDEN_FILES:
-        if (home.dir / name).exists():
-            args += ["--ro-bind", "/dev/null", f"{h}/{name}"]
-    for name in READ_ONLY:
-        if (home.dir / name).exists():
-            args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    if creds and Path(creds).is_dir():
-        args += ["--tmpfs", creds]  # the unit's credentials: the daemon's, never a command's
+    args += _masks(home.dir)
     for extra in binds:
         args += ["--bind", str(extra), str(extra)]
     return [*args, "--chdir", str(chdir or home.dir), "--", *argv]
