@@ -42,18 +42,28 @@ def deliverables(text: str) -> dict[str, Any]:
     return {"files": named_files(text)}
 
 
+# The daemon's own directories: a file there is no task's deliverable.
+_NOT_WORK = ("contexts", "memory", "logs", "tasks", "mail")
+
+
 def _match(home: Path, name: str, touched: list[str]) -> Path | None:
-    """The file that delivers `name`: at that path in the home, else one the task wrote
-    whose path ends with it (a task asking for hello.txt answered by notes/hello.txt)."""
+    """The file that delivers `name`: at that path in the home; else one the task wrote
+    whose path ends with it (a task asking for hello.txt answered by notes/hello.txt);
+    else the one file of that name in the home (written by a command: "change
+    README.md in repo/")."""
+    root = home.resolve()
     direct = (home / name).resolve()
-    if direct.is_relative_to(home.resolve()) and direct.is_file():
+    if direct.is_relative_to(root) and direct.is_file():
         return direct
     for path in reversed(touched):
         if path == name or path.endswith("/" + name):
             candidate = (home / path).resolve()
-            if candidate.is_relative_to(home.resolve()) and candidate.is_file():
+            if candidate.is_relative_to(root) and candidate.is_file():
                 return candidate
-    return None
+    found = [p for p in home.rglob(Path(name).name)
+             if p.is_file() and not p.is_symlink() and str(p.relative_to(home)).endswith(name)
+             and p.relative_to(home).parts[0] not in _NOT_WORK]
+    return found[0] if len(found) == 1 else None
 
 
 def check(home: Path, wanted: dict[str, Any], touched: list[str]) -> tuple[list[str], list[str]]:
