@@ -34,6 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from citizen.llm.base import Reply, Request, ToolCall, Usage, estimate_tokens
 
+ITERATIONS = 4  # per wake, for a model (not the scripted agent)
 Step = Callable[[list[str], str], Reply | None]  # (tool results so far, instruction) -> reply
 Check = Callable[[Path, str], str]  # (home, task result) -> "" when it holds, else why
 
@@ -330,6 +331,13 @@ def run_task(task: Task, provider: str, url: str) -> Outcome:
         os.environ["CIV_ROOT"] = root
         civilization.init(["opus", "mira", "aria"])
         home = paths.home("opus").dir
+        if provider != "scripted":
+            # The demo's small limits: the embedded model writes ≈12 tokens/s under a grammar.
+            cfg = paths.home("opus").config
+            data = json.loads(cfg.read_text())
+            data["budget"] = {"max_usd_per_wake": 1.0, "max_iterations": ITERATIONS,
+                              "max_output_tokens": 256}
+            cfg.write_text(json.dumps(data))
         task.setup(home)
         queue = TaskQueue(paths.home("opus").tasks)
         added = queue.add(task.text)
