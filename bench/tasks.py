@@ -305,6 +305,8 @@ class Competent:
     def _answer(self, request: Request) -> Reply:
         if request.purpose == "route":
             return say(json.dumps({"tier": "primary"}))
+        if request.purpose == "verify_task":  # the verifier is another role: it passes
+            return say(json.dumps({"verdict": "pass", "reason": "the evidence shows it"}))
         if request.purpose == "select_tools":
             offered = request.output_schema["properties"]["tools"]["items"]["enum"]  # type: ignore[index]
             wanted = ["read_file", "write_file", "append_file", "str_replace_file",

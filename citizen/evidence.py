@@ -66,9 +66,11 @@ def _match(home: Path, name: str, touched: list[str]) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def check(home: Path, wanted: dict[str, Any], touched: list[str]) -> tuple[list[str], list[str]]:
-    """(problems, evidence): what is missing, and a line per deliverable that holds."""
-    problems, evidence = [], []
+def check(home: Path, wanted: dict[str, Any], touched: list[str]
+          ) -> tuple[list[str], list[str], list[Path]]:
+    """(problems, evidence, files): what is missing, a line per deliverable that holds,
+    and the files that hold them."""
+    problems, evidence, files = [], [], []
     for name in wanted.get("files", ()):
         found = _match(home, str(name), touched)
         if found is None:
@@ -79,9 +81,10 @@ def check(home: Path, wanted: dict[str, Any], touched: list[str]) -> tuple[list[
             problems.append(f"{name} is empty")
             continue
         digest = hashlib.sha256(data).hexdigest()[:12]
+        files.append(found)
         evidence.append(f"{found.relative_to(home.resolve())}: {len(data)} bytes, "
                         f"sha256 {digest}")
-    return problems, evidence
+    return problems, evidence, files
 
 
 # Tools whose `path` argument names a file the task wrote.

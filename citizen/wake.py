@@ -29,6 +29,7 @@ from citizen.tasks import TaskQueue
 from citizen.tools import core_tools
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
+from citizen.verifier import Verifier
 from citizen.wakelog import WakeLog
 from citizen.wakes.base import Setup
 from shared.atomic import CorruptFile
@@ -145,7 +146,8 @@ class _Run:
         except CorruptFile as exc:
             self.wlog.event("contexts_corrupt", path=str(exc.path), problem=exc.problem)
             return "failed", str(exc)
-        env = ToolEnv(self.home, self.cfg, secrets, tasks, memory, contexts, log=self.wlog)
+        env = ToolEnv(self.home, self.cfg, secrets, tasks, memory, contexts, log=self.wlog,
+                      verify=Verifier(llm, self.meter, self.tpl, secrets.redact))
         try:
             return self._work(kind, setup, gate, env, llm=llm, store=store)
         finally:

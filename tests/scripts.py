@@ -40,14 +40,18 @@ def tool_env(name: str) -> Any:
 class Actor(ScriptedProvider):
     """Answers routing and tool selection by rule, and the work from a script."""
 
-    def __init__(self, *work: Reply, tier: str = "fast", price: ModelPrice = FREE) -> None:
+    def __init__(self, *work: Reply, tier: str = "fast", price: ModelPrice = FREE,
+                 verdict: str = "pass") -> None:
         self.work = list(work)
         self.tier = tier
+        self.verdict = verdict  # what the verifier of a "done" says
         super().__init__(default=self._answer, price=price)
 
     def _answer(self, request: Request) -> Reply:
         if request.purpose == "route":
             return say(json.dumps({"tier": self.tier}))
+        if request.purpose == "verify_task":
+            return say(json.dumps({"verdict": self.verdict, "reason": f"scripted {self.verdict}"}))
         if request.purpose == "select_tools":
             offered = request.output_schema["properties"]["tools"]["items"]["enum"]  # type: ignore[index]
             scripted = {c.name for r in self.work for c in r.tool_calls}

@@ -45,7 +45,8 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
                      "tool_call", "task", "contexts_saved", "wake_end"):
         assert expected in kinds
     end = events(result.log_path, "wake_end")[0]
-    assert end["calls"] == 4 and end["status"] == "ok"  # select, route, two turns
+    # select, route, two turns, and the verifier of "done"
+    assert end["calls"] == 5 and end["status"] == "ok"
 
 
 @pytest.mark.parametrize("wake_type", ["TASK", "CODE", "REFLECT"])
@@ -162,7 +163,8 @@ def test_tool_errors_are_observations(civ: Path) -> None:
                   call("task_complete", summary="it was missing"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     assert result.status == "ok"
-    observed = actor.requests[-1].messages[-1]["content"][0]
+    last_turn = [r for r in actor.requests if r.purpose == "execute"][-1]
+    observed = last_turn.messages[-1]["content"][0]
     assert observed["is_error"] is True and "no such file" in observed["content"]
 
 
@@ -227,7 +229,7 @@ def test_a_wake_replays_from_its_log(civ: Path, tmp_path: Path) -> None:
     replay = ReplayProvider.from_log(recorded)
     second = run_wake("opus", wake_type="TASK", provider=lambda c, s: replay)
     assert (second.status, second.reason) == (first.status, first.reason)
-    assert replay.position == len(replay.records) == 4
+    assert replay.position == len(replay.records) == 5  # the verifier's call replays too
 
 
 def test_a_citizen_without_a_home_is_refused(civ_root: Path) -> None:
@@ -346,3 +348,22 @@ def test_the_demo_summary_shows_what_was_produced_not_what_was_claimed(
     assert f"{made.id} done: notes/plan.md: 6 bytes" in out
     assert f"{missing.id} failed: notes/poem.md does not exist" in out
     assert "why: claimed done 3 times" in out
+
+
+def test_a_verifier_who_did_not_do_the_work_can_refuse_done(civ: Path) -> None:
+    """The file exists, but a second opinion - a fast-tier call that sees only the task,
+    the summary and the file, never the worker's conversation - says it is not what was
+    asked: the claim is refused with that reason, and its verdict is in the result."""
+    task = queue().add("Write notes/poem.md, a poem about persistence")
+    doubter = Actor(call("write_file", path="notes/poem.md", content="TODO"),
+                    call("task_complete", summary="poem written"), verdict="fail")
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: doubter)
+    asked = [r for r in doubter.requests if r.purpose == "verify_task"]
+    assert asked and "TODO" in asked[0].messages[0]["content"]
+    assert all("Write notes/poem.md" not in str(r.system) for r in asked)  # not the worker's
+    assert queue().where(task.id) == "active"  # refused: the worker may still do it
+    believer = Actor(call("write_file", path="notes/poem.md", content="Drops wear stone."),
+                     call("task_complete", summary="poem written"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: believer)
+    result = queue().load("done", task.id).result
+    assert "- verifier: pass - scripted pass" in result

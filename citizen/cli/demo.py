@@ -143,7 +143,7 @@ def _produced(home: Path, queue: TaskQueue) -> None:
         for task_id in queue.ids(state):
             task = queue.load(state, task_id)
             wanted = (task.meta.get("deliverables") or evidence.deliverables(task.text))["files"]
-            problems, proof = evidence.check(home, {"files": wanted}, [])
+            problems, proof, _ = evidence.check(home, {"files": wanted}, [])
             click.echo(f"        {task_id} {state}: " + (
                 "; ".join([*proof, *problems]) or "names no file to check"))
             if state == "failed" and task.result:

@@ -20,6 +20,7 @@ import types
 import typing
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from citizen.config import CitizenConfig, Secrets
@@ -64,6 +65,9 @@ class ToolEnv:
     task: Task | None = None
     task_outcome: tuple[str, str] | None = None  # (status, result) once a task tool ends it
     log: WakeLog | None = None
+    # A second opinion on "done" from someone other than the worker (citizen.verifier):
+    # (task, summary, evidence, files) -> (verdict, reason). None: none in this call.
+    verify: Callable[[str, str, list[str], list[Path]], tuple[str, str]] | None = None
 
     def event(self, name: str, **data: Any) -> None:
         """Log one event of this wake (nothing when the wake keeps no log, e.g. in tests)."""

@@ -33,8 +33,13 @@ def task_complete(env: ToolEnv, summary: str) -> str:
     """
     task = _active(env)
     wanted = task.meta.get("deliverables") or {}
-    problems, proof = evidence.check(env.home.dir, wanted, evidence.touched(
+    problems, proof, files = evidence.check(env.home.dir, wanted, evidence.touched(
         task.history, env.log.path if env.log is not None else None))
+    verdict, why = "unverified", "no verifier in this call"
+    if not problems and env.verify is not None:
+        verdict, why = env.verify(task.text, summary, proof, files)
+        if verdict == "fail":
+            problems = [f"a verifier who did not do the work says: {why}"]
     if problems:
         refused = int(task.meta.get("refused_done", 0)) + 1
         task.meta["refused_done"] = refused
@@ -45,8 +50,10 @@ def task_complete(env: ToolEnv, summary: str) -> str:
             return "the task is filed as failed: what it asks for is not there"
         raise ToolFailure(f"not done: {'; '.join(problems)}. Make it, or call task_stuck "
                           "with the reason if you cannot")
-    result = summary + ("\n\nEvidence (checked):\n" + "\n".join(f"- {e}" for e in proof)
-                        if proof else "")
+    lines = [f"- {e}" for e in proof]
+    if env.verify is not None:
+        lines.append(f"- verifier: {verdict} - {why}")
+    result = summary + ("\n\nEvidence (checked):\n" + "\n".join(lines) if lines else "")
     env.task_outcome = ("done", result)
     return "task marked complete; end your turn"
 

@@ -1,0 +1,56 @@
+"""A second opinion on "done", from someone other than the worker (the Thought World
+seed: no self-evaluation).
+
+When a task's deliverables pass the mechanical check (`citizen.evidence`), a fast-tier
+call in a verifier's role - with none of the worker's conversation, only the task, the
+worker's summary and what the files now hold - says pass or fail. A fail goes back to
+the worker as the reason its claim was refused. If the verifier cannot be asked (the
+model is down, the budget is spent), the mechanical evidence stands alone and the
+result says so.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from citizen.config import Templates
+from citizen.errors import CitizenError, ProviderError, StructuredOutputError
+from citizen.llm.base import Provider, Request
+from citizen.loop import Meter
+
+HEAD_CHARS = 1500  # of each deliverable file, shown to the verifier
+
+# (task text, summary, evidence lines, deliverable files) -> (verdict, reason)
+Verify = Callable[[str, str, list[str], list[Path]], tuple[str, str]]
+
+
+@dataclass
+class Verifier:
+    llm: Provider
+    meter: Meter
+    templates: Templates
+    redact: Callable[[str], str] = str
+
+    def __call__(self, task: str, summary: str, evidence: list[str],
+                 files: list[Path]) -> tuple[str, str]:
+        """("pass" | "fail" | "unverified", why)."""
+        shown = [*evidence]
+        for f in files:
+            try:
+                head = f.read_text(errors="replace")[:HEAD_CHARS]
+            except OSError as exc:
+                head = f"(unreadable: {exc.strerror})"
+            shown.append(f"--- {f.name} ---\n{self.redact(head)}")
+        prompt = self.templates.prompt(
+            "task_verify", task=task[:3000], summary=self.redact(summary[:2000]),
+            evidence="\n".join(shown) or "(the task names no file)")
+        try:
+            reply = self.meter.call(self.llm, Request(
+                messages=[{"role": "user", "content": prompt}],
+                output_schema=self.templates.schema("task_verdict"), max_tokens=200,
+                tier="fast", purpose="verify_task"))
+        except (ProviderError, StructuredOutputError, CitizenError) as exc:
+            return "unverified", f"no second opinion ({str(exc)[:160]})"
+        return str(reply.data["verdict"]), str(reply.data.get("reason", ""))[:300]
