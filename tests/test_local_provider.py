@@ -85,7 +85,9 @@ def test_tool_choice_is_a_tool_call_or_an_answer(local: LocalProvider) -> None:
     if reply.tool_calls:
         (call,) = reply.tool_calls
         assert call.name in {"read_file", "task_progress"}
-        assert call.problem == ""  # the grammar only allows valid arguments
+        # The grammar only allows valid arguments; one that filled its bound (60 tokens
+        # leave a path of a character or two) is marked cut, never run as if whole.
+        assert call.problem == "" or "was cut at" in call.problem
         schema = READ_FILE.input_schema if call.name == "read_file" else NOTE.input_schema
         jsonschema.validate(dict(call.input), schema)
     else:
