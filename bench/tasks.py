@@ -325,7 +325,7 @@ class Competent:
 
 
 def run_task(task: Task, provider: str, url: str) -> Outcome:
-    from citizen import civilization, paths
+    from citizen import civilization, paths, wakelog
     from citizen.tasks import TaskQueue
     from citizen.wake import run_wake
 
@@ -363,6 +363,9 @@ def run_task(task: Task, provider: str, url: str) -> Outcome:
                 os.environ["EXPERIENCE_PROVIDER"] = "local"
                 result = run_wake("opus", wake_type="TASK")
                 out.calls += result.calls
+                calls = [e for e in wakelog.read(result.log_path) if e["event"] == "llm_call"]
+                out.tokens_in += sum(int(e.get("tokens_in", 0)) for e in calls)
+                out.tokens_out += sum(int(e.get("tokens_out", 0)) for e in calls)
             if result.status not in ("ok", "idle"):
                 out.failures.append(f"wake ended {result.status}: {result.reason[:120]}")
             if queue.where(added.id) in ("done", "failed"):
@@ -400,9 +403,11 @@ def main() -> None:
     false_done = [o.name for o in outcomes if o.claimed_done and not o.passed]
     print(f"\n{provider}: {sum(o.passed for o in outcomes)}/{len(outcomes)} passed by the "
           f"checker; false 'done': {len(false_done)} {false_done or ''}")
-    print(f"calls {sum(o.calls for o in outcomes)}, ~{tokens} tokens in (estimated from the "
-          f"requests), ${tokens * price.input / 1e6:.2f} at claude-opus-4-6 input prices, "
-          f"{sum(o.seconds for o in outcomes):.1f} s")
+    out_tokens = sum(o.tokens_out for o in outcomes)
+    how = "estimated from the requests" if provider == "scripted" else "as the model counted"
+    print(f"calls {sum(o.calls for o in outcomes)}, {tokens} tokens in and {out_tokens} out "
+          f"({how}), ${(tokens * price.input + out_tokens * price.output) / 1e6:.2f} at "
+          f"claude-opus-4-6 prices, {sum(o.seconds for o in outcomes):.1f} s")
 
 
 if __name__ == "__main__":
