@@ -14,6 +14,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import sys
 from pathlib import Path
 
 from citizen import civilization, config, paths
@@ -103,6 +104,29 @@ def _migrated_env(name: str, uid: int) -> str:
         return fh.read()
 
 
+def _say_what_no_longer_counts(name: str, rules: Path) -> None:
+    """An older install kept the operator's settings in the home's config.json, which
+    the citizen can write: they are not copied (the citizen may have changed them), but
+    the operator is told which to carry over by hand."""
+    own = paths.citizen_config_file(name)
+    try:
+        fd = os.open(own, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        with os.fdopen(fd) as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return
+    if not isinstance(data, dict):
+        return
+    tpl = config.templates()
+    base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
+    moved = sorted(k for k, v in data.items()
+                   if k not in (*config.CITIZEN_KEYS, "name") and base.get(k) != v)
+    if moved:
+        print(f"note: {own} sets {', '.join(moved)}; on a server only {rules} governs "
+              "these - copy what you set there yourself (they were not copied: the citizen "
+              "could have changed them)", file=sys.stderr)
+
+
 def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
     """/etc/experience/<name>.json (the operator's rules for it, root 0644: the citizen
     reads them, only root writes) and <name>.env (its secrets, root 0600: its unit hands
@@ -121,6 +145,7 @@ def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
     rules = paths.operator_rules_file(name)
     _no_symlink(rules)
     if not rules.exists():
+        _say_what_no_longer_counts(name, rules)
         body: dict[str, str] = {"email": address}
         if not known:
             body["focus"] = focus or "General"
