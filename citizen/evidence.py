@@ -91,11 +91,15 @@ def check(home: Path, wanted: dict[str, Any], touched: list[str]
 WRITES = ("write_file", "append_file", "str_replace_file")
 
 
-def written(log_path: Path | None) -> list[str]:
-    """The files a wake wrote (from its log), in order, once each."""
+def tool_calls(log_path: Path | None) -> list[dict[str, Any]]:
+    """The tool calls a wake's log records."""
     if log_path is None or not log_path.is_file():
         return []
-    calls = [e for e in wakelog.read(log_path) if e.get("event") == "tool_call"]
+    return [e for e in wakelog.read(log_path) if e.get("event") == "tool_call"]
+
+
+def written(calls: list[dict[str, Any]]) -> list[str]:
+    """The files these tool calls wrote, in order, once each."""
     return list(dict.fromkeys(
         str(c["args"]["path"]) for c in calls
         if c.get("tool") in WRITES and not c.get("error") and isinstance(c.get("args"), dict)
@@ -107,4 +111,4 @@ def touched(history: list[dict[str, Any]], log_path: Path | None) -> list[str]:
     out: list[str] = []
     for h in history:
         out += [str(t) for t in h.get("touched", ()) if t not in out]
-    return out + [t for t in written(log_path) if t not in out]
+    return out + [t for t in written(tool_calls(log_path)) if t not in out]

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import os
-import secrets
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +19,7 @@ from shared.identity import ForgedRecord, check_author
 
 # The modes and ids of the one record mechanism: these records are shared.threads'
 # records without a thread (re-exported for the modules that write them).
-from shared.threads import ALT, DIR_MODE, RECORD_MODE, effective_user, glob_escape, new_id
+from shared.threads import DIR_MODE, RECORD_MODE, beside, besides, effective_user, new_id
 
 __all__ = ["DIR_MODE", "RECORD_MODE", "create", "make_dirs", "new_id", "read", "read_claimed",
            "write"]
@@ -45,19 +44,16 @@ def _mine(path: Path) -> Path:
     me = os.geteuid()
     if me in (owner, 0):
         return path
-    for alt in sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*")):
+    for alt in besides(path):
         if alt.lstat().st_uid == me:
             return alt
-    alt = path.with_name(f"{path.name}{ALT}{effective_user()}-{secrets.token_hex(8)}")
+    alt = beside(path, effective_user())
     log.warning("%s was pre-created by uid %d; writing %s instead", path, owner, alt.name)
     return alt
 
 
 def _candidates(path: Path, enforce: bool) -> list[Path]:
-    found = [path] if path.is_file() else []
-    if enforce and path.parent.is_dir():
-        found += sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
-    return found
+    return ([path] if path.is_file() else []) + (besides(path) if enforce else [])
 
 
 def write(top: Path, path: Path, record: dict[str, Any]) -> None:

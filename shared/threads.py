@@ -52,6 +52,18 @@ ALT = "~"
 PLACE = "written_as"
 
 
+def beside(path: Path, author: str) -> Path:
+    """A new name for `author`'s record next to a file someone pre-created at `path`."""
+    return path.with_name(f"{path.name}{ALT}{author}-{secrets.token_hex(8)}")
+
+
+def besides(path: Path) -> list[Path]:
+    """The records written next to `path` (`beside`), oldest name first."""
+    if not path.parent.is_dir():
+        return []
+    return sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
+
+
 def glob_escape(name: str) -> str:
     """`name` with glob's special characters taken literally."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in name)
@@ -165,7 +177,7 @@ class Threads:
             # Pre-created in the author's name by someone else: the author records the step
             # beside it, under a name nobody can guess in advance, and readers take the
             # file the author owns (`read`).
-            alt = path.with_name(f"{path.name}{ALT}{author}-{secrets.token_hex(8)}")
+            alt = beside(path, author)
             log.warning("%s was pre-created by uid %d; %s records %s instead", path,
                         path.stat().st_uid, author, alt.name)
             create_json(alt, record, mode=RECORD_MODE)
@@ -180,8 +192,8 @@ class Threads:
         counts as the one it stands in for."""
         path = self.dir(tid) / name
         candidates = [path] if path.is_file() else []
-        if self.enforce and path.parent.is_dir():
-            candidates += sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
+        if self.enforce:
+            candidates += besides(path)
         for candidate in candidates:
             rec = read_record(candidate, author, self.enforce)
             if rec is not None and rec.get(PLACE, f"{tid}/{name}") != f"{tid}/{name}":

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from citizen import evidence, wakelog
+from citizen import evidence
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
@@ -76,10 +76,10 @@ _LAST_RESULTS = 3
 def _what_this_wake_did(env: ToolEnv) -> dict[str, Any]:
     """From this wake's log: the files it wrote and its last tool results - what the next
     wake of the same task needs to carry on instead of starting over."""
-    if env.log is None or not env.log.path.is_file():
+    calls = evidence.tool_calls(env.log.path if env.log is not None else None)
+    if not calls:
         return {}
-    calls = [e for e in wakelog.read(env.log.path) if e.get("event") == "tool_call"]
-    touched = evidence.written(env.log.path)
+    touched = evidence.written(calls)
     last = [f"{c.get('tool')}({_short(c.get('args'))}) -> {str(c.get('result', ''))[:300]}"
             for c in calls[-_LAST_RESULTS:]]
     return {"touched": touched, "last": last}
