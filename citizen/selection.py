@@ -37,6 +37,14 @@ def rank(tools: Mapping[str, Tool], work: str, limit: int) -> list[str]:
     return [t.name for t in sorted(tools.values(), key=score)[:limit]]
 
 
+def named(tools: Mapping[str, Tool], work: str) -> list[str]:
+    """The tools the work names: its name verbatim, or every word of it ("write a file"
+    names write_file), in ranking order."""
+    want, text = _words(work), work.lower()
+    return [n for n in rank(tools, work, len(tools))
+            if n.lower() in text or (_words(n) and _words(n) <= want)]
+
+
 def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mapping[str, Tool],
                  work: str, *, required: tuple[str, ...] = (),
                  limit: int = SELECT_LIMIT) -> tuple[list[str], str]:
@@ -62,9 +70,11 @@ def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mappi
         picked = rank(tools, work, limit)
         method = method if method.startswith("ranking") else "ranking (model picked none)"
     # The work's tools first (a model reads the list in order; the old order put the
-    # required task tools first and the work's last), the required ones always in.
+    # required task tools first and the work's last), the required ones always in, and
+    # a tool the work names is never left out by a model that missed it.
     room = max(0, limit - len(required))
-    work_tools = [n for n in dict.fromkeys(picked) if n not in required][:room]
+    work_tools = [n for n in dict.fromkeys([*named(tools, work), *picked])
+                  if n not in required][:room]
     return [*work_tools, *required], method
 
 

@@ -35,3 +35,20 @@ def test_a_failed_pick_still_offers_the_works_tools_before_the_required_ones(
     assert len(chosen) == 12 and set(REQUIRED) <= set(chosen)
     assert chosen.index("write_file") < chosen.index("task_complete")
     assert chosen[:3].count("write_file") == 1
+
+
+def test_a_tool_the_work_names_is_kept_when_the_model_leaves_it_out(civ: Path) -> None:
+    """The model's pick is unioned with the tools the work names: a fast model that
+    picks only web_fetch for "write a file" still leaves write_file on offer."""
+    from citizen.llm.base import Reply  # noqa: PLC0415
+
+    def web_only(request: Request) -> Reply:
+        return Reply(text="", model="m", provider="scripted", data={"tools": ["web_fetch"]})
+
+    cfg = config.load_citizen("opus")
+    meter = Meter(WakeLog(paths.home("opus"), 1, "TASK"), cfg.budget)
+    chosen, how = select_tools(ScriptedProvider(default=web_only), meter, config.templates(),
+                               core_tools(), WORK, required=REQUIRED)
+    assert how == "fast model"
+    assert "write_file" in chosen and "web_fetch" in chosen
+    assert chosen.index("write_file") < chosen.index("task_complete")
