@@ -281,25 +281,45 @@ def test_a_copied_secret_reaches_neither_model_nor_log(civ: Path) -> None:
 
 
 def test_a_task_that_continues_sees_what_its_earlier_wakes_did(civ: Path) -> None:
-    """Wake 1 writes part of the work, notes its progress and stops; wake 2's first
-    prompt carries the notes, the files written and the last results - the old wake
-    showed only the task's text, so the work started over."""
+    """Wake 1 writes part of the work, notes its progress and stops; its working state
+    (the notes, the files written, the last results) is in the `working` context, which
+    wake 2's calls carry; when the task is filed the context is cleared. The old wake
+    showed only the task's text and never wrote `working`, so the work started over."""
     task = queue().add("Write report.md in two parts")
     first = Actor(call("write_file", path="report.md", content="Part one."),
                   call("task_progress", note="part one is in report.md"),
                   say("I will write part two next wake"))
     assert run_wake("opus", wake_type="TASK", provider=lambda c, s: first).status == "ok"
     assert queue().where(task.id) == "active"
+    saved = json.loads((civ / "opus" / "contexts" / "working.json").read_text())
+    held = json.dumps(saved["entries"])
+    assert task.id in held and "part one is in report.md" in held and "report.md" in held
     second = Actor(call("append_file", path="report.md", content=" Part two."),
                    call("task_complete", summary="report.md has both parts"))
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: second)
     assert result.status == "ok", result.reason
-    prompt = json.dumps(next(r.messages for r in second.requests if r.purpose == "execute"))
-    assert "part one is in report.md" in prompt
-    assert "I will write part two next wake" in prompt
-    assert "Files you have written for it: report.md" in prompt
-    assert "write_file(path='report.md'" in prompt
+    execute = next(r for r in second.requests if r.purpose == "execute")
+    system = json.dumps(execute.system)
+    assert "## working" in system
+    assert "part one is in report.md" in system
+    assert "I will write part two next wake" in system
+    assert "Files you have written for it: report.md" in system
+    assert "write_file(path='report.md'" in system
     assert (civ / "opus" / "report.md").read_text() == "Part one. Part two."
+    saved = json.loads((civ / "opus" / "contexts" / "working.json").read_text())
+    assert saved["entries"] == [], "the working state outlived its task"
+
+
+def test_a_wake_killed_after_a_progress_note_loses_nothing(civ: Path) -> None:
+    """A kill -9 after task_progress never saves the contexts, but the note is in the
+    task's own file at once, and the next wake rebuilds `working` from it."""
+    tasks = queue()
+    task = tasks.claim(tasks.add("Write report.md in two parts").id)
+    tasks.progress(task, "outline decided: intro, body")  # then the wake is killed
+    actor = Actor(say("carrying on"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    execute = next(r for r in actor.requests if r.purpose == "execute")
+    assert "outline decided: intro, body" in json.dumps(execute.system)
 
 
 def test_done_without_the_named_file_is_refused_then_failed(civ: Path) -> None:

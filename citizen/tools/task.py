@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from citizen import evidence
+from citizen import evidence, working
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
@@ -21,7 +21,9 @@ def task_progress(env: ToolEnv, note: str) -> str:
 
     :param note: a short progress note
     """
-    env.tasks.progress(_active(env), note)
+    task = _active(env)
+    env.tasks.progress(task, note)
+    working.remember(env.contexts, task)  # written as the work goes, not only at the end
     return "progress recorded"
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from citizen import evidence
+from citizen import evidence, working
 from citizen.tasks import Task
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ending, Gate, Setup, WakeType
@@ -40,9 +40,10 @@ class TaskWake(WakeType):
             task.meta["deliverables"] = evidence.deliverables(task.text)
             setup.tasks.save(task)
         env.task = task
-        prompt = setup.templates.wake_prompt(self.name, task=task.text)
-        so_far = progress_so_far(task)
-        return f"{prompt}\n\n{so_far}" if so_far else prompt
+        # The system blocks are built after this: the working context they carry holds
+        # what earlier wakes did on the task, so this wake picks up where they stopped.
+        working.remember(env.contexts, task)
+        return setup.templates.wake_prompt(self.name, task=task.text)
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         task = env.task
@@ -67,6 +68,7 @@ class TaskWake(WakeType):
             return f"task {task.id} failed: no result after {MAX_WAKES_PER_TASK} wakes"
         setup.tasks.progress(task, f"wake {setup.number} ended ({ending.status}) without "
                              "finishing; continues next wake")
+        working.remember(env.contexts, task)
         return f"task {task.id} continues"
 
 
@@ -90,27 +92,10 @@ def _short(args: object) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-def progress_so_far(task: Task) -> str:
-    """What earlier wakes did on this task ("" on its first wake): its progress notes,
-    how each wake ended, the files written and the last results."""
-    lines, touched = [], []
-    for h in task.history:
-        if h.get("event") == "progress":
-            lines.append(f"- progress: {h.get('note', '')}")
-        elif h.get("event") == "wake":
-            lines.append(f"- wake {h.get('wake')} ended: {h.get('note', '')}")
-            touched += [t for t in h.get("touched", ()) if t not in touched]
-            lines += [f"  last: {r}" for r in h.get("last", ())]
-    if not lines:
-        return ""
-    files = f"\nFiles you have written for it: {', '.join(touched)}." if touched else ""
-    return ("You have worked on this task before; carry on from where you stopped (read "
-            "what you wrote rather than starting over).\n" + "\n".join(lines) + files)
-
-
 def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str) -> None:
     """File the active task and, for a mail task, reply to its sender."""
     setup.tasks.finish(task, status, result)
+    working.clear(env.contexts)
     if task.source == "mail" and task.meta.get("message_id"):
         from citizen.mail import MailError, account  # noqa: PLC0415 - mail tasks only
         from citizen.mail.outbox import answer  # noqa: PLC0415
