@@ -291,6 +291,16 @@ TASKS = [
 # ------------------------------------------------------------------ agents and runner
 
 
+def read_deliverables(prompt: str) -> dict[str, Any]:
+    """The deliverables a careful reader finds: each `command` the task quotes (run in
+    the folder it names with "in X/"), and whether it asks a question."""
+    task = prompt.split("The task:\n", 1)[-1].split("\n\n- files:", 1)[0]
+    folder = re.search(r"\bin (\w+)/", task)
+    commands = [{"run": c, "cwd": folder.group(1) if folder else ""}
+                for c in re.findall(r"`([^`]+)`", task)]
+    return {"files": [], "commands": commands, "answer": "?" in task}
+
+
 class Competent:
     """The scripted agent: routing and tool choice by rule, the work by the task's steps,
     each step seeing the tool results of this wake."""
@@ -305,6 +315,8 @@ class Competent:
     def _answer(self, request: Request) -> Reply:
         if request.purpose == "route":
             return say(json.dumps({"tier": "primary"}))
+        if request.purpose == "task_deliverables":  # read like a careful reader would
+            return say(json.dumps(read_deliverables(str(request.messages[0]["content"]))))
         if request.purpose == "verify_task":  # the verifier is another role: it passes
             return say(json.dumps({"verdict": "pass", "reason": "the evidence shows it"}))
         if request.purpose == "select_tools":

@@ -1,21 +1,27 @@
-"""Evidence before "done": the files a task names must exist when its worker says done.
+"""Evidence before "done": what a task names must be there when its worker says done.
 
 A worker's "done" is a claim, not a fact (the Thought World seed: no self-evaluation).
-When a task is taken, the files it names are kept in the task (`meta["deliverables"]`);
-`task_complete` checks them mechanically - each exists in the citizen's home and is not
-empty - and refuses the claim with what is missing, so the worker can still do it or say
-it is stuck. The evidence (each file, its size and digest) goes into the task's result,
-and so into the reply mail.
+When a task is taken, its deliverables are fixed in the task (`meta["deliverables"]`):
+the files its text names (a rule, always), and what a fast-tier call reads from it -
+more files, commands that must succeed, whether it asks a question - kept only where
+the task's own text says so (a model cannot invent a command to run or drop a file the
+task names). `task_complete` checks them mechanically - each file exists in the home and
+is not empty, each command exits 0 in the sandbox, an asked question gets an answer -
+and refuses the claim with what is missing, so the worker can still do it or say it is
+stuck. The evidence (files with size and digest, commands with their exit) goes into the
+task's result, and so into the reply mail.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from citizen import wakelog
+from citizen.errors import CitizenError
 
 # A path-like token with an extension: notes/hello.md, report.txt, src/app.py. Not a
 # URL, an address or a version number.
@@ -37,9 +43,41 @@ def named_files(text: str) -> list[str]:
     return found
 
 
-def deliverables(text: str) -> dict[str, Any]:
-    """What a task must leave behind, extracted when it is taken (kept in the task)."""
-    return {"files": named_files(text)}
+def deliverables(text: str, read: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a task must leave behind, fixed when it is taken (kept in the task): the
+    files its text names, plus what a model `read` from it where the text bears it out."""
+    files = named_files(text)
+    commands: list[dict[str, str]] = []
+    answer = _asks(text)
+    if read:
+        files += [f for f in read.get("files", ()) if _in_home(f) and f in text
+                  and f not in files]
+        for c in read.get("commands", ()):
+            run, cwd = str(c.get("run", "")).strip(), str(c.get("cwd", "")).strip().strip("/")
+            if run and run in text and (not cwd or (_in_home(cwd) and cwd in text)):
+                commands.append({"run": run, "cwd": cwd})
+        answer = answer or bool(read.get("answer"))
+    return {"files": files[:8], "commands": commands[:3], "answer": answer,
+            "read_by": "rule and model" if read else "rule"}
+
+
+_QUESTION = re.compile(r"^\s*(what|which|who|when|where|why|how|is|are|does|do|can)\b.*\?",
+                       re.IGNORECASE | re.DOTALL)
+
+
+def _asks(text: str) -> bool:
+    """A task that is a question ("How many ... ?") wants its answer in the reply."""
+    return bool(_QUESTION.match(text))
+
+
+def _in_home(path: str) -> bool:
+    parts = Path(path).parts
+    return bool(parts) and not Path(path).is_absolute() and ".." not in parts
+
+
+# (command, cwd under the home) -> (exit code, output): the sandboxed shell.
+Runner = Callable[[str, str], tuple[int, str]]
+MIN_ANSWER_WORDS = 3  # a reply that asks nothing back but "done" answers no question
 
 
 # The daemon's own directories: a file there is no task's deliverable.
@@ -66,10 +104,10 @@ def _match(home: Path, name: str, touched: list[str]) -> Path | None:
     return found[0] if len(found) == 1 else None
 
 
-def check(home: Path, wanted: dict[str, Any], touched: list[str]
-          ) -> tuple[list[str], list[str], list[Path]]:
+def check(home: Path, wanted: dict[str, Any], touched: list[str], *, summary: str = "",
+          run: Runner | None = None) -> tuple[list[str], list[str], list[Path]]:
     """(problems, evidence, files): what is missing, a line per deliverable that holds,
-    and the files that hold them."""
+    and the files that hold them. Commands run only when a `run`ner is given."""
     problems, evidence, files = [], [], []
     for name in wanted.get("files", ()):
         found = _match(home, str(name), touched)
@@ -84,6 +122,21 @@ def check(home: Path, wanted: dict[str, Any], touched: list[str]
         files.append(found)
         evidence.append(f"{found.relative_to(home.resolve())}: {len(data)} bytes, "
                         f"sha256 {digest}")
+    for command in wanted.get("commands", ()):
+        if run is None:
+            break
+        line, where = command["run"], command.get("cwd") or "your home"
+        try:
+            code, out = run(line, command.get("cwd", ""))
+        except CitizenError as exc:
+            problems.append(f"`{line}` in {where} could not run: {exc}")
+            continue
+        if code != 0:
+            problems.append(f"`{line}` in {where} exits {code}: {out.strip()[-300:]}")
+        else:
+            evidence.append(f"`{line}` in {where}: exit 0")
+    if wanted.get("answer") and len(summary.split()) < MIN_ANSWER_WORDS:
+        problems.append("the task asks a question: your summary must give the answer")
     return problems, evidence, files
 
 

@@ -1,6 +1,11 @@
 """A second opinion on "done", from someone other than the worker (the Thought World
 seed: no self-evaluation).
 
+When a task is taken, the same fast-tier role lists what the task names as its
+deliverables - files, commands that must succeed, whether an answer is asked for - so
+the bar is set before the work and kept in the task (`citizen.evidence.deliverables`
+keeps only what the task's own text says).
+
 When a task's deliverables pass the mechanical check (`citizen.evidence`), a fast-tier
 call in a verifier's role - with none of the worker's conversation, only the task, the
 worker's summary and what the files now hold - says pass or fail. A fail goes back to
@@ -14,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from citizen.config import Templates
 from citizen.errors import CitizenError, ProviderError, StructuredOutputError
@@ -54,3 +60,16 @@ class Verifier:
         except (ProviderError, StructuredOutputError, CitizenError) as exc:
             return "unverified", f"no second opinion ({str(exc)[:160]})"
         return str(reply.data["verdict"]), str(reply.data.get("reason", ""))[:300]
+
+    def extract(self, task: str) -> dict[str, Any] | None:
+        """The task's deliverables as the model reads them; None if it cannot be asked
+        (the rule in citizen.evidence then stands alone)."""
+        prompt = self.templates.prompt("task_deliverables", task=task[:3000])
+        try:
+            reply = self.meter.call(self.llm, Request(
+                messages=[{"role": "user", "content": prompt}],
+                output_schema=self.templates.schema("task_deliverables"), max_tokens=300,
+                tier="fast", purpose="task_deliverables"))
+        except (ProviderError, StructuredOutputError, CitizenError):
+            return None
+        return dict(reply.data) if isinstance(reply.data, dict) else None

@@ -17,7 +17,8 @@ from tests.anthropic_server import API_KEY, MessagesServer, tool_use
 
 def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, Any] | None:
     """The answer to a wake's forced `respond` calls: route to 'fast'; pick the tools that
-    `wanted` accepts; the verifier of a "done" passes it. None for any other call."""
+    `wanted` accepts; no deliverables beyond the rule's; the verifier of a "done"
+    passes it. None for any other call."""
     if (body.get("tool_choice") or {}).get("name") != "respond":
         return None
     props = body["tools"][-1]["input_schema"]["properties"]
@@ -25,6 +26,8 @@ def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, An
         return tool_use("respond", {"tier": "fast"})
     if "verdict" in props:
         return tool_use("respond", {"verdict": "pass", "reason": "the file is there"})
+    if "commands" in props:  # the task's deliverables: the rule's files are enough
+        return tool_use("respond", {"files": [], "commands": [], "answer": False})
     return tool_use("respond", {"tools": [t for t in props["tools"]["items"]["enum"]
                                           if wanted(t)]})
 

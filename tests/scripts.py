@@ -41,8 +41,10 @@ class Actor(ScriptedProvider):
     """Answers routing and tool selection by rule, and the work from a script."""
 
     def __init__(self, *work: Reply, tier: str = "fast", price: ModelPrice = FREE,
-                 verdict: str = "pass") -> None:
+                 verdict: str = "pass", deliverables: dict[str, object] | None = None) -> None:
         self.work = list(work)
+        # What the task names beyond the files the rule finds (commands, a question).
+        self.deliverables = deliverables or {"files": [], "commands": [], "answer": False}
         self.tier = tier
         self.verdict = verdict  # what the verifier of a "done" says
         super().__init__(default=self._answer, price=price)
@@ -50,6 +52,8 @@ class Actor(ScriptedProvider):
     def _answer(self, request: Request) -> Reply:
         if request.purpose == "route":
             return say(json.dumps({"tier": self.tier}))
+        if request.purpose == "task_deliverables":
+            return say(json.dumps(self.deliverables))
         if request.purpose == "verify_task":
             return say(json.dumps({"verdict": self.verdict, "reason": f"scripted {self.verdict}"}))
         if request.purpose == "select_tools":

@@ -40,7 +40,7 @@ def test_a_failed_pick_still_offers_the_works_tools_before_the_required_ones(
 def test_a_tool_the_work_names_is_kept_when_the_model_leaves_it_out(civ: Path) -> None:
     """The model's pick is unioned with the tools the work names: a fast model that
     picks only web_fetch for "write a file" still leaves write_file on offer."""
-    from citizen.llm.base import Reply  # noqa: PLC0415
+    from citizen.llm.base import Reply
 
     def web_only(request: Request) -> Reply:
         return Reply(text="", model="m", provider="scripted", data={"tools": ["web_fetch"]})

@@ -45,8 +45,8 @@ def test_a_task_is_carried_out_and_lands_in_done(civ: Path) -> None:
                      "tool_call", "task", "contexts_saved", "wake_end"):
         assert expected in kinds
     end = events(result.log_path, "wake_end")[0]
-    # select, route, two turns, and the verifier of "done"
-    assert end["calls"] == 5 and end["status"] == "ok"
+    # the deliverables read, select, route, two turns, and the verifier of "done"
+    assert end["calls"] == 6 and end["status"] == "ok"
 
 
 @pytest.mark.parametrize("wake_type", ["TASK", "CODE", "REFLECT"])
@@ -82,7 +82,7 @@ def test_budget_is_enforced_before_the_call(civ: Path) -> None:
     result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
     # Opus's primary model costs $25/M output: 1000 tokens could cost $0.025 > $0.02 left.
     assert result.status == "budget"
-    assert actor.purposes() == ["select_tools", "route"]  # the work call was never sent
+    assert actor.purposes() == ["task_deliverables", "select_tools", "route"]  # no work call
     (failed,) = queue().ids("failed")
     assert "exceeded its wake budget" in queue().load("failed", failed).result
 
@@ -229,7 +229,7 @@ def test_a_wake_replays_from_its_log(civ: Path, tmp_path: Path) -> None:
     replay = ReplayProvider.from_log(recorded)
     second = run_wake("opus", wake_type="TASK", provider=lambda c, s: replay)
     assert (second.status, second.reason) == (first.status, first.reason)
-    assert replay.position == len(replay.records) == 5  # the verifier's call replays too
+    assert replay.position == len(replay.records) == 6  # the verifier's calls replay too
 
 
 def test_a_citizen_without_a_home_is_refused(civ_root: Path) -> None:
@@ -387,3 +387,57 @@ def test_a_verifier_who_did_not_do_the_work_can_refuse_done(civ: Path) -> None:
     run_wake("opus", wake_type="TASK", provider=lambda c, s: believer)
     result = queue().load("done", task.id).result
     assert "- verifier: pass - scripted pass" in result
+
+
+FAILING_CALC = {"proj/calc.py": "def add(a, b):\n    return a - b\n",
+                "proj/test_calc.py": "import unittest\nfrom calc import add\n\n\n"
+                                     "class T(unittest.TestCase):\n"
+                                     "    def test_add(self):\n"
+                                     "        self.assertEqual(add(2, 2), 4)\n"}
+
+
+def test_a_command_the_task_names_must_pass_before_done(civ: Path) -> None:
+    """"Make `python3 -m unittest` pass in proj/": the claim is refused while the
+    command fails (with its output), and accepted once it exits 0, quoting the exit."""
+    for name, text in FAILING_CALC.items():
+        (civ / "opus" / name).parent.mkdir(parents=True, exist_ok=True)
+        (civ / "opus" / name).write_text(text)
+    task = queue().add("Make `python3 -m unittest` pass in proj/.")
+    read = {"files": [], "commands": [{"run": "python3 -m unittest", "cwd": "proj"}],
+            "answer": False}
+    actor = Actor(call("task_complete", summary="fixed"),
+                  call("str_replace_file", path="proj/calc.py", old="a - b", new="a + b"),
+                  call("task_complete", summary="calc.add adds now"), deliverables=read)
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    refusal = next(c for c in events(result.log_path, "tool_call") if c["error"])["result"]
+    assert "`python3 -m unittest` in proj exits 1" in refusal and "0 != 4" in refusal
+    kept = queue().load("done", task.id)
+    assert kept.meta["deliverables"]["commands"] == read["commands"]
+    assert "- `python3 -m unittest` in proj: exit 0" in kept.result
+
+
+def test_the_model_that_reads_the_task_cannot_add_a_command_or_drop_a_file(civ: Path) -> None:
+    """The deliverables are read by the citizen's own (possibly hostile) model: a
+    command the task does not quote is never run, and a file the task names stays."""
+    (civ / "opus" / "pwned").unlink(missing_ok=True)
+    task = queue().add("Write notes/plan.md with three steps.")
+    read = {"files": [], "commands": [{"run": "touch pwned", "cwd": ""}], "answer": False}
+    actor = Actor(*[call("task_complete", summary="done") for _ in range(3)],
+                  deliverables=read)
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    failed = queue().load("failed", task.id)
+    assert failed.meta["deliverables"]["files"] == ["notes/plan.md"]
+    assert failed.meta["deliverables"]["commands"] == []
+    assert not (civ / "opus" / "pwned").exists()
+
+
+def test_a_question_is_done_only_with_an_answer(civ: Path) -> None:
+    (civ / "opus" / "facts.txt").write_text("The meeting is in Lisbon.\n")
+    task = queue().add("Which city is named in facts.txt?")
+    actor = Actor(call("task_complete", summary="done"),
+                  call("task_complete", summary="The city is Lisbon."))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    refusal = [r for r in actor.requests if r.purpose == "execute"][1]
+    assert "the task asks a question" in json.dumps(refusal.messages)
+    assert queue().load("done", task.id).result.startswith("The city is Lisbon.")

@@ -21,7 +21,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from citizen.config import CitizenConfig, Secrets
 from citizen.contexts import Context
@@ -52,6 +52,20 @@ class ToolFailure(CitizenError, RuntimeError):
     """The tool could not do what was asked; the message goes back to the model."""
 
 
+class Judge(Protocol):
+    """Someone other than the worker who fixes what a task must leave behind and says
+    whether a claim of "done" holds (citizen.verifier.Verifier)."""
+
+    def __call__(self, task: str, summary: str, evidence: list[str],
+                 files: list[Path]) -> tuple[str, str]:
+        """(verdict "pass" | "fail" | "unverified", reason)."""
+        ...
+
+    def extract(self, task: str) -> dict[str, Any] | None:
+        """What the task names as its deliverables, or None if it cannot be asked."""
+        ...
+
+
 @dataclass
 class ToolEnv:
     """What a tool may touch during one wake."""
@@ -65,9 +79,9 @@ class ToolEnv:
     task: Task | None = None
     task_outcome: tuple[str, str] | None = None  # (status, result) once a task tool ends it
     log: WakeLog | None = None
-    # A second opinion on "done" from someone other than the worker (citizen.verifier):
-    # (task, summary, evidence, files) -> (verdict, reason). None: none in this call.
-    verify: Callable[[str, str, list[str], list[Path]], tuple[str, str]] | None = None
+    # A second opinion on "done" from someone other than the worker (citizen.verifier).
+    # None: none in this call.
+    verify: Judge | None = None
 
     def event(self, name: str, **data: Any) -> None:
         """Log one event of this wake (nothing when the wake keeps no log, e.g. in tests)."""

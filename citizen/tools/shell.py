@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import signal
 import subprocess
 
@@ -34,13 +35,27 @@ def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
     :param command: the command line to run
     :param timeout: seconds before the command is killed (at most 600)
     """
+    code, text = run(env, command, timeout)
+    return f"exit code {code}\n{text}"
+
+
+def run(env: ToolEnv, command: str, timeout: int = 60, cwd: str = "") -> tuple[int, str]:
+    """(exit code, output) of a command in the sandbox, in the home or `cwd` under it.
+
+    :raises ToolFailure: no sandbox where one is required, a cwd outside the home, or
+        the command timed out (it was killed with everything it started).
+    """
     timeout = max(1, min(timeout, MAX_TIMEOUT_S))
     refused = sandbox.refusal()
     if refused:
         raise ToolFailure(refused)
+    where = (env.home.dir / cwd).resolve()
+    if not where.is_relative_to(env.home.dir.resolve()) or not where.is_dir():
+        raise ToolFailure(f"{cwd!r} is not a directory in your home")
     network = bool(env.config.permissions.get("can_use_network", False))
+    script = command if not cwd else f"cd {shlex.quote(str(where))} && {command}"
     proc = subprocess.Popen(
-        sandbox.wrap(env.home, ["bash", "-c", command], network=network,
+        sandbox.wrap(env.home, ["bash", "-c", script], network=network,
                      limits=sandbox.Limits(cpu_s=timeout + 5)),
         cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -52,5 +67,4 @@ def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
         raise ToolFailure(f"command timed out after {timeout} s and was killed") from exc
-    text = out.decode("utf-8", errors="replace")
-    return f"exit code {proc.returncode}\n{text}"
+    return proc.returncode, out.decode("utf-8", errors="replace")

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from citizen import evidence, working
 from citizen.tasks import Task
+from citizen.tools import shell
 from citizen.tools.base import ToolEnv, ToolFailure, tool
+
+CHECK_TIMEOUT_S = 300  # a task's named command (its test suite) gets this long to pass
 
 
 def _active(env: ToolEnv) -> Task:
@@ -35,8 +38,10 @@ def task_complete(env: ToolEnv, summary: str) -> str:
     """
     task = _active(env)
     wanted = task.meta.get("deliverables") or {}
-    problems, proof, files = evidence.check(env.home.dir, wanted, evidence.touched(
-        task.history, env.log.path if env.log is not None else None))
+    problems, proof, files = evidence.check(
+        env.home.dir, wanted,
+        evidence.touched(task.history, env.log.path if env.log is not None else None),
+        summary=summary, run=lambda line, cwd: shell.run(env, line, CHECK_TIMEOUT_S, cwd))
     verdict, why = "unverified", "no verifier in this call"
     if not problems and env.verify is not None:
         verdict, why = env.verify(task.text, summary, proof, files)

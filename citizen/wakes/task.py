@@ -37,7 +37,8 @@ class TaskWake(WakeType):
         task = setup.tasks.claim(gate.data["task_id"])
         if "deliverables" not in task.meta:
             # What "done" will be checked against, fixed when the task is taken.
-            task.meta["deliverables"] = evidence.deliverables(task.text)
+            read = env.verify.extract(task.text) if env.verify is not None else None
+            task.meta["deliverables"] = evidence.deliverables(task.text, read)
             setup.tasks.save(task)
         env.task = task
         # The system blocks are built after this: the working context they carry holds
