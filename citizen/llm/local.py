@@ -9,9 +9,13 @@ and `max_tokens` is capped, so decoding always terminates.
 Given `llm.local_url` (or `EXPERIENCE_LOCAL_URL`) it talks to a server instead -
 llama.cpp's server, Ollama, vLLM - with the same requests over HTTP.
 
-Tools: a small model has no native tool calling, so a call with tools asks for one
-JSON "action" (a tool and its arguments, or a final answer) under the same schema
-constraint, and turns it into a `ToolCall`.
+Tools: over HTTP, native tool calling first (OpenAI `tools`, `citizen.llm.openai_wire`:
+no bound on any argument, so nothing arrives cut); a server that refuses `tools`
+(llama.cpp's server without `--jinja`, an old server) is remembered as such and gets
+what the embedded model always gets - a small model has no native tool calling, so a
+call with tools asks for one JSON "action" (a tool and its arguments, or a final
+answer) under the same schema constraint, and turns it into a `ToolCall`; an argument
+that filled its grammar bound is refused, never run.
 """
 
 from __future__ import annotations
@@ -22,16 +26,16 @@ import os
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol, cast
 
 from citizen.config import CitizenConfig, LocalModelSettings, ModelPrice
-from citizen.errors import ProviderError, ProviderUnavailable, StructuredOutputError
+from citizen.errors import ProviderUnavailable, StructuredOutputError
+from citizen.llm import openai_wire
 from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
+from citizen.llm.model_server import ModelServer
 from citizen.llm.structured import (
     clamp_numbers,
     fit_schema,
@@ -118,64 +122,6 @@ def _quiet_llama_log() -> None:
     llama_cpp.llama_log_set(_log, ctypes.c_void_p(0))
 
 
-class _Http:
-    """An OpenAI-compatible `/v1/chat/completions` endpoint."""
-
-    def __init__(self, url: str, timeout_s: float) -> None:
-        base = url.rstrip("/")
-        self.endpoint = base + ("/chat/completions" if base.endswith("/v1") else
-                                "/v1/chat/completions")
-        self.where = self.endpoint
-        self.timeout_s = timeout_s
-        # OpenAI's `json_schema` form is the standard (vLLM, Ollama, llama.cpp's
-        # server); llama-cpp-python's own server only knows `json_object` + schema.
-        self.legacy_json = False
-
-    def chat(self, body: dict[str, Any]) -> dict[str, Any]:
-        fmt = body.get("response_format")
-        if fmt is not None and self.legacy_json:
-            body = {**body, "response_format": {"type": "json_object",
-                                                "schema": fmt["json_schema"]["schema"]}}
-        try:
-            return self._post(body)
-        except _Refused as exc:
-            # A server that does not know the json_schema form says so about
-            # response_format (llama-cpp-python's server answers 500 for it).
-            if fmt is None or self.legacy_json or "response_format" not in exc.detail:
-                raise ProviderError(exc.message) from exc
-            self.legacy_json = True
-            return self.chat(body)
-
-    def _post(self, body: dict[str, Any]) -> dict[str, Any]:
-        data = json.dumps(body).encode()
-        req = urllib.request.Request(  # noqa: S310 - the operator configures this URL
-            self.endpoint, data=data, headers={"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:  # noqa: S310
-                result: dict[str, Any] = json.load(resp)
-                return result
-        except urllib.error.HTTPError as exc:
-            detail = exc.read(2000).decode(errors="replace")
-            raise _Refused(exc.code, detail, self.endpoint) from exc
-        except (urllib.error.URLError, TimeoutError, OSError) as exc:
-            raise ProviderError(
-                f"cannot reach the model server at {self.endpoint} ({exc}) - start it, or "
-                "clear llm.local_url to use the embedded model") from exc
-
-    def count_tokens(self, text: str) -> int | None:
-        return None
-
-
-class _Refused(Exception):
-    """The server answered with an HTTP error."""
-
-    def __init__(self, code: int, detail: str, endpoint: str) -> None:
-        self.detail = detail
-        self.message = (f"the model server at {endpoint} answered HTTP {code}: {detail[:300]} "
-                        "- check llm.local_url and that the server runs a chat model")
-        super().__init__(self.message)
-
-
 class LocalProvider(Provider):
     """A local model: llama.cpp in-process by default, or an OpenAI-compatible server by URL."""
 
@@ -196,7 +142,7 @@ class LocalProvider(Provider):
         self.max_concurrent = settings.max_concurrent_generations
         self.price_table = prices.get(settings.model, ModelPrice(0, 0, 0, 0))
         if url:
-            self.backend: _Backend = _Http(url, timeout_s)
+            self.backend: _Backend = ModelServer(url, timeout_s)
         else:
             if model_file is None:
                 from citizen.llm.model_file import ensure_model  # noqa: PLC0415
@@ -217,6 +163,11 @@ class LocalProvider(Provider):
     def complete(self, request: Request) -> Reply:
         schema: Mapping[str, Any] | None = request.output_schema
         tools = list(request.tools)
+        if (tools and schema is None and isinstance(self.backend, ModelServer)
+                and self.backend.native_tools):
+            native = self._native(self.backend, request, tools)
+            if native is not None:
+                return native
         if schema is None and tools:
             schema = action_schema(tools)
         messages = _to_chat(request, tools)
@@ -260,6 +211,32 @@ class LocalProvider(Provider):
             return _as_action(reply, text, tools, result.get("id", "local"),
                               fitted if schema is not None else None)
         return reply
+
+
+    def _native(self, server: ModelServer, request: Request,
+                tools: list[ToolSpec]) -> Reply | None:
+        """A tool-loop call with OpenAI `tools`; None if the server does not take them."""
+        max_tokens = min(request.max_tokens, self.settings.max_output_tokens)
+        body = {"model": self.settings.model, "messages": openai_wire.messages(request),
+                "max_tokens": max_tokens, "tools": openai_wire.tools_param(tools),
+                "tool_choice": "auto",
+                "temperature": self.config.seat(request.tier).temperature}
+        started = time.monotonic()
+        result = server.chat_tools(body)
+        if result is None:
+            return None
+        choice = result["choices"][0]
+        message = choice.get("message") or {}
+        finish = choice.get("finish_reason") or ""
+        raw_usage = result.get("usage") or {}
+        usage = Usage(input_tokens=raw_usage.get("prompt_tokens", 0),
+                      output_tokens=raw_usage.get("completion_tokens", 0))
+        calls = openai_wire.calls(message, tools, finish, max_tokens)
+        return Reply(text="" if calls else str(message.get("content") or ""),
+                     model=self.settings.model, provider=self.name, usage=usage,
+                     cost_usd=usage.cost(self.price_table), tool_calls=calls,
+                     stop_reason="tool_use" if calls else (finish or "end_turn"),
+                     latency_s=time.monotonic() - started)
 
 
 def action_schema(tools: Sequence[ToolSpec]) -> dict[str, Any]:
