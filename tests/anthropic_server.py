@@ -142,3 +142,71 @@ class MessagesServer:
                 self.wfile.write(data)
 
         return Handler
+
+
+# ------------------------------------------------------------- a scripted model behind it
+
+# The field a structured step's schema asks for, and the purpose it serves.
+_PURPOSES = {"tier": "route", "verdict": "verify_task", "commands": "task_deliverables",
+             "tools": "select_tools"}
+CACHE_MIN_TOKENS = 1024  # the API caches no prefix shorter than this (Opus, Sonnet)
+
+
+def as_request(body: dict[str, Any]) -> Any:
+    """A Messages API request body as the `Request` a scripted provider answers. The wire
+    carries no purpose: a forced `respond` call's schema says which step it is."""
+    from citizen.llm.base import Request, ToolSpec
+
+    tools = body.get("tools") or []
+    forced = (body.get("tool_choice") or {}).get("name")
+    schema = next((t["input_schema"] for t in tools if t["name"] == forced), None)
+    purpose = "execute"
+    if schema is not None:
+        props = schema.get("properties", {})
+        purpose = next((p for f, p in _PURPOSES.items() if f in props), "structured")
+    specs = tuple(ToolSpec(t["name"], t.get("description", ""), t["input_schema"])
+                  for t in tools if t["name"] != forced)
+    system = tuple(b["text"] for b in body.get("system", ()))
+    return Request(messages=body["messages"], system=system, tools=specs,
+                   output_schema=schema, max_tokens=body["max_tokens"], purpose=purpose)
+
+
+class Behind:
+    """A scripted provider answering over the wire: the real SDK sends, this server
+    turns each request back into a `Request`, asks the provider, and answers as the API
+    does - usage counted from the bytes, the cached prefix (tools + system, marked with
+    cache_control) read from cache when an earlier request had the same one."""
+
+    def __init__(self, provider: Any) -> None:
+        self.provider = provider
+        self.prefixes: set[str] = set()
+
+    def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
+        from citizen.llm.base import estimate_tokens
+
+        reply = self.provider.complete(as_request(body))
+        content: list[dict[str, Any]] = []
+        if reply.data is not None:
+            content.append({"type": "tool_use", "id": "toolu_respond", "name": "respond",
+                            "input": reply.data})
+        else:
+            if reply.text:
+                content.append({"type": "text", "text": reply.text})
+            content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.input)}
+                        for c in reply.tool_calls]
+        prefix = json.dumps([body.get("tools"), body.get("system")], sort_keys=True)
+        whole = estimate_tokens(json.dumps(body))
+        cached = estimate_tokens(prefix)
+        read = write = 0
+        if cached >= CACHE_MIN_TOKENS and "cache_control" in prefix:
+            if prefix in self.prefixes:
+                read = cached
+            else:
+                write = cached
+                self.prefixes.add(prefix)
+        uses = any(b["type"] == "tool_use" for b in content)
+        return message(content, model=body["model"],
+                       stop_reason="tool_use" if uses else "end_turn",
+                       input_tokens=max(1, whole - read - write),
+                       output_tokens=max(1, estimate_tokens(json.dumps(content))),
+                       cache_write=write, cache_read=read)
