@@ -57,11 +57,18 @@ class CouncilSeat:
 
 @dataclass(frozen=True)
 class Budget:
-    """Per-wake limits, enforced before a call would exceed them."""
+    """Limits enforced before a call would exceed them: per wake, and the prompt's size
+    per kind of call (citizen.prompt)."""
 
     max_usd_per_wake: float
     max_iterations: int
     max_output_tokens: int
+    # Tokens of system prompt + contexts: the tool loop's calls, and structured steps
+    # (votes, moves, bids). The contexts' caps add up to ≈214k; these keep a call small.
+    prompt_tokens_execute: int = 24000
+    prompt_tokens_step: int = 4000
+    # The tool loop's conversation: past this the oldest tool results are dropped.
+    conversation_tokens: int = 40000
 
 
 @dataclass(frozen=True)

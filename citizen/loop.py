@@ -20,6 +20,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from citizen import prompt
 from citizen.config import Budget, ModelPrice
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Provider, Reply, Request, ToolCall, estimate_tokens
@@ -112,6 +113,7 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
     cache: dict[str, str] = {}
     repeats: Counter[tuple[str, str]] = Counter()  # (call, result) since the last change
     for _ in range(meter.budget.max_iterations):
+        _bound(messages, meter, llm)
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
                           max_tokens=meter.budget.max_output_tokens, purpose="execute")
         try:
@@ -159,6 +161,14 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         if env.task_outcome is not None:
             return Ending("task_finished", text=env.task_outcome[1])
     return Ending("iterations", f"reached the cap of {meter.budget.max_iterations} iterations")
+
+
+def _bound(messages: list[dict[str, Any]], meter: Meter, llm: Provider) -> None:
+    """Keep the conversation within its budget (the oldest tool results go first)."""
+    budget = meter.budget.conversation_tokens
+    dropped = prompt.bound_conversation(messages, budget, llm.count_tokens)
+    if dropped:
+        meter.log.event("conversation_bounded", dropped=dropped, budget=budget)
 
 
 def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[str, str],

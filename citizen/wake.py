@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from citizen import config, paths, state, wakes
+from citizen import config, paths, prompt, state, wakes
 from citizen.contexts import ContextStore
 from citizen.errors import CitizenError, ProviderError
 from citizen.llm.base import Provider
@@ -171,10 +171,17 @@ class _Run:
         contexts = env.contexts
         self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
         budget = self.cfg.budget
-        system = [self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
-                                  max_usd_per_wake=budget.max_usd_per_wake,
-                                  max_iterations=budget.max_iterations)]
-        system += [c.render() for c in contexts.values() if c.entries]
+        base = self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
+                               max_usd_per_wake=budget.max_usd_per_wake,
+                               max_iterations=budget.max_iterations)
+        # Built once: the same bytes on every call of the wake, so the cache serves them.
+        purpose = "execute" if kind.loop else "step"
+        system, shown = prompt.system_blocks(
+            base, contexts, budget.prompt_tokens_execute if kind.loop
+            else budget.prompt_tokens_step, purpose, llm.count_tokens)
+        self.wlog.event("prompt_budget", purpose=purpose, shown=shown,
+                        budget=budget.prompt_tokens_execute if kind.loop
+                        else budget.prompt_tokens_step)
         if not kind.loop:
             ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
             return self._ended(kind, setup, env, ending)
