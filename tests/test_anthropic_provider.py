@@ -157,6 +157,16 @@ def test_bad_key_names_the_fix(messages_api: MessagesServer) -> None:
     assert len(messages_api.requests) == 1  # 401 is not retried
 
 
+def test_no_sampling_parameter_goes_to_the_api(messages_api: MessagesServer) -> None:
+    """API version 2026-10-21 (what SDK 2.x sends) answers 400 to temperature, top_p or
+    top_k, even at their defaults: the council's temperatures must not be sent there."""
+    messages_api.reply(text("a"))
+    provider(messages_api).complete(Request(messages=[{"role": "user", "content": "hi"}],
+                                            tier="fast"))
+    sent = messages_api.requests[0]
+    assert not {"temperature", "top_p", "top_k"} & set(sent)
+
+
 def test_a_prompt_too_long_is_not_called_a_bug(messages_api: MessagesServer) -> None:
     """The API's own words for a prompt past the window: the fix is the context caps."""
     messages_api.error(400, message="prompt is too long: 214012 tokens > 200000 maximum")

@@ -72,6 +72,9 @@ class AnthropicProvider(Provider):
 
     def complete(self, request: Request) -> Reply:
         seat = self.config.seat(request.tier)
+        # No temperature: SDK 2.x sends API version 2026-10-21, which rejects every
+        # sampling parameter (HTTP 400, even at the default), and the SDK dropped them.
+        # The council's temperatures reach the local provider, which takes them.
         kwargs = self._build(request, seat.model)
         started = time.monotonic()
         try:
