@@ -69,6 +69,10 @@ class Budget:
     prompt_tokens_step: int = 4000
     # The tool loop's conversation: past this the oldest tool results are dropped.
     conversation_tokens: int = 40000
+    # Dollars per UTC day (citizen.spend): this citizen, and all citizens together. An
+    # hourly citizen at its wake cap could spend $24 a day; these stop that at $10 / $30.
+    max_usd_per_day: float = 10.0
+    civilization_usd_per_day: float = 30.0
 
 
 @dataclass(frozen=True)

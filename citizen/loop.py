@@ -20,10 +20,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from citizen import prompt
+from citizen import prompt, spend
 from citizen.config import Budget, ModelPrice
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Provider, Reply, Request, ToolCall, estimate_tokens
+from citizen.paths import Home
+from citizen.spend import Daily, DailyCapReached
 from citizen.tools.base import Tool, ToolEnv, ToolFailure
 from citizen.wakelog import WakeLog
 from citizen.wakes.base import Ending
@@ -53,6 +55,8 @@ class Meter:
 
     log: WakeLog
     budget: Budget
+    ledger: Home | None = None  # whose spend ledger each call is added to (citizen.spend)
+    daily: Daily | None = None  # the daily caps, checked before each call
     spent: float = 0.0
     calls: int = 0
     tokens_in: int = 0
@@ -70,13 +74,16 @@ class Meter:
     def call(self, llm: Provider, request: Request) -> Reply:
         """Make one model call within the budget, and log it completely enough to replay.
 
-        :raises BudgetExceeded: the call could exceed the cap; nothing was sent.
+        :raises BudgetExceeded: the call could exceed the wake's cap; nothing was sent.
+        :raises DailyCapReached: it could cross a daily cap; nothing was sent.
         """
         worst = self.worst_case(request, llm.price(request.tier))
         cap = self.budget.max_usd_per_wake
         if self.spent + worst > cap:
             raise BudgetExceeded(f"the next call could cost ${worst:.4f} and ${self.spent:.4f} "
                                  f"of the ${cap:.2f} wake budget is spent")
+        if self.daily is not None:
+            self.daily.check(worst)  # raises DailyCapReached: nothing is sent
         seen = self._logged.get(request.purpose, 0)
         new_messages = list(request.messages)[seen:]
         if request.purpose not in self._logged:
@@ -102,6 +109,12 @@ class Meter:
             cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
             cost_usd=round(reply.cost_usd, 6), latency_s=round(reply.latency_s, 3),
             request_digest=request.digest(), new_messages=new_messages, reply=reply.to_dict())
+        if self.ledger is not None:
+            spend.record(self.ledger, wake=self.log.number, wake_type=self.log.wake_type,
+                         purpose=request.purpose,
+                         tier=request.tier, model=reply.model, tokens_in=u.input_tokens,
+                         tokens_out=u.output_tokens, cache_read=u.cache_read_tokens,
+                         cache_write=u.cache_write_tokens, cost_usd=round(reply.cost_usd, 6))
         return reply
 
 
@@ -116,18 +129,11 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         _bound(messages, meter, llm)
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
                           max_tokens=meter.budget.max_output_tokens, purpose="execute")
-        try:
-            reply = meter.call(llm, request)
-        except BudgetExceeded as exc:
-            return Ending("budget", str(exc))
-        except StructuredOutputError as exc:
-            # The model's output is an observation, not a crash: show it the problem.
-            messages += [{"role": "assistant", "content": exc.raw[:2000] or "(empty)"},
-                         {"role": "user", "content": f"That was not a valid action: "
-                          f"{exc.problem}. Try again."}]
+        reply = _call(llm, meter, request, messages)
+        if reply is None:
             continue
-        except ProviderError as exc:
-            return Ending("provider_error", str(exc))
+        if isinstance(reply, Ending):
+            return reply
         blocks: list[dict[str, Any]] = []
         if reply.text:
             blocks.append({"type": "text", "text": reply.text})
@@ -161,6 +167,26 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         if env.task_outcome is not None:
             return Ending("task_finished", text=env.task_outcome[1])
     return Ending("iterations", f"reached the cap of {meter.budget.max_iterations} iterations")
+
+
+def _call(llm: Provider, meter: Meter, request: Request,
+          messages: list[dict[str, Any]]) -> Reply | Ending | None:
+    """The model's next reply; an Ending when a limit or the provider stops the wake;
+    None when its output was no valid action (it is shown the problem and tries again)."""
+    try:
+        return meter.call(llm, request)
+    except BudgetExceeded as exc:
+        return Ending("budget", str(exc))
+    except DailyCapReached as exc:
+        return Ending("daily_cap", str(exc))
+    except StructuredOutputError as exc:
+        # The model's output is an observation, not a crash: show it the problem.
+        messages += [{"role": "assistant", "content": exc.raw[:2000] or "(empty)"},
+                     {"role": "user", "content": f"That was not a valid action: "
+                      f"{exc.problem}. Try again."}]
+        return None
+    except ProviderError as exc:
+        return Ending("provider_error", str(exc))
 
 
 def _bound(messages: list[dict[str, Any]], meter: Meter, llm: Provider) -> None:

@@ -12,11 +12,12 @@ import logging
 import os
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from citizen import config, paths, prompt, state, wakes
+from citizen import config, paths, prompt, spend, state, wakes
 from citizen.contexts import ContextStore
 from citizen.errors import CitizenError, ProviderError
 from citizen.llm.base import Provider
@@ -25,6 +26,7 @@ from citizen.loop import run as run_loop
 from citizen.mail.account import configured as mail_configured
 from citizen.memory import Memory
 from citizen.selection import route, select_tools
+from citizen.spend import Daily, DailyCapReached
 from citizen.tasks import TaskQueue
 from citizen.tools import core_tools
 from citizen.tools.base import ToolEnv
@@ -84,7 +86,7 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
     wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
                reason=reason or ("slot" if slot is not None else "requested"))
     started = time.monotonic()
-    meter = Meter(wlog, cfg.budget)
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
     status, why = "failed", ""
     run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
     try:
@@ -102,6 +104,71 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
                    duration_s=round(time.monotonic() - started, 3))
         wlog.close()
     return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path)
+
+
+def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None) -> Daily:
+    """The daily caps this citizen's calls are checked against (citizen.spend)."""
+    from citizen import civilization  # noqa: PLC0415 - the list of citizens, at call time
+
+    def warn(message: str) -> None:
+        log.warning("%s", message)
+        if wlog is not None:
+            wlog.event("daily_cap_warning", message=message)
+        tell_operators(home, cfg, f"[experience] {home.name} is near its daily budget",
+                       message + "\n\nSee: citizen cost --days 7; citizen status\n")
+
+    peers = [paths.home(n) for n in civilization.citizens() if n != home.name]
+    return Daily(home, cfg.budget.max_usd_per_day, cfg.budget.civilization_usd_per_day,
+                 peers, warn)
+
+
+@contextmanager
+def outside_wake(name: str, kind: str) -> Iterator[Meter]:
+    """A meter for model calls outside wakes (memory roll-ups): logged like a wake of
+    type `kind`, added to the spend ledger, under the daily caps."""
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    number, _ = state.allocate(home, scheduled=False)
+    wlog = WakeLog(home, number, kind)
+    wlog.event("wake_start", citizen=name, type=kind, slot=None, pid=os.getpid(),
+               reason="model calls outside a wake")
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
+    status, started = "failed", time.monotonic()
+    try:
+        yield meter
+        status = "ok"
+    finally:
+        wlog.event("wake_end", status=status, reason="", cost_usd=round(meter.spent, 6),
+                   calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
+                   duration_s=round(time.monotonic() - started, 3))
+        wlog.close()
+
+
+def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
+                   body: str) -> None:
+    """Mail the operators (mail.allowed_senders), if this citizen has mail."""
+    operators = cfg.mail.allowed_senders
+    try:
+        secrets = config.load_secrets(home.name)
+    except CitizenError:
+        return
+    from citizen import mail  # noqa: PLC0415 - only when there is something to say
+
+    if not operators or not mail.configured(secrets):
+        return
+    from email.message import EmailMessage  # noqa: PLC0415
+
+    from citizen.mail.outbox import flush, queue  # noqa: PLC0415
+
+    acct = mail.account(secrets)
+    msg = EmailMessage()
+    msg["From"], msg["To"], msg["Subject"] = acct.user, ", ".join(operators), subject
+    msg.set_content(body)
+    queue(home, msg, "budget")
+    try:
+        flush(home, acct)
+    except mail.MailError as exc:  # queued: the next flush sends it
+        log.warning("operator mail queued, not sent yet: %s", exc)
 
 
 @dataclass
@@ -132,6 +199,12 @@ class _Run:
         self.wlog.event("gate", verdict="work" if gate.work else "idle", reason=gate.reason)
         if not gate.work:
             return "idle", gate.reason
+        try:
+            if self.meter.daily is not None:
+                self.meter.daily.check(spend.LEAST_CALL_USD)
+        except DailyCapReached as exc:  # nothing is claimed: the work waits for tomorrow
+            self.wlog.event("daily_cap", reason=str(exc))
+            return "daily_cap", str(exc)
         secrets = config.load_secrets(self.name)
         self.wlog.redact = secrets.redact  # from here on, no known secret is logged
         try:

@@ -26,6 +26,7 @@ class WakeLog:
     def __init__(self, home: Home, number: int, wake_type: str) -> None:
         self.path = home.wake_logs / f"{number:06d}-{wake_type}.jsonl"
         self.number = number
+        self.wake_type = wake_type
         self.started = time.monotonic()
         # Set once the wake knows its secrets: every string logged passes through it.
         self.redact: Callable[[str], str] = str

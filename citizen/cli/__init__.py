@@ -27,6 +27,7 @@ _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 COMMANDS = {
     "init": "citizen.cli.init:init",
     "status": "citizen.cli.status:status",
+    "cost": "citizen.cli.cost:cost",
     "logs": "citizen.cli.logs:logs",
     "task": "citizen.cli.task:task",
     "wake": "citizen.cli.wake:wake",

@@ -27,19 +27,23 @@ def rollup(name: str) -> None:
         click.echo("nothing to roll up")
         return
     from citizen.llm import make_provider  # noqa: PLC0415 - only when there is work
+    from citizen.wake import outside_wake  # noqa: PLC0415
 
     cfg = config.load_citizen(name)
     llm = make_provider(cfg, config.load_secrets(name))
+    # Through the one meter: in the spend ledger, under the daily caps, logged as ROLLUP.
+    with outside_wake(name, "ROLLUP") as meter:
 
-    def summarize(level: str, key: str, text: str) -> str:
-        prompt = (f"Summarize these memories of {name} into a {level} summary for {key}. Keep "
-                  f"what was done, learned and left open; drop repetition.\n\n{text}")
-        reply = llm.complete(Request(messages=[{"role": "user", "content": prompt}],
-                                     max_tokens=600, tier="fast", purpose=f"rollup_{level}"))
-        return f"# {level} summary {key}\n\n{reply.text.strip()}\n"
+        def summarize(level: str, key: str, text: str) -> str:
+            prompt = (f"Summarize these memories of {name} into a {level} summary for {key}. "
+                      f"Keep what was done, learned and left open; drop repetition.\n\n{text}")
+            reply = meter.call(llm, Request(messages=[{"role": "user", "content": prompt}],
+                                            max_tokens=600, tier="fast",
+                                            purpose=f"rollup_{level}"))
+            return f"# {level} summary {key}\n\n{reply.text.strip()}\n"
 
-    for path in mem.rollup(summarize):
-        click.echo(f"wrote {path}")
+        for path in mem.rollup(summarize):
+            click.echo(f"wrote {path}")
 
 
 @memory.command()

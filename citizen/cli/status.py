@@ -8,8 +8,9 @@ from typing import Any
 
 import click
 
-from citizen import civilization, paths, wakelog
+from citizen import civilization, config, paths, spend, wakelog
 from citizen.cli.options import json_option
+from citizen.errors import CitizenError
 from citizen.tasks import TaskQueue
 from shared.atomic import read_json
 from shared.monitor import alive
@@ -41,13 +42,20 @@ def citizen_status(name: str) -> dict[str, Any]:
     rows = [wakelog.summary(p) for p in todays]
     last = wakelog.summary(logs[-1]) if logs else None
     active = TaskQueue(home.tasks).active()
+    usd_today = spend.spent(home, spend.today())  # every call, in wakes or not
+    try:
+        cap = config.load_citizen(name).budget.max_usd_per_day
+    except CitizenError:
+        cap = None
     return {
         "citizen": name, "daemon": daemon, "next_wake": next_wake,
         "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
         "current_task": active and {"id": active.id, "text": active.text[:120]},
         "tasks": TaskQueue(home.tasks).counts(),
         "wakes_today": len(rows),
-        "usd_today": round(sum(r["cost_usd"] for r in rows), 6),
+        "usd_today": round(usd_today, 6),
+        "usd_per_day_cap": cap,
+        "daily_cap_reached": cap is not None and usd_today >= cap,
     }
 
 
@@ -77,4 +85,7 @@ def status(as_json: bool) -> None:
                    f"next {r['next_wake'] or '-':<27} task {task}  "
                    f"queue {t['queue']} done {t['done']} failed {t['failed']}"
                    f"{f' held {held}' if (held := t.get('held', 0)) else ''}  "
-                   f"today {r['wakes_today']} wakes ${r['usd_today']:.4f}")
+                   f"today {r['wakes_today']} wakes ${r['usd_today']:.4f}"
+                   + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else "")
+                   + (" - DAILY CAP REACHED: only model-free wakes until 00:00 UTC"
+                      if r["daily_cap_reached"] else ""))

@@ -55,6 +55,10 @@ class TaskWake(WakeType):
             finish_task(setup, env, task, status if status in ("done", "failed") else "stuck",
                         result)
             return f"task {task.id} {status}: {result[:200]}"
+        if ending.status == "daily_cap":  # not the task's fault: it waits for tomorrow
+            setup.tasks.progress(task, f"paused by the daily budget: {ending.reason[:200]}")
+            working.remember(env.contexts, task)
+            return f"task {task.id} waits: {ending.reason[:160]}"
         if ending.status in _FAILING_ENDINGS or ending.status == "provider_error":
             why = _FAILING_ENDINGS.get(ending.status, "model provider failed")
             finish_task(setup, env, task, "failed", f"{why}: {ending.reason}")

@@ -1,0 +1,73 @@
+"""`citizen cost`: what the model calls cost, from every citizen's spend ledger."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from typing import Any
+
+import click
+
+from citizen import civilization, paths, spend
+from citizen.cli.options import json_option
+
+GROUPS = {"citizen": "citizen", "wake-type": "wake_type", "model": "model",
+          "purpose": "purpose", "day": "day"}
+FIELDS = ("tokens_in", "tokens_out", "cache_read", "cache_write")
+
+
+def table(days: int, by: str) -> list[dict[str, Any]]:
+    """One row per group: dollars, calls, tokens and the cached share of prompt tokens."""
+    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"usd": 0.0, "calls": 0,
+                                                           **dict.fromkeys(FIELDS, 0)})
+    for name in civilization.citizens():
+        for day in spend.days(days):
+            for line in spend.lines(paths.home(name), day):
+                key = {"citizen": name, "day": day.isoformat()}.get(
+                    GROUPS[by], str(line.get(GROUPS[by], "?")))
+                row = rows[key]
+                row["usd"] += float(line.get("cost_usd", 0.0))
+                row["calls"] += 1
+                for f in FIELDS:
+                    row[f] += int(line.get(f, 0))
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        prompt = row["tokens_in"] + row["cache_read"] + row["cache_write"]
+        out.append({by: key, **row, "usd": round(row["usd"], 6),
+                    "cached_share": round(row["cache_read"] / prompt, 3) if prompt else 0.0})
+    return out
+
+
+@click.command()
+@click.option("--days", type=click.IntRange(1, 3650), default=1, show_default=True,
+              help="UTC days back from today, today included.")
+@click.option("--by", type=click.Choice(list(GROUPS)), default="citizen", show_default=True)
+@json_option
+def cost(days: int, by: str, as_json: bool) -> None:
+    """Dollars, calls, tokens in/out, cache read/write and the cached share, per group.
+
+    Every model call - in wakes, memory roll-ups and `citizen ask` alike - is in its
+    citizen's ledger (logs/spend/<day>.jsonl), so this is the whole bill.
+
+    \b
+    Examples:
+      citizen cost
+      citizen cost --days 30 --by day
+      citizen cost --days 7 --by purpose --json
+    """
+    rows = table(days, by)
+    if as_json:
+        click.echo(json.dumps(rows, indent=2))
+        return
+    if not rows:
+        click.echo(f"no model calls in the last {days} day(s)")
+        return
+    click.echo(f"{by:<18} {'usd':>10} {'calls':>6} {'in':>9} {'out':>8} {'cache rd':>9} "
+               f"{'cache wr':>9} {'cached':>7}")
+    for r in rows:
+        click.echo(f"{r[by]:<18} {r['usd']:>10.4f} {r['calls']:>6} {r['tokens_in']:>9} "
+                   f"{r['tokens_out']:>8} {r['cache_read']:>9} {r['cache_write']:>9} "
+                   f"{r['cached_share']:>7.1%}")
+    click.echo(f"{'total':<18} {sum(r['usd'] for r in rows):>10.4f} "
+               f"{sum(r['calls'] for r in rows):>6}")

@@ -1,0 +1,117 @@
+"""Money per UTC day: a ledger line for every model call, and the daily caps.
+
+Every metered call (`citizen.loop.Meter`) appends one line to `logs/spend/<day>.jsonl`:
+the wake (or "rollup", "ask" for calls outside wakes), purpose, tier, model, tokens
+and dollars. A day's total is the sum of its lines, so the caps, `citizen status` and
+`citizen cost` read one small file per citizen instead of every wake log.
+
+Caps (budget keys the operator owns on a server): `max_usd_per_day` for the citizen and
+`civilization_usd_per_day` for every citizen together. Before each call the meter asks
+`Daily.check(worst)`: a call whose worst case could cross a cap is not made
+(`DailyCapReached`) - the wake ends `daily_cap`, a task it held waits for tomorrow
+instead of failing, and until the day turns only wakes that call no model run. At 80 %
+of its own cap the citizen tells its operators (mail.allowed_senders) once that day.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from citizen.errors import ProviderError
+from citizen.paths import Home
+from shared.atomic import append_line
+
+log = logging.getLogger(__name__)
+LEAST_CALL_USD = 1e-6  # a wake with work starts only if at least this much is left
+WARN_SHARE = 0.8  # of the citizen's daily cap: the operators hear of it once that day
+
+
+class DailyCapReached(ProviderError):
+    """The next call could cross a daily cap; it was not made."""
+
+
+def today() -> date:
+    return datetime.now(UTC).date()
+
+
+def ledger(home: Home, day: date) -> Path:
+    return home.dir / "logs" / "spend" / f"{day.isoformat()}.jsonl"
+
+
+def record(home: Home, **line: Any) -> None:
+    """One call's spending (the ledger is append-only, one JSON object per line)."""
+    append_line(ledger(home, today()), {"ts": datetime.now(UTC).isoformat(), **line})
+
+
+def lines(home: Home, day: date) -> list[dict[str, Any]]:
+    """The day's ledger; a torn last line (a crash mid-append) is skipped, not fatal."""
+    path = ledger(home, day)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    out = []
+    for text in raw.splitlines():
+        try:
+            out.append(json.loads(text))
+        except json.JSONDecodeError:
+            log.warning("%s: a line that does not parse is skipped", path)
+    return out
+
+
+def spent(home: Home, day: date) -> float:
+    return sum(float(x.get("cost_usd", 0.0)) for x in lines(home, day))
+
+
+def days(n: int) -> list[date]:
+    """The last n UTC days, oldest first."""
+    end = today()
+    return [end - timedelta(days=i) for i in range(n - 1, -1, -1)]
+
+
+@dataclass
+class Daily:
+    """The daily caps as one citizen's meter checks them."""
+
+    home: Home
+    citizen_cap: float
+    civilization_cap: float
+    peers: Iterable[Home] = ()  # every other citizen, for the civilization's total
+    warn: Callable[[str], None] = field(default=lambda message: None)
+
+    def check(self, worst: float) -> None:
+        """:raises DailyCapReached: `worst` more could cross the citizen's or the
+        civilization's cap today."""
+        day = today()
+        mine = spent(self.home, day)
+        if mine + worst > self.citizen_cap:
+            raise DailyCapReached(
+                f"the next call could cost ${worst:.4f} and ${mine:.4f} of {self.home.name}'s "
+                f"${self.citizen_cap:.2f} daily cap is spent - work resumes after 00:00 UTC "
+                "(budget.max_usd_per_day)")
+        everyone = mine + sum(spent(p, day) for p in self.peers)
+        if everyone + worst > self.civilization_cap:
+            raise DailyCapReached(
+                f"the next call could cost ${worst:.4f} and ${everyone:.4f} of the "
+                f"civilization's ${self.civilization_cap:.2f} daily cap is spent - work "
+                "resumes after 00:00 UTC (budget.civilization_usd_per_day)")
+        if mine + worst >= WARN_SHARE * self.citizen_cap:
+            self._warn_once(day, mine + worst)
+
+    def _warn_once(self, day: date, amount: float) -> None:
+        marker = ledger(self.home, day).with_suffix(".warned")
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            with marker.open("x"):  # O_EXCL: one warning a day, whoever gets here first
+                pass
+        except FileExistsError:
+            return
+        self.warn(f"{self.home.name} has spent ${amount:.2f} of its "
+                  f"${self.citizen_cap:.2f} daily model budget today ({day.isoformat()}); "
+                  "at the cap it stops calling the model until 00:00 UTC.")

@@ -1,0 +1,148 @@
+"""Daily caps: per citizen and per civilization, checked before every call; the call
+that would cross is not made, a task waits for tomorrow instead of failing, the
+operators hear once at 80 %, and every call is in the day's ledger.
+
+The attack on the old code: nothing capped a day - only a single wake was capped, so
+doorbell wakes (a debate, a proposal, a mailed task) could spend without limit."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from citizen import config, paths, spend, wakelog
+from citizen.config import ModelPrice
+from citizen.tasks import TaskQueue
+from citizen.wake import run_wake
+from tests.scripts import Actor, call
+
+OPUS_PRICE = ModelPrice(5.0, 25.0, 6.25, 0.5)
+
+
+def spent_already(name: str, usd: float) -> None:
+    spend.record(paths.home(name), wake=0, purpose="earlier", tier="primary", model="m",
+                 tokens_in=0, tokens_out=0, cache_read=0, cache_write=0, cost_usd=usd)
+
+
+def caps(name: str, citizen: float, civilization: float = 1000.0) -> None:
+    cfg = paths.home(name).config
+    data = json.loads(cfg.read_text())
+    data["budget"] = {**data.get("budget", {}), "max_usd_per_day": citizen,
+                      "civilization_usd_per_day": civilization}
+    cfg.write_text(json.dumps(data))
+
+
+def test_the_boundary_call_is_allowed_and_the_next_cent_is_not(civ: Path) -> None:
+    caps("opus", 1.0)
+    spent_already("opus", 0.5)
+    cfg = config.load_citizen("opus")
+    daily = spend.Daily(paths.home("opus"), cfg.budget.max_usd_per_day,
+                        cfg.budget.civilization_usd_per_day)
+    daily.check(0.5)  # exactly at the cap: allowed
+    with pytest.raises(spend.DailyCapReached, match=r"\$1.00 daily cap.*00:00 UTC"):
+        daily.check(0.5 + 1e-6)
+
+
+def test_at_the_cap_a_wake_with_work_claims_nothing_and_calls_nothing(civ: Path) -> None:
+    caps("opus", 2.0)
+    spent_already("opus", 2.0)
+    task = TaskQueue(paths.home("opus").tasks).add("Write notes/a.md")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"), price=OPUS_PRICE)
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "daily_cap" and "daily cap" in result.reason
+    assert actor.requests == [] and result.calls == 0
+    assert TaskQueue(paths.home("opus").tasks).where(task.id) == "queue"
+
+
+def test_a_call_that_would_cross_mid_wake_is_not_made_and_the_task_waits(civ: Path) -> None:
+    """$0.05 left: the small side calls fit, the execute call's worst case (4096 output
+    tokens at $25/M) does not. The task is not failed: it waits with a note."""
+    caps("opus", 2.0)
+    spent_already("opus", 1.95)
+    task = TaskQueue(paths.home("opus").tasks).add("Write notes/a.md")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"), price=OPUS_PRICE)
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert "execute" not in actor.purposes() and actor.purposes()  # side calls were made
+    assert result.status == "daily_cap", result.reason
+    tasks = TaskQueue(paths.home("opus").tasks)
+    assert tasks.where(task.id) == "active"
+    notes = [h.get("note", "") for h in tasks.load("active", task.id).history]
+    assert any("paused by the daily budget" in n for n in notes)
+
+
+def test_the_civilizations_cap_counts_every_citizen(civ: Path) -> None:
+    caps("opus", 10.0, civilization=3.0)
+    spent_already("mira", 1.5)
+    spent_already("aria", 1.5)
+    TaskQueue(paths.home("opus").tasks).add("Write notes/a.md")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"), price=OPUS_PRICE)
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "daily_cap" and "civilization's $3.00 daily cap" in result.reason
+
+
+def test_the_operators_hear_once_at_80_percent(civ: Path) -> None:
+    caps("opus", 1.0)
+    spent_already("opus", 0.85)
+    for _ in range(2):
+        TaskQueue(paths.home("opus").tasks).add("say hi")
+        actor = Actor(call("task_complete", summary="hi said"), price=OPUS_PRICE)
+        run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    warnings = [e for p in wakelog.wake_logs(paths.home("opus"))
+                for e in wakelog.read(p) if e["event"] == "daily_cap_warning"]
+    assert len(warnings) == 1 and "of its $1.00 daily model budget" in warnings[0]["message"]
+
+
+def test_every_call_is_in_the_days_ledger(civ: Path) -> None:
+    TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"),
+                  call("task_complete", summary="notes/a.md says a"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    lines = spend.lines(paths.home("opus"), spend.today())
+    logged = [e for e in wakelog.read(result.log_path) if e["event"] == "llm_call"]
+    assert len(lines) == len(logged) == result.calls
+    assert [x["purpose"] for x in lines] == [e["purpose"] for e in logged]
+
+
+def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
+        civ: Path, messages_api: object, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Memory roll-ups called the model outside the meter: "$ today" under-reported.
+    Now they are in the ledger, and `citizen cost` equals the wake logs to the cent."""
+    from datetime import UTC, datetime, timedelta
+
+    from click.testing import CliRunner
+
+    from citizen.cli import cli
+    from citizen.memory import Memory
+    from tests.anthropic_server import API_KEY, MessagesServer, text
+
+    server: MessagesServer = messages_api  # type: ignore[assignment]
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", server.url)
+    monkeypatch.setenv("EXPERIENCE_PROVIDER", "anthropic")
+    mem = Memory(paths.home("opus").memory)
+    mem.record(1, "TASK", "wrote the report", when=datetime.now(UTC) - timedelta(days=1))
+    for _ in range(3):
+        server.reply(text("a summary", input_tokens=1000, output_tokens=100))
+    runner = CliRunner()
+    rolled = runner.invoke(cli, ["memory", "rollup", "opus"])
+    assert rolled.exit_code == 0, rolled.output
+    lines = spend.lines(paths.home("opus"), spend.today())
+    assert lines and {x["wake_type"] for x in lines} == {"ROLLUP"}
+    assert all(x["purpose"].startswith("rollup_") for x in lines)
+    TaskQueue(paths.home("opus").tasks).add("say hi")
+    actor = Actor(call("task_complete", summary="hi said"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    out = runner.invoke(cli, ["cost", "--json", "--by", "wake-type"])
+    assert out.exit_code == 0, out.output
+    rows = {r["wake-type"]: r for r in json.loads(out.output)}
+    assert set(rows) == {"ROLLUP", "TASK"}
+    logged = sum(e["cost_usd"] for p in wakelog.wake_logs(paths.home("opus"))
+                 for e in wakelog.read(p) if e["event"] == "wake_end")
+    assert logged > 0
+    assert round(sum(r["usd"] for r in rows.values()), 2) == round(logged, 2)
+    assert rows["ROLLUP"]["calls"] == len(lines) and rows["ROLLUP"]["tokens_in"] > 0
+    status = runner.invoke(cli, ["status", "--json"])
+    opus = next(r for r in json.loads(status.output) if r["citizen"] == "opus")
+    assert opus["usd_today"] == pytest.approx(logged, abs=1e-6)
