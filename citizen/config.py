@@ -73,6 +73,13 @@ class Budget:
     # hourly citizen at its wake cap could spend $24 a day; these stop that at $10 / $30.
     max_usd_per_day: float = 10.0
     civilization_usd_per_day: float = 30.0
+    # Work a citizen may start, so one runaway model cannot flood its peers: wakes rung
+    # by the doorbell per hour (more wait for the window), debates and proposals it opens
+    # per UTC day, and the seed's model calls per task (then it ends `failed`, saying so).
+    max_doorbell_wakes_per_hour: int = 12
+    max_debates_per_day: int = 3
+    max_proposals_per_day: int = 5
+    max_calls_per_task: int = 50
 
 
 @dataclass(frozen=True)

@@ -19,6 +19,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
@@ -44,6 +45,7 @@ from shared.errors import LockTimeout
 log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 5
+DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
 
 
 class State(StrEnum):
@@ -106,6 +108,9 @@ class Daemon:
         self.mail_failures = 0
         self.mail_retry_at = 0.0
         self.crashes = 0  # consecutive wakes that crashed
+        # Start times of doorbell wakes in the last hour (budget.max_doorbell_wakes_per_hour):
+        # a peer or a runaway model ringing without end waits for the window, one at a time.
+        self.rung: deque[float] = deque()
 
     # ------------------------------------------------------------ lifecycle
 
@@ -213,10 +218,30 @@ class Daemon:
                 continue
             with self.pending_lock:
                 self.pending.discard(req.wake_type)
+            if req.reason.startswith("doorbell") and self._over_doorbell_limit(req):
+                continue
             self._run_wake(req)
             if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
                 log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
                 return
+
+    def _over_doorbell_limit(self, req: WakeRequest) -> bool:
+        """True if the hour's doorbell wakes are used up; the wake is then asked for again
+        when the oldest leaves the window (rings meanwhile coalesce into it)."""
+        now = time.monotonic()
+        while self.rung and now - self.rung[0] >= DOORBELL_WINDOW_S:
+            self.rung.popleft()
+        cap = self.config.budget.max_doorbell_wakes_per_hour
+        if len(self.rung) < cap:
+            self.rung.append(now)
+            return False
+        later = DOORBELL_WINDOW_S - (now - self.rung[0])
+        log.warning("citizen %s: %d doorbell wakes this hour (budget.max_doorbell_wakes_per_"
+                    "hour); %s waits %.0f s", self.name, cap, req.wake_type, later)
+        when = datetime.now(UTC) + timedelta(seconds=later)
+        self.scheduler.add_job(self._request, "date", run_date=when,
+                               args=[req.wake_type, req.reason])
+        return True
 
     def _run_wake(self, req: WakeRequest) -> None:
         number, slot = state.allocate(self.home, scheduled=req.wake_type is None)

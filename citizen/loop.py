@@ -57,6 +57,7 @@ class Meter:
     budget: Budget
     ledger: Home | None = None  # whose spend ledger each call is added to (citizen.spend)
     daily: Daily | None = None  # the daily caps, checked before each call
+    calls_left: int | None = None  # the task's calls still allowed (budget.max_calls_per_task)
     spent: float = 0.0
     calls: int = 0
     tokens_in: int = 0
@@ -82,6 +83,9 @@ class Meter:
         if self.spent + worst > cap:
             raise BudgetExceeded(f"the next call could cost ${worst:.4f} and ${self.spent:.4f} "
                                  f"of the ${cap:.2f} wake budget is spent")
+        if self.calls_left is not None and self.calls_left <= 0:
+            raise BudgetExceeded(f"the task has used its {self.budget.max_calls_per_task} model "
+                                 "calls (budget.max_calls_per_task)")
         if self.daily is not None:
             self.daily.check(worst)  # raises DailyCapReached: nothing is sent
         seen = self._logged.get(request.purpose, 0)
@@ -99,6 +103,8 @@ class Meter:
                            new_messages=new_messages, error=exc.problem, raw=exc.raw[:2000])
             raise
         self.calls += 1
+        if self.calls_left is not None:
+            self.calls_left -= 1
         self.spent += reply.cost_usd
         self.tokens_in += reply.usage.input_tokens
         self.tokens_out += reply.usage.output_tokens

@@ -115,3 +115,30 @@ class Daily:
         self.warn(f"{self.home.name} has spent ${amount:.2f} of its "
                   f"${self.citizen_cap:.2f} daily model budget today ({day.isoformat()}); "
                   "at the cap it stops calling the model until 00:00 UTC.")
+
+
+def started(home: Home, kind: str, day: date | None = None) -> int:
+    """How many `kind`s ("debate", "proposal") the citizen opened on `day` (today)."""
+    path = ledger(home, day or today()).with_suffix(f".{kind}s")
+    try:
+        return len(path.read_text(encoding="utf-8").splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def start(home: Home, kind: str, cap: int, what: str) -> None:
+    """Count one more `kind` opened today.
+
+    :raises CapReached: the day's `cap` is used up (nothing is counted).
+    """
+    if started(home, kind) >= cap:
+        raise CapReached(f"you have opened {cap} {kind}s today, the most a day allows "
+                         f"(budget.max_{kind}s_per_day); try again after 00:00 UTC")
+    path = ledger(home, today()).with_suffix(f".{kind}s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(what.replace("\n", " ")[:200] + "\n")
+
+
+class CapReached(Exception):
+    """A per-day limit on work a citizen may start is used up."""

@@ -184,6 +184,7 @@ class _Run:
     wlog: WakeLog
     meter: Meter
     provider: ProviderFactory
+    _calls_before: int = 0  # the meter's count when the task was taken
 
     def flow(self) -> tuple[str, str]:
         kind = wakes.get(self.wake_type)
@@ -241,6 +242,10 @@ class _Run:
         if env.task is not None:
             self.wlog.event("task", id=env.task.id, transition="claimed",
                             attempt=env.task.attempts)
+            # The seed's calls per task, across all its wakes (counted in the task).
+            used = int(env.task.meta.get("calls", 0))
+            self.meter.calls_left = self.cfg.budget.max_calls_per_task - used
+            self._calls_before = self.meter.calls
         contexts = env.contexts
         self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
         budget = self.cfg.budget
@@ -277,6 +282,9 @@ class _Run:
         contexts = env.contexts
         self.wlog.event("loop_end", status=ending.status, reason=ending.reason,
                         text=ending.text[:1000])
+        if env.task is not None:
+            env.task.meta["calls"] = (int(env.task.meta.get("calls", 0))
+                                      + self.meter.calls - self._calls_before)
         summary = kind.end(setup, env, ending)
         if env.task is not None:
             self.wlog.event("task", id=env.task.id, transition=env.task.status, summary=summary)

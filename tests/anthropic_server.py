@@ -52,6 +52,12 @@ def tool_use(name: str, payload: dict[str, Any], **kw: Any) -> dict[str, Any]:
                    stop_reason="tool_use", **kw)
 
 
+def no_deliverables() -> dict[str, Any]:
+    """The answer to a TASK wake's first call (what the task must leave behind), when the
+    test's task names nothing beyond its files."""
+    return tool_use("respond", {"files": [], "commands": [], "answer": False})
+
+
 _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 404: "not_found_error", 429: "rate_limit_error", 500: "api_error",
                 529: "overloaded_error"}

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from citizen import config, paths, wakelog
 from citizen.tasks import TaskQueue
-from tests.anthropic_server import MessagesServer, tool_use
+from tests.anthropic_server import MessagesServer, no_deliverables, tool_use
 from tests.daemons import daemon_env, heartbeat, start, wait_for, worker
 
 IDLE = ("--interval", "3600", "--first-wake", "3600")  # only the doorbell wakes it
@@ -64,6 +64,7 @@ def test_a_second_daemon_for_the_same_citizen_refuses(civ: Path,
 
 
 def test_first_sigterm_lets_the_wake_finish(civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.reply(no_deliverables())  # what the task must leave
     messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))  # tool selection
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "slowly"}), delay_s=3)
@@ -86,6 +87,7 @@ def test_first_sigterm_lets_the_wake_finish(civ: Path, messages_api: MessagesSer
 
 
 def test_second_sigterm_stops_at_once(civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.reply(no_deliverables())  # what the task must leave
     messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))  # tool selection
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "never"}), delay_s=30)
@@ -94,7 +96,7 @@ def test_second_sigterm_stops_at_once(civ: Path, messages_api: MessagesServer) -
     try:
         subprocess.run([sys.executable, "-m", "citizen", "task", "add", "opus", "slow"],
                        env=env, check=True, capture_output=True)
-        wait_for(lambda: len(messages_api.requests) >= 3)  # the slow call is in flight
+        wait_for(lambda: len(messages_api.requests) >= 4)  # the slow call is in flight
         proc.send_signal(signal.SIGTERM)
         time.sleep(0.3)
         started = time.monotonic()

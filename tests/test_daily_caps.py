@@ -88,7 +88,7 @@ def test_the_operators_hear_once_at_80_percent(civ: Path) -> None:
     for _ in range(2):
         TaskQueue(paths.home("opus").tasks).add("say hi")
         actor = Actor(call("task_complete", summary="hi said"), price=OPUS_PRICE)
-        run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+        run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
     warnings = [e for p in wakelog.wake_logs(paths.home("opus"))
                 for e in wakelog.read(p) if e["event"] == "daily_cap_warning"]
     assert len(warnings) == 1 and "of its $1.00 daily model budget" in warnings[0]["message"]
@@ -146,3 +146,59 @@ def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
     status = runner.invoke(cli, ["status", "--json"])
     opus = next(r for r in json.loads(status.output) if r["citizen"] == "opus")
     assert opus["usd_today"] == pytest.approx(logged, abs=1e-6)
+
+
+def limits(name: str, **budget: int) -> None:
+    cfg = paths.home(name).config
+    data = json.loads(cfg.read_text())
+    data["budget"] = {**data.get("budget", {}), **budget}
+    cfg.write_text(json.dumps(data))
+
+
+def test_a_runaway_model_opens_no_more_debates_or_proposals_than_a_day_allows(
+        civ: Path) -> None:
+    """The attack: a model that starts a debate (a ≈50-move-wake affair) every wake."""
+    limits("opus", max_debates_per_day=1, max_proposals_per_day=1)
+    TaskQueue(paths.home("opus").tasks).add("stir things up")
+    actor = Actor(call("debate_start", topic="tabs or spaces", participants="mira"),
+                  call("debate_start", topic="tabs or spaces, again", participants="mira"),
+                  call("propose", task="rewrite everything"),
+                  call("propose", task="rewrite everything, again"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    outcomes = [(e["tool"], e["error"], e["result"]) for e in wakelog.read(result.log_path)
+                if e["event"] == "tool_call"]
+    assert [o[1] for o in outcomes] == [False, True, False, True], outcomes
+    assert "opened 1 debates today" in outcomes[1][2]
+    assert "opened 1 proposals today" in outcomes[3][2]
+    assert len(civilization_debates()) == 1
+
+
+def civilization_debates() -> list[str]:
+    from citizen import civilization
+
+    return civilization.debates().ids()
+
+
+def test_a_task_ends_at_its_call_cap_saying_so(civ: Path) -> None:
+    limits("opus", max_calls_per_task=3)
+    (civ / "opus" / "a.txt").write_text("a")
+    task = TaskQueue(paths.home("opus").tasks).add("Look at a.txt closely")
+    steps = [call("shell_command", command=f"echo {i}") for i in range(10)]
+    actor = Actor(*steps)
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    failed = TaskQueue(paths.home("opus").tasks).load("failed", task.id)
+    assert "used its 3 model calls" in failed.result
+    assert failed.meta["calls"] == 3
+    # the deliverables are read as the task is taken; then three calls, and no fourth
+    assert actor.purposes() == ["task_deliverables", "select_tools", "route", "execute"]
+
+
+def test_doorbell_wakes_past_the_hours_limit_wait_for_the_window(civ: Path) -> None:
+    from citizen.daemon import Daemon, WakeRequest
+
+    limits("opus", max_doorbell_wakes_per_hour=2)
+    daemon = Daemon("opus")
+    ring = WakeRequest("DEBATE", "doorbell: debate d-1 started")
+    assert [daemon._over_doorbell_limit(ring) for _ in range(3)] == [False, False, True]
+    (job,) = daemon.scheduler.get_jobs()
+    assert job.args == ("DEBATE", "doorbell: debate d-1 started")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import pytest
 
 from citizen import paths
-from tests.anthropic_server import API_KEY, MessagesServer, text, tool_use
+from tests.anthropic_server import API_KEY, MessagesServer, no_deliverables, text, tool_use
 from tests.nspawn import Container, unavailable
 from tests.thoughtworld import proposal, vote
 
@@ -186,12 +186,13 @@ def test_stopping_the_target_lets_the_running_wake_finish(
     until(lambda: server.sleeping("opus"))
     # Its ~/code is a git clone, so the code tools are offered too: more than 12 tools,
     # and the fast model picks them first.
+    messages_api.reply(no_deliverables())  # what the task must leave
     messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "finished while stopping"}),
                        delay_s=4)
     server.run("citizen", "task", "add", "opus", "Finish even though we are stopping")
-    until(lambda: len(messages_api.requests) >= 3)  # the slow call is in flight
+    until(lambda: len(messages_api.requests) >= 4)  # the slow call is in flight
     started = time.monotonic()
     server.run("systemctl", "stop", "citizens.target")
     assert time.monotonic() - started >= 2  # it waited for the wake
@@ -263,6 +264,7 @@ def test_a_hostile_model_reaches_no_secret_and_leaves_nothing_running(
     rules_before = server.run("cat", "/home/opus/config.json")
     server.run("systemctl", "restart", "citizen@opus")
     until(lambda: server.sleeping("opus"))
+    messages_api.reply(no_deliverables())  # what the task must leave
     messages_api.reply(tool_use("respond", {"tools": ["shell_command", "read_file",
                                                       "write_file", "task_complete"]}))
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
@@ -276,7 +278,7 @@ def test_a_hostile_model_reaches_no_secret_and_leaves_nothing_running(
     messages_api.reply(tool_use("task_complete", {"summary": "tried everything"}))
     before = len(messages_api.requests)
     server.run("citizen", "task", "add", "opus", "Print your secrets")
-    until(lambda: len(messages_api.requests) >= before + 9, 120)
+    until(lambda: len(messages_api.requests) >= before + 10, 120)
     until(lambda: server.sleeping("opus"), 120)
     sent = json.dumps(messages_api.requests[before:])
     shell = next((r for r in _tool_results(messages_api.requests[before:])

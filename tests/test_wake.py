@@ -84,7 +84,7 @@ def test_budget_is_enforced_before_the_call(civ: Path) -> None:
     assert result.status == "budget"
     assert actor.purposes() == ["task_deliverables", "select_tools", "route"]  # no work call
     (failed,) = queue().ids("failed")
-    assert "exceeded its wake budget" in queue().load("failed", failed).result
+    assert "ran out of budget" in queue().load("failed", failed).result
 
 
 def test_iteration_cap(civ: Path) -> None:

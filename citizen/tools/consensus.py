@@ -3,7 +3,7 @@ before anything runs (`shared.consensus`)."""
 
 from __future__ import annotations
 
-from citizen import civilization, config
+from citizen import civilization, config, spend
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 
@@ -19,6 +19,10 @@ def propose(env: ToolEnv, task: str) -> str:
     if not task.strip():
         raise ToolFailure("say what should be done")
     me = env.home.name
+    try:
+        spend.start(env.home, "proposal", env.config.budget.max_proposals_per_day, task)
+    except spend.CapReached as exc:
+        raise ToolFailure(str(exc)) from exc
     commons = civilization.commons(config.templates())
     d = commons.consensus.request(task, me, me, source={"task": env.task.id if env.task else ""})
     commons.ring(me, "CONSENSUS", f"propose {d.id}", sender=me)

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from citizen import civilization, config
-from citizen.tools.base import ToolEnv, tool
+from citizen import civilization, config, spend
+from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 
 @tool
@@ -15,6 +15,10 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     :param participants: other citizens to debate with, comma-separated (1-4 of them)
     """
     me = env.home.name
+    try:
+        spend.start(env.home, "debate", env.config.budget.max_debates_per_day, topic)
+    except spend.CapReached as exc:
+        raise ToolFailure(str(exc)) from exc
     names = [me, *[p.strip() for p in participants.split(",") if p.strip() and p.strip() != me]]
     tpl = config.templates()
     commons = civilization.commons(tpl)

@@ -14,7 +14,7 @@ OWN_WAKE_KINDS = ("CONSENSUS", "DEBATE")
 # A task the model keeps working on without finishing fails after this many wakes.
 MAX_WAKES_PER_TASK = 5
 _FAILING_ENDINGS = {
-    "budget": "exceeded its wake budget",
+    "budget": "ran out of budget",
     "iterations": "hit the iteration cap",
     "no_progress": "made no progress (a loop)",
 }
