@@ -29,3 +29,15 @@ def test_a_turn_that_keeps_failing_passes_and_rings_the_next(civ: Path) -> None:
     nxt = after.owed_by()
     assert nxt and nxt != first  # three participants: the turn moved on
     assert any(p.name.endswith("DEBATE.json") for p in paths.home(nxt).doorbell.iterdir())
+
+
+def test_dialogue_runs_on_the_fast_model(civ: Path) -> None:
+    """The seed: Haiku for dialogue, Sonnet only for crystallization. Every move used to
+    run on the primary model (a three-way debate is ≈50 move-wakes)."""
+    debates = civilization.debates()
+    d = debates.start("Tests before features", ["opus", "mira"], "operator")
+    model = ScriptedProvider(default=lambda request: say("not json at all"))
+    run_wake(d.owed_by(), wake_type="DEBATE", provider=lambda c, s: model)
+    moves = [r for r in model.requests if r.purpose.startswith("debate_")]
+    assert moves and {r.tier for r in moves} == {"fast"}
+    assert moves[0].purpose == "debate_discovery"

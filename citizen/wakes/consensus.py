@@ -250,7 +250,9 @@ class _Steps:
         data = self.ask(self._prompt("verifier", d, text),
                         self.tpl.schema("consensus_verify", values=self.values,
                                         decisions=list(VERIFY_DECISIONS)),
-                        "consensus_verify", max_tokens=700)
+                        "consensus_verify", max_tokens=700,
+                        # The seed: the fast model for routine reviews, not for high stakes.
+                        tier="primary" if d.stakes == "high" else "fast")
         return self.c.verify(d.id, self.me, data)
 
     def integrate(self, d: Proposal) -> Proposal:
@@ -283,8 +285,7 @@ class _Steps:
             execution_json=_dump(d.execution),
             mechanical_json=_dump(self.c.world.check(d.revisions[-1].get("actions", []))))
         data = self.ask(self._prompt("verifier", d, text), self.tpl.schema("consensus_check"),
-                        "consensus_check",
-                        max_tokens=600)
+                        "consensus_check", max_tokens=600, tier="fast")
         return self.c.check(d.id, self.me, data)
 
     def record(self, d: Proposal) -> Proposal:

@@ -109,7 +109,10 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> D
         schema = setup.templates.schema(
             "debate_move", moves=[m for m in d.allowed() if m != "PASS"] or ["PASS"],
             others=others, sides=list(SIDES), grades=list(GRADES))
-        move = ask(text, schema, f"debate_{d.stage.lower()}", max_tokens=700)
+        # The seed: the fast model for dialogue, the primary for crystallization (the
+        # crux-lock stage, whose commitments become the debate's result).
+        tier = "primary" if d.stage == "CRUX_LOCK" else "fast"
+        move = ask(text, schema, f"debate_{d.stage.lower()}", max_tokens=700, tier=tier)
         move["cost"] = {"calls": ask.meter.calls - calls,
                         "usd": round(ask.meter.spent - spent, 6),
                         "tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens}
