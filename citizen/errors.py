@@ -43,7 +43,17 @@ class StructuredOutputError(CitizenError, ValueError):
     def __init__(self, problem: str, raw: str) -> None:
         self.problem = problem
         self.raw = raw
+        # What the reply cost, when the provider knows (the call was made and billed);
+        # None: unknown, and the meter charges the call's worst case.
+        self.cost_usd: float | None = None
+        self.tokens_in = 0
+        self.tokens_out = 0
         super().__init__(f"model output does not match its schema: {problem}")
+
+    def billed(self, cost_usd: float, tokens_in: int, tokens_out: int) -> StructuredOutputError:
+        """The same error, knowing what its reply cost."""
+        self.cost_usd, self.tokens_in, self.tokens_out = cost_usd, tokens_in, tokens_out
+        return self
 
 
 class WrongUser(CitizenError, PermissionError):

@@ -24,8 +24,16 @@ from citizen import wakelog
 from citizen.errors import CitizenError
 
 # A path-like token with an extension: notes/hello.md, report.txt, src/app.py. Not a
-# URL, an address or a version number.
-_FILE = re.compile(r"(?<![\w/.:@-])((?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5})(?![\w/@-])")
+# URL, an address or a version number; not `json.dumps` or `os.path` (a token without
+# a folder counts only with an extension files have).
+_FILE = re.compile(r"(?<![\w/.:@-])((?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5})(?![\w/@(-])")
+_EXTENSIONS = frozenset((
+    "md", "txt", "rst", "py", "json", "jsonl", "yaml", "yml", "toml", "ini", "cfg", "conf",
+    "csv", "tsv", "html", "htm", "css", "js", "mjs", "ts", "tsx", "jsx", "sh", "bash", "zsh",
+    "sql", "xml", "svg", "png", "jpg", "jpeg", "gif", "pdf", "log", "lock", "env", "c", "h",
+    "cc", "cpp", "hpp", "rs", "go", "java", "kt", "rb", "php", "pl", "lua", "r", "tex", "bib",
+    "ipynb", "diff", "patch", "out", "dat", "bin", "gz", "tar", "zip",
+))
 _NOT_FILES = re.compile(r"^(?:e\.g|i\.e|etc|vs)\.", re.IGNORECASE)
 MAX_REFUSALS = 3  # claims refused before the task ends `failed` with the reason
 
@@ -38,9 +46,27 @@ def named_files(text: str) -> list[str]:
         start = match.start(1)
         if text[max(0, start - 3):start].endswith("://") or _NOT_FILES.match(token):
             continue
+        if "/" not in token and token.rsplit(".", 1)[1].lower() not in _EXTENSIONS:
+            continue
         if token not in found:
             found.append(token)
     return found
+
+
+def settle(meta: dict[str, Any], text: str,
+           read: Callable[[str], dict[str, Any] | None] | None) -> bool:
+    """Fix the task's deliverables in `meta` if they are not yet: the rule's files at
+    once, what the model reads when it can be asked (until then "read_pending", and no
+    claim of done is accepted). True when they are settled."""
+    wanted = meta.get("deliverables")
+    if wanted is not None and not wanted.get("read_pending"):
+        return True
+    got = read(text) if read is not None else None
+    meta["deliverables"] = deliverables(text, got)
+    if read is not None and got is None:
+        meta["deliverables"]["read_pending"] = True
+        return False
+    return True
 
 
 def deliverables(text: str, read: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -50,11 +76,14 @@ def deliverables(text: str, read: dict[str, Any] | None = None) -> dict[str, Any
     commands: list[dict[str, str]] = []
     answer = _asks(text)
     if read:
-        files += [f for f in read.get("files", ()) if _in_home(f) and f in text
-                  and f not in files]
+        files += [f for f in read.get("files", ()) if isinstance(f, str) and _in_home(f)
+                  and f in text and f not in files]
+        quoted = _quoted(text)
         for c in read.get("commands", ()):
+            if not isinstance(c, dict):
+                continue
             run, cwd = str(c.get("run", "")).strip(), str(c.get("cwd", "")).strip().strip("/")
-            if run and run in text and (not cwd or (_in_home(cwd) and cwd in text)):
+            if run in quoted and (not cwd or (_in_home(cwd) and cwd in text)):
                 commands.append({"run": run, "cwd": cwd})
         answer = answer or bool(read.get("answer"))
     return {"files": files[:8], "commands": commands[:3], "answer": answer,
@@ -63,6 +92,15 @@ def deliverables(text: str, read: dict[str, Any] | None = None) -> dict[str, Any
 
 _QUESTION = re.compile(r"^\s*(what|which|who|when|where|why|how|is|are|does|do|can)\b.*\?",
                        re.IGNORECASE | re.DOTALL)
+
+
+def _quoted(text: str) -> set[str]:
+    """What the task quotes as a command: a `code span`, or a whole line of its own. A
+    word inside a sentence ("set DEBUG=true") is not a command to run."""
+    spans = {m.strip() for m in re.findall(r"`([^`\n]+)`", text)}
+    lines = {line.strip().removeprefix("$ ") for line in text.splitlines()
+             if line.strip() and " " in line.strip()}
+    return {q for q in spans | lines if q}
 
 
 def _asks(text: str) -> bool:
@@ -91,17 +129,35 @@ def _match(home: Path, name: str, touched: list[str]) -> Path | None:
     README.md in repo/")."""
     root = home.resolve()
     direct = (home / name).resolve()
-    if direct.is_relative_to(root) and direct.is_file():
+    if direct.is_relative_to(root) and direct.is_file() and _work(home, name):
         return direct
     for path in reversed(touched):
         if path == name or path.endswith("/" + name):
             candidate = (home / path).resolve()
-            if candidate.is_relative_to(root) and candidate.is_file():
+            if candidate.is_relative_to(root) and candidate.is_file() and _work(home, path):
                 return candidate
     found = [p for p in home.rglob(Path(name).name)
              if p.is_file() and not p.is_symlink() and str(p.relative_to(home)).endswith(name)
              and p.relative_to(home).parts[0] not in _NOT_WORK]
     return found[0] if len(found) == 1 else None
+
+
+def _work(home: Path, name: str) -> bool:
+    """A file that can deliver work: no symlink on its way (a link to a context or a
+    secret proves nothing), not the daemon's own files, not a hidden one (.env)."""
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts or not rel.parts:
+        return False
+    if rel.parts[0] in _NOT_WORK or any(p.startswith(".") for p in rel.parts):
+        return False
+    if rel.parts[0] in ("state.json", "config.json"):
+        return False
+    here = home
+    for part in rel.parts:
+        here = here / part
+        if here.is_symlink():
+            return False
+    return True
 
 
 def check(home: Path, wanted: dict[str, Any], touched: list[str], *, summary: str = "",

@@ -23,7 +23,7 @@ from typing import Any
 from citizen import prompt, spend
 from citizen.config import Budget, ModelPrice
 from citizen.errors import ProviderError, StructuredOutputError
-from citizen.llm.base import Provider, Reply, Request, ToolCall, estimate_tokens
+from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage, estimate_tokens
 from citizen.paths import Home
 from citizen.spend import Daily, DailyCapReached
 from citizen.tools.base import Tool, ToolEnv, ToolFailure
@@ -98,16 +98,17 @@ class Meter:
         try:
             reply = llm.complete(request)
         except StructuredOutputError as exc:
-            self.calls += 1
+            # A reply that broke its schema was made and billed: it counts against every
+            # limit like any other (at its worst case when the provider cannot say).
+            cost = exc.cost_usd if exc.cost_usd is not None else worst
+            self._count(cost, exc.tokens_in, exc.tokens_out)
             self.log.event("llm_call", purpose=request.purpose, request_digest=request.digest(),
-                           new_messages=new_messages, error=exc.problem, raw=exc.raw[:2000])
+                           new_messages=new_messages, error=exc.problem, raw=exc.raw[:2000],
+                           cost_usd=round(cost, 6), tokens_in=exc.tokens_in,
+                           tokens_out=exc.tokens_out)
+            self._ledger(request, "?", cost, Usage(exc.tokens_in, exc.tokens_out))
             raise
-        self.calls += 1
-        if self.calls_left is not None:
-            self.calls_left -= 1
-        self.spent += reply.cost_usd
-        self.tokens_in += reply.usage.input_tokens
-        self.tokens_out += reply.usage.output_tokens
+        self._count(reply.cost_usd, reply.usage.input_tokens, reply.usage.output_tokens)
         u = reply.usage
         self.log.event(
             "llm_call", purpose=request.purpose, tier=request.tier, model=reply.model,
@@ -115,13 +116,28 @@ class Meter:
             cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
             cost_usd=round(reply.cost_usd, 6), latency_s=round(reply.latency_s, 3),
             request_digest=request.digest(), new_messages=new_messages, reply=reply.to_dict())
-        if self.ledger is not None:
-            spend.record(self.ledger, wake=self.log.number, wake_type=self.log.wake_type,
-                         purpose=request.purpose,
-                         tier=request.tier, model=reply.model, tokens_in=u.input_tokens,
-                         tokens_out=u.output_tokens, cache_read=u.cache_read_tokens,
-                         cache_write=u.cache_write_tokens, cost_usd=round(reply.cost_usd, 6))
+        self._ledger(request, reply.model, reply.cost_usd, u)
         return reply
+
+    def _count(self, cost: float, tokens_in: int, tokens_out: int) -> None:
+        self.calls += 1
+        if self.calls_left is not None:
+            self.calls_left -= 1
+        self.spent += cost
+        self.tokens_in += tokens_in
+        self.tokens_out += tokens_out
+
+    def _ledger(self, request: Request, model: str, cost: float, u: Usage) -> None:
+        """The call in the citizen's spend ledger (and the daily caps' 80 % notice)."""
+        if self.ledger is None:
+            return
+        spend.record(self.ledger, wake=self.log.number, wake_type=self.log.wake_type,
+                     purpose=request.purpose, tier=request.tier, model=model,
+                     tokens_in=u.input_tokens, tokens_out=u.output_tokens,
+                     cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
+                     cost_usd=round(cost, 6))
+        if self.daily is not None:
+            self.daily.spent_now()
 
 
 def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,

@@ -30,6 +30,7 @@ ORDER = {
 }
 KEEP_RESULTS = 4  # the most recent tool results always stay whole
 DROPPED = "[an earlier result of"
+LONG_ARG_TOKENS = 200  # an older call's argument longer than this is shortened past budget
 
 
 def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpose: str,
@@ -55,47 +56,72 @@ def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpo
 
 
 def _fitting(ctx: Context, room: int, count: Callable[[str], int]) -> str:
-    """The context whole if it fits in `room` tokens, else its most recent entries that
-    do, with a line saying how many older ones are left out ("" if none fits)."""
+    """The context whole if it fits in `room` tokens, else its pinned entries (a task's
+    own line) and then the most recent entries that fit, with a line saying how many
+    are left out ("" if nothing fits)."""
     whole = ctx.render()
     if count(whole) <= room:
         return whole
-    kept: list[str] = []
     used = count(f"## {ctx.type}\n(000 older entries not shown)\n")
-    for entry in reversed(ctx.entries):
-        line = f"- {entry['text']}"
-        cost = count(line) + 1
-        if used + cost > room:
-            break
-        kept.append(line)
-        used += cost
-    if not kept:
+    keep: set[int] = set()
+    order = [i for i, e in enumerate(ctx.entries) if e.get("pinned")]
+    order += [i for i in reversed(range(len(ctx.entries))) if i not in order]
+    for i in order:
+        cost = count(f"- {ctx.entries[i]['text']}") + 1
+        if used + cost <= room:  # one that does not fit is skipped, not the end
+            keep.add(i)
+            used += cost
+    if not keep:
         return ""
-    left = len(ctx.entries) - len(kept)
-    return f"## {ctx.type}\n({left} older entries not shown)\n" + "\n".join(reversed(kept))
+    lines = [f"- {ctx.entries[i]['text']}" for i in sorted(keep)]
+    left = len(ctx.entries) - len(keep)
+    return f"## {ctx.type}\n({left} older entries not shown)\n" + "\n".join(lines)
 
 
 def bound_conversation(messages: list[dict[str, Any]], budget: int,
                        count: Callable[[str], int]) -> int:
-    """Replace the oldest tool results (all but the last KEEP_RESULTS) by a short line
-    until the conversation fits `budget` tokens; returns how many were replaced. The
-    messages are replaced, not changed in place: a request already made keeps its own."""
+    """Shorten the oldest tool traffic - results, and the long arguments of the calls
+    (a written file's content) - all but the last KEEP_RESULTS exchanges, until the
+    conversation fits `budget` tokens; returns how many blocks were shortened. Ids and
+    names stay, so the conversation stays valid; messages are replaced, not changed in
+    place (a request already made keeps its own)."""
     where = [(i, j) for i, m in enumerate(messages) if isinstance(m.get("content"), list)
              for j, b in enumerate(m["content"])
-             if isinstance(b, dict) and b.get("type") == "tool_result"
-             and not str(b.get("content", "")).startswith(DROPPED)]
+             if isinstance(b, dict) and b.get("type") in ("tool_result", "tool_use")]
     total = sum(count(str(m.get("content"))) for m in messages)
-    dropped = 0
-    for i, j in where[:-KEEP_RESULTS] if len(where) > KEEP_RESULTS else []:
-        if total <= budget:
+    results = [w for w in where if messages[w[0]]["content"][w[1]]["type"] == "tool_result"]
+    if len(results) <= KEEP_RESULTS:
+        return 0
+    cutoff = results[-KEEP_RESULTS][0]  # the message holding the oldest result kept whole
+    shortened = 0
+    for i, j in where:
+        if total <= budget or i >= cutoff - 1:
             break
         block = messages[i]["content"][j]
-        before = count(str(block.get("content", "")))
-        line = (f"{DROPPED} {before} tokens, dropped to keep the prompt within its budget; "
-                "run the call again if you need it]")
+        new = _shorter(block, count)
+        if new is None:
+            continue
         content = list(messages[i]["content"])
-        content[j] = {**block, "content": line}
+        content[j] = new
+        total -= count(str(messages[i]["content"])) - count(str(content))
         messages[i] = {**messages[i], "content": content}
-        total -= before - count(line)
-        dropped += 1
-    return dropped
+        shortened += 1
+    return shortened
+
+
+def _shorter(block: dict[str, Any], count: Callable[[str], int]) -> dict[str, Any] | None:
+    """The block with its bulk replaced by a note, or None if that would not shrink it."""
+    if block["type"] == "tool_result":
+        text = str(block.get("content", ""))
+        if text.startswith(DROPPED):
+            return None
+        line = (f"{DROPPED} {count(text)} tokens, dropped to keep the prompt within its "
+                "budget; run the call again if you need it]")
+        return {**block, "content": line} if count(line) < count(text) else None
+    args = dict(block.get("input") or {})
+    long = {k for k, v in args.items() if isinstance(v, str) and count(v) > LONG_ARG_TOKENS}
+    if not long:
+        return None
+    for k in long:
+        args[k] = f"[{count(args[k])} tokens, dropped to keep the prompt within its budget]"
+    return {**block, "input": args}

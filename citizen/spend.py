@@ -1,9 +1,10 @@
 """Money per UTC day: a ledger line for every model call, and the daily caps.
 
 Every metered call (`citizen.loop.Meter`) appends one line to `logs/spend/<day>.jsonl`:
-the wake (or "rollup", "ask" for calls outside wakes), purpose, tier, model, tokens
-and dollars. A day's total is the sum of its lines, so the caps, `citizen status` and
-`citizen cost` read one small file per citizen instead of every wake log.
+the wake (roll-ups and `citizen ask` get a wake number and type of their own), purpose,
+tier, model, tokens and dollars (`citizen doctor`'s one test call is not metered). A
+day's total is the sum of its lines, so the caps, `citizen status` and `citizen cost`
+read one small file per citizen instead of every wake log.
 
 Caps (budget keys the operator owns on a server): `max_usd_per_day` for the citizen and
 `civilization_usd_per_day` for every citizen together. Before each call the meter asks
@@ -56,6 +57,9 @@ def lines(home: Home, day: date) -> list[dict[str, Any]]:
         raw = path.read_text(encoding="utf-8")
     except FileNotFoundError:
         return []
+    except OSError as exc:  # a peer's ledger we may not read: counted as nothing, said
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+        return []
     out = []
     for text in raw.splitlines():
         try:
@@ -101,8 +105,14 @@ class Daily:
                 f"the next call could cost ${worst:.4f} and ${everyone:.4f} of the "
                 f"civilization's ${self.civilization_cap:.2f} daily cap is spent - work "
                 "resumes after 00:00 UTC (budget.civilization_usd_per_day)")
-        if mine + worst >= WARN_SHARE * self.citizen_cap:
-            self._warn_once(day, mine + worst)
+
+    def spent_now(self) -> None:
+        """After a call is recorded: at 80 % of the cap, spent for real, tell the operators
+        (once a day)."""
+        day = today()
+        mine = spent(self.home, day)
+        if mine >= WARN_SHARE * self.citizen_cap:
+            self._warn_once(day, mine)
 
     def _warn_once(self, day: date, amount: float) -> None:
         marker = ledger(self.home, day).with_suffix(".warned")
@@ -126,14 +136,15 @@ def started(home: Home, kind: str, day: date | None = None) -> int:
         return 0
 
 
-def start(home: Home, kind: str, cap: int, what: str) -> None:
-    """Count one more `kind` opened today.
-
-    :raises CapReached: the day's `cap` is used up (nothing is counted).
-    """
+def allow(home: Home, kind: str, cap: int) -> None:
+    """:raises CapReached: the day's `cap` of `kind`s ("debate", "proposal") is used up."""
     if started(home, kind) >= cap:
         raise CapReached(f"you have opened {cap} {kind}s today, the most a day allows "
                          f"(budget.max_{kind}s_per_day); try again after 00:00 UTC")
+
+
+def opened(home: Home, kind: str, what: str) -> None:
+    """Count one more `kind` opened today (after it was opened: a refused one is free)."""
     path = ledger(home, today()).with_suffix(f".{kind}s")
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("a", encoding="utf-8") as fh:

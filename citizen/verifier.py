@@ -24,7 +24,8 @@ from typing import Any
 from citizen.config import Templates
 from citizen.errors import CitizenError, ProviderError, StructuredOutputError
 from citizen.llm.base import Provider, Request
-from citizen.loop import Meter
+from citizen.loop import BudgetExceeded, Meter
+from citizen.spend import DailyCapReached
 
 HEAD_CHARS = 1500  # of each deliverable file, shown to the verifier
 
@@ -41,7 +42,7 @@ class Verifier:
 
     def __call__(self, task: str, summary: str, evidence: list[str],
                  files: list[Path]) -> tuple[str, str]:
-        """("pass" | "fail" | "unverified", why)."""
+        """("pass" | "fail" | "unverified" (the model is down) | "refused" (a limit), why)."""
         shown = [*evidence]
         for f in files:
             try:
@@ -52,14 +53,25 @@ class Verifier:
         prompt = self.templates.prompt(
             "task_verify", task=task[:3000], summary=self.redact(summary[:2000]),
             evidence="\n".join(shown) or "(the task names no file)")
-        try:
-            reply = self.meter.call(self.llm, Request(
-                messages=[{"role": "user", "content": prompt}],
-                output_schema=self.templates.schema("task_verdict"), max_tokens=200,
-                tier="fast", purpose="verify_task"))
-        except (ProviderError, StructuredOutputError, CitizenError) as exc:
-            return "unverified", f"no second opinion ({str(exc)[:160]})"
-        return str(reply.data["verdict"]), str(reply.data.get("reason", ""))[:300]
+        request = Request(messages=[{"role": "user", "content": prompt}],
+                          output_schema=self.templates.schema("task_verdict"), max_tokens=200,
+                          tier="fast", purpose="verify_task")
+        for attempt in range(2):
+            try:
+                reply = self.meter.call(self.llm, request)
+                return str(reply.data["verdict"]), str(reply.data.get("reason", ""))[:300]
+            except (BudgetExceeded, DailyCapReached) as exc:
+                # A limit is no verdict: "done" waits (a worker whose claim lands on its
+                # last allowed call must not skip the second opinion).
+                return "refused", str(exc)[:200]
+            except StructuredOutputError as exc:
+                # The worker's files are in the verifier's prompt: an answer that cannot
+                # be read may be an injection, and is never a pass.
+                if attempt == 1:
+                    return "fail", f"the verifier's answer could not be read ({exc.problem[:120]})"
+            except (ProviderError, CitizenError) as exc:  # the model is down: say so
+                return "unverified", f"no second opinion ({str(exc)[:160]})"
+        return "fail", "unreachable"
 
     def extract(self, task: str) -> dict[str, Any] | None:
         """The task's deliverables as the model reads them; None if it cannot be asked
@@ -71,5 +83,5 @@ class Verifier:
                 output_schema=self.templates.schema("task_deliverables"), max_tokens=300,
                 tier="fast", purpose="task_deliverables"))
         except (ProviderError, StructuredOutputError, CitizenError):
-            return None
+            return None  # read again at the next claim or at task_complete
         return dict(reply.data) if isinstance(reply.data, dict) else None

@@ -15,6 +15,8 @@ from citizen.contexts import Context
 from citizen.tasks import Task
 
 TASK_CHARS = 600  # of the task's text in the working context (the prompt has it whole)
+MAX_LINES = 60  # of what was done, the newest (the task's own file keeps all of it)
+LINE_CHARS = 600
 
 
 def progress_so_far(task: Task) -> str:
@@ -36,16 +38,20 @@ def progress_so_far(task: Task) -> str:
 
 def remember(contexts: Mapping[str, Context], task: Task) -> None:
     """Write the task's working state into the `working` context (replacing whatever
-    it held: one task is worked on at a time)."""
+    it held: one task is worked on at a time): the task first, then one entry per line
+    of what was done, the newest MAX_LINES, so a prompt budget that cannot take it all
+    keeps the task and the newest of it."""
     ctx = contexts.get("working")
     if ctx is None:
         return
     ctx.entries = []
-    ctx.add(f"Task {task.id}, in progress: {task.text[:TASK_CHARS]}", task=task.id)
+    ctx.add(f"Task {task.id}, in progress: {task.text[:TASK_CHARS]}", task=task.id, pinned=True)
     so_far = progress_so_far(task)
     if so_far:
-        ctx.add("Done so far (carry on from here; read what you wrote rather than "
-                f"starting over):\n{so_far}", task=task.id)
+        ctx.add("Done so far (carry on from here; read what you wrote rather than starting "
+                "over):", task=task.id)
+        for line in so_far.splitlines()[-MAX_LINES:]:
+            ctx.add(line.lstrip("- ")[:LINE_CHARS], task=task.id)
 
 
 def clear(contexts: Mapping[str, Context]) -> None:

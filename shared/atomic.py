@@ -165,11 +165,16 @@ def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
     """Append one JSON line (histories and logs are append-only JSONL)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+    try:  # read too, to see a torn last line; a file we may only append to is fine
+        fd, readable = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode), True
+    except PermissionError:
+        fd, readable = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode), False
     try:
         info = os.fstat(fd)
         if info.st_size == 0 and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
             os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask
+        if readable and info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+            line = "\n" + line  # a writer killed mid-line: do not glue this record onto it
         os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -128,6 +128,33 @@ class AnthropicProvider(Provider):
         return kwargs
 
     def _reply(self, request: Request, message: Any, model: str, latency: float) -> Reply:
+        u = message.usage
+        usage = Usage(
+            input_tokens=u.input_tokens or 0,
+            output_tokens=u.output_tokens or 0,
+            cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
+            cache_read_tokens=getattr(u, "cache_read_input_tokens", 0) or 0,
+        )
+        cost = usage.cost(self.prices[model])
+        try:
+            text, calls, data = self._content(request, message)
+        except StructuredOutputError as exc:  # billed all the same: the meter charges it
+            raise exc.billed(cost, usage.input_tokens, usage.output_tokens) from None
+        return Reply(
+            text=text,
+            model=message.model or model,
+            provider=self.name,
+            usage=usage,
+            cost_usd=cost,
+            tool_calls=calls,
+            data=data,
+            stop_reason=message.stop_reason or "",
+            latency_s=latency,
+        )
+
+    @staticmethod
+    def _content(request: Request, message: Any) -> tuple[str, tuple[ToolCall, ...], Any]:
+        """(text, tool calls, structured data) of a reply."""
         text_parts: list[str] = []
         calls: list[ToolCall] = []
         data: Any = None
@@ -151,24 +178,15 @@ class AnthropicProvider(Provider):
         if request.output_schema is not None and data is None:
             raise StructuredOutputError("the reply did not use the respond tool",
                                         "".join(text_parts))
-        u = message.usage
-        usage = Usage(
-            input_tokens=u.input_tokens or 0,
-            output_tokens=u.output_tokens or 0,
-            cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
-            cache_read_tokens=getattr(u, "cache_read_input_tokens", 0) or 0,
-        )
-        return Reply(
-            text="".join(text_parts),
-            model=message.model or model,
-            provider=self.name,
-            usage=usage,
-            cost_usd=usage.cost(self.prices[model]),
-            tool_calls=tuple(calls),
-            data=data,
-            stop_reason=message.stop_reason or "",
-            latency_s=latency,
-        )
+        if message.stop_reason == "max_tokens" and calls:
+            # The output limit cut the last call mid-arguments: it must not run.
+            last = calls[-1]
+            calls[-1] = ToolCall(last.id, last.name, last.input, CUT)
+        return "".join(text_parts), tuple(calls), data
+
+
+CUT = ("your call was cut at the output limit, so it was not run; shorten it, or write "
+       "long content in parts (write_file the first part, then append_file the rest)")
 
 
 def _short(text: str, limit: int = 300) -> str:

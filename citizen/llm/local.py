@@ -205,11 +205,14 @@ class LocalProvider(Provider):
             stop_reason=choice.get("finish_reason") or "",
             latency_s=latency,
         )
-        if request.output_schema is not None:
-            return _with(reply, data=parse_json(text, request.output_schema, clamp=True))
-        if tools:
-            return _as_action(reply, text, tools, result.get("id", "local"),
-                              fitted if schema is not None else None)
+        try:
+            if request.output_schema is not None:
+                return _with(reply, data=parse_json(text, request.output_schema, clamp=True))
+            if tools:
+                return _as_action(reply, text, tools, result.get("id", "local"),
+                                  fitted if schema is not None else None)
+        except StructuredOutputError as exc:  # the tokens were spent all the same
+            raise exc.billed(reply.cost_usd, usage.input_tokens, usage.output_tokens) from None
         return reply
 
 

@@ -5,11 +5,18 @@ does not take (the `json_schema` response format, native `tools`)."""
 from __future__ import annotations
 
 import json
+import re
 import urllib.error
 import urllib.request
 from typing import Any
 
 from citizen.errors import ProviderError
+
+# How servers say they take no native tools: llama.cpp without --jinja ("tools param
+# requires --jinja flag"), Ollama ("... does not support tools"), vLLM ("auto" tool
+# choice requires --enable-auto-tool-choice ...).
+_NO_TOOLS = re.compile(r"tools param|jinja|(does not|doesn't) support tools|"
+                       r"tool.choice requires|tools are not supported", re.IGNORECASE)
 
 
 class ModelServer:
@@ -33,7 +40,7 @@ class ModelServer:
         try:
             return self._post(body)
         except Refused as exc:
-            if "tool" not in exc.detail.lower() and exc.code not in (400, 422, 501):
+            if not _NO_TOOLS.search(exc.detail):  # any other error is an error
                 raise ProviderError(exc.message) from exc
             self.native_tools = False
             return None

@@ -20,11 +20,12 @@ def propose(env: ToolEnv, task: str) -> str:
         raise ToolFailure("say what should be done")
     me = env.home.name
     try:
-        spend.start(env.home, "proposal", env.config.budget.max_proposals_per_day, task)
+        spend.allow(env.home, "proposal", env.config.budget.max_proposals_per_day)
     except spend.CapReached as exc:
         raise ToolFailure(str(exc)) from exc
     commons = civilization.commons(config.templates())
     d = commons.consensus.request(task, me, me, source={"task": env.task.id if env.task else ""})
+    spend.opened(env.home, "proposal", task)
     commons.ring(me, "CONSENSUS", f"propose {d.id}", sender=me)
     return (f"opened {d.id}: {d.roles['verifier']} verifies, {d.roles['integrator']} "
             "integrates; you write the proposal in your next CONSENSUS wake")

@@ -16,7 +16,7 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     """
     me = env.home.name
     try:
-        spend.start(env.home, "debate", env.config.budget.max_debates_per_day, topic)
+        spend.allow(env.home, "debate", env.config.budget.max_debates_per_day)
     except spend.CapReached as exc:
         raise ToolFailure(str(exc)) from exc
     names = [me, *[p.strip() for p in participants.split(",") if p.strip() and p.strip() != me]]
@@ -24,5 +24,6 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     commons = civilization.commons(tpl)
     d = commons.debates.start(topic, names, me,
                               personas={n: civilization.persona(tpl, n) for n in names})
+    spend.opened(env.home, "debate", topic)
     commons.ring(me, "DEBATE", f"debate {d.id} started", sender=me)
     return f"started {d.id} among {', '.join(d.participants)}; you move first"

@@ -37,6 +37,11 @@ def task_complete(env: ToolEnv, summary: str) -> str:
     :param summary: the result: what was done and where it is
     """
     task = _active(env)
+    if not evidence.settle(task.meta, task.text,
+                           env.verify.extract if env.verify is not None else None):
+        raise ToolFailure("not filed yet: what the task asks for could not be read (the "
+                          "model is unavailable or a limit is reached); it is read again "
+                          "when the task continues")
     wanted = task.meta.get("deliverables") or {}
     problems, proof, files = evidence.check(
         env.home.dir, wanted,
@@ -45,6 +50,10 @@ def task_complete(env: ToolEnv, summary: str) -> str:
     verdict, why = "unverified", "no verifier in this call"
     if not problems and env.verify is not None:
         verdict, why = env.verify(task.text, summary, proof, files)
+        if verdict == "refused":  # not counted as a refused claim: the worker did no wrong
+            raise ToolFailure(f"not filed yet: the evidence holds, but the verifier could "
+                              f"not be asked ({why}); the claim stands when the task "
+                              "continues")
         if verdict == "fail":
             problems = [f"a verifier who did not do the work says: {why}"]
     if problems:

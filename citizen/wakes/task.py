@@ -35,10 +35,12 @@ class TaskWake(WakeType):
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         task = setup.tasks.claim(gate.data["task_id"])
-        if "deliverables" not in task.meta:
-            # What "done" will be checked against, fixed when the task is taken.
-            read = env.verify.extract(task.text) if env.verify is not None else None
-            task.meta["deliverables"] = evidence.deliverables(task.text, read)
+        # What "done" will be checked against, fixed when the task is taken (read again
+        # next time if the model could not be asked now).
+        before = task.meta.get("deliverables")
+        evidence.settle(task.meta, task.text,
+                        env.verify.extract if env.verify is not None else None)
+        if task.meta.get("deliverables") != before:
             setup.tasks.save(task)
         env.task = task
         # The system blocks are built after this: the working context they carry holds
