@@ -15,6 +15,7 @@ outgrow the window.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -28,14 +29,35 @@ ORDER = {
     # a vote, a move, a bid: its values and goals, whom it deals with, its recent past
     "step": ("goals", "relationships", "history", "skills", "peer_monitor", "dreams"),
 }
+RECALL_HITS = 5  # memory search hits offered to a wake's calls
+_COMMON = frozenset((
+    "this", "that", "with", "from", "your", "have", "will", "what", "when", "which", "into",
+    "work", "wake", "task", "tools", "tool", "them", "then", "there", "their", "about",
+    "should", "would", "could", "please", "write", "make", "file"))
 KEEP_RESULTS = 4  # the most recent tool results always stay whole
 DROPPED = "[an earlier result of"
 LONG_ARG_TOKENS = 200  # an older call's argument longer than this is shortened past budget
 
 
+def keywords(text: str, most: int = 20) -> str:
+    """The work's distinctive words, for the memory search (no stop words, no repeats)."""
+    words = [w for w in re.findall(r"[A-Za-z][\w.-]{3,}", text.lower()) if w not in _COMMON]
+    return " ".join(list(dict.fromkeys(words))[:most])
+
+
+def recalled(hits: list[dict[str, Any]]) -> str:
+    """Memory search hits as a block ("" when none)."""
+    if not hits:
+        return ""
+    lines = [f"- [{h.get('day', '?')} {h.get('kind', '')}] {h.get('snippet', '')}" for h in hits]
+    return "## recalled (your memory, searched for this work)\n" + "\n".join(lines)
+
+
 def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpose: str,
-                  count: Callable[[str], int]) -> tuple[list[str], dict[str, int]]:
-    """(blocks, tokens per context included) for one kind of call."""
+                  count: Callable[[str], int], *,
+                  recall: str = "") -> tuple[list[str], dict[str, int]]:
+    """(blocks, tokens per context included) for one kind of call; `recall` (memory
+    search hits for the work) comes after the purpose's first context, if it fits."""
     blocks, used, shown = [base], count(base), {}
     identity = contexts.get("identity")
     if identity is not None and identity.entries:
@@ -43,15 +65,18 @@ def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpo
         blocks.append(text)
         shown["identity"] = count(text)
         used += shown["identity"]
-    for ctype in ORDER[purpose]:
+    for n, ctype in enumerate(ORDER[purpose]):
         ctx = contexts.get(ctype)
-        if ctx is None or not ctx.entries or used >= budget:
-            continue
-        text = _fitting(ctx, budget - used, count)
-        if text:
-            blocks.append(text)
-            shown[ctype] = count(text)
-            used += shown[ctype]
+        if ctx is not None and ctx.entries and used < budget:
+            text = _fitting(ctx, budget - used, count)
+            if text:
+                blocks.append(text)
+                shown[ctype] = count(text)
+                used += shown[ctype]
+        if n == 0 and recall and used + count(recall) <= budget:
+            blocks.append(recall)
+            shown["recalled"] = count(recall)
+            used += shown["recalled"]
     return blocks, shown
 
 

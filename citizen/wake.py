@@ -254,12 +254,13 @@ class _Run:
                                max_iterations=budget.max_iterations)
         # Built once: the same bytes on every call of the wake, so the cache serves them.
         purpose = "execute" if kind.loop else "step"
-        system, shown = prompt.system_blocks(
-            base, contexts, budget.prompt_tokens_execute if kind.loop
-            else budget.prompt_tokens_step, purpose, llm.count_tokens)
-        self.wlog.event("prompt_budget", purpose=purpose, shown=shown,
-                        budget=budget.prompt_tokens_execute if kind.loop
-                        else budget.prompt_tokens_step)
+        limit = budget.prompt_tokens_execute if kind.loop else budget.prompt_tokens_step
+        # What the memory holds about this work (FTS5), if the budget has room for it.
+        recall = prompt.recalled(setup.memory.search(prompt.keywords(instruction),
+                                                     limit=prompt.RECALL_HITS))
+        system, shown = prompt.system_blocks(base, contexts, limit, purpose, llm.count_tokens,
+                                             recall=recall)
+        self.wlog.event("prompt_budget", purpose=purpose, shown=shown, budget=limit)
         if not kind.loop:
             ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
             return self._ended(kind, setup, env, ending)

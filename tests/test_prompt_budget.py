@@ -111,3 +111,19 @@ def test_the_conversation_is_bounded(civ: Path) -> None:
             for b in m["content"] if b.get("type") == "tool_result"
             and big[:100] in str(b.get("content"))]
     assert 1 <= len(kept) <= 4
+
+
+def test_the_memory_relevant_to_the_work_is_recalled(civ: Path) -> None:
+    """History and memory enter by relevance too: the FTS5 search over the citizen's
+    memory, for the words of the work, within the budget."""
+    from citizen.memory import Memory
+
+    mem = Memory(paths.home("opus").memory)
+    mem.record(1, "TASK", "the lighthouse ledger lives in notes/lighthouse.csv")
+    mem.record(2, "TASK", "tea was good today")
+    TaskQueue(paths.home("opus").tasks).add("Add a row to the lighthouse ledger")
+    actor = Actor(call("task_stuck", reason="just looking"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    system = "\n".join(next(r for r in actor.requests if r.purpose == "execute").system)
+    assert "## recalled" in system and "[ledger] lives in notes/[lighthouse].csv" in system
+    assert "tea was good" not in system
