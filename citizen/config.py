@@ -80,6 +80,7 @@ class Budget:
     max_debates_per_day: int = 3
     max_proposals_per_day: int = 5
     max_calls_per_task: int = 50
+    max_usd_per_debate: float = 0.5  # the seed's target: past it the debate ends, saying so
 
 
 @dataclass(frozen=True)

@@ -261,3 +261,22 @@ def test_owed_replays_only_debates_that_moved(debates: Debates,
     debates.move(running.id, "opus", play(running.situation("opus")))
     replays.clear()
     assert [d.id for d in debates.owed("mira")] == [running.id] and replays == [running.id]
+
+
+def test_a_debate_ends_at_its_cost_target(debates: Debates) -> None:
+    """The seed's target (< $0.50 a debate) as a budget: when the moves' reported cost
+    reaches the cap fixed at start, the debate ends, saying why - every reader's replay
+    agrees. Before, nothing bounded a debate's dollars (a three-way one is ≈50 wakes)."""
+    d = debates.start("Tests before features", ["opus", "mira"], "operator", usd_cap=0.01)
+    for _ in range(2):
+        me = d.owed_by()
+        d = debates.move(d.id, me, {"move": "CLAIM", "content": f"{me}: reverts cost more",
+                                    "cost": {"calls": 1, "usd": 0.006, "tokens": 900}})
+    assert d.stage == "ENDED" and "over its cost target" in d.ended and "$0.01" in d.ended
+    assert debates.load(d.id).stage == "ENDED"
+    uncapped = debates.start("Tabs or spaces", ["opus", "mira"], "operator")
+    for _ in range(2):
+        me = uncapped.owed_by()
+        uncapped = debates.move(uncapped.id, me, {"move": "CLAIM", "content": "spaces",
+                                                  "cost": {"usd": 0.9}})
+    assert uncapped.stage == "DISCOVERY"

@@ -68,7 +68,10 @@ def _budget(values: tuple[str, ...]) -> dict[str, tuple[int, int]] | None:
               help="2-5 citizens, comma-separated; the first moves first.")
 @click.option("--budget", "budget", multiple=True,
               help="STAGE=MIN-MAX messages (default: the seed's, scaled for more than two).")
-def start(topic: str, people: str, budget: tuple[str, ...]) -> None:
+@click.option("--max-usd", type=click.FloatRange(0), default=0.5, show_default=True,
+              help="End the debate when its moves have cost this much (0: no limit; the "
+                   "seed's target is under $0.50).")
+def start(topic: str, people: str, budget: tuple[str, ...], max_usd: float) -> None:
     """Start a debate and ring the first participant's doorbell.
 
     \b
@@ -79,7 +82,7 @@ def start(topic: str, people: str, budget: tuple[str, ...]) -> None:
     tpl = config.templates()
     d = civilization.debates().start(topic, names, operator(),
                                      personas={n: civilization.persona(tpl, n) for n in names},
-                                     budgets=_budget(budget))
+                                     budgets=_budget(budget), usd_cap=max_usd)
     who = d.owed_by()
     ring_as_operator(who, "DEBATE", f"debate {d.id} started")
     click.echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "

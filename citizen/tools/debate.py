@@ -23,7 +23,8 @@ def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     tpl = config.templates()
     commons = civilization.commons(tpl)
     d = commons.debates.start(topic, names, me,
-                              personas={n: civilization.persona(tpl, n) for n in names})
+                              personas={n: civilization.persona(tpl, n) for n in names},
+                              usd_cap=env.config.budget.max_usd_per_debate)
     spend.opened(env.home, "debate", topic)
     commons.ring(me, "DEBATE", f"debate {d.id} started", sender=me)
     return f"started {d.id} among {', '.join(d.participants)}; you move first"

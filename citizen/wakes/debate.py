@@ -141,7 +141,8 @@ def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:
                                     for n in [me, *peers]},
                           budgets=_budgets(setup),
                           source={k: task.meta[k] for k in ("from", "subject", "message_id")
-                                  if k in task.meta})
+                                  if k in task.meta},
+                          usd_cap=setup.config.budget.max_usd_per_debate)
     except SharedError as exc:
         return f"could not start a debate: {exc}"
     if d.owed_by() != me:

@@ -26,6 +26,15 @@ from shared.debates.moves import (
 )
 
 
+def _usd(move: Mapping[str, Any]) -> float:
+    """What a move reports it cost (its author's meter; a malformed figure is 0)."""
+    cost = move.get("cost")
+    try:
+        return max(0.0, float(cost.get("usd", 0.0))) if isinstance(cost, Mapping) else 0.0
+    except (TypeError, ValueError):
+        return 0.0
+
+
 def _confidence(move: Mapping[str, Any]) -> float:
     try:
         return min(1.0, max(0.0, float(move.get("confidence", 0.5))))
@@ -57,6 +66,10 @@ class Debate:
     events: list[dict[str, Any]] = field(default_factory=list)
     turn: int = 0  # non-grade moves, for the round-robin
     ended: str = ""
+    # The seed's cost target per debate (< $0.50): fixed in the header at start; when the
+    # moves' reported cost reaches it, the debate ends with that reason (0: none).
+    usd_cap: float = 0.0
+    usd: float = 0.0
 
     # ------------------------------------------------------------ reading
 
@@ -183,6 +196,11 @@ class Debate:
         self.check(move)
         before = len(self.events)
         self._take(dict(move))
+        if self.usd_cap and self.usd >= self.usd_cap and self.active:
+            self.ended = (f"over its cost target: its moves cost ${self.usd:.2f} of the "
+                          f"${self.usd_cap:.2f} it may (budget.max_usd_per_debate)")
+            self._to("ENDED")
+            self._event("debate_complete", reason=self.ended)
         return self.events[before:]
 
     def _event(self, kind: str, **data: Any) -> None:
@@ -197,6 +215,7 @@ class Debate:
     def _take(self, move: dict[str, Any]) -> None:
         self.seq += 1
         self.stage_count += 1
+        self.usd += _usd(move)
         kind, author = move["move"], move["author"]
         self.messages.append({"seq": self.seq, "author": author, "move": kind,
                               "stage": self.stage, **{k: move[k] for k in KEPT if k in move}})

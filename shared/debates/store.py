@@ -61,7 +61,7 @@ class Debates:
     def start(self, topic: str, participants: list[str], started_by: str, *,
               personas: Mapping[str, str] | None = None,
               budgets: Mapping[str, tuple[int, int]] | None = None,
-              source: Mapping[str, Any] | None = None) -> Debate:
+              source: Mapping[str, Any] | None = None, usd_cap: float = 0.0) -> Debate:
         """Open a debate among `participants` (the first moves first).
 
         :raises Invalid: no topic, too few or many participants, a malformed budget.
@@ -83,7 +83,8 @@ class Debates:
             raise Invalid(problem)
         did = self.threads.open({"topic": topic[:1000], "participants": people,
                                  "personas": dict(personas or {}), "budgets": plan,
-                                 "started_by": started_by, "source": dict(source or {})})
+                                 "started_by": started_by, "source": dict(source or {}),
+                                 "usd_cap": float(usd_cap)})
         self._log(did, {"type": "debate_started", "seq": 0, "stage": "DISCOVERY",
                         "topic": topic[:300], "participants": people})
         return self.load(did)
@@ -107,7 +108,8 @@ class Debates:
         skipped, so what counts is always what the rules allow."""
         t = self.thread(did)
         d = Debate(did, t["topic"], list(t["participants"]),
-                   {s: (int(v[0]), int(v[1])) for s, v in t["budgets"].items()})
+                   {s: (int(v[0]), int(v[1])) for s, v in t["budgets"].items()},
+                   usd_cap=float(t.get("usd_cap", 0.0)))
         for mv in self.moves(did):
             if int(mv.get("seq", 0)) != d.seq + 1:
                 log.warning("debate %s: move %s out of sequence; skipped", did, mv.get("seq"))
