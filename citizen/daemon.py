@@ -239,8 +239,10 @@ class Daemon:
         log.warning("citizen %s: %d doorbell wakes this hour (budget.max_doorbell_wakes_per_"
                     "hour); %s waits %.0f s", self.name, cap, req.wake_type, later)
         when = datetime.now(UTC) + timedelta(seconds=later)
+        # One deferred wake per type: more rings while over the limit coalesce into it.
         self.scheduler.add_job(self._request, "date", run_date=when,
-                               args=[req.wake_type, req.reason])
+                               args=[req.wake_type, req.reason],
+                               id=f"doorbell-later-{req.wake_type}", replace_existing=True)
         return True
 
     def _run_wake(self, req: WakeRequest) -> None:

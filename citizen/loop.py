@@ -144,6 +144,11 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         system: list[str], instruction: str, tier: str) -> Ending:
     """Let the model work with its tools until it ends its turn or a limit stops it."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
+    size = llm.count_tokens(instruction)
+    if size > meter.budget.conversation_tokens:  # nothing to shorten: say so, call nothing
+        return Ending("budget", f"the work's text alone is {size} tokens, over "
+                      f"budget.conversation_tokens ({meter.budget.conversation_tokens}): "
+                      "shorten it (attach long material as a file) or raise the budget")
     specs = [t.spec() for t in tools.values()]
     cache: dict[str, str] = {}
     repeats: Counter[tuple[str, str]] = Counter()  # (call, result) since the last change

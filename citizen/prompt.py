@@ -61,7 +61,9 @@ def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpo
     blocks, used, shown = [base], count(base), {}
     identity = contexts.get("identity")
     if identity is not None and identity.entries:
-        text = identity.render()  # who the citizen is is never cut
+        # Who the citizen is always comes, and is never forgotten (the file keeps it
+        # whole); past half the budget the prompt carries its beginning only.
+        text = _head(identity.render(), budget // 2, count)
         blocks.append(text)
         shown["identity"] = count(text)
         used += shown["identity"]
@@ -78,6 +80,17 @@ def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpo
             shown["recalled"] = count(recall)
             used += shown["recalled"]
     return blocks, shown
+
+
+def _head(text: str, room: int, count: Callable[[str], int]) -> str:
+    """`text`, or as much of its beginning as fits `room` tokens, saying so."""
+    if count(text) <= room:
+        return text
+    note = "\n(cut here to fit the prompt budget; the context file keeps it whole)"
+    keep = max(0, int(len(text) * (room - count(note)) / count(text)))
+    while keep and count(text[:keep] + note) > room:
+        keep = int(keep * 0.9)
+    return text[:keep] + note
 
 
 def _fitting(ctx: Context, room: int, count: Callable[[str], int]) -> str:

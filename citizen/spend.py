@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
@@ -29,6 +30,7 @@ from citizen.paths import Home
 from shared.atomic import append_line
 
 log = logging.getLogger(__name__)
+MAX_CALL_USD = 100.0  # no call costs more (the wake cap's own maximum)
 LEAST_CALL_USD = 1e-6  # a wake with work starts only if at least this much is left
 WARN_SHARE = 0.8  # of the citizen's daily cap: the operators hear of it once that day
 
@@ -70,7 +72,18 @@ def lines(home: Home, day: date) -> list[dict[str, Any]]:
 
 
 def spent(home: Home, day: date) -> float:
-    return sum(float(x.get("cost_usd", 0.0)) for x in lines(home, day))
+    """The day's dollars; a line that is no sane cost (not a number, negative, NaN, more
+    than any call can cost) counts as nothing or as that most, never as an error."""
+    total = 0.0
+    for line in lines(home, day):
+        cost = line.get("cost_usd", 0.0) if isinstance(line, dict) else 0.0
+        try:
+            value = float(cost)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value > 0:
+            total += min(value, MAX_CALL_USD)
+    return total
 
 
 def days(n: int) -> list[date]:
@@ -99,7 +112,9 @@ class Daily:
                 f"the next call could cost ${worst:.4f} and ${mine:.4f} of {self.home.name}'s "
                 f"${self.citizen_cap:.2f} daily cap is spent - work resumes after 00:00 UTC "
                 "(budget.max_usd_per_day)")
-        everyone = mine + sum(spent(p, day) for p in self.peers)
+        # A peer counts at most one citizen's day: a ledger that lies (a citizen's own
+        # file) cannot stop the whole civilization, only use up one share of it.
+        everyone = mine + sum(min(spent(p, day), self.citizen_cap) for p in self.peers)
         if everyone + worst > self.civilization_cap:
             raise DailyCapReached(
                 f"the next call could cost ${worst:.4f} and ${everyone:.4f} of the "

@@ -8,6 +8,7 @@ error naming the file - it is kept for inspection, never silently reset.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
@@ -170,6 +171,9 @@ def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
     except PermissionError:
         fd, readable = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode), False
     try:
+        # One appender at a time: the torn-line check and the write are one step, so a
+        # writer in progress is never mistaken for a torn line (flock needs no read right).
+        fcntl.flock(fd, fcntl.LOCK_EX)
         info = os.fstat(fd)
         if info.st_size == 0 and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
             os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask

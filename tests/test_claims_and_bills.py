@@ -215,3 +215,80 @@ def test_a_torn_ledger_line_loses_only_itself(civ: Path) -> None:
         fh.write('{"cost_usd": 9')  # a writer killed mid-line
     spent_already("opus", 0.25)
     assert spend.spent(home, spend.today()) == 0.75
+
+
+# ---------------------------------------------------------------- a second review
+
+
+def test_a_ledger_that_lies_neither_lifts_nor_breaks_the_caps(civ: Path) -> None:
+    """A citizen's ledger is its own file: NaN or a negative cost must not lift its cap,
+    junk must not crash its peers, a huge cost must not stop the civilization."""
+    home, peer = paths.home("opus"), paths.home("mira")
+    path = spend.ledger(home, spend.today())
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text('{"cost_usd": NaN}\n{"cost_usd": -50}\n{"cost_usd": "x"}\nnull\n[1]\n'
+                    '{"cost_usd": 0.5}\n')
+    assert spend.spent(home, spend.today()) == 0.5
+    liar = spend.ledger(peer, spend.today())
+    liar.parent.mkdir(parents=True, exist_ok=True)
+    liar.write_text('{"cost_usd": 1e300}\n')
+    daily = spend.Daily(home, 2.0, 3.0, peers=[peer])
+    daily.check(0.5)  # 0.5 mine + at most 2.0 (one citizen's day) for the liar + 0.5 = 3.0
+    with pytest.raises(spend.DailyCapReached):
+        daily.check(0.6)
+
+
+def test_a_debates_cost_cannot_be_forged_past_reason() -> None:
+    from shared.debates.rules import MAX_MOVE_USD, _usd
+
+    forged = (float("nan"), -1, "x", float("inf"), 1e300, 0.2)
+    assert [_usd({"cost": {"usd": v}}) for v in forged] == [0, 0, 0, 0, MAX_MOVE_USD, 0.2]
+
+
+def test_a_negative_debate_cap_is_refused(tmp_path: Path) -> None:
+    from shared.debates import Debates
+    from shared.errors import Invalid
+
+    debates = Debates(tmp_path / "shared", ["opus", "mira"], enforce_identity=False)
+    with pytest.raises(Invalid, match="cost cap"):
+        debates.start("x", ["opus", "mira"], "operator", usd_cap=-1)
+
+
+def test_an_identity_larger_than_the_budget_is_cut_in_the_prompt_only(civ: Path) -> None:
+    from citizen.contexts import ContextStore
+    from citizen.llm.base import estimate_tokens
+
+    cfg = config.load_citizen("opus")
+    store = ContextStore(paths.home("opus").contexts, cfg.context_limits, estimate_tokens)
+    contexts = store.load_all()
+    contexts["identity"].entries[0]["text"] = "I am opus. " + "I value care. " * 3000
+    contexts["goals"].add("ship the library")
+    blocks, shown = system_blocks("You are opus.", contexts, 4000, "step", estimate_tokens)
+    assert estimate_tokens("\n".join(blocks)) <= 4000
+    assert "cut here to fit the prompt budget" in blocks[1] and "goals" in shown
+    assert len(contexts["identity"].entries[0]["text"]) > 40000  # the context is whole
+
+
+def test_concurrent_appenders_leave_no_blank_or_broken_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    target = tmp_path / "log.jsonl"
+    code = ("import sys; from pathlib import Path; from shared.atomic import append_line\n"
+            "for i in range(60): append_line(Path(sys.argv[1]), {'w': sys.argv[2], 'i': i, "
+            "'pad': 'x' * 20000})\n")
+    procs = [subprocess.Popen([sys.executable, "-c", code, str(target), str(w)],
+                              cwd=paths.project_dir()) for w in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    lines = target.read_text().split("\n")
+    assert lines[-1] == "" and all(lines[:-1])
+    assert len([json.loads(x) for x in lines[:-1]]) == 180
+
+
+def test_a_task_text_over_the_conversation_budget_fails_saying_so(civ: Path) -> None:
+    tasks = TaskQueue(paths.home("opus").tasks)
+    task = tasks.add("Summarise this: " + "lorem ipsum " * 80000)
+    actor = Actor(call("task_complete", summary="done"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert "execute" not in actor.purposes()
+    assert "over budget.conversation_tokens" in tasks.load("failed", task.id).result

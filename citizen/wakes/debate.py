@@ -95,6 +95,9 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> D
     then the turn passes."""
     persona = debates.thread(d.id).get("personas", {}).get(me, "")
     reason = ""
+    # Every attempt of this turn counts against the debate's cost target, refused or not.
+    calls, spent = ask.meter.calls, ask.meter.spent
+    tokens = ask.meter.tokens_in + ask.meter.tokens_out
     for _ in range(2):
         situation = d.situation(me)
         if reason:
@@ -103,8 +106,6 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> D
                                         situation_json=json.dumps(situation, indent=1))
         text = setup.templates.wake_prompt("DEBATE", debate_id=d.id, stage=d.stage,
                                            instructions=prompt)
-        calls, spent = ask.meter.calls, ask.meter.spent
-        tokens = ask.meter.tokens_in + ask.meter.tokens_out
         others = [p for p in d.participants if p != me] or [me]
         schema = setup.templates.schema(
             "debate_move", moves=[m for m in d.allowed() if m != "PASS"] or ["PASS"],
@@ -121,7 +122,9 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> D
         except IllegalMove as exc:
             reason = exc.reason
             d = debates.load(d.id)
-    return debates.move(d.id, me, {"move": "PASS", "content": f"refused twice: {reason}"[:600]})
+    return debates.move(d.id, me, {"move": "PASS", "content": f"refused twice: {reason}"[:600],
+                                   "cost": {"calls": ask.meter.calls - calls,
+                                            "usd": round(ask.meter.spent - spent, 6)}})
 
 
 def _start_from_task(debates: Debates, setup: Setup, env: ToolEnv) -> str:

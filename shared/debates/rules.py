@@ -10,6 +10,7 @@ store (`shared.debates.store`) reads and writes the moves.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -25,14 +26,18 @@ from shared.debates.moves import (
     IllegalMove,
 )
 
+MAX_MOVE_USD = 5.0  # what one move may report: a turn is at most two calls
+
 
 def _usd(move: Mapping[str, Any]) -> float:
     """What a move reports it cost (its author's meter; a malformed figure is 0)."""
     cost = move.get("cost")
     try:
-        return max(0.0, float(cost.get("usd", 0.0))) if isinstance(cost, Mapping) else 0.0
+        value = float(cost.get("usd", 0.0)) if isinstance(cost, Mapping) else 0.0
     except (TypeError, ValueError):
         return 0.0
+    # NaN, negative: nothing; more than a wake may cost (a forged figure): that most.
+    return min(value, MAX_MOVE_USD) if math.isfinite(value) and value > 0 else 0.0
 
 
 def _confidence(move: Mapping[str, Any]) -> float:

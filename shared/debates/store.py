@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
@@ -77,6 +78,8 @@ class Debates:
         if unknown:
             raise NotFound(f"not citizens here: {', '.join(unknown)} "
                            f"(citizens: {', '.join(self.citizens)})")
+        if not (usd_cap >= 0 and math.isfinite(usd_cap)):
+            raise Invalid(f"a debate's cost cap is a number of dollars >= 0, not {usd_cap}")
         plan = {s: tuple(v) for s, v in (budgets or scaled_budgets(len(people))).items()}
         problem = budget_problem(plan)
         if problem:
