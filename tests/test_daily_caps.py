@@ -143,6 +143,9 @@ def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
     assert logged > 0
     assert round(sum(r["usd"] for r in rows.values()), 2) == round(logged, 2)
     assert rows["ROLLUP"]["calls"] == len(lines) and rows["ROLLUP"]["tokens_in"] > 0
+    rollup = rows["ROLLUP"]
+    assert rollup["prompt_per_call"] == round(
+        (rollup["tokens_in"] + rollup["cache_read"] + rollup["cache_write"]) / rollup["calls"])
     status = runner.invoke(cli, ["status", "--json"])
     opus = next(r for r in json.loads(status.output) if r["citizen"] == "opus")
     assert opus["usd_today"] == pytest.approx(logged, abs=1e-6)

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from email import message_from_bytes, policy
 from email.message import EmailMessage
 from email.utils import make_msgid
@@ -337,3 +338,25 @@ def test_a_crlf_in_an_encoded_subject_is_no_header_injection(tmp_path: Path) -> 
     reply = reply_to_task(task, "opus@experience.local")
     assert reply["Bcc"] is None and "\n" not in str(reply["Subject"])
     assert message_from_bytes(bytes(reply), policy=policy.default)["Bcc"] is None
+
+
+def test_the_operator_is_mailed_once_when_a_citizen_passes_80_percent(
+        opus_mail: Path, mx: MailSystem) -> None:
+    """The daily cap's notice goes to the operators (mail.allowed_senders) by real mail,
+    once a day, with the money spent and what to run."""
+    from citizen import spend
+
+    cfg = json.loads((opus_mail / "config.json").read_text())
+    cfg["budget"] = {**cfg.get("budget", {}), "max_usd_per_day": 1.0}
+    (opus_mail / "config.json").write_text(json.dumps(cfg))
+    spend.record(paths.home("opus"), wake=0, purpose="earlier", tier="primary", model="m",
+                 tokens_in=0, tokens_out=0, cache_read=0, cache_write=0, cost_usd=0.79)
+    tasks = TaskQueue(paths.home("opus").tasks)
+    for _ in range(2):  # the first wake crosses 80 %, the second must not mail again
+        tasks.add("say hi")
+        actor = Actor(replace(call("task_complete", summary="hi"), cost_usd=0.02))
+        run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
+    (notice,) = [m for m in folder(mx, OPERATOR, "INBOX")
+                 if "near its daily budget" in str(m["Subject"])]
+    body = notice.get_content()
+    assert "of its $1.00 daily model budget" in body and "citizen cost" in body

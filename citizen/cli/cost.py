@@ -35,6 +35,8 @@ def table(days: int, by: str) -> list[dict[str, Any]]:
         row = rows[key]
         prompt = row["tokens_in"] + row["cache_read"] + row["cache_write"]
         out.append({by: key, **row, "usd": round(row["usd"], 6),
+                    # what a call carries on average: the figure that must plateau
+                    "prompt_per_call": round(prompt / row["calls"]) if row["calls"] else 0,
                     "cached_share": round(row["cache_read"] / prompt, 3) if prompt else 0.0})
     return out
 
@@ -45,7 +47,8 @@ def table(days: int, by: str) -> list[dict[str, Any]]:
 @click.option("--by", type=click.Choice(list(GROUPS)), default="citizen", show_default=True)
 @json_option
 def cost(days: int, by: str, as_json: bool) -> None:
-    """Dollars, calls, tokens in/out, cache read/write and the cached share, per group.
+    """Dollars, calls, tokens in/out, cache read/write, the cached share and the prompt
+    tokens an average call carries, per group.
 
     Every model call - in wakes, memory roll-ups and `citizen ask` alike - is in its
     citizen's ledger (logs/spend/<day>.jsonl), so this is the whole bill.
@@ -64,10 +67,10 @@ def cost(days: int, by: str, as_json: bool) -> None:
         click.echo(f"no model calls in the last {days} day(s)")
         return
     click.echo(f"{by:<18} {'usd':>10} {'calls':>6} {'in':>9} {'out':>8} {'cache rd':>9} "
-               f"{'cache wr':>9} {'cached':>7}")
+               f"{'cache wr':>9} {'cached':>7} {'prompt/call':>11}")
     for r in rows:
         click.echo(f"{r[by]:<18} {r['usd']:>10.4f} {r['calls']:>6} {r['tokens_in']:>9} "
                    f"{r['tokens_out']:>8} {r['cache_read']:>9} {r['cache_write']:>9} "
-                   f"{r['cached_share']:>7.1%}")
+                   f"{r['cached_share']:>7.1%} {r['prompt_per_call']:>11}")
     click.echo(f"{'total':<18} {sum(r['usd'] for r in rows):>10.4f} "
                f"{sum(r['calls'] for r in rows):>6}")
