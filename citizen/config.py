@@ -17,10 +17,9 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import string
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,12 @@ from typing import Any
 from citizen import paths
 from citizen.errors import ConfigError
 from citizen.schemas import Schemas
+from citizen.secrets import SECRET_KEYS, Secrets, load_secrets, parse_env, secrets_file
 from shared.identity import server_mode as _commons_owned
+
+# The secrets live in their own module (citizen.secrets); these names stay importable
+# from here, where most callers look for them.
+__all__ = ["SECRET_KEYS", "Secrets", "load_secrets", "parse_env", "secrets_file"]
 
 SCHEMA_VERSION = 1
 CONTEXT_TYPES = (
@@ -37,12 +41,8 @@ CONTEXT_TYPES = (
 MANDATORY_SLOTS = {0: "REFLECT", 1: "LIBRARY", 4: "DRY_AUDIT", 7: "PEER_MONITOR"}
 OWN_SLOTS = (2, 3, 5, 6, 8, 9)
 PROVIDERS = ("auto", "anthropic", "local", "replay")
-# Secrets that must never reach prompts, logs or tool subprocesses.
-SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
 # What a citizen may set for itself on a server; every other key is the operator's.
 CITIZEN_KEYS = ("focus", "strengths", "stream_bid")
-CREDENTIAL = "secrets"  # the unit's LoadCredential= name for the citizen's secrets
-MIN_SECRET = 6  # shorter values are redacted nowhere: they would match ordinary words
 
 _FIX_RESTORE = "compare with the shipped file (`git diff -- templates/`) or restore it"
 
@@ -161,33 +161,6 @@ class RoleValues:
 
     weights: Mapping[str, float]
     bounds: Mapping[str, tuple[float, float]]
-
-
-@dataclass(frozen=True)
-class Secrets:
-    """A citizen's secrets: from its `.env` file, overridden by the process environment.
-
-    The repr never shows values, so a Secrets object cannot leak into a log by accident.
-    """
-
-    values: Mapping[str, str] = field(default_factory=dict)
-
-    def get(self, key: str) -> str:
-        """The secret's value, or "" when it is not set."""
-        return self.values.get(key, "")
-
-    def __repr__(self) -> str:
-        return f"Secrets(keys={sorted(self.values)})"
-
-    def redact(self, text: str) -> str:
-        """`text` with every secret value replaced by its name: the last line of defence
-        for what reaches a model, a log or a mail (a hard link to `.env`, a tool that
-        prints its environment)."""
-        for key in SECRET_KEYS:
-            value = self.values.get(key, "")
-            if len(value) >= MIN_SECRET and value in text:
-                text = text.replace(value, f"[{key} redacted]")
-        return text
 
 
 # ---------------------------------------------------------------- file loading
@@ -480,61 +453,3 @@ def _warn_ignored(own: str, keys: tuple[str, ...], rules: str) -> None:
     logging.getLogger(__name__).warning(
         "%s sets %s, which only the operator governs on a server: ignored (edit %s)",
         own, ", ".join(keys), rules)
-
-
-def parse_env(path: Path) -> dict[str, str]:
-    """Parse a `.env` file: `KEY=VALUE` lines, `#` comments, optional quotes.
-
-    :raises ConfigError: a line is not `KEY=VALUE`.
-    """
-    out: dict[str, str] = {}
-    for lineno, raw in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        key, sep, value = line.removeprefix("export ").partition("=")
-        key = key.strip()
-        if not sep or not key.isidentifier():
-            raise ConfigError(path, f"line {lineno}", "not a KEY=VALUE line",
-                              "write one KEY=VALUE per line (no spaces around the key)")
-        value = value.strip()
-        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-            value = value[1:-1]
-        out[key] = value
-    return out
-
-
-def secrets_file(name: str) -> Path | None:
-    """Where citizen `name`'s secrets are read from, if anywhere readable.
-
-    On a server: the credential its unit passes in (`LoadCredential=`, readable by the
-    daemon alone and hidden from its sandbox), or - for root's CLI - the root-owned
-    `/etc/experience/<name>.env`. Never its home's `.env` there: the citizen can write
-    that, and a rewritten ANTHROPIC_BASE_URL would send the key to a listener. In dev
-    mode, the home's `.env`.
-    """
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    candidates = [Path(creds) / CREDENTIAL] if creds else []
-    candidates.append(paths.operator_secrets_file(name))
-    if not server_mode():
-        candidates.append(paths.citizen_env_file(name))
-    for path in candidates:
-        if path.is_file() and os.access(path, os.R_OK):
-            return path
-    return None
-
-
-def load_secrets(name: str | None = None) -> Secrets:
-    """A citizen's secrets (`secrets_file`), overridden by the process environment."""
-    values: dict[str, str] = {}
-    if name is not None:
-        env_file = secrets_file(name)
-        if env_file is not None:
-            values.update(parse_env(env_file))
-    values.update({k: v for k, v in os.environ.items() if k in values or k in _ENV_KEYS})
-    return Secrets({k: v for k, v in values.items() if v})
-
-
-_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS", "SMTP_TLS",
-             "EXPERIENCE_PROVIDER",
-             "EXPERIENCE_LOCAL_URL", "ANTHROPIC_BASE_URL")
