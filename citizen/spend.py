@@ -125,12 +125,17 @@ class Daily:
         """After a call is recorded: at 80 % of the cap, spent for real, tell the operators
         (once a day)."""
         day = today()
+        if self._marker(day).exists():  # told already today: no need to read the ledger
+            return
         mine = spent(self.home, day)
         if mine >= WARN_SHARE * self.citizen_cap:
             self._warn_once(day, mine)
 
+    def _marker(self, day: date) -> Path:
+        return ledger(self.home, day).with_suffix(".warned")
+
     def _warn_once(self, day: date, amount: float) -> None:
-        marker = ledger(self.home, day).with_suffix(".warned")
+        marker = self._marker(day)
         try:
             marker.parent.mkdir(parents=True, exist_ok=True)
             with marker.open("x"):  # O_EXCL: one warning a day, whoever gets here first

@@ -99,10 +99,7 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
         wlog.event("error", error=why, traceback=traceback.format_exc())
         log.exception("wake %d of %s failed", number, name)
     finally:
-        wlog.event("wake_end", status=status, reason=why, cost_usd=round(meter.spent, 6),
-                   calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
-                   duration_s=round(time.monotonic() - started, 3))
-        wlog.close()
+        _close(wlog, meter, status, why, started)
     return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path)
 
 
@@ -138,10 +135,15 @@ def outside_wake(name: str, kind: str) -> Iterator[Meter]:
         yield meter
         status = "ok"
     finally:
-        wlog.event("wake_end", status=status, reason="", cost_usd=round(meter.spent, 6),
-                   calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
-                   duration_s=round(time.monotonic() - started, 3))
-        wlog.close()
+        _close(wlog, meter, status, "", started)
+
+
+def _close(wlog: WakeLog, meter: Meter, status: str, why: str, started: float) -> None:
+    """The log's last event - what the wake (or the calls outside one) cost - made durable."""
+    wlog.event("wake_end", status=status, reason=why, cost_usd=round(meter.spent, 6),
+               calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
+               duration_s=round(time.monotonic() - started, 3))
+    wlog.close()
 
 
 def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
@@ -154,21 +156,10 @@ def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
         return
     from citizen import mail  # noqa: PLC0415 - only when there is something to say
 
-    if not operators or not mail.configured(secrets):
-        return
-    from email.message import EmailMessage  # noqa: PLC0415
+    if operators and mail.configured(secrets):
+        from citizen.mail.outbox import notice  # noqa: PLC0415
 
-    from citizen.mail.outbox import flush, queue  # noqa: PLC0415
-
-    acct = mail.account(secrets)
-    msg = EmailMessage()
-    msg["From"], msg["To"], msg["Subject"] = acct.user, ", ".join(operators), subject
-    msg.set_content(body)
-    queue(home, msg, "budget")
-    try:
-        flush(home, acct)
-    except mail.MailError as exc:  # queued: the next flush sends it
-        log.warning("operator mail queued, not sent yet: %s", exc)
+        notice(home, mail.account(secrets), ", ".join(operators), subject, body)
 
 
 @dataclass
