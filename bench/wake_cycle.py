@@ -29,8 +29,8 @@ def written_bytes() -> int:
     return 0
 
 
-def fill_contexts(name: str) -> int:
-    """Every context at ≈95% of its cap; returns the bytes on disk."""
+def fill_contexts(name: str, share: float = 0.95) -> int:
+    """Every context at ≈`share` of its cap; returns the bytes on disk."""
     from citizen import config, paths
     from citizen.contexts import ContextStore
     from citizen.llm.base import estimate_tokens
@@ -39,7 +39,7 @@ def fill_contexts(name: str) -> int:
     store = ContextStore(paths.home(name).contexts, cfg.context_limits, estimate_tokens)
     contexts = store.load_all()
     for ctype, ctx in contexts.items():
-        target = int(cfg.context_limits[ctype] * 0.95)
+        target = int(cfg.context_limits[ctype] * share)
         i = 0
         while store.tokens(ctx) < target:
             ctx.add(f"{ctype} entry {i}: " + "a remembered detail about the work " * 12)

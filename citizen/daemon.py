@@ -37,7 +37,7 @@ from citizen.mail.outbox import flush
 from citizen.memory import Memory
 from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
-from shared import doorbell
+from shared import clock, doorbell
 from shared.atomic import append_line, sweep_temp, write_json
 from shared.documents import locked
 from shared.errors import LockTimeout
@@ -87,12 +87,15 @@ class Daemon:
         self.name = paths.check_name(name)
         self.home = paths.home(name)
         self.config = config.load_citizen(name)
-        self.interval_s = interval_s or self.config.wake_interval_minutes * 60
+        # The configured intervals are world time; the scheduler runs on the wall clock
+        # (the same unless simulated: see shared.clock).
+        self.interval_s = interval_s or clock.wall_seconds(self.config.wake_interval_minutes * 60)
         self.max_wakes = max_wakes
         self.wake_timeout_s = wake_timeout_s
         self.first_wake_s = first_wake_s
         self.heartbeat_s = heartbeat_s
-        self.rollup_s = rollup_s
+        self.rollup_s = clock.wall_seconds(rollup_s)
+        self.doorbell_window_s = clock.wall_seconds(DOORBELL_WINDOW_S)
         self.requests: queue.Queue[WakeRequest] = queue.Queue()
         self.pending: set[str | None] = set()
         self.pending_lock = threading.Lock()
@@ -178,7 +181,7 @@ class Daemon:
                                misfire_grace_time=int(self.heartbeat_s))
         self.scheduler.add_job(self._rollup_due, IntervalTrigger(seconds=self.rollup_s),
                                id="rollup", max_instances=1, coalesce=True,
-                               misfire_grace_time=int(self.rollup_s))
+                               misfire_grace_time=max(1, int(self.rollup_s)))
         ping = watchdog_interval()
         if ping:
             self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",
@@ -229,13 +232,13 @@ class Daemon:
         """True if the hour's doorbell wakes are used up; the wake is then asked for again
         when the oldest leaves the window (rings meanwhile coalesce into it)."""
         now = time.monotonic()
-        while self.rung and now - self.rung[0] >= DOORBELL_WINDOW_S:
+        while self.rung and now - self.rung[0] >= self.doorbell_window_s:
             self.rung.popleft()
         cap = self.config.budget.max_doorbell_wakes_per_hour
         if len(self.rung) < cap:
             self.rung.append(now)
             return False
-        later = DOORBELL_WINDOW_S - (now - self.rung[0])
+        later = self.doorbell_window_s - (now - self.rung[0])
         log.warning("citizen %s: %d doorbell wakes this hour (budget.max_doorbell_wakes_per_"
                     "hour); %s waits %.0f s", self.name, cap, req.wake_type, later)
         when = datetime.now(UTC) + timedelta(seconds=later)
@@ -422,7 +425,7 @@ class Daemon:
             else None,
             "wakes_this_run": self.wakes_run,
             "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-            "updated": now_iso(),
+            "updated": clock.now(time.time()),  # liveness: the wall clock, even when simulated
         }
         try:
             # 0664: peers read each other's heartbeats (PEER_MONITOR).

@@ -11,10 +11,11 @@ import json
 import re
 import sqlite3
 from collections.abc import Callable
-from datetime import UTC, date, datetime
+from datetime import date, datetime
 from pathlib import Path
 from typing import Any
 
+from shared import clock
 from shared.atomic import append_line, write_bytes
 
 LEVELS = ("daily", "weekly", "monthly")
@@ -62,7 +63,7 @@ class Memory:
 
     def record(self, wake: int, wake_type: str, text: str, when: datetime | None = None) -> None:
         """Append one raw memory entry and index it."""
-        when = when or datetime.now(UTC)
+        when = when or clock.moment()
         day = when.date().isoformat()
         entry = {"ts": when.isoformat(timespec="seconds"), "wake": wake, "type": wake_type,
                  "text": text}
@@ -97,7 +98,7 @@ class Memory:
 
     def pending(self, today: date | None = None) -> list[tuple[str, str, list[Path]]]:
         """Roll-ups that are due: (level, key, source files). Empty when idle."""
-        today = today or datetime.now(UTC).date()
+        today = today or clock.today()
         due: list[tuple[str, str, list[Path]]] = []
         for path in sorted((self.dir / "raw").glob("*.jsonl")):
             if date.fromisoformat(path.stem) < today and not (

@@ -21,12 +21,13 @@ import logging
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, timedelta
 from pathlib import Path
 from typing import Any
 
 from citizen.errors import ProviderError
 from citizen.paths import Home
+from shared import clock
 from shared.atomic import append_line
 
 log = logging.getLogger(__name__)
@@ -40,7 +41,7 @@ class DailyCapReached(ProviderError):
 
 
 def today() -> date:
-    return datetime.now(UTC).date()
+    return clock.today()
 
 
 def ledger(home: Home, day: date) -> Path:
@@ -49,7 +50,7 @@ def ledger(home: Home, day: date) -> Path:
 
 def record(home: Home, **line: Any) -> None:
     """One call's spending (the ledger is append-only, one JSON object per line)."""
-    append_line(ledger(home, today()), {"ts": datetime.now(UTC).isoformat(), **line})
+    append_line(ledger(home, today()), {"ts": clock.now(), **line})
 
 
 def lines(home: Home, day: date) -> list[dict[str, Any]]:

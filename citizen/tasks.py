@@ -37,7 +37,7 @@ def now_iso() -> str:
 def new_id() -> str:
     """Time-sortable (to the microsecond, so the queue is FIFO) and unique:
     `t-20261122T120000.123456-1a2b3c`."""
-    now = time.time()
+    now = clock.time()
     stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime(now))
     return f"t-{stamp}.{int(now % 1 * 1e6):06d}-{secrets.token_hex(3)}"
 

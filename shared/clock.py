@@ -1,4 +1,11 @@
-"""The one timestamp format of the commons: ISO 8601 UTC with milliseconds and a `Z`.
+"""World time, and the one timestamp format of the commons (ISO 8601 UTC, ms, `Z`).
+
+World time is what records, ledgers, memory days and schedules read. It is the wall
+clock, except under `EXPERIENCE_CLOCK=START,ANCHOR,SPEED` (set by `bench/month.py`; no
+install sets it): then world time is START + (wall - ANCHOR) × SPEED, so a month of
+days passes in an hour and every process of the civilization agrees on the date.
+Liveness (heartbeats, locks, timeouts) stays on the wall clock: a process is not
+more alive because the simulation runs fast.
 
 Records used to carry three formats (`…Z`, `+00:00`, epoch floats); `epoch` reads any
 of them, so records written before the change still order and compare correctly.
@@ -6,13 +13,62 @@ of them, so records written before the change still order and compare correctly.
 
 from __future__ import annotations
 
-import time
-from datetime import UTC, datetime
+import os
+import time as _wall
+from datetime import UTC, date, datetime
+from functools import lru_cache
+
+CLOCK_ENV = "EXPERIENCE_CLOCK"
+
+
+@lru_cache(maxsize=4)
+def _parse(value: str) -> tuple[float, float, float]:
+    try:
+        start, anchor, speed = (float(part) for part in value.split(","))
+    except ValueError:
+        raise ValueError(f"{CLOCK_ENV}={value!r} is not START,ANCHOR,SPEED (three numbers: "
+                         f"world and wall epoch seconds, and how fast world time runs) - "
+                         f"unset it to run on the wall clock") from None
+    if not speed > 0:
+        raise ValueError(f"{CLOCK_ENV}: SPEED must be above 0, not {speed}")
+    return start, anchor, speed
+
+
+def _world() -> tuple[float, float, float]:
+    value = os.environ.get(CLOCK_ENV, "")
+    return _parse(value) if value else (0.0, 0.0, 1.0)
+
+
+def time() -> float:
+    """World time in seconds since the epoch (the wall clock unless simulated)."""
+    start, anchor, speed = _world()
+    wall = _wall.time()
+    return wall if speed == 1.0 and start == anchor else start + (wall - anchor) * speed
+
+
+def speed() -> float:
+    """World seconds per wall second (1.0 unless simulated)."""
+    return _world()[2]
+
+
+def wall_seconds(world_s: float) -> float:
+    """How long `world_s` of world time lasts on the wall clock (for schedulers)."""
+    return world_s / speed()
+
+
+def today() -> date:
+    """The world's UTC date."""
+    return datetime.fromtimestamp(time(), tz=UTC).date()
+
+
+def moment() -> datetime:
+    """World time as an aware UTC datetime."""
+    return datetime.fromtimestamp(time(), tz=UTC)
 
 
 def now(at: float | None = None) -> str:
-    """`2026-11-23T03:25:00.123Z` for `at` (seconds since the epoch; default: now)."""
-    t = time.time() if at is None else at
+    """`2026-11-23T03:25:00.123Z` for `at` (seconds since the epoch; default: world now)."""
+    t = time() if at is None else at
     stamp = datetime.fromtimestamp(t, tz=UTC)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 

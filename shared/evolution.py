@@ -18,13 +18,12 @@ import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import git
 
-from shared import records
+from shared import clock, records
 from shared.atomic import read_json
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.identity import check_author
@@ -81,7 +80,7 @@ class Change:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return clock.moment().isoformat(timespec="seconds")
 
 
 class Evolution:

@@ -13,11 +13,10 @@ import logging
 import re
 import sqlite3
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from shared import records
+from shared import clock, records
 from shared.atomic import CorruptFile, read_json
 from shared.errors import Invalid, NotAllowed, NotFound
 
@@ -36,7 +35,7 @@ class Review:
 
 
 def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
+    return clock.moment().isoformat(timespec="seconds")
 
 
 class Library:

@@ -16,7 +16,6 @@ import os
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +49,7 @@ def alive(pid: int) -> bool:
 
 def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
     """A missing, stale or dead daemon (a cleanly stopped one is not a finding)."""
-    now = now or time.time()
+    now = now or time.time()  # liveness: the wall clock, as the heartbeat is written
     if not path.exists():
         return [Finding("dead", "no heartbeat at all: the daemon has never run")]
     beat = read_json(path)
@@ -94,7 +93,7 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
 
 def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
     """An active task that has been active for hours."""
-    now = now or time.time()
+    now = now or time.time()  # compared with a file's mtime: the wall clock
     findings = []
     for path in active_dir.glob("t-*.json"):
         age = now - path.stat().st_mtime
@@ -107,7 +106,7 @@ def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
 def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding]) -> Path:
     """Record a report about `peer`; returns its path."""
     top = shared_dir / "monitor" / "findings"
-    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    stamp = clock.moment().strftime("%Y%m%dT%H%M%S")
     path = top / peer / f"{stamp}-{by}.json"
     records.write(top, path, {"peer": peer, "by": by, "ts": clock.now(),
                               "findings": [asdict(f) for f in findings]})
@@ -117,7 +116,7 @@ def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding])
 def recent_reports(shared_dir: Path, peer: str, within_s: float = 86400) -> int:
     """How many reports with findings were filed about `peer` recently."""
     directory = shared_dir / "monitor" / "findings" / peer
-    cutoff = time.time() - within_s
+    cutoff = clock.time() - within_s
     count = 0
     for path in directory.glob("*.json") if directory.is_dir() else ():
         data = read_json(path)

@@ -19,7 +19,6 @@ import os
 import pwd
 import re
 import secrets
-import time
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
@@ -71,7 +70,7 @@ def glob_escape(name: str) -> str:
 
 def new_id(prefix: str) -> str:
     """Time-sortable, unique: `prop-20261122T120000-1a2b`."""
-    return f"{prefix}-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{secrets.token_hex(2)}"
+    return f"{prefix}-{clock.moment():%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
 
 
 def id_pattern(prefix: str) -> re.Pattern[str]:

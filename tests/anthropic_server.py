@@ -156,6 +156,7 @@ class MessagesServer:
 _PURPOSES = {"tier": "route", "verdict": "verify_task", "commands": "task_deliverables",
              "tools": "select_tools"}
 CACHE_MIN_TOKENS = 1024  # the API caches no prefix shorter than this (Opus, Sonnet)
+CACHE_TTL_S = 300.0  # an ephemeral cache entry lives 5 minutes from its last use
 
 
 def as_request(body: dict[str, Any]) -> Any:
@@ -181,14 +182,16 @@ class Behind:
     """A scripted provider answering over the wire: the real SDK sends, this server
     turns each request back into a `Request`, asks the provider, and answers as the API
     does - usage counted from the bytes, the cached prefix (tools + system, marked with
-    cache_control) read from cache when an earlier request had the same one."""
+    cache_control) read from cache when an earlier request had the same one within the
+    cache's lifetime (world time: `bench/month.py` runs a simulated clock)."""
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
-        self.prefixes: set[str] = set()
+        self.prefixes: dict[str, float] = {}  # prefix -> when it was last written or read
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         from citizen.llm.base import estimate_tokens
+        from shared import clock
 
         reply = self.provider.complete(as_request(body))
         content: list[dict[str, Any]] = []
@@ -205,11 +208,12 @@ class Behind:
         cached = estimate_tokens(prefix)
         read = write = 0
         if cached >= CACHE_MIN_TOKENS and "cache_control" in prefix:
-            if prefix in self.prefixes:
+            now = clock.time()
+            if now - self.prefixes.get(prefix, -CACHE_TTL_S) < CACHE_TTL_S:
                 read = cached
             else:
                 write = cached
-                self.prefixes.add(prefix)
+            self.prefixes[prefix] = now
         uses = any(b["type"] == "tool_use" for b in content)
         return message(content, model=body["model"],
                        stop_reason="tool_use" if uses else "end_turn",

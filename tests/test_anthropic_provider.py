@@ -63,6 +63,17 @@ def test_request_marks_stable_system_prefix_for_caching(messages_api: MessagesSe
     assert MessagesServer.key_of(messages_api.headers[0]) == API_KEY
 
 
+def test_a_structured_step_writes_no_cache_it_would_never_read(
+        messages_api: MessagesServer) -> None:
+    """A vote, a move, a bid: its prefix ends in its own schema and is asked once, so a
+    cache write would cost 25 % more and never be read (bench/month.py measured it)."""
+    messages_api.reply(tool_use("respond", {"vote": "yes"}))
+    schema = {"type": "object", "properties": {"vote": {"type": "string"}}}
+    provider(messages_api).complete(ask(output_schema=schema))
+    sent = messages_api.requests[0]
+    assert not any("cache_control" in b for b in sent["system"] + sent["tools"])
+
+
 def test_tier_selects_the_council_seat(messages_api: MessagesServer) -> None:
     messages_api.reply(text("ok"))
     provider(messages_api).complete(ask(tier="fast"))

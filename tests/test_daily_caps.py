@@ -205,3 +205,43 @@ def test_doorbell_wakes_past_the_hours_limit_wait_for_the_window(civ: Path) -> N
     assert [daemon._over_doorbell_limit(ring) for _ in range(3)] == [False, False, True]
     (job,) = daemon.scheduler.get_jobs()
     assert job.args == ("DEBATE", "doorbell: debate d-1 started")
+
+
+# ------------------------------------------------------------------ the simulated clock
+
+MONDAY = 1767571200.0  # 2026-01-05T00:00:00Z
+
+
+def test_a_simulated_day_is_the_ledgers_day_and_the_schedulers_interval(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """bench/month.py runs real daemons on `EXPERIENCE_CLOCK`: the day the caps count and
+    the scheduler's intervals are world time; liveness stays on the wall clock."""
+    import time
+    from datetime import date
+
+    from citizen.daemon import Daemon
+    from shared import clock, monitor
+
+    monkeypatch.setenv(clock.CLOCK_ENV, f"{MONDAY},{time.time()},1440")  # a day a minute
+    assert clock.today() == date(2026, 1, 5)
+    spent_already("opus", 0.25)
+    assert spend.spent(paths.home("opus"), date(2026, 1, 5)) == 0.25
+    daemon = Daemon("opus")
+    minutes = config.load_citizen("opus").wake_interval_minutes
+    assert daemon.interval_s == pytest.approx(minutes * 60 / 1440)
+    assert daemon.doorbell_window_s == pytest.approx(3600 / 1440)  # an hour of world time
+    daemon._heartbeat()  # written now: fresh, however fast world time runs
+    assert monitor.check_heartbeat(paths.home("opus").heartbeat) == []
+
+
+def test_a_bad_simulated_clock_says_what_it_wants(monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared import clock
+
+    monkeypatch.setenv(clock.CLOCK_ENV, "tomorrow")
+    with pytest.raises(ValueError, match=r"START,ANCHOR,SPEED .* unset it"):
+        clock.time()
+    monkeypatch.setenv(clock.CLOCK_ENV, "0,0,0")
+    with pytest.raises(ValueError, match="SPEED must be above 0"):
+        clock.time()
+    monkeypatch.delenv(clock.CLOCK_ENV)
+    assert abs(clock.time() - __import__("time").time()) < 1

@@ -36,7 +36,7 @@ def citizen_status(name: str) -> dict[str, Any]:
         except (ValueError, KeyError, OSError) as exc:
             daemon = f"unreadable heartbeat ({exc})"
     logs = wakelog.wake_logs(home)
-    today = datetime.now(UTC).date()
+    today = spend.today()
     todays = [p for p in logs
               if datetime.fromtimestamp(p.stat().st_mtime, UTC).date() == today]
     rows = [wakelog.summary(p) for p in todays]

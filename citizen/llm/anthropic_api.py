@@ -116,11 +116,12 @@ class AnthropicProvider(Provider):
             })
             kwargs["tool_choice"] = {"type": "tool", "name": RESPOND_TOOL}
         # One cache breakpoint after the stable prefix: the API caches tools, then
-        # system, in that order, so marking the last system block caches both.
-        if system:
-            system[-1]["cache_control"] = {"type": "ephemeral"}
-        elif tools:
-            tools[-1]["cache_control"] = {"type": "ephemeral"}
+        # system, in that order, so marking the last system block caches both. Not on a
+        # structured step: its prefix ends in that step's own schema and is asked once,
+        # so a cache write (1.25x the input price) would never be read back.
+        mark = system or tools if request.output_schema is None else []
+        if mark:
+            mark[-1]["cache_control"] = {"type": "ephemeral"}
         if system:
             kwargs["system"] = system
         if tools:

@@ -83,7 +83,7 @@ def flush(home: Home, acct: Account) -> tuple[int, str]:
 
 def sent_recently(home: Home, source: str, seconds: float = 3600.0) -> int:
     """How many messages from `source` were sent (or queued) within `seconds`."""
-    cutoff = time.time() - seconds
+    cutoff = clock.time() - seconds
     count = 0
     log_path = home.dir / "mail" / "sent.jsonl"
     if log_path.exists():

@@ -22,6 +22,7 @@ from citizen.llm.base import Request
 from citizen.tasks import TaskQueue
 from citizen.tools.base import ToolEnv
 from citizen.wakes.base import Ask, Ending, Gate, Setup, WakeType
+from shared import clock
 from shared.errors import LockTimeout, SharedError
 from shared.streams import (
     HIGH_PRESSURE,
@@ -130,7 +131,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         streams.record(sid, me, record)
         env.event("stream_silent", stream=sid, exit=decision["exit"])
         return f"{sid}: SILENT"
-    started, wall = time.monotonic(), time.time()
+    started, wall = time.monotonic(), clock.time()
     calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
     coordinated = bool(info["settings"].get("coordinate", True))
     try:
@@ -221,7 +222,7 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
             claim, raw, how, reasoning = _rule(mentioned, knows,
                                                f"model unavailable: {str(exc)[:80]}")
     factor = float(streams.calibration(me)["factor"])  # §10.2
-    answered = streams.answered(since=time.time() - 3600)
+    answered = streams.answered(since=clock.time() - 3600)
     load = load_factor(answered.get(me, 0), answered.values())  # §10.4
     expertise = EXPERT_BOOST if knows else 0.0  # §10.3: the message is in my focus
     adjusted = min(1.0, max(0.0, raw * factor * load + expertise

@@ -9,7 +9,6 @@ read-modify-write under the one lock.
 from __future__ import annotations
 
 import re
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -126,7 +125,7 @@ class Rooms:
     def heat(self, room: str, event: str) -> float:
         """A temperature event (human, serviced, present, absent); the new temperature."""
         def change(data: dict[str, Any]) -> float:
-            now = time.time()
+            now = clock.time()
             data["temperature"] = warmed(_with_temperature_now(data, now)
                                          .pop("temperature_now"), event)
             data["updated"] = clock.now(now)
@@ -143,7 +142,7 @@ class Rooms:
 def _with_temperature_now(data: dict[str, Any], now: float | None = None) -> dict[str, Any]:
     """`data` with its temperature cooled until `now` (default: now) as `temperature_now`;
     `updated` may be any timestamp a room document ever carried."""
-    at = time.time() if now is None else now
+    at = clock.time() if now is None else now
     data["temperature_now"] = cooled(float(data["temperature"]), clock.epoch(data["updated"]),
                                      at)
     return data

@@ -250,7 +250,7 @@ class Streams:
         if existing is not None:
             return existing
         s = self.load(sid)
-        d = decide(s, time.time() if now is None else now)
+        d = decide(s, clock.time() if now is None else now)
         if d is None:
             return None
         try:

@@ -1,0 +1,395 @@
+"""A month of a civilization on a budget, in under an hour (issue 17).
+
+    .venv/bin/python bench/month.py                       # 30 days, ≈25 min
+    .venv/bin/python bench/month.py --days 4 --day-seconds 30
+    .venv/bin/python bench/month.py --fresh                # citizens born on day 1
+
+Real daemons (`citizen run`, one process per citizen) on a simulated clock
+(`EXPERIENCE_CLOCK`, see shared.clock): each daemon's scheduler wakes it every
+`wake_interval_minutes` of *world* time, which passes `86400 / --day-seconds` times
+faster than the wall clock. Every model call goes through the real SDK to the Messages
+API test server, which answers as a terse competent model and counts usage as the API
+does (a repeated `cache_control` prefix of ≥ 1024 tokens is read from cache); the meter
+prices each call at the council's Claude rates.
+
+The stream, by world day (Monday first): on weekdays a few tasks by the operator
+(`citizen task add`), a proposal on Tuesdays and Thursdays (`citizen proposal start`),
+a debate on Wednesdays (`citizen debate start`); weekends are idle. A fourth citizen,
+rex, turns runaway in the third week: its model starts a debate at every call.
+
+Per world day it prints dollars, calls, the prompt tokens an average call carries by
+purpose, the cached share of prompt tokens, context sizes, disk written and any work
+refused for budget; then the issue's goals, each with the figure that decides it.
+Nothing here asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import defaultdict
+from datetime import UTC, date, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from citizen.llm.base import Reply, Request, ToolCall, Usage  # noqa: E402
+
+CITIZENS = ("opus", "mira", "aria")
+RUNAWAY = "rex"
+MONDAY = datetime(2026, 1, 5, tzinfo=UTC)  # world day 0
+WAKE_MINUTES = 120.0  # world time between scheduled wakes
+TASK_HOUR = 8  # world hour the day's tasks arrive
+REFUSED = ("daily_cap", "budget")  # wake endings that mean "refused for budget"
+PATH = re.compile(r"notes/[\w.-]+\.md")
+
+
+# ------------------------------------------------------------------ the model
+
+
+def instance(schema: dict[str, Any]) -> Any:
+    """A valid, terse instance of a JSON schema (the subset the prompts' schemas use)."""
+    for key in ("anyOf", "oneOf"):
+        if key in schema:
+            return instance(schema[key][0])
+    if "const" in schema or "enum" in schema:
+        return schema.get("const", (schema.get("enum") or [None])[0])
+    kind = schema.get("type", "object")
+    if isinstance(kind, list):
+        kind = next(k for k in kind if k != "null")
+    if kind == "object":
+        props = schema.get("properties", {})
+        wanted = schema.get("required", list(props))
+        return {k: instance(v) for k, v in props.items() if k in wanted}
+    if kind == "array":
+        n = max(1, int(schema.get("minItems", 1)))
+        return [instance(schema.get("items", {"type": "string"})) for _ in range(n)]
+    return _scalar(kind, schema)
+
+
+def _scalar(kind: str, schema: dict[str, Any]) -> Any:
+    if kind == "string":
+        text = "Agreed: keep it small, test it, and write down why."
+        least, most = int(schema.get("minLength", 0)), int(schema.get("maxLength", 999))
+        return (text * (least // len(text) + 1))[:max(least, min(len(text), most))]
+    if kind in ("number", "integer"):
+        lo, hi = schema.get("minimum", 0), schema.get("maximum")
+        value = lo if hi is None else (lo + hi) / 2
+        return int(value) if kind == "integer" else value
+    return False  # boolean
+
+
+def _reply(**kw: Any) -> Reply:
+    return Reply(text=kw.pop("text", ""), model="month", provider="scripted",
+                 usage=Usage(0, 0), **kw)
+
+
+class Model:
+    """A terse, competent model: writes the file its task names and completes; answers
+    each structured step with a valid instance of its schema. As a runaway (from world
+    day `runaway_from`), it starts a debate at every execute call instead."""
+
+    def __init__(self, runaway_from: int | None = None) -> None:
+        self.runaway_from = runaway_from
+
+    def runaway(self) -> bool:
+        from shared import clock
+
+        day = (clock.moment() - MONDAY).days
+        return self.runaway_from is not None and day >= self.runaway_from
+
+    def complete(self, request: Request) -> Reply:
+        if request.output_schema is not None:
+            return _reply(data=self.structured(request.output_schema))
+        return self.execute(request)
+
+    def structured(self, schema: dict[str, Any]) -> Any:
+        props = schema.get("properties", {})
+        if "tier" in props:
+            return {"tier": "fast"}
+        if "verdict" in props:
+            return {"verdict": "pass", "reason": "the file is there"}
+        if "commands" in props:
+            return {"files": [], "commands": [], "answer": False}
+        if "tools" in props and "enum" in props["tools"].get("items", {}):
+            want = {"debate_start"} if self.runaway() else {"write_file"}
+            want |= {"task_complete", "task_progress"}
+            return {"tools": [t for t in props["tools"]["items"]["enum"] if t in want]}
+        return instance(schema)
+
+    def execute(self, request: Request) -> Reply:
+        names = {t.name for t in request.tools}
+        if self.runaway() and "debate_start" in names:
+            return _reply(tool_calls=(ToolCall("c-debate", "debate_start", {
+                "topic": "Should we debate more?", "participants": f"{RUNAWAY},opus"}),))
+        first = request.messages[0]["content"] if request.messages else ""
+        target = PATH.search(json.dumps(first))
+        acted = sum(1 for m in request.messages if m["role"] == "user"
+                    and isinstance(m["content"], list)
+                    and any(b.get("type") == "tool_result" for b in m["content"]))
+        if target is None or "write_file" not in names or acted > 1:
+            return _reply(text="Nothing more needs doing now.")
+        if acted == 0:
+            return _reply(tool_calls=(ToolCall("c-write", "write_file", {
+                "path": target.group(), "content": "# Notes\n\nDone as asked.\n"}),))
+        return _reply(tool_calls=(ToolCall("c-done", "task_complete", {
+            "summary": f"wrote {target.group()}"}),))
+
+
+# ------------------------------------------------------------------ the civilization
+
+
+def setup(root: Path, mature: bool) -> None:
+    from bench.wake_cycle import fill_contexts
+    from citizen import civilization, paths
+
+    os.environ["CIV_ROOT"] = str(root)
+    civilization.init(list(CITIZENS))
+    civilization.init_citizen(RUNAWAY, {"email": f"{RUNAWAY}@example.org",
+                                        "focus": "operations"})
+    for name in (*CITIZENS, RUNAWAY):
+        cfg = paths.home(name).config
+        data = json.loads(cfg.read_text())
+        data["wake_interval_minutes"] = WAKE_MINUTES
+        cfg.write_text(json.dumps(data, indent=2))
+        if mature:  # a citizen months into its life: every context at 90 % of its cap
+            fill_contexts(name, 0.9)
+
+
+def cli(*args: str) -> None:
+    subprocess.run([sys.executable, "-m", "citizen", *args], check=False, timeout=120,
+                   capture_output=True)
+
+
+def feed(day: int, tasks_per_day: int) -> list[str]:
+    """The operator's stream for world day `day`; what was fed."""
+    weekday = day % 7
+    if weekday >= 5:
+        return []  # the weekend: idle
+    fed = []
+    for i in range(tasks_per_day):
+        name = CITIZENS[(day + i) % len(CITIZENS)]
+        cli("task", "add", name, f"Write notes/day{day:02d}-{i}.md with today's status.")
+        fed.append(f"task:{name}")
+    cli("task", "add", RUNAWAY, f"Write notes/day{day:02d}-ops.md with the ops log.")
+    fed.append(f"task:{RUNAWAY}")
+    if weekday in (1, 3):
+        cli("proposal", "start", "--by", CITIZENS[day % 3],
+            f"Create notes/proposal-{day:02d}.md saying 'adopted'")
+        fed.append("proposal")
+    if weekday == 2:
+        cli("debate", "start", "--topic", f"Week {day // 7}: tests before features?",
+            "--with", ",".join(CITIZENS))
+        fed.append("debate")
+    return fed
+
+
+def disk(root: Path) -> int:
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink())
+
+
+def contexts(name: str) -> int:
+    from citizen import paths
+
+    return sum(f.stat().st_size for f in paths.home(name).contexts.glob("*") if f.is_file())
+
+
+def ledger(name: str, day: date) -> list[dict[str, Any]]:
+    from citizen import paths, spend
+
+    return spend.lines(paths.home(name), day)
+
+
+def refusals(name: str) -> list[tuple[str, str, str]]:
+    """(world date, wake type, reason) of every wake that ended refused for budget."""
+    from citizen import paths, wakelog
+
+    out = []
+    for path in sorted(paths.home(name).wake_logs.glob("*.jsonl")):
+        events = wakelog.read(path)
+        end = next((e for e in reversed(events) if e["event"] == "wake_end"), None)
+        if end and end.get("status") in REFUSED:
+            out.append((str(end.get("ts", ""))[:10], path.stem.split("-", 1)[1],
+                        str(end.get("reason", ""))[:90]))
+    return out
+
+
+def tasks_done(name: str, day: date) -> int:
+    """How many of the tasks `name` was given on `day` are done."""
+    from citizen import paths
+    from citizen.tasks import TaskQueue
+
+    queue = TaskQueue(paths.home(name).tasks)
+    return sum(1 for tid in queue.ids("done")
+               if queue.load("done", tid).created[:10] == day.isoformat())
+
+
+# ------------------------------------------------------------------ the run
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--days", type=int, default=30)
+    parser.add_argument("--day-seconds", type=float, default=45.0,
+                        help="wall seconds per world day (default 45: 30 days ≈ 23 min)")
+    parser.add_argument("--tasks-per-day", type=int, default=3)
+    parser.add_argument("--fresh", action="store_true",
+                        help="start with empty contexts (default: every context at 90 %% of "
+                             "its cap, a citizen months into its life)")
+    parser.add_argument("--runaway-from", type=int, default=14,
+                        help="the world day rex turns runaway (-1: never)")
+    args = parser.parse_args()
+
+    from shared import clock
+    from tests.anthropic_server import API_KEY, Behind, MessagesServer
+
+    work = Path(tempfile.mkdtemp(prefix="bench-month-"))
+    root = work / "civ"
+    setup(root, mature=not args.fresh)
+    speed = 86400.0 / args.day_seconds
+    anchor = time.time() + 3.0
+    os.environ[clock.CLOCK_ENV] = f"{MONDAY.timestamp()},{anchor},{speed}"
+    servers = {"": MessagesServer(), RUNAWAY: MessagesServer()}
+    servers[""].responder = Behind(Model())
+    servers[RUNAWAY].responder = Behind(
+        Model(args.runaway_from if args.runaway_from >= 0 else None))
+    for s in servers.values():
+        s.start()
+    daemons = {}
+    for name in (*CITIZENS, RUNAWAY):
+        env = {**os.environ, "ANTHROPIC_API_KEY": API_KEY, "EXPERIENCE_PROVIDER": "anthropic",
+               "ANTHROPIC_BASE_URL": servers[RUNAWAY if name == RUNAWAY else ""].url}
+        out = (work / f"{name}.out").open("w")
+        daemons[name] = subprocess.Popen([sys.executable, "-m", "citizen", "run", name],
+                                         env=env, stdout=out, stderr=subprocess.STDOUT,
+                                         start_new_session=True)
+    print(f"{len(daemons)} daemons, a world day every {args.day_seconds:.0f} s (speed "
+          f"{speed:.0f}x, a scheduled wake every {WAKE_MINUTES:.0f} world minutes = "
+          f"{clock.wall_seconds(WAKE_MINUTES * 60):.1f} s); logs in {work}", flush=True)
+    fed: dict[int, list[str]] = {}
+    snaps: dict[int, tuple[int, dict[str, int]]] = {}
+    last_disk = disk(root)
+    try:
+        for day in range(args.days):
+            at = MONDAY + timedelta(days=day)
+            _sleep_until(at + timedelta(hours=TASK_HOUR))
+            fed[day] = feed(day, args.tasks_per_day)
+            _sleep_until(at + timedelta(days=1))
+            now = disk(root)
+            snaps[day] = (now - last_disk, {n: contexts(n) for n in (*CITIZENS, RUNAWAY)})
+            last_disk = now
+            print(f"  day {day + 1} over: fed {', '.join(fed[day]) or 'nothing'}", flush=True)
+    finally:
+        for p in daemons.values():
+            with _quiet():
+                os.killpg(p.pid, signal.SIGTERM)
+        for p in daemons.values():
+            try:
+                p.wait(60)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+        for s in servers.values():
+            s.stop()
+    report(args, fed, snaps, work)
+
+
+class _quiet:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return exc[0] is ProcessLookupError
+
+
+def _sleep_until(world: datetime) -> None:
+    from shared import clock
+
+    left = clock.wall_seconds(world.timestamp() - clock.time())
+    if left > 0:
+        time.sleep(left)
+
+
+def report(args: argparse.Namespace, fed: dict[int, list[str]],
+           snaps: dict[int, tuple[int, dict[str, int]]], work: Path) -> None:
+    names = (*CITIZENS, RUNAWAY)
+    purposes = ("execute", "select_tools", "route", "task_deliverables", "verify_task")
+    print(f"\n{'day':>3} {'kind':<5} {'$ civ':>7} {'$ rex':>6} {'calls':>5} {'tasks':>5} "
+          f"{'$/task':>6} " + " ".join(f"{p[:8]:>8}" for p in purposes)
+          + f" {'other':>6} {'cached':>6} {'ctx KB':>6} {'disk Δ KB':>9}  refused")
+    per_day: list[dict[str, Any]] = []
+    refused = {n: refusals(n) for n in names}
+    for day in sorted(snaps):
+        when = (MONDAY + timedelta(days=day)).date()
+        lines = {n: ledger(n, when) for n in names}
+        civ = [ln for n in CITIZENS for ln in lines[n]]
+        everyone = civ + lines[RUNAWAY]
+        cost = sum(float(ln.get("cost_usd", 0)) for ln in civ)
+        rex = sum(float(ln.get("cost_usd", 0)) for ln in lines[RUNAWAY])
+        done = sum(tasks_done(n, when) for n in CITIZENS)
+        task_cost = sum(float(ln.get("cost_usd", 0)) for ln in civ
+                        if ln.get("wake_type") == "TASK")
+        by: dict[str, list[int]] = defaultdict(list)
+        prompt = cached = 0
+        for ln in everyone:
+            size = int(ln.get("tokens_in", 0)) + int(ln.get("cache_read", 0)) \
+                + int(ln.get("cache_write", 0))
+            by[ln.get("purpose") if ln.get("purpose") in purposes else "other"].append(size)
+            prompt += size
+            cached += int(ln.get("cache_read", 0))
+        disk_written, ctx = snaps[day]
+        row = {"day": day + 1, "idle": not fed[day], "usd": cost, "usd_rex": rex,
+               "calls": len(everyone), "tasks": done,
+               "usd_per_task": task_cost / done if done else 0.0,
+               "prompt_per_call": {p: (sum(v) / len(v) if v else 0) for p, v in by.items()},
+               "cached_share": cached / prompt if prompt else 0.0,
+               "context_kb": max(ctx.values()) / 1024, "disk_kb": disk_written / 1024,
+               "refused": [(n, r) for n in names for r in refused[n]
+                           if r[0] == when.isoformat()]}
+        per_day.append(row)
+        ppc = row["prompt_per_call"]
+        print(f"{row['day']:>3} {'idle' if row['idle'] else 'busy':<5} {cost:7.3f} {rex:6.3f} "
+              f"{row['calls']:>5} {done:>5} {row['usd_per_task']:6.3f} "
+              + " ".join(f"{ppc.get(p, 0):8.0f}" for p in purposes)
+              + f" {ppc.get('other', 0):6.0f} {row['cached_share']:6.0%} "
+              f"{row['context_kb']:6.1f} {row['disk_kb']:9.0f}  "
+              + "; ".join(f"{n} {r[1]}: {r[2][:50]}" for n, r in row["refused"]))
+    goals(per_day, refused)
+    (work / "month.json").write_text(json.dumps(per_day, indent=1, default=str))
+    print(f"\nthe table as JSON: {work / 'month.json'}")
+
+
+def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str, str]]]) -> None:
+    idle = [r for r in per_day if r["idle"] and r["usd_rex"] == 0]
+    busy = [r for r in per_day if r["tasks"]]
+    print("\ngoals:")
+    if idle:
+        worst = max(r["usd"] for r in idle)
+        print(f"  an idle day costs $0.00: worst idle day (no runaway) ${worst:.4f} "
+              f"over {len(idle)} idle days")
+    if len(busy) >= 2:
+        first, last = busy[0]["usd_per_task"], busy[-1]["usd_per_task"]
+        print(f"  day {busy[-1]['day']}'s cost per task within 20 % of day {busy[0]['day']}'s: "
+              f"${last:.4f} vs ${first:.4f} ({(last / first - 1) if first else 0:+.1%})")
+    shares = [r["cached_share"] for r in per_day if r["calls"]]
+    if shares:
+        print(f"  cached share of prompt tokens (goal ≥ 80 %): median "
+              f"{sorted(shares)[len(shares) // 2]:.0%}, lowest {min(shares):.0%}")
+    fair = [(n, r) for n in CITIZENS for r in refused[n]]
+    print(f"  wakes of the three refused for budget: {len(fair)}"
+          + "".join(f"\n    {n} {d} {t}: {why}" for n, (d, t, why) in fair[:5]))
+    rex = [r["usd_rex"] for r in per_day]
+    print(f"  the runaway: ${sum(rex):.2f} in all, most in a day ${max(rex, default=0):.2f}; "
+          f"its wakes refused for budget: {len(refused[RUNAWAY])}")
+
+
+if __name__ == "__main__":
+    main()
