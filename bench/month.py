@@ -94,7 +94,8 @@ def _reply(**kw: Any) -> Reply:
 
 
 class Model:
-    """A terse, competent model: writes the file its task names and completes; answers
+    """A terse, competent model: writes the file its task names, reads it back and
+    completes; answers
     each structured step with a valid instance of its schema. As a runaway (from world
     day `runaway_from`), it starts a debate at every execute call instead."""
 
@@ -121,7 +122,7 @@ class Model:
         if "commands" in props:
             return {"files": [], "commands": [], "answer": False}
         if "tools" in props and "enum" in props["tools"].get("items", {}):
-            want = {"debate_start"} if self.runaway() else {"write_file"}
+            want = {"debate_start"} if self.runaway() else {"write_file", "read_file"}
             want |= {"task_complete", "task_progress"}
             return {"tools": [t for t in props["tools"]["items"]["enum"] if t in want]}
         return instance(schema)
@@ -136,13 +137,13 @@ class Model:
         acted = sum(1 for m in request.messages if m["role"] == "user"
                     and isinstance(m["content"], list)
                     and any(b.get("type") == "tool_result" for b in m["content"]))
-        if target is None or "write_file" not in names or acted > 1:
+        if target is None or "write_file" not in names or acted > 2:
             return _reply(text="Nothing more needs doing now.")
-        if acted == 0:
-            return _reply(tool_calls=(ToolCall("c-write", "write_file", {
-                "path": target.group(), "content": "# Notes\n\nDone as asked.\n"}),))
-        return _reply(tool_calls=(ToolCall("c-done", "task_complete", {
-            "summary": f"wrote {target.group()}"}),))
+        steps = (ToolCall("c-write", "write_file", {"path": target.group(),
+                                                    "content": "# Notes\n\nDone as asked.\n"}),
+                 ToolCall("c-read", "read_file", {"path": target.group()}),  # as a real one does
+                 ToolCall("c-done", "task_complete", {"summary": f"wrote {target.group()}"}))
+        return _reply(tool_calls=(steps[acted],))
 
 
 # ------------------------------------------------------------------ the civilization
