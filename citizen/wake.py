@@ -20,7 +20,7 @@ from pathlib import Path
 from citizen import config, paths, prompt, spend, state, wakes
 from citizen.contexts import ContextStore
 from citizen.errors import CitizenError, ProviderError
-from citizen.llm.base import Provider
+from citizen.llm.base import Provider, Reply, Request
 from citizen.loop import Meter
 from citizen.loop import run as run_loop
 from citizen.mail.account import configured as mail_configured
@@ -136,6 +136,17 @@ def outside_wake(name: str, kind: str) -> Iterator[Meter]:
         status = "ok"
     finally:
         _close(wlog, meter, status, "", started)
+
+
+def call_outside_wake(name: str, kind: str, llm: Provider, request: Request) -> Reply:
+    """One call by an operator's command (`citizen ask`, `citizen doctor`): metered in the
+    citizen's ledger and under its caps when the caller owns the home; root on a server
+    writes nothing into a home it does not own (and there is none before `init`)."""
+    home = paths.home(name)
+    if home.dir.is_dir() and home.dir.stat().st_uid == os.geteuid():
+        with outside_wake(name, kind) as meter:
+            return meter.call(llm, request)
+    return llm.complete(request)
 
 
 def _close(wlog: WakeLog, meter: Meter, status: str, why: str, started: float) -> None:

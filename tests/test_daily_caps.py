@@ -16,6 +16,7 @@ from citizen import config, paths, spend, wakelog
 from citizen.config import ModelPrice
 from citizen.tasks import TaskQueue
 from citizen.wake import run_wake
+from tests.anthropic_server import MessagesServer
 from tests.scripts import Actor, call
 
 OPUS_PRICE = ModelPrice(5.0, 25.0, 6.25, 0.5)
@@ -115,7 +116,7 @@ def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
 
     from citizen.cli import cli
     from citizen.memory import Memory
-    from tests.anthropic_server import API_KEY, MessagesServer, text
+    from tests.anthropic_server import API_KEY, text
 
     server: MessagesServer = messages_api  # type: ignore[assignment]
     monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
@@ -245,3 +246,23 @@ def test_a_bad_simulated_clock_says_what_it_wants(monkeypatch: pytest.MonkeyPatc
         clock.time()
     monkeypatch.delenv(clock.CLOCK_ENV)
     assert abs(clock.time() - __import__("time").time()) < 1
+
+
+def test_the_doctors_call_is_metered_too(civ: Path, messages_api: MessagesServer,
+                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """`citizen doctor` makes one real call: it was outside the meter, so "$ today" and
+    `citizen cost` missed it. Now it is in the ledger and its own log, like `citizen ask`."""
+    from click.testing import CliRunner
+
+    from citizen.cli import cli
+    from tests.anthropic_server import API_KEY, text
+
+    monkeypatch.setenv("ANTHROPIC_API_KEY", API_KEY)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", messages_api.url)
+    messages_api.reply(text("ready", input_tokens=12, output_tokens=2))
+    result = CliRunner().invoke(cli, ["doctor", "--citizen", "mira"])
+    assert result.exit_code == 0, result.output
+    (line,) = spend.lines(paths.home("mira"), spend.today())
+    assert line["purpose"] == "doctor" and line["cost_usd"] == pytest.approx(22e-6)
+    (log,) = paths.home("mira").wake_logs.glob("*-DOCTOR.jsonl")
+    assert wakelog.read(log)[-1]["cost_usd"] == pytest.approx(22e-6)

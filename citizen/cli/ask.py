@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
 
 import click
 
-from citizen import config, paths
+from citizen import config
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
@@ -41,15 +40,10 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
                                          max_iterations=cfg.budget.max_iterations)]
     request = Request(messages=[{"role": "user", "content": prompt}], system=system,
                       max_tokens=max_tokens, tier=tier, purpose="ask")
-    home = paths.home(name)
-    if home.dir.is_dir() and home.dir.stat().st_uid == os.geteuid():
-        from citizen.wake import outside_wake  # noqa: PLC0415 - only for a metered call
+    from citizen.wake import call_outside_wake  # noqa: PLC0415 - only for a metered call
 
-        # The citizen's own key and budget: in its ledger and under its daily caps.
-        with outside_wake(name, "ASK") as meter:
-            reply = meter.call(llm, request)
-    else:  # root asking on a server: nothing is written into a home it does not own
-        reply = llm.complete(request)
+    # The citizen's own key and budget: in its ledger and under its daily caps.
+    reply = call_outside_wake(name, "ASK", llm, request)
     if as_json:
         click.echo(json.dumps({**reply.to_dict(), "citizen": name, "provider_reason":
                                choice.reason}, indent=2))

@@ -157,8 +157,11 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         llm = make_provider(cfg, secrets, provider or "")
         checks.append(Check("model", OK, llm.describe()))
         prompt = tpl.prompt("doctor")
-        reply = llm.complete(Request(messages=[{"role": "user", "content": prompt}],
-                                     max_tokens=8, tier="fast", purpose="doctor"))
+        from citizen.wake import call_outside_wake  # noqa: PLC0415 - only for the call
+
+        reply = call_outside_wake(name, "DOCTOR", llm, Request(
+            messages=[{"role": "user", "content": prompt}], max_tokens=8, tier="fast",
+            purpose="doctor"))
     except CitizenError as exc:
         checks.append(Check("model call", FAIL, str(exc)))
         return checks
