@@ -30,10 +30,9 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, mail, paths, rollback, state, wakelog
+from citizen import config, paths, rollback, state, wakelog
 from citizen.errors import CitizenError
-from citizen.mail.intake import Intake
-from citizen.mail.outbox import flush
+from citizen.mail.poller import MailPoller
 from citizen.memory import Memory
 from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
@@ -106,10 +105,7 @@ class Daemon:
         self.wakes_run = 0
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
-        self.intake: Intake | None = None
-        self.mail_stop = threading.Event()
-        self.mail_failures = 0
-        self.mail_retry_at = 0.0
+        self.mail = MailPoller(self.name, self.home, self.config)
         self.crashes = 0  # consecutive wakes that crashed
         # Start times of doorbell wakes in the last hour (budget.max_doorbell_wakes_per_hour):
         # a peer or a runaway model ringing without end waits for the window, one at a time.
@@ -138,7 +134,7 @@ class Daemon:
                                    name="doorbell", daemon=True)
         watcher.start()
         self._enqueue_rings()  # events rung while the daemon was down
-        self.start_mail()
+        self.mail.start(self.scheduler)
         self._set_state(State.SLEEPING)
         notify("READY=1")
         rollback.ready(self.home)
@@ -149,7 +145,7 @@ class Daemon:
         finally:
             self._set_state(State.STOPPING)
             notify("STOPPING=1")
-            self.mail_stop.set()
+            self.mail.stop.set()
             self.scheduler.shutdown(wait=False)
             self._set_state(State.STOPPED)
             log.info("citizen %s: daemon stopped after %d wakes", self.name, self.wakes_run)
@@ -334,45 +330,6 @@ class Daemon:
             return
         subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
                        check=False, timeout=self.wake_timeout_s)
-
-    # ------------------------------------------------------------ mail
-
-    def start_mail(self) -> None:
-        """Set up the mail job (and the IMAP IDLE watcher) when the citizen has mail."""
-        secrets = config.load_secrets(self.name)
-        if not mail.configured(secrets):
-            log.info("citizen %s: no mailbox configured (%s in its secrets)", self.name,
-                     ", ".join(mail.SETTINGS))
-            return
-        self.intake = Intake(self.home, self.config, mail.account(secrets),
-                             mail.citizen_directory())
-        every = self.config.mail.poll_seconds
-        self.scheduler.add_job(self._mail_due, IntervalTrigger(seconds=every), id="mail",
-                               next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
-                               misfire_grace_time=int(every))
-        if self.config.mail.idle:
-            threading.Thread(target=self.intake.watch, args=(self.poll_mail, self.mail_stop),
-                             name="mail-idle", daemon=True).start()
-
-    def _mail_due(self) -> None:
-        if time.monotonic() >= self.mail_retry_at:
-            self.poll_mail()
-
-    def poll_mail(self) -> None:
-        """Poll the INBOX and send the outbox; back off while the server fails."""
-        if self.intake is None:
-            return
-        try:
-            for o in self.intake.poll():
-                log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
-            flush(self.home, self.intake.account)
-            self.mail_failures = 0
-        except mail.MailError as exc:
-            self.mail_failures += 1
-            delay = min(self.config.mail.poll_seconds * 2 ** self.mail_failures, 3600.0)
-            self.mail_retry_at = time.monotonic() + delay
-            log.error("mail: %s (failure %d; next try in %.0f s)", exc, self.mail_failures,
-                      delay)
 
     # ------------------------------------------------------------ doorbell
 

@@ -224,12 +224,12 @@ def test_a_wrong_password_is_clear_and_backs_off(opus_mail: Path, mx: MailSystem
     with pytest.raises(MailError, match=r"refused .* check EMAIL_USER and EMAIL_PASS"):
         intake().poll()
     daemon = Daemon("opus", interval_s=3600)
-    daemon.start_mail()  # the daemon's mail job, without its loop
-    daemon.poll_mail()
-    daemon.poll_mail()
-    assert daemon.mail_failures == 2
-    assert daemon.mail_retry_at - time.monotonic() > 100  # backed off, not a crash loop
-    daemon.mail_stop.set()
+    daemon.mail.start(daemon.scheduler)  # the daemon's mail job, without its loop
+    daemon.mail.poll()
+    daemon.mail.poll()
+    assert daemon.mail.failures == 2
+    assert daemon.mail.retry_at - time.monotonic() > 100  # backed off, not a crash loop
+    daemon.mail.stop.set()
 
 
 def test_kill_9_between_fetch_and_move_loses_nothing_and_duplicates_nothing(
