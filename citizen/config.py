@@ -107,6 +107,14 @@ class MailSettings:
 
 
 @dataclass(frozen=True)
+class LogSettings:
+    """Wake-log retention (citizen.retention), in world days; operator-owned on a server."""
+
+    full_days: float = 14.0  # kept whole: `citizen logs`, replays
+    keep_days: float = 90.0  # kept gzipped until then, then deleted
+
+
+@dataclass(frozen=True)
 class CitizenConfig:
     """A citizen's validated configuration."""
 
@@ -125,6 +133,7 @@ class CitizenConfig:
     source: Path
     debate_budgets: Mapping[str, tuple[int, int]] | None = None
     stream_bid: str = "auto"
+    logs: LogSettings = LogSettings()
 
     def seat(self, tier: str) -> CouncilSeat:
         """The council seat serving `tier`; the primary seat when no seat has that role."""
@@ -312,6 +321,7 @@ class Templates:
                             data["debate_budgets"].items()} if data.get("debate_budgets")
             else None,
             stream_bid=str(data.get("stream_bid", "auto")),
+            logs=LogSettings(**data.get("logs", {})),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

@@ -30,7 +30,7 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, paths, rollback, state, wakelog
+from citizen import config, paths, retention, rollback, state, wakelog
 from citizen.errors import CitizenError
 from citizen.mail.poller import MailPoller
 from citizen.memory import Memory
@@ -45,6 +45,7 @@ log = logging.getLogger(__name__)
 
 KILL_GRACE_S = 5
 DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
+RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.retention)
 
 
 class State(StrEnum):
@@ -178,6 +179,10 @@ class Daemon:
         self.scheduler.add_job(self._rollup_due, IntervalTrigger(seconds=self.rollup_s),
                                id="rollup", max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(self.rollup_s)))
+        every = clock.wall_seconds(RETENTION_S)
+        self.scheduler.add_job(self._retain, IntervalTrigger(seconds=every), id="retention",
+                               next_run_time=start, max_instances=1, coalesce=True,
+                               misfire_grace_time=max(1, int(every)))
         ping = watchdog_interval()
         if ping:
             self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",
@@ -330,6 +335,19 @@ class Daemon:
             return
         subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
                        check=False, timeout=self.wake_timeout_s)
+
+    def _retain(self) -> None:
+        """Compress and expire old wake logs (deterministic: no model, no child)."""
+        try:
+            done = retention.sweep(self.home, self.config.logs.full_days,
+                                   self.config.logs.keep_days)
+        except OSError as exc:  # a full or read-only disk: say so, keep running
+            log.warning("citizen %s: wake-log retention failed: %s", self.name, exc)
+            return
+        if done.compressed or done.expired or done.blobs:
+            log.info("citizen %s: logs kept bounded: %d compressed, %d expired, %d blobs "
+                     "removed, %.1f MB freed", self.name, done.compressed, done.expired,
+                     done.blobs, done.freed_bytes / 2**20)
 
     # ------------------------------------------------------------ doorbell
 

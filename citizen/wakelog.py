@@ -2,11 +2,13 @@
 
 Complete enough to replay: the first model call records the system blocks and
 tool schemas; every call records the messages added since the previous one, the
-request digest and the full reply.
+request digest and the full reply. Past `logs.full_days` a log is gzipped in place
+(`citizen.retention`); everything here reads both forms.
 """
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 import os
@@ -44,7 +46,9 @@ class WakeLog:
         text = self.redact(text)
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
         path = self.path.parent.parent / "blobs" / f"{key}.txt"
-        if not path.exists():
+        try:
+            os.utime(path)  # in use again: the retention sweep leaves recent blobs alone
+        except FileNotFoundError:
             write_bytes(path, text.encode())
         return key
 
@@ -70,36 +74,54 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
 
 
 def wake_logs(home: Home) -> list[Path]:
-    """A citizen's wake logs, oldest first."""
-    return sorted(home.wake_logs.glob("*.jsonl")) if home.wake_logs.is_dir() else []
+    """A citizen's wake logs (whole or compressed), oldest first."""
+    if not home.wake_logs.is_dir():
+        return []
+    found = [*home.wake_logs.glob("*.jsonl"), *home.wake_logs.glob("*.jsonl.gz")]
+    return sorted(found, key=lambda p: p.name)
+
+
+def name_of(path: Path) -> str:
+    """`000123-TASK` for `…/000123-TASK.jsonl` or `…/000123-TASK.jsonl.gz`."""
+    return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
 def read(path: Path) -> list[dict[str, Any]]:
     """The events of a wake log; a torn last line (crash mid-write) is skipped."""
+    if path.name.endswith(".gz"):
+        with gzip.open(path, "rt", encoding="utf-8") as fh:
+            lines = [_parse(raw.encode()) for raw in fh]
+        return [e for e in lines if e]
     return [e for e in read_jsonl(path) if isinstance(e, dict)]
 
 
-def _first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A log's first and last whole events (only its ends are read, when not compressed)."""
+    if path.name.endswith(".gz"):
+        events = read(path)
+        return (events[0], events[-1]) if events else ({}, {})
     with path.open("rb") as fh:
         first_raw = fh.readline()
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
         fh.seek(max(0, size - 65536))
         tail = fh.read().splitlines()
-    def parse(raw: bytes) -> dict[str, Any]:
-        try:
-            value = json.loads(raw)
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            return {}
-        return value if isinstance(value, dict) else {}
-    last = next((p for p in (parse(r) for r in reversed(tail)) if p), {})
-    return parse(first_raw), last
+    last = next((p for p in (_parse(r) for r in reversed(tail)) if p), {})
+    return _parse(first_raw), last
 
 
 def summary(path: Path) -> dict[str, Any]:
     """One row per wake, from its first and last events only (cheap for big logs)."""
-    first, last = _first_and_last(path)
-    number, _, wake_type = path.stem.partition("-")
+    first, last = first_and_last(path)
+    number, _, wake_type = name_of(path).partition("-")
     ended = last.get("event") == "wake_end"
     return {
         "wake": int(number), "type": wake_type, "started": first.get("ts", ""),

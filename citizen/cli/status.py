@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from citizen import civilization, config, paths, spend, wakelog
+from citizen import civilization, config, paths, retention, spend, wakelog
 from citizen.cli.options import json_option
 from citizen.errors import CitizenError
 from citizen.tasks import TaskQueue
@@ -56,13 +56,14 @@ def citizen_status(name: str) -> dict[str, Any]:
         "usd_today": round(usd_today, 6),
         "usd_per_day_cap": cap,
         "daily_cap_reached": cap is not None and usd_today >= cap,
+        "disk_mb": round(retention.disk_bytes(home) / 2**20, 1),  # logs are bounded (issue 18)
     }
 
 
 @click.command()
 @json_option
 def status(as_json: bool) -> None:
-    """Show each citizen: daemon state, last and next wake, current task, wakes and $ today.
+    """Show each citizen: daemon state, last and next wake, current task, disk, wakes and $ today.
 
     \b
     Examples:
@@ -85,7 +86,8 @@ def status(as_json: bool) -> None:
                    f"next {r['next_wake'] or '-':<27} task {task}  "
                    f"queue {t['queue']} done {t['done']} failed {t['failed']}"
                    f"{f' held {held}' if (held := t.get('held', 0)) else ''}  "
-                   f"today {r['wakes_today']} wakes ${r['usd_today']:.4f}"
+                   f"disk {r['disk_mb']:.1f} MB  today {r['wakes_today']} wakes "
+                   f"${r['usd_today']:.4f}"
                    + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else "")
                    + (" - DAILY CAP REACHED: only model-free wakes until 00:00 UTC"
                       if r["daily_cap_reached"] else ""))
