@@ -13,9 +13,11 @@ does (a repeated `cache_control` prefix of ≥ 1024 tokens is read from cache); 
 prices each call at the council's Claude rates.
 
 The stream, by world day (Monday first): on weekdays a few tasks by the operator
-(`citizen task add`), a proposal on Tuesdays and Thursdays (`citizen proposal start`),
-a debate on Wednesdays (`citizen debate start`); weekends are idle. A fourth citizen,
-rex, turns runaway in the third week: its model starts a debate at every call.
+(`citizen task add`; the mail intake makes the same task with no model call), a
+proposal on Tuesdays and Thursdays (`citizen proposal start`), a debate on Wednesdays
+(`citizen debate start`); weekends and a two-day holiday (days 29-30) are idle. A
+fourth citizen, rex, turns runaway in the third week: its model starts a debate at
+every call; the week after, it behaves again.
 
 Per world day it prints dollars, calls, the prompt tokens an average call carries by
 purpose, the cached share of prompt tokens, context sizes, disk written and any work
@@ -46,6 +48,8 @@ from citizen.llm.base import Reply, Request, ToolCall, Usage  # noqa: E402
 
 CITIZENS = ("opus", "mira", "aria")
 RUNAWAY = "rex"
+RUNAWAY_DAYS = 7  # rex's model is runaway for a week, then behaves again
+HOLIDAY = (28, 29)  # a Monday and Tuesday off: with the weekend, four idle days
 MONDAY = datetime(2026, 1, 5, tzinfo=UTC)  # world day 0
 WAKE_MINUTES = 120.0  # world time between scheduled wakes
 TASK_HOUR = 8  # world hour the day's tasks arrive
@@ -95,9 +99,9 @@ def _reply(**kw: Any) -> Reply:
 
 class Model:
     """A terse, competent model: writes the file its task names, reads it back and
-    completes; answers
-    each structured step with a valid instance of its schema. As a runaway (from world
-    day `runaway_from`), it starts a debate at every execute call instead."""
+    completes; answers each structured step with a valid instance of its schema. As a
+    runaway (the week from world day `runaway_from`), it starts a debate at every
+    execute call instead."""
 
     def __init__(self, runaway_from: int | None = None) -> None:
         self.runaway_from = runaway_from
@@ -106,7 +110,7 @@ class Model:
         from shared import clock
 
         day = (clock.moment() - MONDAY).days
-        return self.runaway_from is not None and day >= self.runaway_from
+        return self.runaway_from is not None and 0 <= day - self.runaway_from < RUNAWAY_DAYS
 
     def complete(self, request: Request) -> Reply:
         if request.output_schema is not None:
@@ -174,8 +178,8 @@ def cli(*args: str) -> None:
 def feed(day: int, tasks_per_day: int) -> list[str]:
     """The operator's stream for world day `day`; what was fed."""
     weekday = day % 7
-    if weekday >= 5:
-        return []  # the weekend: idle
+    if weekday >= 5 or day in HOLIDAY:
+        return []  # the weekend, a holiday: idle
     fed = []
     for i in range(tasks_per_day):
         name = CITIZENS[(day + i) % len(CITIZENS)]
@@ -222,6 +226,22 @@ def refusals(name: str) -> list[tuple[str, str, str]]:
             out.append((str(end.get("ts", ""))[:10], path.stem.split("-", 1)[1],
                         str(end.get("reason", ""))[:90]))
     return out
+
+
+def debates(name: str) -> tuple[dict[str, int], dict[str, int]]:
+    """Per world date: the debates `name` opened, and its debate_start calls refused."""
+    from citizen import paths, wakelog
+
+    home = paths.home(name)
+    opened = {p.stem: len(p.read_text().splitlines())
+              for p in (home.dir / "logs" / "spend").glob("*.debates")}
+    refused: dict[str, int] = defaultdict(int)
+    for path in wakelog.wake_logs(home):
+        for e in wakelog.read(path):
+            if e.get("event") == "tool_call" and e.get("tool") == "debate_start" \
+                    and not str(e.get("result", "")).startswith("started"):
+                refused[str(e["ts"])[:10]] += 1
+    return opened, refused
 
 
 def tasks_done(name: str, day: date) -> int:
@@ -325,9 +345,11 @@ def report(args: argparse.Namespace, fed: dict[int, list[str]],
     purposes = ("execute", "select_tools", "route", "task_deliverables", "verify_task")
     print(f"\n{'day':>3} {'kind':<5} {'$ civ':>7} {'$ rex':>6} {'calls':>5} {'tasks':>5} "
           f"{'$/task':>6} " + " ".join(f"{p[:8]:>8}" for p in purposes)
-          + f" {'other':>6} {'cached':>6} {'ctx KB':>6} {'disk Δ KB':>9}  refused")
+          + f" {'other':>6} {'cached':>6} {'exec':>5} {'ctx KB':>6} {'disk Δ KB':>9} "
+          f"{'rex debates':>11}  refused")
     per_day: list[dict[str, Any]] = []
     refused = {n: refusals(n) for n in names}
+    opened, denied = debates(RUNAWAY)
     for day in sorted(snaps):
         when = (MONDAY + timedelta(days=day)).date()
         lines = {n: ledger(n, when) for n in names}
@@ -339,57 +361,69 @@ def report(args: argparse.Namespace, fed: dict[int, list[str]],
         task_cost = sum(float(ln.get("cost_usd", 0)) for ln in civ
                         if ln.get("wake_type") == "TASK")
         by: dict[str, list[int]] = defaultdict(list)
-        prompt = cached = 0
+        prompt = cached = exec_prompt = exec_cached = 0
         for ln in everyone:
             size = int(ln.get("tokens_in", 0)) + int(ln.get("cache_read", 0)) \
                 + int(ln.get("cache_write", 0))
             by[ln.get("purpose") if ln.get("purpose") in purposes else "other"].append(size)
             prompt += size
             cached += int(ln.get("cache_read", 0))
+            if ln.get("purpose") == "execute":
+                exec_prompt += size
+                exec_cached += int(ln.get("cache_read", 0))
         disk_written, ctx = snaps[day]
+        key = when.isoformat()
         row = {"day": day + 1, "idle": not fed[day], "usd": cost, "usd_rex": rex,
                "calls": len(everyone), "tasks": done,
                "usd_per_task": task_cost / done if done else 0.0,
                "prompt_per_call": {p: (sum(v) / len(v) if v else 0) for p, v in by.items()},
                "cached_share": cached / prompt if prompt else 0.0,
+               "execute_cached_share": exec_cached / exec_prompt if exec_prompt else 0.0,
                "context_kb": max(ctx.values()) / 1024, "disk_kb": disk_written / 1024,
-               "refused": [(n, r) for n in names for r in refused[n]
-                           if r[0] == when.isoformat()]}
+               "rex_debates": opened.get(key, 0), "rex_debates_refused": denied.get(key, 0),
+               "spent_on": sorted({str(ln.get("wake_type")) for ln in everyone}),
+               "refused": [(n, r) for n in names for r in refused[n] if r[0] == key]}
         per_day.append(row)
         ppc = row["prompt_per_call"]
         print(f"{row['day']:>3} {'idle' if row['idle'] else 'busy':<5} {cost:7.3f} {rex:6.3f} "
               f"{row['calls']:>5} {done:>5} {row['usd_per_task']:6.3f} "
               + " ".join(f"{ppc.get(p, 0):8.0f}" for p in purposes)
               + f" {ppc.get('other', 0):6.0f} {row['cached_share']:6.0%} "
-              f"{row['context_kb']:6.1f} {row['disk_kb']:9.0f}  "
-              + "; ".join(f"{n} {r[1]}: {r[2][:50]}" for n, r in row["refused"]))
+              f"{row['execute_cached_share']:5.0%} {row['context_kb']:6.1f} "
+              f"{row['disk_kb']:9.0f} {row['rex_debates']:>4} +{row['rex_debates_refused']:<3} "
+              "refused  " + "; ".join(f"{n} {r[1]}: {r[2][:50]}" for n, r in row["refused"]))
     goals(per_day, refused)
     (work / "month.json").write_text(json.dumps(per_day, indent=1, default=str))
     print(f"\nthe table as JSON: {work / 'month.json'}")
 
 
 def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str, str]]]) -> None:
-    idle = [r for r in per_day if r["idle"] and r["usd_rex"] == 0]
     busy = [r for r in per_day if r["tasks"]]
     print("\ngoals:")
-    if idle:
-        worst = max(r["usd"] for r in idle)
-        print(f"  an idle day costs $0.00: worst idle day (no runaway) ${worst:.4f} "
-              f"over {len(idle)} idle days")
+    for r in per_day:
+        if r["idle"]:
+            after = "after an idle day" if per_day[r["day"] - 2]["idle"] else "after work"
+            print(f"  idle day {r['day']} ({after}): ${r['usd'] + r['usd_rex']:.4f}, "
+                  f"{r['calls']} calls ({', '.join(r['spent_on']) or 'none'})")
     if len(busy) >= 2:
         first, last = busy[0]["usd_per_task"], busy[-1]["usd_per_task"]
         print(f"  day {busy[-1]['day']}'s cost per task within 20 % of day {busy[0]['day']}'s: "
               f"${last:.4f} vs ${first:.4f} ({(last / first - 1) if first else 0:+.1%})")
-    shares = [r["cached_share"] for r in per_day if r["calls"]]
+    shares = sorted(r["cached_share"] for r in per_day if r["calls"] > 5)
+    execs = sorted(r["execute_cached_share"] for r in per_day if r["calls"] > 5)
     if shares:
         print(f"  cached share of prompt tokens (goal ≥ 80 %): median "
-              f"{sorted(shares)[len(shares) // 2]:.0%}, lowest {min(shares):.0%}")
+              f"{shares[len(shares) // 2]:.0%} (execute calls {execs[len(execs) // 2]:.0%}), "
+              f"lowest {shares[0]:.0%}")
     fair = [(n, r) for n in CITIZENS for r in refused[n]]
     print(f"  wakes of the three refused for budget: {len(fair)}"
           + "".join(f"\n    {n} {d} {t}: {why}" for n, (d, t, why) in fair[:5]))
     rex = [r["usd_rex"] for r in per_day]
     print(f"  the runaway: ${sum(rex):.2f} in all, most in a day ${max(rex, default=0):.2f}; "
-          f"its wakes refused for budget: {len(refused[RUNAWAY])}")
+          f"debates opened a day at most {max(r['rex_debates'] for r in per_day)} "
+          f"(budget.max_debates_per_day), {sum(r['rex_debates_refused'] for r in per_day)} "
+          f"more refused; its wakes refused for budget: {len(refused[RUNAWAY])}; the three "
+          f"did {sum(r['tasks'] for r in per_day if r['rex_debates'])} tasks meanwhile")
 
 
 if __name__ == "__main__":
