@@ -30,7 +30,7 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, paths, retention, rollback, state, wakelog
+from citizen import config, paths, quiesce, retention, rollback, state, wakelog
 from citizen.errors import CitizenError
 from citizen.mail.poller import MailPoller
 from citizen.memory import Memory
@@ -250,6 +250,10 @@ class Daemon:
         return True
 
     def _run_wake(self, req: WakeRequest) -> None:
+        with quiesce.working():  # a backup reads between wakes, never during one
+            self._wake(req)
+
+    def _wake(self, req: WakeRequest) -> None:
         number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
         args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
                 "--reason", req.reason]
@@ -333,14 +337,16 @@ class Daemon:
         """The deterministic gate for memory roll-ups; the model runs in a child."""
         if self.state == State.STOPPING or not Memory(self.home.memory).pending():
             return
-        subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
-                       check=False, timeout=self.wake_timeout_s)
+        with quiesce.working():
+            subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
+                           check=False, timeout=self.wake_timeout_s)
 
     def _retain(self) -> None:
         """Compress and expire old wake logs (deterministic: no model, no child)."""
         try:
-            done = retention.sweep(self.home, self.config.logs.full_days,
-                                   self.config.logs.keep_days)
+            with quiesce.working():
+                done = retention.sweep(self.home, self.config.logs.full_days,
+                                       self.config.logs.keep_days)
         except OSError as exc:  # a full or read-only disk: say so, keep running
             log.warning("citizen %s: wake-log retention failed: %s", self.name, exc)
             return

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install Experience on a Debian server (run as root). Idempotent: a second run
-# changes nothing and says so; a run from a newer checkout commits a new baseline.
+# changes nothing and says so; a run from a newer checkout merges it into the baseline
+# (what the citizens adopted stays) and offers it to each citizen's ~/code.
 #
 #   sudo scripts/setup_server.sh                    # the citizens of templates/
 #   sudo scripts/setup_server.sh opus mira          # just these
@@ -34,7 +35,8 @@ current="system packages"
 step "$current"
 missing=()
 # bubblewrap: the sandbox of every command a citizen's model runs (citizen/sandbox.py).
-for pkg in python3-venv git passwd util-linux bubblewrap; do
+# restic: the snapshots of `citizen backup` (citizen/backup.py).
+for pkg in python3-venv git passwd util-linux bubblewrap restic; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
@@ -80,6 +82,16 @@ for d in "" library library/modules library/pending tools tools/impl tools/regis
     fi
 done
 
+# The quiescent point (citizen/quiesce.py): daemons lock it shared around each wake, a
+# backup exclusive. Root's, 0644: any citizen can take a shared lock (read access is
+# enough), none can remove or replace it in the sticky directory.
+lock="$shared/monitor/quiesce.lock"
+[ ! -L "$lock" ] || fail "$lock is a symbolic link - remove it and run again"
+if [ "$(stat -c '%a %U' "$lock" 2>/dev/null)" != "644 root" ]; then
+    install -m 0644 -o root -g citizens /dev/null "$lock"
+    changed "$lock"
+fi
+
 current="the release in $prefix/release"
 step "$current"
 # What root runs (the operator CLI, onboarding): a root-owned copy of this checkout,
@@ -123,14 +135,22 @@ for safe in "$baseline" "$baseline/.git"; do
         changed "git safe.directory $safe"
     fi
 done
-# As user experience (umask 0002: the group writes what it makes): the baseline's files
-# become exactly the release's - clear the work tree (not .git) and copy it in, so files
-# deleted upstream disappear too; git sees what really changed.
-# -g citizens: what it creates belongs to the group that merges into the baseline.
+# As user experience (umask 0002: the group writes what it makes): an upgrade MERGES.
+# Each release is a commit on the baseline's branch `release` (built from the release
+# tree in a private index: the baseline's own index and files are not touched), merged
+# into `main`, which holds what the citizens adopted (2/3 adoption merges there). A
+# release that conflicts with their work changes nothing in main: setup stops and says
+# which files and how to resolve. -g citizens: what it creates belongs to that group.
 out="$(runuser -u experience -g citizens -- sh -s "$baseline" "$release" <<'SH'
 set -eu
 umask 0002
 baseline="$1" release="$2"
+g() { git -C "$baseline" -c user.name="Experience setup" -c user.email="experience@localhost" "$@"; }
+group_writable() {  # what experience made (here or in a merge by hand) the group can change
+    find "$baseline" -user experience ! -group citizens -exec chgrp citizens {} +
+    find "$baseline" -user experience -type d ! -perm -2070 -exec chmod g+rwxs {} +
+    find "$baseline" -user experience -type f ! -perm -0060 -exec chmod g+rw {} +
+}
 if [ ! -d "$baseline/.git" ]; then
     git init --quiet -b main "$baseline"
     echo "changed: git repository $baseline"
@@ -141,19 +161,67 @@ if [ "$(git -C "$baseline" config core.sharedRepository || true)" != "group" ]; 
     git -C "$baseline" config core.sharedRepository group
     echo "changed: baseline shared with group citizens"
 fi
-find "$baseline" -mindepth 1 -maxdepth 1 ! -name .git -exec rm -rf {} +
-tar -C "$release" -cf - . | tar -C "$baseline" -xf - --no-same-owner --no-overwrite-dir
-find "$baseline" -user experience ! -group citizens -exec chgrp citizens {} +
-find "$baseline" -user experience -type d ! -perm -2070 -exec chmod g+rwxs {} +
-find "$baseline" -user experience -type f ! -perm -0060 -exec chmod g+rw {} +
-git -C "$baseline" add -A
-if [ -n "$(git -C "$baseline" status --porcelain)" ]; then
-    git -C "$baseline" -c user.name="Experience setup" -c user.email="experience@localhost" \
-        commit --quiet -m "baseline release at $(date -u +%FT%TZ)"
-    echo "changed: baseline commit $(git -C "$baseline" rev-parse --short HEAD)"
+# A conflict resolved by hand (release-next merged into main) is taken as this release.
+if g rev-parse -q --verify refs/heads/release-next >/dev/null; then
+    if g merge-base --is-ancestor release-next HEAD 2>/dev/null; then
+        g update-ref refs/heads/release release-next
+        echo "changed: the release merged by hand is the baseline's release"
+    fi
+    g update-ref -d refs/heads/release-next
 fi
+index="$(mktemp -u)"  # a private index for the release tree, removed on exit
+trap 'rm -f "$index"' EXIT
+GIT_INDEX_FILE="$index" g --work-tree="$release" add -A
+tree="$(GIT_INDEX_FILE="$index" g write-tree)"
+previous="$(g rev-parse -q --verify refs/heads/release || true)"
+if [ -z "$previous" ] && g rev-parse -q --verify HEAD >/dev/null; then
+    # An install from before upgrades merged: its last setup commit is the last release.
+    previous="$(g log -1 --format=%H --author="Experience setup" HEAD)"
+fi
+if [ -n "$previous" ] && [ "$(g rev-parse "$previous^{tree}")" = "$tree" ]; then
+    group_writable
+    exit 0  # this release is in already
+fi
+new="$(g commit-tree "$tree" ${previous:+-p "$previous"} -m "release $(date -u +%FT%TZ)")"
+if ! g rev-parse -q --verify HEAD >/dev/null; then
+    g merge --quiet --ff-only "$new"  # a new install: the release is the baseline
+else
+    dirty="$(g status --porcelain)"
+    if [ -n "$dirty" ]; then
+        echo "conflict: the baseline has uncommitted changes:"
+        printf '%s\n' "$dirty" | head -20
+        exit 3
+    fi
+    if ! g merge --quiet --no-edit -m "upgrade: merge release $(date -u +%FT%TZ)" "$new" \
+            >/dev/null 2>&1; then
+        files="$(g diff --name-only --diff-filter=U)"
+        g merge --abort
+        g update-ref refs/heads/release-next "$new"
+        echo "conflict: the release and what the citizens adopted both change:"
+        printf '%s\n' "$files" | sed 's/^/    /'
+        exit 3
+    fi
+fi
+g update-ref refs/heads/release "$new"
+group_writable
+echo "changed: baseline commit $(g rev-parse --short HEAD) (release $(g rev-parse --short "$new") merged)"
 SH
-)" || fail "updating the baseline as user experience"
+)" || {
+    printf '%s\n' "$out" | sed 's/^/    /' >&2
+    if grep -q '^conflict: ' <<<"$out"; then
+        cat >&2 <<EOF
+setup_server: the upgrade stopped before changing the baseline or any citizen's code.
+  To resolve, merge the release by hand as user experience, then run this script again:
+    runuser -u experience -g citizens -- git -C $baseline merge release-next
+    (edit the files above as experience, then:)
+    runuser -u experience -g citizens -- git -C $baseline -c user.name=operator \\
+        -c user.email=operator@localhost commit -a --no-edit
+  To keep the baseline as it is, do nothing.
+EOF
+        exit 1
+    fi
+    fail "updating the baseline as user experience"
+}
 if [ -n "$out" ]; then
     printf '%s\n' "$out" | sed 's/^/    /'
     changes=$((changes + $(grep -c '^changed: ' <<<"$out")))
@@ -205,7 +273,8 @@ fi
 current="systemd units"
 step "$current"
 reload=0
-for unit in citizen@.service citizens.target; do
+for unit in citizen@.service citizens.target experience-backup.service \
+            experience-backup.timer; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
@@ -218,6 +287,10 @@ fi
 if ! systemctl is-enabled --quiet citizens.target; then
     systemctl enable --quiet citizens.target
     changed "citizens.target enabled"
+fi
+if ! systemctl is-enabled --quiet experience-backup.timer; then
+    systemctl enable --quiet --now experience-backup.timer
+    changed "experience-backup.timer enabled (daily snapshots: citizen backup list)"
 fi
 
 current="citizens"
@@ -235,6 +308,31 @@ for name in "${names[@]}"; do
     if grep -q '^created ' <<<"$out"; then
         grep '^created ' <<<"$out" | sed 's/^created /    changed: /'
         changes=$((changes + $(grep -c '^created ' <<<"$out")))
+    fi
+    # The new baseline offered to the citizen's own code, as the citizen (its hooks run
+    # as itself, never root): merged when it merges cleanly, else left as it was.
+    code="/home/$name/code"
+    if [ -d "$code/.git" ] && [ ! -L "$code" ]; then
+        out="$(runuser -u "$name" -- sh -s "$code" "$baseline" <<'SH'
+set -eu
+code="$1" baseline="$2"
+me="$(id -un)"
+g() { git -C "$code" -c user.name="$me" -c user.email="$me@localhost" "$@"; }
+g fetch --quiet "$baseline" main
+if g merge-base --is-ancestor FETCH_HEAD HEAD; then exit 0; fi
+if g merge --quiet --no-edit -m "upgrade: merge the new baseline" FETCH_HEAD >/dev/null 2>&1; then
+    echo "changed: $code merged the new baseline"
+else
+    files="$(g diff --name-only --diff-filter=U | tr '\n' ' ')"
+    g merge --abort 2>/dev/null || true
+    echo "note: $code keeps its own code: the new baseline conflicts with it in ${files:-its uncommitted changes} - the citizen can merge it (git -C $code pull)"
+fi
+SH
+)" || out="note: $code was not offered the new baseline (git failed as $name)"
+        if [ -n "$out" ]; then
+            printf '%s\n' "$out" | sed 's/^/    /'
+            changes=$((changes + $(grep -c '^changed: ' <<<"$out" || true)))
+        fi
     fi
 done
 

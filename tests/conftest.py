@@ -15,7 +15,8 @@ from citizen import paths
 from tests.anthropic_server import MessagesServer
 
 _ISOLATED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
-             "EXPERIENCE_PROVIDER", "EXPERIENCE_LOCAL_URL", "EXPERIENCE_TEMPLATES", "EMAIL_PASS")
+             "EXPERIENCE_PROVIDER", "EXPERIENCE_LOCAL_URL", "EXPERIENCE_TEMPLATES", "EMAIL_PASS",
+             "EXPERIENCE_CLOCK", "EXPERIENCE_BACKUP_REPO", "EXPERIENCE_BACKUP_KEY")
 
 
 @pytest.fixture(autouse=True)

@@ -374,22 +374,62 @@ def test_onboard_adds_a_fourth_working_citizen(server: Server) -> None:
 
 
 def test_backup_restore_upgrade_and_removal(server: Server) -> None:
-    # Backup and restore of one citizen (DEPLOY.md).
+    # Backup and restore of one citizen (DEPLOY.md §6): the timer's command, by hand.
+    assert "enabled" in server.run("systemctl", "is-enabled", "experience-backup.timer")
+    server.run("systemctl", "start", "experience-backup.service")  # while daemons run
+    snaps = json.loads(server.run("citizen", "backup", "list", "--json"))
+    assert len(snaps) == 1 and "/home/nova" in snaps[0]["paths"], snaps
+    assert "/etc/experience" in snaps[0]["paths"]
     server.run("systemctl", "stop", "citizen@nova")
-    server.run("tar", "-C", "/home", "-czf", "/root/nova.tgz", "nova")
     server.run("rm", "-rf", "/home/nova/contexts")
-    server.run("tar", "-C", "/home", "-xzpf", "/root/nova.tgz")
+    server.run("citizen", "restore", "--from", "latest", "--citizen", "nova")
     assert "nova:citizens" in server.run("stat", "-c", "%U:%G", "/home/nova/contexts/identity.json")
+    assert "no errors were found" in server.run("citizen", "backup", "verify")
     server.run("systemctl", "start", "citizen@nova")
     until(lambda: server.sleeping("nova"))
-    # Upgrade: a newer checkout becomes a new baseline commit; a citizen merges it.
+    # Upgrade (DEPLOY.md §5) after the citizens adopted opus's change to DEPLOY.md
+    # (test_code_evolution_…): a release touching other files merges - both survive, in
+    # the baseline and in each citizen's code. The old setup overwrote the baseline.
+    baseline = "/home/shared/baseline"
+    as_experience = ("runuser", "-u", "experience", "--", "git", "-C", baseline)
+    assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
+    # As an install from before upgrades merged: no `release` branch yet.
+    server.run(*as_experience, "update-ref", "-d", "refs/heads/release")
     server.run("cp", "-a", "/srv/project", "/root/experience-new")
-    server.run("sh", "-c", "echo '# upgraded' >> /root/experience-new/DEPLOY.md")
+    server.run("sh", "-c", "echo '# upgraded' >> /root/experience-new/README.md")
     upgrade = server.box.run("/root/experience-new/scripts/setup_server.sh", env=PIP_ENV).stdout
-    assert "changed: baseline commit" in upgrade
-    server.run("runuser", "-u", "nova", "--", "git", "-C", "/home/nova/code", "pull", "--quiet",
-               "--no-rebase", "--no-edit")
-    assert "# upgraded" in server.run("tail", "-1", "/home/nova/code/DEPLOY.md")
+    assert "changed: baseline commit" in upgrade and "merged" in upgrade, upgrade
+    assert "changed: /home/nova/code merged the new baseline" in upgrade, upgrade
+    for where in (baseline, "/home/nova/code", "/home/opus/code"):
+        assert "# upgraded" in server.run("tail", "-1", f"{where}/README.md"), where
+        assert "# evolved by opus" in server.run("tail", "-1", f"{where}/DEPLOY.md"), where
+    # A release that changes what the citizens adopted stops, changes nothing, says why.
+    head = server.run(*as_experience, "rev-parse", "HEAD")
+    server.run("cp", "-a", "/srv/project", "/root/experience-conflict")
+    server.run("sh", "-c", "echo '# the vendor disagrees' >> /root/experience-conflict/DEPLOY.md")
+    refused = server.box.run("/root/experience-conflict/scripts/setup_server.sh", env=PIP_ENV,
+                             check=False)
+    assert refused.returncode != 0
+    assert "conflict" in refused.stderr and "DEPLOY.md" in refused.stderr, refused.stderr
+    assert "merge release-next" in refused.stderr  # how to resolve
+    assert server.run(*as_experience, "rev-parse", "HEAD") == head
+    assert server.run(*as_experience, "status", "--porcelain") == ""
+    assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
+    assert "# evolved by opus" in server.run("tail", "-1", "/home/nova/code/DEPLOY.md")
+    # Resolved by hand as the message says (both lines kept): the next run takes it.
+    server.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C", baseline,
+               "merge", "release-next", check=False)
+    server.run("runuser", "-u", "experience", "--", "sh", "-c",
+               f"cd {baseline} && git checkout --ours DEPLOY.md && "
+               "echo '# the vendor disagrees' >> DEPLOY.md")
+    server.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C", baseline,
+               "-c", "user.name=operator", "-c", "user.email=operator@localhost", "commit",
+               "-a", "--no-edit")
+    again = server.box.run("/root/experience-conflict/scripts/setup_server.sh", env=PIP_ENV)
+    assert "the release merged by hand is the baseline's release" in again.stdout
+    assert "/home/nova/code merged the new baseline" in again.stdout, again.stdout
+    assert server.run("tail", "-2", "/home/nova/code/DEPLOY.md").split("\n")[:2] == [
+        "# evolved by opus", "# the vendor disagrees"]
     server.run("systemctl", "restart", "citizen@nova")
     until(lambda: server.sleeping("nova"))
     # Removal.

@@ -43,6 +43,8 @@ COMMANDS = {
     "debate": "citizen.cli.debate:debate",
     "stream": "citizen.cli.stream:stream",
     "room": "citizen.cli.stream:room",
+    "backup": "citizen.cli.backup:backup",
+    "restore": "citizen.cli.backup:restore",
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").

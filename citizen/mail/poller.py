@@ -11,7 +11,7 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, mail
+from citizen import config, mail, quiesce
 from citizen.mail.intake import Intake
 from citizen.mail.outbox import flush
 from citizen.paths import Home
@@ -56,9 +56,10 @@ class MailPoller:
         if self.intake is None:
             return
         try:
-            for o in self.intake.poll():
-                log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
-            flush(self.home, self.intake.account)
+            with quiesce.working():  # mail becomes tasks: not while a backup reads
+                for o in self.intake.poll():
+                    log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
+                flush(self.home, self.intake.account)
             self.failures = 0
         except mail.MailError as exc:
             self.failures += 1

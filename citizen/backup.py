@@ -1,0 +1,186 @@
+"""Backups that restore: snapshots of every home and the commons, with restic.
+
+Why restic (Debian's `restic`) rather than a format of our own: snapshots are
+deduplicated (a month of daily snapshots of mostly unchanged homes costs little more
+than one), encrypted, checked by `restic check`, pruned by a retention policy, and a
+snapshot exists only once it is complete - a backup killed midway leaves every
+earlier snapshot as it was, and the next run completes (`restic unlock` first removes
+only locks whose process is gone). borgbackup would do as well; restic is one static
+binary with no Python of its own, and its repository can be a plain directory or a
+second disk.
+
+A snapshot is taken at the civilization's quiescent point (citizen.quiesce): every
+daemon is between wakes while it is read. It holds each citizen's home (contexts,
+memory, tasks, logs, its code with its git history), the commons and, on a server,
+the operator's directory (rules, secrets: the repository is encrypted).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from citizen import civilization, paths, quiesce
+from citizen.errors import CitizenError
+from shared import clock
+
+TAG = "experience"
+KEEP_DAILY, KEEP_WEEKLY = 7, 4
+# Also the last few, whatever their day: a snapshot taken by hand never pushes out the
+# night's (restic's daily rule keeps only a day's last snapshot).
+KEEP_LAST = 3
+WAIT_S = 1800.0  # how long a backup waits for running wakes (the wake deadline is 20 min)
+
+
+class BackupError(CitizenError, RuntimeError):
+    """restic failed, or is missing; the message says which and what to do."""
+
+
+@dataclass(frozen=True)
+class Repository:
+    """Where snapshots go (`path`) and the key that opens them (`key`)."""
+
+    path: Path
+    key: Path
+
+    @classmethod
+    def default(cls) -> Repository:
+        """`$EXPERIENCE_BACKUP_REPO` / `$EXPERIENCE_BACKUP_KEY`; on a server (civilization
+        under /home) /var/backups/experience and /etc/experience/backup.key; in dev
+        mode beside the civilization's root (`<root>.backup`, `<root>.backup.key`)."""
+        server = paths.civ_root() == Path(paths.DEFAULT_ROOT)
+        repo = os.environ.get("EXPERIENCE_BACKUP_REPO") or (
+            "/var/backups/experience" if server else f"{paths.civ_root()}.backup")
+        key = os.environ.get("EXPERIENCE_BACKUP_KEY") or (
+            str(paths.operator_dir() / "backup.key") if server else f"{repo}.key")
+        return cls(Path(repo), Path(key))
+
+    def restic(self, *args: str, timeout: float | None = None) -> str:
+        """Run restic on this repository; its stdout.
+
+        :raises BackupError: restic is missing or failed (with its own words).
+        """
+        exe = shutil.which("restic")
+        if exe is None:
+            raise BackupError("restic is not installed - apt-get install restic "
+                              "(scripts/setup_server.sh installs it on a server)")
+        env = {**os.environ, "RESTIC_REPOSITORY": str(self.path),
+               "RESTIC_PASSWORD_FILE": str(self.key), "RESTIC_PROGRESS_FPS": "0.1"}
+        done = subprocess.run([exe, *args], env=env, capture_output=True, text=True,
+                              check=False, timeout=timeout)
+        if done.returncode != 0:
+            raise BackupError(f"restic {args[0]} failed ({done.returncode}): "
+                              f"{done.stderr.strip()[-400:]}")
+        return done.stdout
+
+    def ensure(self) -> list[str]:
+        """Create the key (0600: it opens every snapshot) and the repository if missing."""
+        made = []
+        if not self.key.exists():
+            self.key.parent.mkdir(parents=True, exist_ok=True)
+            fd = os.open(self.key, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(secrets.token_urlsafe(32) + "\n")
+            made.append(f"key {self.key} - keep a copy elsewhere: without it no snapshot "
+                        "can be read")
+        if not (self.path / "config").exists():
+            # 0700: the repository holds every home and the operator's secrets.
+            self.path.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self.restic("init")
+            made.append(f"repository {self.path}")
+        return made
+
+
+def sources() -> list[Path]:
+    """What a snapshot holds: every citizen's home, the commons, the operator's dir."""
+    found = [paths.citizen_home(n) for n in civilization.citizens()]
+    found.append(paths.shared_dir())
+    operator = paths.operator_dir()
+    if operator.is_dir() and os.access(operator, os.R_OK | os.X_OK):
+        found.append(operator)
+    return [p for p in found if p.exists()]
+
+
+def take(repo: Repository, *, wait_s: float = WAIT_S, keep_daily: int = KEEP_DAILY,
+         keep_weekly: int = KEEP_WEEKLY) -> dict[str, Any]:
+    """One snapshot at the quiescent point, then the retention policy; a summary."""
+    made = repo.ensure()
+    repo.restic("unlock")  # only stale locks (a killed run's): a live one is kept
+    with quiesce.still(wait_s) as quiet:
+        tags = ["--tag", TAG] + ([] if quiet else ["--tag", "not-quiescent"])
+        # --time: world time (shared.clock), so retention follows the simulated month too.
+        out = repo.restic("backup", "--json", *tags, "--time",
+                          clock.moment().strftime("%Y-%m-%d %H:%M:%S"),
+                          *(str(p) for p in sources()))
+    summary = next((m for m in map(_json, out.splitlines())
+                    if m.get("message_type") == "summary"), {})
+    try:
+        repo.restic("forget", "--tag", TAG, "--keep-last", str(KEEP_LAST), "--keep-daily",
+                    str(keep_daily), "--keep-weekly", str(keep_weekly), "--prune")
+        retention = "applied"
+    except BackupError as exc:  # the snapshot is safe; the next run prunes
+        retention = f"not applied this time: {exc}"
+    return {"snapshot": summary.get("snapshot_id", ""), "quiescent": quiet,
+            "retention": retention,
+            "files": summary.get("total_files_processed", 0),
+            "bytes": summary.get("total_bytes_processed", 0),
+            "added_bytes": summary.get("data_added", 0),
+            "seconds": summary.get("total_duration", 0.0), "made": made}
+
+
+def snapshots(repo: Repository) -> list[dict[str, Any]]:
+    """The repository's snapshots, oldest first (empty when there is no repository)."""
+    if not (repo.path / "config").exists():
+        return []
+    found: list[dict[str, Any]] = json.loads(repo.restic("snapshots", "--json") or "[]")
+    return found
+
+
+def verify(repo: Repository, read_share: str = "5%") -> str:
+    """`restic check` of the structure, and of a sample of the data itself."""
+    return repo.restic("check", f"--read-data-subset={read_share}")
+
+
+def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list[Path]:
+    """Put back a snapshot - whole, or one citizen's home - where it was taken.
+
+    :raises BackupError: a daemon of what is restored is running (stop it first).
+    """
+    names = [paths.check_name(citizen)] if citizen else civilization.citizens()
+    running = [n for n in names if _running(n)]
+    if running:
+        raise BackupError(f"stop {', '.join(running)} first (systemctl stop citizens.target, "
+                          "or the `citizen run` processes): a running daemon would write "
+                          "into what is restored")
+    include = [paths.citizen_home(citizen)] if citizen else sources()
+    args = ["restore", snapshot, "--target", "/"]
+    for p in include:
+        args += ["--include", str(p)]
+    repo.restic(*args)
+    return include
+
+
+def _running(name: str) -> bool:
+    from shared.atomic import read_json  # noqa: PLC0415
+    from shared.monitor import alive  # noqa: PLC0415
+
+    beat_path = paths.home(name).heartbeat
+    try:
+        beat = read_json(beat_path)
+    except (OSError, ValueError):
+        return False
+    return beat.get("state") != "stopped" and alive(int(beat.get("pid", 0) or 0))
+
+
+def _json(line: str) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except json.JSONDecodeError:
+        return {}
+    return value if isinstance(value, dict) else {}

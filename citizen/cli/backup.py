@@ -1,0 +1,92 @@
+"""`citizen backup now|list|verify` and `citizen restore`: snapshots with restic."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from citizen import backup as snapshots_
+from citizen.cli.options import json_option
+
+
+@click.group("backup")
+def backup() -> None:
+    """Snapshots of every home and the commons (restic; DEPLOY.md §6).
+
+    \b
+    Where: $EXPERIENCE_BACKUP_REPO, else /var/backups/experience on a server and
+    <root>.backup in dev mode; the key: $EXPERIENCE_BACKUP_KEY, else
+    /etc/experience/backup.key (server) or <repository>.key - keep a copy elsewhere.
+    """
+
+
+@backup.command("now")
+@click.option("--wait", type=float, default=snapshots_.WAIT_S, show_default=True,
+              help="Seconds to wait for running wakes before reading anyway.")
+@click.option("--keep-daily", type=int, default=snapshots_.KEEP_DAILY, show_default=True)
+@click.option("--keep-weekly", type=int, default=snapshots_.KEEP_WEEKLY, show_default=True)
+@json_option
+def now(wait: float, keep_daily: int, keep_weekly: int, as_json: bool) -> None:
+    """Take a snapshot between wakes, then drop those the retention policy lets go.
+
+    \b
+    Examples:
+      citizen backup now
+      EXPERIENCE_BACKUP_REPO=/mnt/disk2/experience citizen backup now
+    """
+    repo = snapshots_.Repository.default()
+    done = snapshots_.take(repo, wait_s=wait, keep_daily=keep_daily, keep_weekly=keep_weekly)
+    if as_json:
+        click.echo(json.dumps(done, indent=2))
+        return
+    for line in done["made"]:
+        click.echo(f"created {line}")
+    click.echo(f"snapshot {done['snapshot'][:8]} in {repo.path}: {done['files']} files, "
+               f"{done['bytes'] / 2**20:.1f} MB read, {done['added_bytes'] / 2**20:.2f} MB "
+               f"added, {done['seconds']:.1f} s"
+               + ("" if done["quiescent"] else " - NOT at a quiescent point: a wake was "
+                  "still running after --wait seconds (tagged not-quiescent)"))
+    if done["retention"] != "applied":
+        click.echo(f"retention {done['retention']}", err=True)
+
+
+@backup.command("list")
+@json_option
+def list_(as_json: bool) -> None:
+    """The snapshots, oldest first."""
+    repo = snapshots_.Repository.default()
+    found = snapshots_.snapshots(repo)
+    if as_json:
+        click.echo(json.dumps(found, indent=2))
+        return
+    if not found:
+        click.echo(f"no snapshots in {repo.path} - take one with `citizen backup now`")
+    for s in found:
+        click.echo(f"{s['short_id']}  {s['time'][:19]}  {' '.join(s.get('tags') or [])}  "
+                   f"{len(s.get('paths') or [])} paths")
+
+
+@backup.command("verify")
+@click.option("--read", "read_share", default="5%", show_default=True,
+              help="Share of the data to read back and check (e.g. 100%).")
+def verify(read_share: str) -> None:
+    """Check the repository's structure and read back a sample of its data."""
+    repo = snapshots_.Repository.default()
+    click.echo(snapshots_.verify(repo, read_share).strip().splitlines()[-1])
+
+
+@click.command()
+@click.option("--from", "snapshot", required=True, help="A snapshot id (or 'latest').")
+@click.option("--citizen", "name", default=None, help="Only this citizen's home.")
+def restore(snapshot: str, name: str | None) -> None:
+    """Put a snapshot back where it was taken (stop the daemons first).
+
+    \b
+    Examples:
+      citizen restore --from latest --citizen opus
+      citizen restore --from 4f2a9c1e
+    """
+    repo = snapshots_.Repository.default()
+    for path in snapshots_.restore(repo, snapshot, name):
+        click.echo(f"restored {path}")
