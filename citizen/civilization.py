@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import tempfile
 from pathlib import Path
 
 from citizen import config, paths
 from citizen.contexts import ContextStore
+from citizen.errors import CitizenError
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
@@ -166,3 +169,44 @@ def init(names: list[str]) -> list[str]:
     for name in names:
         made += init_citizen(name)
     return made
+
+
+def init_code(names: list[str]) -> list[str]:
+    """Dev mode: `shared/baseline` a git repository of this checkout and each citizen's
+    `~/code` a clone of it, as on a server (so code evolution has repositories and
+    daemons run their own code). The checkout enters as setup_server.sh's releases do:
+    a commit on branch `release` (its tree, minus what .gitignore leaves out), merged
+    into `main`. Never overwrites: an existing repository or clone is left as it is."""
+    made = []
+    baseline = paths.shared_dir() / "baseline"
+    if not (baseline / ".git").exists():
+        _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
+        with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree
+            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
+            _git(baseline, f"--work-tree={paths.project_dir()}", "add", "-A", env=env)
+            tree = _git(baseline, "write-tree", env=env)
+        commit = _git(baseline, "commit-tree", tree, "-m", f"release from {paths.project_dir()}")
+        _git(baseline, "merge", "--quiet", "--ff-only", commit)
+        _git(baseline, "update-ref", "refs/heads/release", commit)
+        made.append(f"{baseline} (a git repository of {paths.project_dir()})")
+    for name in names:
+        code = paths.home(name).code
+        if (code / ".git").exists():
+            continue
+        if code.exists() and not any(code.iterdir()):
+            code.rmdir()
+        _git(baseline.parent, "clone", "--quiet", str(baseline), str(code))
+        for key, value in (("user.name", name), ("user.email", config.load_citizen(name).email)):
+            _git(code, "config", key, value)
+        made.append(f"{code} (clone of {baseline})")
+    return made
+
+
+def _git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
+    done = subprocess.run(["git", "-C", str(where), "-c", "user.name=Experience setup",
+                           "-c", "user.email=experience@localhost", *args],
+                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
+                          check=False)
+    if done.returncode != 0:
+        raise CitizenError(f"git {args[0]} in {where} failed: {done.stderr.strip()[-300:]}")
+    return done.stdout.strip()

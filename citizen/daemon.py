@@ -265,7 +265,12 @@ class Daemon:
         # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
         # reach the wake; we decide when it stops.
         env = {**os.environ, DAEMON_PID_ENV: str(os.getpid())}
-        self.child = subprocess.Popen(args, start_new_session=True, env=env)
+        cwd = None
+        if (self.home.code / "citizen" / "__init__.py").is_file():
+            # The wake runs the citizen's own code (as the server's unit does), so what
+            # it evolves is what it runs - and a change that breaks it is rolled back.
+            env["PYTHONPATH"], cwd = str(self.home.code), self.home.code
+        self.child = subprocess.Popen(args, start_new_session=True, env=env, cwd=cwd)
         try:
             code = self.child.wait(timeout=self.wake_timeout_s)
         except subprocess.TimeoutExpired:

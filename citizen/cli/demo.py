@@ -24,6 +24,17 @@ TASKS = {
     "mira": "Run the shell command `ls -la` in your home and write what you see to notes/home.md.",
     "aria": "Write a short poem about persistence to notes/poem.md.",
 }
+# Then the self-evolution the project exists for: one change, announced, tested by
+# peers, adopted by 2/3 and merged into the baseline (the summary says how far it got).
+EVOLVE = {
+    "opus": "Improve your own code: append the line 'Evolved in the demo.' to code/README.md, "
+            "commit it with `git -C code commit -am 'demo change'`, then announce it with "
+            "code_announce.",
+    "mira": "Review the code changes your peers announced (code_pending_reviews), report "
+            "the outcome (code_report_outcome) and adopt the ones that worked (code_adopt).",
+    "aria": "Review the code changes your peers announced (code_pending_reviews), report "
+            "the outcome (code_report_outcome) and adopt the ones that worked (code_adopt).",
+}
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
 DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 3, "max_output_tokens": 192}
 
@@ -80,6 +91,7 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     os.environ["CIV_ROOT"] = str(base)
     os.environ["EXPERIENCE_PROVIDER"] = "local"  # the demo never spends API money
     civilization.init(list(CITIZENS))
+    civilization.init_code(list(CITIZENS))  # the baseline and each ~/code, as on a server
     for name in CITIZENS:
         cfg_path = paths.home(name).config
         data = json.loads(cfg_path.read_text())
@@ -93,16 +105,20 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     else:
         click.echo("each wake loads the embedded model in-process")
     for name in CITIZENS:
-        task = TaskQueue(paths.home(name).tasks).add(TASKS[name], source="demo")
+        queue = TaskQueue(paths.home(name).tasks)
+        task = queue.add(TASKS[name], source="demo")
+        queue.add(EVOLVE[name], source="demo")
         civilization.commons().ring(name, "TASK", f"task {task.id}", sender="demo")
-        click.echo(f"task for {name}: {TASKS[name]}")
+        click.echo(f"tasks for {name}: {TASKS[name]} / then: {EVOLVE[name]}")
     daemons = {}
     for name in CITIZENS:
         out = (base / f"daemon-{name}.log").open("wb")
+        code = paths.home(name).code  # each daemon runs its own code, as on a server
         daemons[name] = subprocess.Popen(
             [sys.executable, "-m", "citizen", "run", name, "--interval", str(interval),
              "--max-wakes", str(wakes), "--wake-timeout", "600", "--first-wake",
-             str(interval)], stdout=out, stderr=subprocess.STDOUT)
+             str(interval)], stdout=out, stderr=subprocess.STDOUT, cwd=code,
+            env={**os.environ, "PYTHONPATH": str(code)})
     seen: set[Path] = set()
     deadline = time.monotonic() + wakes * (interval + 600) + 60
     try:
@@ -150,6 +166,28 @@ def _produced(home: Path, queue: TaskQueue) -> None:
                 click.echo(f"          why: {task.result[:200]}")
 
 
+def _evolution() -> None:
+    """How far the demo's code change got - or why it did not start."""
+    evolution = civilization.commons().evolution
+    changes = evolution.changes()
+    click.echo("\ncode evolution")
+    if not changes:
+        queue = TaskQueue(paths.home("opus").tasks)
+        state = next((s for s in ("done", "failed", "active", "queue")
+                      for t in queue.ids(s) if "code_announce" in queue.load(s, t).text), "?")
+        click.echo(f"  no change was announced: opus's task to change its code is {state}. "
+                   "The embedded 270M model rarely carries a commit and a code_announce "
+                   "through; with a capable model (ANTHROPIC_API_KEY) three daemons take a "
+                   "change from announce to merge (tests/test_evolution_daemons.py).")
+        return
+    rates = {x["id"]: x["adoption_rate"] for x in evolution.status()["changes"]}
+    for c in changes:
+        click.echo(f"  {c.id} by {c.citizen}: {c.status}; reports "
+                   f"{ {k: r['outcome'] for k, r in c.reports.items()} }; held by {rates[c.id]}"
+                   + (f"; merged into the baseline as {str(c.merged['baseline_commit'])[:12]}"
+                      if c.merged else ""))
+
+
 def _summary(base: Path) -> None:
     click.echo("\nsummary")
     for name in CITIZENS:
@@ -166,6 +204,7 @@ def _summary(base: Path) -> None:
                    f"failed {counts['failed']} queued {counts['queue'] + counts['active']}  "
                    f"{tokens} tokens")
         _produced(home.dir, TaskQueue(home.tasks))
+    _evolution()
     click.echo(f"\nlogs: {base}/<citizen>/logs/wakes/   daemon output: {base}/daemon-*.log")
     click.echo(f"read them with: citizen --root {base} logs opus   "
                f"(one wake: citizen --root {base} logs opus --wake 1)")

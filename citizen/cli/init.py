@@ -13,8 +13,13 @@ from citizen import civilization, config, paths
 @click.argument("names", nargs=-1)
 @click.option("--root", type=click.Path(file_okay=False), default=None,
               help="Civilization root (default $CIV_ROOT, else /home).")
-def init(names: tuple[str, ...], root: str | None) -> None:
-    """Create the commons and citizen homes (all template citizens unless NAMES are given).
+@click.option("--focus", default=None, help="A new citizen's focus (one NAME, not in the "
+              "templates).")
+@click.option("--email", default=None, help="A new citizen's address (with --focus).")
+def init(names: tuple[str, ...], root: str | None, focus: str | None,
+         email: str | None) -> None:
+    """Create the commons, citizen homes (all template citizens unless NAMES are given),
+    the baseline repository of this checkout and each citizen's ~/code as its clone.
 
     Dev mode: no root needed; everything is owned by you. Running it again only
     fills in what is missing - nothing is overwritten.
@@ -23,10 +28,24 @@ def init(names: tuple[str, ...], root: str | None) -> None:
     Examples:
       citizen init --root /tmp/civ
       citizen init --root /tmp/civ opus mira
+      citizen init --root /tmp/civ c01 --focus "Testing" --email c01@example.org
     """
     if root:
         os.environ["CIV_ROOT"] = root
-    chosen = list(names) or config.templates().citizen_names()
-    made = civilization.init(chosen)
+    known = config.templates().citizen_names()
+    chosen = list(names) or known
+    new = [n for n in chosen if n not in known]
+    if (focus or email) and len(chosen) != 1:
+        raise click.UsageError("--focus and --email describe one new citizen: give one NAME")
+    if new and not (focus and email) and not (paths.home(new[0]).config.exists()):
+        raise click.UsageError(
+            f"{new[0]} is not in the templates ({', '.join(known)}): give it --focus and "
+            f"--email, e.g. citizen init {new[0]} --focus Testing --email "
+            f"{new[0]}@example.org")
+    made = civilization.init_shared()
+    for name in chosen:
+        made += civilization.init_citizen(
+            name, {"focus": focus, "email": email} if focus and email else None)
+    made += civilization.init_code(chosen)
     click.echo(f"civilization at {paths.civ_root()}: citizens {', '.join(chosen)}; "
                f"{len(made)} paths created" + ("" if made else " (already complete)"))
