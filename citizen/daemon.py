@@ -180,7 +180,8 @@ class Daemon:
                                id="rollup", max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(self.rollup_s)))
         every = clock.wall_seconds(RETENTION_S)
-        self.scheduler.add_job(self._retain, IntervalTrigger(seconds=every), id="retention",
+        self.scheduler.add_job(retention.daily, IntervalTrigger(seconds=every), id="retention",
+                               args=[self.name, self.home, self.config.logs],
                                next_run_time=start, max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(every)))
         ping = watchdog_interval()
@@ -345,20 +346,6 @@ class Daemon:
         with quiesce.working():
             subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
                            check=False, timeout=self.wake_timeout_s)
-
-    def _retain(self) -> None:
-        """Compress and expire old wake logs (deterministic: no model, no child)."""
-        try:
-            with quiesce.working():
-                done = retention.sweep(self.home, self.config.logs.full_days,
-                                       self.config.logs.keep_days)
-        except OSError as exc:  # a full or read-only disk: say so, keep running
-            log.warning("citizen %s: wake-log retention failed: %s", self.name, exc)
-            return
-        if done.compressed or done.expired or done.blobs:
-            log.info("citizen %s: logs kept bounded: %d compressed, %d expired, %d blobs "
-                     "removed, %.1f MB freed", self.name, done.compressed, done.expired,
-                     done.blobs, done.freed_bytes / 2**20)
 
     # ------------------------------------------------------------ doorbell
 

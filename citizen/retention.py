@@ -23,7 +23,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from citizen import wakelog
+from citizen import quiesce, wakelog
+from citizen.config import LogSettings
 from citizen.paths import Home
 from shared import clock
 
@@ -49,6 +50,20 @@ def disk_bytes(home: Home) -> int:
             with contextlib.suppress(OSError):  # gone meanwhile
                 total += (Path(root) / f).lstat().st_size
     return total
+
+
+def daily(name: str, home: Home, logs: LogSettings) -> None:
+    """The daemon's daily sweep, between wakes (citizen.quiesce); never raises."""
+    try:
+        with quiesce.working():
+            done = sweep(home, logs.full_days, logs.keep_days)
+    except OSError as exc:  # a full or read-only disk: say so, keep running
+        log.warning("citizen %s: wake-log retention failed: %s", name, exc)
+        return
+    if done.compressed or done.expired or done.blobs:
+        log.info("citizen %s: logs kept bounded: %d compressed, %d expired, %d blobs "
+                 "removed, %.1f MB freed", name, done.compressed, done.expired, done.blobs,
+                 done.freed_bytes / 2**20)
 
 
 def sweep(home: Home, full_days: float, keep_days: float) -> Swept:

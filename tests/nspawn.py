@@ -93,13 +93,14 @@ class Container:
         raise RuntimeError("the container did not finish booting")
 
     def run(self, *cmd: str, check: bool = True, timeout: float = 600.0,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+            env: dict[str, str] | None = None,
+            input: str | None = None) -> subprocess.CompletedProcess[str]:
         """Run a command inside, as root, with a clean environment (`env -i`)."""
         extra = [f"{k}={v}" for k, v in (env or {}).items()]
         result = subprocess.run(
             ["nsenter", "-t", str(self.systemd_pid), "-m", "-u", "-i", "-n", "-p", "-C", "-r",
              "-w", "env", "-i", f"PATH={PATH}", *extra, *cmd],
-            capture_output=True, text=True, timeout=timeout, check=False)
+            capture_output=True, text=True, timeout=timeout, check=False, input=input)
         if check and result.returncode != 0:
             raise AssertionError(f"{' '.join(cmd)} exited {result.returncode}:\n"
                                  f"{result.stdout}\n{result.stderr}")

@@ -550,3 +550,44 @@ def test_streams_across_users_and_a_forged_thought_is_ignored(server: Server) ->
     as_user("mira", f"s.respond('{sid}', 'mira', 'flock(2) serialises writers')")
     shown = server.run("citizen", "decisions", "show", sid)
     assert "mira answered: flock(2) serialises writers" in shown
+
+
+def test_a_fresh_server_restores_the_civilization(server: Server,
+                                                  messages_api: MessagesServer) -> None:
+    """DEPLOY.md §6 onto a new machine: setup, the repository and key copied back,
+    restore; the daemons start and a task and a proposal left pending carry on."""
+    from tests.daemons import worker
+
+    server.run("systemctl", "stop", "citizens.target")
+    server.run("citizen", "task", "add", "opus", "Write notes/out.md after the move")
+    pid = server.run("citizen", "proposal", "start", "--by", "mira",
+                     "Create moved.md").split()[1].rstrip(":")
+    server.run("citizen", "backup", "now")
+    carried = server.run("sh", "-c", "tar -C / -czf - var/backups/experience "
+                         "etc/experience/backup.key | base64 -w0")
+    fresh = Container(paths.project_dir(), name="experience-restore")
+    fresh.boot()
+    try:
+        fresh.run(SETUP, env=PIP_ENV, timeout=900)
+        fresh.run("systemctl", "stop", "citizens.target")
+        fresh.run("sh", "-c", "base64 -d | tar -C / -xzf -", input=carried)
+        restored = fresh.run("citizen", "restore", "--from", "latest").stdout
+        assert "restored /home/opus" in restored and "restored /home/shared" in restored
+        # The old server's model endpoint is gone: point opus at this test's.
+        fresh.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={API_KEY}\\nANTHROPIC_BASE_URL="
+                  f"{messages_api.url}\\n' >> /etc/experience/opus.env")
+        messages_api.responder = worker
+        fresh.run("systemctl", "start", "citizens.target")
+        def up(name: str) -> bool:
+            state = fresh.run("systemctl", "show", "-p", "StatusText", "--value",
+                              f"citizen@{name}").stdout
+            return f"citizen:{name} sleeping" in state or f"citizen:{name} waking" in state
+        for name in CITIZENS:
+            until(lambda n=name: up(n))  # type: ignore[misc]
+        until(lambda: fresh.run("grep", "-rlq", "after the move", "/home/opus/tasks/done",
+                                check=False).returncode == 0, 120)
+        assert fresh.run("cat", "/home/opus/notes/out.md").stdout == "from the daemon"
+        assert pid in fresh.run("citizen", "proposal", "list").stdout
+        assert "nova" not in fresh.run("citizen", "status").stdout  # removed before the move
+    finally:
+        fresh.shutdown()
