@@ -169,6 +169,20 @@ if g rev-parse -q --verify refs/heads/release-next >/dev/null; then
     fi
     g update-ref -d refs/heads/release-next
 fi
+# Nothing edits the baseline's files but adoption, which commits: anything uncommitted
+# there (a citizen's plant, a half-done hand merge) is set aside in `git stash` - never
+# merged, never lost, never left where a clone or a merge would pick it up.
+if g rev-parse -q --verify MERGE_HEAD >/dev/null; then
+    echo "conflict: a merge by hand is under way in the baseline - finish it (commit) or"
+    echo "    abort it (git -C $baseline merge --abort), then run this script again"
+    exit 3
+fi
+dirty="$(g status --porcelain)"
+if [ -n "$dirty" ] && g rev-parse -q --verify HEAD >/dev/null; then
+    g stash push --include-untracked --quiet -m "set aside by setup_server.sh $(date -u +%FT%TZ)"
+    echo "changed: uncommitted changes in the baseline set aside (git -C $baseline stash list):"
+    printf '%s\n' "$dirty" | head -20 | sed 's/^/      /'
+fi
 index="$(mktemp -u)"  # a private index for the release tree, removed on exit
 trap 'rm -f "$index"' EXIT
 GIT_INDEX_FILE="$index" g --work-tree="$release" add -A
@@ -186,12 +200,6 @@ new="$(g commit-tree "$tree" ${previous:+-p "$previous"} -m "release $(date -u +
 if ! g rev-parse -q --verify HEAD >/dev/null; then
     g merge --quiet --ff-only "$new"  # a new install: the release is the baseline
 else
-    dirty="$(g status --porcelain)"
-    if [ -n "$dirty" ]; then
-        echo "conflict: the baseline has uncommitted changes:"
-        printf '%s\n' "$dirty" | head -20
-        exit 3
-    fi
     if ! g merge --quiet --no-edit -m "upgrade: merge release $(date -u +%FT%TZ)" "$new" \
             >/dev/null 2>&1; then
         files="$(g diff --name-only --diff-filter=U)"
