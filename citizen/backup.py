@@ -158,10 +158,16 @@ def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list
         raise BackupError(f"stop {', '.join(running)} first (systemctl stop citizens.target, "
                           "or the `citizen run` processes): a running daemon would write "
                           "into what is restored")
-    include = [paths.citizen_home(citizen)] if citizen else sources()
     args = ["restore", snapshot, "--target", "/"]
-    for p in include:
-        args += ["--include", str(p)]
+    if citizen:
+        include = [paths.citizen_home(citizen)]
+        args += ["--include", str(include[0])]
+    else:  # everything the snapshot holds, homes of citizens this machine lacks too
+        found = json.loads(repo.restic("snapshots", "--json", snapshot) or "[]")
+        if not found:
+            raise BackupError(f"no snapshot {snapshot!r} in {repo.path} - see `citizen "
+                              "backup list`")
+        include = [Path(p) for p in found[-1].get("paths", [])]
     repo.restic(*args)
     return include
 

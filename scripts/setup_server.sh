@@ -197,11 +197,19 @@ if [ -n "$previous" ] && [ "$(g rev-parse "$previous^{tree}")" = "$tree" ]; then
     exit 0  # this release is in already
 fi
 new="$(g commit-tree "$tree" ${previous:+-p "$previous"} -m "release $(date -u +%FT%TZ)")"
+# A finished merge or cherry-pick by a citizen leaves .git/AUTO_MERGE, which git writes
+# in place and (unlike its other files) without the group's write bit: no merge is under
+# way (checked above), so the leftover goes.
+rm -f "$baseline/.git/AUTO_MERGE"
 if ! g rev-parse -q --verify HEAD >/dev/null; then
     g merge --quiet --ff-only "$new"  # a new install: the release is the baseline
 else
-    if ! g merge --quiet --no-edit -m "upgrade: merge release $(date -u +%FT%TZ)" "$new" \
-            >/dev/null 2>&1; then
+    if ! said="$(g merge --quiet --no-edit -m "upgrade: merge release $(date -u +%FT%TZ)" \
+            "$new" 2>&1)"; then
+        if ! g rev-parse -q --verify MERGE_HEAD >/dev/null; then
+            printf 'git merge refused the release, changing nothing:\n%s\n' "$said"
+            exit 1
+        fi
         files="$(g diff --name-only --diff-filter=U)"
         g merge --abort
         g update-ref refs/heads/release-next "$new"

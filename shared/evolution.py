@@ -227,6 +227,10 @@ class Evolution:
 
 
 def _cherry_pick(repo: git.Repo, change: Change, committer: str) -> str:
+    # A finished merge by another citizen (or the upgrade) leaves .git/AUTO_MERGE, which
+    # git rewrites in place without the group's write bit: nothing is under way here
+    # (a cherry-pick is aborted on conflict), so the leftover goes.
+    Path(repo.git_dir, "AUTO_MERGE").unlink(missing_ok=True)
     # The author stays the change's author; the one applying it commits it.
     repo.git.update_environment(GIT_COMMITTER_NAME=committer,
                                 GIT_COMMITTER_EMAIL=f"{committer}@experience.local")

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 
 import click
 
 from citizen import backup as snapshots_
+from citizen import paths
 from citizen.cli.options import json_option
 
 
@@ -90,3 +93,10 @@ def restore(snapshot: str, name: str | None) -> None:
     repo = snapshots_.Repository.default()
     for path in snapshots_.restore(repo, snapshot, name):
         click.echo(f"restored {path}")
+        if os.geteuid() == 0 and path.parent == paths.civ_root() and (path / "config.json"
+                                                                       ).is_file():
+            try:
+                pwd.getpwnam(path.name)
+            except KeyError:  # restored onto a machine that never had this citizen
+                click.echo(f"note: {path.name} has no user here - citizen onboard "
+                           f"{path.name}, then systemctl start citizen@{path.name}")
