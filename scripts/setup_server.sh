@@ -325,6 +325,14 @@ for name in "${names[@]}"; do
         grep '^created ' <<<"$out" | sed 's/^created /    changed: /'
         changes=$((changes + $(grep -c '^created ' <<<"$out")))
     fi
+done
+
+current="each citizen's code"
+step "$current"
+# Every citizen on this machine (onboarded later ones too), not only the templates'.
+for home in /home/*/; do
+    name="$(basename "$home")"
+    [ -f "$home/config.json" ] && id -nG "$name" 2>/dev/null | grep -qw citizens || continue
     # The new baseline offered to the citizen's own code, as the citizen (its hooks run
     # as itself, never root): merged when it merges cleanly, else left as it was.
     code="/home/$name/code"
