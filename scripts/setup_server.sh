@@ -161,6 +161,12 @@ if [ "$(git -C "$baseline" config core.sharedRepository || true)" != "group" ]; 
     git -C "$baseline" config core.sharedRepository group
     echo "changed: baseline shared with group citizens"
 fi
+# Who a merge by hand is signed by (the operator resolving a conflicting upgrade, as
+# experience); setup's own commits and the citizens' adoptions name themselves.
+if [ -z "$(git -C "$baseline" config user.name || true)" ]; then
+    git -C "$baseline" config user.name "Experience operator"
+    git -C "$baseline" config user.email "experience@localhost"
+fi
 # A conflict resolved by hand (release-next merged into main) is taken as this release.
 if g rev-parse -q --verify refs/heads/release-next >/dev/null; then
     if g merge-base --is-ancestor release-next HEAD 2>/dev/null; then
@@ -230,8 +236,7 @@ setup_server: the upgrade stopped before changing the baseline or any citizen's 
   To resolve, merge the release by hand as user experience, then run this script again:
     runuser -u experience -g citizens -- git -C $baseline merge release-next
     (edit the files above as experience, then:)
-    runuser -u experience -g citizens -- git -C $baseline -c user.name=operator \\
-        -c user.email=operator@localhost commit -a --no-edit
+    runuser -u experience -g citizens -- git -C $baseline commit -a --no-edit
   To keep the baseline as it is, do nothing.
 EOF
         exit 1

@@ -417,14 +417,14 @@ def test_backup_restore_upgrade_and_removal(server: Server) -> None:
     assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
     assert "# evolved by opus" in server.run("tail", "-1", "/home/nova/code/DEPLOY.md")
     # Resolved by hand as the message says (both lines kept): the next run takes it.
-    server.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C", baseline,
-               "merge", "release-next", check=False)
+    hand = server.box.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C",
+                          baseline, "merge", "release-next", check=False)
+    assert "CONFLICT" in hand.stdout, (hand.stdout, hand.stderr)
     server.run("runuser", "-u", "experience", "--", "sh", "-c",
                f"cd {baseline} && git checkout --ours DEPLOY.md && "
                "echo '# the vendor disagrees' >> DEPLOY.md")
     server.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C", baseline,
-               "-c", "user.name=operator", "-c", "user.email=operator@localhost", "commit",
-               "-a", "--no-edit")
+               "commit", "-a", "--no-edit")
     again = server.box.run("/root/experience-conflict/scripts/setup_server.sh", env=PIP_ENV)
     assert "the release merged by hand is the baseline's release" in again.stdout
     assert "/home/nova/code merged the new baseline" in again.stdout, again.stdout
