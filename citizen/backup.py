@@ -10,7 +10,10 @@ binary with no Python of its own, and its repository can be a plain directory or
 second disk.
 
 A snapshot is taken at the civilization's quiescent point (citizen.quiesce): every
-daemon is between wakes while it is read. It holds each citizen's home (contexts,
+daemon is between wakes while it is read. A restore never writes through what a
+citizen could have planted: it restores into a root-only directory beside each path,
+then moves the old path aside (kept, hidden: `.<name>.before-restore-…`) and the
+restored one into place. It holds each citizen's home (contexts,
 memory, tasks, logs, its code with its git history), the commons and, on a server,
 the operator's directory (rules, secrets: the repository is encrypted).
 """
@@ -22,6 +25,8 @@ import os
 import secrets
 import shutil
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -71,7 +76,8 @@ class Repository:
             raise BackupError("restic is not installed - apt-get install restic "
                               "(scripts/setup_server.sh installs it on a server)")
         env = {**os.environ, "RESTIC_REPOSITORY": str(self.path),
-               "RESTIC_PASSWORD_FILE": str(self.key), "RESTIC_PROGRESS_FPS": "0.1"}
+               "RESTIC_PASSWORD_FILE": str(self.key), "RESTIC_PROGRESS_FPS": "0.1",
+               "TZ": "UTC"}  # --time and snapshot times are UTC, as every record here
         done = subprocess.run([exe, *args], env=env, capture_output=True, text=True,
                               check=False, timeout=timeout)
         if done.returncode != 0:
@@ -112,7 +118,8 @@ def take(repo: Repository, *, wait_s: float = WAIT_S, keep_daily: int = KEEP_DAI
     """One snapshot at the quiescent point, then the retention policy; a summary."""
     made = repo.ensure()
     repo.restic("unlock")  # only stale locks (a killed run's): a live one is kept
-    with quiesce.still(wait_s) as quiet:
+    with quiesce.still(civilization.citizens(), wait_s) as busy:
+        quiet = not busy
         tags = ["--tag", TAG] + ([] if quiet else ["--tag", "not-quiescent"])
         # --time: world time (shared.clock), so retention follows the simulated month too.
         out = repo.restic("backup", "--json", *tags, "--time",
@@ -126,7 +133,7 @@ def take(repo: Repository, *, wait_s: float = WAIT_S, keep_daily: int = KEEP_DAI
         retention = "applied"
     except BackupError as exc:  # the snapshot is safe; the next run prunes
         retention = f"not applied this time: {exc}"
-    return {"snapshot": summary.get("snapshot_id", ""), "quiescent": quiet,
+    return {"snapshot": summary.get("snapshot_id", ""), "quiescent": quiet, "busy": busy,
             "retention": retention,
             "files": summary.get("total_files_processed", 0),
             "bytes": summary.get("total_bytes_processed", 0),
@@ -148,7 +155,8 @@ def verify(repo: Repository, read_share: str = "5%") -> str:
 
 
 def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list[Path]:
-    """Put back a snapshot - whole, or one citizen's home - where it was taken.
+    """Put back a snapshot - whole, or one citizen's home - where it was taken; what was
+    there is kept beside it (`aside`: `.<name>.before-restore-<time>`).
 
     :raises BackupError: a daemon of what is restored is running (stop it first).
     """
@@ -158,18 +166,41 @@ def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list
         raise BackupError(f"stop {', '.join(running)} first (systemctl stop citizens.target, "
                           "or the `citizen run` processes): a running daemon would write "
                           "into what is restored")
-    args = ["restore", snapshot, "--target", "/"]
     if citizen:
-        include = [paths.citizen_home(citizen)]
-        args += ["--include", str(include[0])]
+        targets = [paths.citizen_home(citizen)]
     else:  # everything the snapshot holds, homes of citizens this machine lacks too
         found = json.loads(repo.restic("snapshots", "--json", snapshot) or "[]")
         if not found:
             raise BackupError(f"no snapshot {snapshot!r} in {repo.path} - see `citizen "
                               "backup list`")
-        include = [Path(p) for p in found[-1].get("paths", [])]
-    repo.restic(*args)
-    return include
+        targets = [Path(p) for p in found[-1].get("paths", [])]
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    for target in targets:
+        _restore_one(repo, snapshot, target, stamp)
+    return targets
+
+
+def aside(target: Path, stamp: str) -> Path:
+    """Where what a restore replaced is kept: hidden, so it is no citizen and no commons."""
+    return target.with_name(f".{target.name}.before-restore-{stamp}")
+
+
+def _restore_one(repo: Repository, snapshot: str, target: Path, stamp: str) -> None:
+    # Never `--target /`: restic writes through a link a citizen left where a directory
+    # was (as root: anywhere). Into a new 0700 directory beside the target instead (same
+    # filesystem, so the move is a rename; no citizen can enter it), then two renames -
+    # which move a link itself, never what it points to.
+    staging = Path(tempfile.mkdtemp(prefix=".restore-", dir=target.parent))
+    try:
+        repo.restic("restore", snapshot, "--target", str(staging), "--include", str(target))
+        restored = staging / target.relative_to(target.anchor)
+        if not restored.exists():
+            raise BackupError(f"snapshot {snapshot} holds no {target}")
+        if os.path.lexists(target):
+            os.rename(target, aside(target, stamp))
+        os.rename(restored, target)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def _running(name: str) -> bool:

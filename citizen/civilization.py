@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 from pathlib import Path
@@ -120,7 +121,9 @@ def citizens() -> list[str]:
     root = paths.civ_root()
     if not root.is_dir():
         return []
-    return sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+    # Only names a citizen can have: a restore's hidden copy of a home is no citizen.
+    return sorted(p.name for p in root.iterdir()
+                  if paths.NAME_RE.match(p.name) and (p / "config.json").is_file())
 
 
 _COMMONS: dict[tuple[str, str], Commons] = {}
@@ -179,7 +182,7 @@ def init_code(names: list[str]) -> list[str]:
     into `main`. Never overwrites: an existing repository or clone is left as it is."""
     made = []
     baseline = paths.shared_dir() / "baseline"
-    if not (baseline / ".git").exists():
+    if not _has_commit(baseline):  # also a repository a failed run left without one
         _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
         with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree
             env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
@@ -191,8 +194,10 @@ def init_code(names: list[str]) -> list[str]:
         made.append(f"{baseline} (a git repository of {paths.project_dir()})")
     for name in names:
         code = paths.home(name).code
-        if (code / ".git").exists():
+        if _has_commit(code):
             continue
+        if (code / ".git").exists():  # a clone a failed run left half-made
+            shutil.rmtree(code)
         if code.exists() and not any(code.iterdir()):
             code.rmdir()
         _git(baseline.parent, "clone", "--quiet", str(baseline), str(code))
@@ -200,6 +205,12 @@ def init_code(names: list[str]) -> list[str]:
             _git(code, "config", key, value)
         made.append(f"{code} (clone of {baseline})")
     return made
+
+
+def _has_commit(repo: Path) -> bool:
+    return (repo / ".git").exists() and subprocess.run(
+        ["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True,
+        check=False).returncode == 0
 
 
 def _git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:

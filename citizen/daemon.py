@@ -251,7 +251,7 @@ class Daemon:
         return True
 
     def _run_wake(self, req: WakeRequest) -> None:
-        with quiesce.working():  # a backup reads between wakes, never during one
+        with quiesce.working(self.name):  # a backup reads between wakes, never during one
             self._wake(req)
 
     def _wake(self, req: WakeRequest) -> None:
@@ -343,7 +343,7 @@ class Daemon:
         """The deterministic gate for memory roll-ups; the model runs in a child."""
         if self.state == State.STOPPING or not Memory(self.home.memory).pending():
             return
-        with quiesce.working():
+        with quiesce.working(self.name):
             subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
                            check=False, timeout=self.wake_timeout_s)
 

@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from citizen import civilization, config, paths
+from citizen import civilization, config, paths, quiesce
 from citizen.errors import CitizenError
 from shared.atomic import make_dirs
 
@@ -191,6 +191,7 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) ->
         make_dirs(doorbell, mode=0o2770)  # peers ring it (group write); nobody else looks
         changed.append(str(doorbell))
     changed += clone_code(name)
+    changed += quiesce.prepare(name, user.pw_uid, gid)  # its daemon's lock, for backups
     _no_symlink(doorbell)
     if doorbell.stat().st_uid != user.pw_uid:
         # its daemon removes the events peers ring

@@ -17,7 +17,7 @@ from citizen.errors import ConfigError, WrongUser
 DEFAULT_ROOT = "/home"
 # Citizen names become Unix user names and path components: keep them to what
 # useradd accepts and what can never climb out of the root ("../x", "a/b").
-_NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
+NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
 # Where a server install keeps the venv and the one shared copy of the model.
 SERVER_PREFIX = Path("/opt/experience")
 
@@ -37,7 +37,7 @@ def check_name(name: str) -> str:
 
     :raises ConfigError: it is not (names become Unix users and directory names).
     """
-    if not _NAME_RE.match(name):
+    if not NAME_RE.match(name):
         raise ConfigError(
             "citizen name",
             name,

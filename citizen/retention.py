@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import time
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,9 +56,9 @@ def disk_bytes(home: Home) -> int:
 def daily(name: str, home: Home, logs: LogSettings) -> None:
     """The daemon's daily sweep, between wakes (citizen.quiesce); never raises."""
     try:
-        with quiesce.working():
+        with quiesce.working(name):
             done = sweep(home, logs.full_days, logs.keep_days)
-    except OSError as exc:  # a full or read-only disk: say so, keep running
+    except (OSError, ValueError, EOFError) as exc:  # a full disk, a damaged log: say so
         log.warning("citizen %s: wake-log retention failed: %s", name, exc)
         return
     if done.compressed or done.expired or done.blobs:
@@ -97,9 +98,17 @@ def sweep(home: Home, full_days: float, keep_days: float) -> Swept:
 
 
 def _ended(path: Path) -> float | None:
-    """World time the wake ended (None: running, or killed before its end was logged)."""
+    """World time the wake ended; None while it may still run (kept untouched)."""
     _, end = wakelog.first_and_last(path)
-    return clock.epoch(end.get("ts")) or None if end.get("event") == "wake_end" else None
+    try:
+        at = clock.epoch(end.get("ts"))
+    except ValueError:
+        return None  # an unreadable time: kept, never guessed
+    if end.get("event") == "wake_end":
+        return at or None
+    # Killed with its daemon before it logged its end: it ended with its last event,
+    # once that is older than any wake can run.
+    return at if at and clock.time() - at > DAY_S else None
 
 
 def _compress(path: Path) -> Path:
@@ -107,9 +116,17 @@ def _compress(path: Path) -> Path:
     the original or both, never a torn .gz)."""
     target = path.with_suffix(".jsonl.gz")
     partial = target.with_name(target.name + ".part")
-    with path.open("rb") as src, gzip.open(partial, "wb") as dst:
-        dst.writelines(src)
+    with path.open("rb") as src, partial.open("wb") as raw:
+        with gzip.GzipFile(fileobj=raw, mode="wb") as dst:
+            dst.writelines(src)
+        raw.flush()
+        os.fsync(raw.fileno())  # on disk before the original goes
     os.replace(partial, target)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)  # the rename is durable too
+    finally:
+        os.close(fd)
     path.unlink()
     return target
 
@@ -124,7 +141,7 @@ def _sweep_blobs(home: Home, kept: list[Path]) -> tuple[int, int]:
         try:
             with opener(path, "rb") as fh:
                 named.update(k.decode() for k in _KEY.findall(fh.read()))
-        except (OSError, EOFError) as exc:  # a damaged .gz keeps every blob: lose nothing
+        except (OSError, EOFError, zlib.error) as exc:  # a damaged .gz keeps every blob
             log.warning("retention: cannot read %s (%s); no blob is swept", path, exc)
             return 0, 0
     count = freed = 0

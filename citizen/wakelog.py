@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -77,7 +78,12 @@ def wake_logs(home: Home) -> list[Path]:
     """A citizen's wake logs (whole or compressed), oldest first."""
     if not home.wake_logs.is_dir():
         return []
-    found = [*home.wake_logs.glob("*.jsonl"), *home.wake_logs.glob("*.jsonl.gz")]
+    whole = list(home.wake_logs.glob("*.jsonl"))
+    # Both forms only after a sweep died between writing the .gz and removing the
+    # original: the original is complete, and the next sweep redoes the .gz.
+    names = {p.name for p in whole}
+    found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
+                     if p.name.removesuffix(".gz") not in names]
     return sorted(found, key=lambda p: p.name)
 
 
@@ -89,9 +95,15 @@ def name_of(path: Path) -> str:
 def read(path: Path) -> list[dict[str, Any]]:
     """The events of a wake log; a torn last line (crash mid-write) is skipped."""
     if path.name.endswith(".gz"):
-        with gzip.open(path, "rt", encoding="utf-8") as fh:
-            lines = [_parse(raw.encode()) for raw in fh]
-        return [e for e in lines if e]
+        events = []
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                events = [e for e in (_parse(raw.encode()) for raw in fh) if e]
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            # A damaged .gz: what could be read, and a line saying so - never a crash
+            # of `citizen logs`, status or the sweep.
+            events.append({"event": "error", "reason": f"damaged compressed log: {exc}"})
+        return events
     return [e for e in read_jsonl(path) if isinstance(e, dict)]
 
 

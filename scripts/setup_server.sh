@@ -82,15 +82,10 @@ for d in "" library library/modules library/pending tools tools/impl tools/regis
     fi
 done
 
-# The quiescent point (citizen/quiesce.py): daemons lock it shared around each wake, a
-# backup exclusive. Root's, 0644: any citizen can take a shared lock (read access is
-# enough), none can remove or replace it in the sticky directory.
-lock="$shared/monitor/quiesce.lock"
-[ ! -L "$lock" ] || fail "$lock is a symbolic link - remove it and run again"
-if [ "$(stat -c '%a %U' "$lock" 2>/dev/null)" != "644 root" ]; then
-    install -m 0644 -o root -g citizens /dev/null "$lock"
-    changed "$lock"
-fi
+# The quiescent point (citizen/quiesce.py) is one lock per citizen, made at onboarding
+# in shared/monitor/quiesce/ (root's dir, the citizen's 0600 file); the single lock of
+# an earlier release let any citizen freeze every daemon - it goes.
+rm -f "$shared/monitor/quiesce.lock"
 
 current="the release in $prefix/release"
 step "$current"
@@ -167,6 +162,11 @@ if [ -z "$(git -C "$baseline" config user.name || true)" ]; then
     git -C "$baseline" config user.name "Experience operator"
     git -C "$baseline" config user.email "experience@localhost"
 fi
+if g rev-parse -q --verify MERGE_HEAD >/dev/null; then
+    echo "conflict: a merge by hand is under way in the baseline - finish it (commit) or"
+    echo "    abort it (git -C $baseline merge --abort), then run this script again"
+    exit 3
+fi
 # A conflict resolved by hand (release-next merged into main) is taken as this release.
 if g rev-parse -q --verify refs/heads/release-next >/dev/null; then
     if g merge-base --is-ancestor release-next HEAD 2>/dev/null; then
@@ -178,14 +178,15 @@ fi
 # Nothing edits the baseline's files but adoption, which commits: anything uncommitted
 # there (a citizen's plant, a half-done hand merge) is set aside in `git stash` - never
 # merged, never lost, never left where a clone or a merge would pick it up.
-if g rev-parse -q --verify MERGE_HEAD >/dev/null; then
-    echo "conflict: a merge by hand is under way in the baseline - finish it (commit) or"
-    echo "    abort it (git -C $baseline merge --abort), then run this script again"
-    exit 3
-fi
 dirty="$(g status --porcelain)"
 if [ -n "$dirty" ] && g rev-parse -q --verify HEAD >/dev/null; then
-    g stash push --include-untracked --quiet -m "set aside by setup_server.sh $(date -u +%FT%TZ)"
+    if ! g stash push --include-untracked --quiet \
+            -m "set aside by setup_server.sh $(date -u +%FT%TZ)" >/dev/null 2>&1; then
+        echo "conflict: the baseline has changes that cannot be set aside (as experience):"
+        printf '%s\n' "$dirty" | head -20 | sed 's/^/    /'
+        echo "    remove or commit them, then run this script again"
+        exit 3
+    fi
     echo "changed: uncommitted changes in the baseline set aside (git -C $baseline stash list):"
     printf '%s\n' "$dirty" | head -20 | sed 's/^/      /'
 fi

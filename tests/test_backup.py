@@ -20,7 +20,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from citizen import backup, paths, quiesce
+from citizen import backup, civilization, paths, quiesce
 from citizen.tasks import TaskQueue
 from shared import clock
 
@@ -47,6 +47,9 @@ def test_a_snapshot_brings_back_a_broken_citizen_and_only_it(
     TaskQueue(paths.home("mira").tasks).add("after the snapshot")
     assert backup.restore(repo, "latest", "opus") == [opus.dir]
     assert (opus.contexts / "identity.json").read_bytes() == identity
+    kept = [p for p in civ.iterdir() if p.name.startswith(".opus.before-restore-")]
+    assert len(kept) == 1 and (kept[0] / "contexts" / "identity.json").read_text() == "{}"
+    assert "opus.before-restore" not in " ".join(civilization.citizens())  # no citizen
     assert TaskQueue(opus.tasks).where(task) == "queue"
     assert TaskQueue(paths.home("mira").tasks).counts()["queue"] == 1  # not rolled back
     assert "no errors were found" in backup.verify(repo, "100%")
@@ -66,14 +69,14 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
     only once it is let go (and, past --wait, reads anyway and says so)."""
     from citizen.daemon import Daemon, WakeRequest
 
-    seen: list[bool] = []
     daemon = Daemon("opus")
-    def wake(req: WakeRequest) -> None:  # inside a wake, a backup cannot start
-        with quiesce.still(0) as quiet:
-            seen.append(quiet)
+    seen: list[list[str]] = []
+    def wake(req: WakeRequest) -> None:  # inside opus's wake, a backup waits for opus only
+        with quiesce.still(["opus", "mira"], 0) as busy:
+            seen.append(busy)
     monkeypatch.setattr(daemon, "_wake", wake)
     daemon._run_wake(WakeRequest("TASK", "test"))
-    assert seen == [False]
+    assert seen == [["opus"]]
 
     released: list[float] = []
     read: list[float] = []
@@ -84,7 +87,7 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
         return real(self, *args, **kw)
     monkeypatch.setattr(backup.Repository, "restic", restic)
     def busy_wake() -> None:
-        with quiesce.working():
+        with quiesce.working("mira"):
             time.sleep(1.0)
             released.append(time.monotonic())
     worker = threading.Thread(target=busy_wake)
@@ -93,9 +96,9 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
     assert backup.take(repo, wait_s=30)["quiescent"]
     worker.join()
     assert read[0] >= released[0]  # it waited for the wake to end
-    with quiesce.working():  # a wake that outlasts --wait
+    with quiesce.working("aria"):  # a wake that outlasts --wait
         late = backup.take(repo, wait_s=0.3)
-    assert not late["quiescent"]
+    assert not late["quiescent"] and late["busy"] == ["aria"]
     tags = [s["tags"] for s in backup.snapshots(repo)]
     assert tags == [["experience"], ["experience", "not-quiescent"]]
 
@@ -161,3 +164,36 @@ def test_retention_keeps_the_days_and_weeks_asked_for(
     days = [s["time"][:10] for s in backup.snapshots(repo)]
     # The last 3 days, and the last snapshot of each of the last 2 weeks (Sunday the 11th).
     assert days == ["2026-01-11", "2026-01-12", "2026-01-13", "2026-01-14"]
+
+
+def test_a_restore_never_writes_through_a_planted_link(
+        civ: Path, repo: backup.Repository, tmp_path: Path) -> None:
+    """The attack on `restic restore --target /`: a citizen replaces a directory of its
+    home with a link to somewhere it may not write; the restore (root, on a server)
+    followed it and wrote the snapshot's files there, with the citizen's ownership."""
+    opus = paths.home("opus")
+    backup.take(repo)
+    victim = tmp_path / "etc"
+    victim.mkdir()
+    shutil.rmtree(opus.contexts)
+    opus.contexts.symlink_to(victim)
+    backup.restore(repo, "latest", "opus")
+    assert list(victim.iterdir()) == []  # nothing written through the link
+    assert opus.contexts.is_dir() and not opus.contexts.is_symlink()
+    assert (opus.contexts / "identity.json").is_file()
+
+
+def test_one_citizens_lock_holds_back_no_other(civ: Path) -> None:
+    """One lock per citizen: a daemon (or a citizen's own code) holding its lock, or a
+    FIFO planted as a lock, delays no other citizen's work and never hangs a backup."""
+    with quiesce.still(["opus"], 0) as busy:  # a backup holding opus
+        assert busy == []
+        with quiesce.working("mira", wait_s=0.5):  # mira works on at once
+            pass
+        with quiesce.still(["mira"], 0) as other:
+            assert other == []
+    fifo = quiesce.lock_path("aria")
+    fifo.unlink(missing_ok=True)
+    os.mkfifo(fifo)
+    with quiesce.still(["aria", "mira"], 0.3) as busy:
+        assert busy == ["aria"]  # reported, not waited on forever

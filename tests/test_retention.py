@@ -123,3 +123,36 @@ def test_the_daemon_sweeps_with_the_operators_settings_and_status_shows_disk(
     retain.func(*retain.args)
     assert not log.exists() and log.with_suffix(".jsonl.gz").exists()
     assert citizen_status("opus")["disk_mb"] == round(retention.disk_bytes(home) / 2**20, 1)
+
+
+def test_a_compressed_log_still_replays(civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from citizen.llm.replay import ReplayProvider
+
+    on_day(monkeypatch, 0)
+    log = wake(1, "block")
+    on_day(monkeypatch, 20)
+    retention.sweep(paths.home("opus"), full_days=14, keep_days=90)
+    # Named as it was (`citizen wake --replay …jsonl`) or as it is now.
+    for name in (log, log.with_suffix(".jsonl.gz")):
+        assert ReplayProvider.from_log(name).source.endswith(".jsonl.gz")
+
+
+def test_damaged_and_dying_logs_neither_crash_nor_linger(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    home = paths.home("opus")
+    on_day(monkeypatch, 0)
+    killed = wake(1, "block", ended=False)  # its daemon died with it: no wake_end
+    on_day(monkeypatch, 20)
+    damaged = wake(2, "block").with_suffix(".jsonl.gz")
+    damaged.write_bytes(gzip.compress(b'{"event": "wake_start"}\n' * 50)[:-30])  # cut short
+    (home.wake_logs / "000002-TASK.jsonl").unlink()
+    both = wake(3, "block")  # a sweep died after writing the .gz, before the unlink
+    both.with_suffix(".jsonl.gz").write_bytes(gzip.compress(both.read_bytes()))
+    on_day(monkeypatch, 100)
+    done = retention.sweep(home, full_days=14, keep_days=90)
+    assert not killed.exists() and done.expired >= 1  # dead for long: it ended
+    events = wakelog.read(damaged)
+    assert events[-1]["event"] == "error" and "damaged" in events[-1]["reason"]
+    assert damaged.exists()  # kept, reported - never deleted for being unreadable
+    names = [p.name for p in wakelog.wake_logs(home)]
+    assert len([n for n in names if n.startswith("000003-")]) <= 1

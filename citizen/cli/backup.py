@@ -48,8 +48,9 @@ def now(wait: float, keep_daily: int, keep_weekly: int, as_json: bool) -> None:
     click.echo(f"snapshot {done['snapshot'][:8]} in {repo.path}: {done['files']} files, "
                f"{done['bytes'] / 2**20:.1f} MB read, {done['added_bytes'] / 2**20:.2f} MB "
                f"added, {done['seconds']:.1f} s"
-               + ("" if done["quiescent"] else " - NOT at a quiescent point: a wake was "
-                  "still running after --wait seconds (tagged not-quiescent)"))
+               + ("" if done["quiescent"] else f" - NOT at a quiescent point: "
+                  f"{', '.join(done['busy'])} still working after --wait seconds (tagged "
+                  "not-quiescent)"))
     if done["retention"] != "applied":
         click.echo(f"retention {done['retention']}", err=True)
 
@@ -91,7 +92,8 @@ def restore(snapshot: str, name: str | None) -> None:
       citizen restore --from 4f2a9c1e
     """
     repo = snapshots_.Repository.default()
-    for path in snapshots_.restore(repo, snapshot, name):
+    restored = snapshots_.restore(repo, snapshot, name)
+    for path in restored:
         click.echo(f"restored {path}")
         if os.geteuid() == 0 and path.parent == paths.civ_root() and (path / "config.json"
                                                                        ).is_file():
@@ -100,3 +102,5 @@ def restore(snapshot: str, name: str | None) -> None:
             except KeyError:  # restored onto a machine that never had this citizen
                 click.echo(f"note: {path.name} has no user here - citizen onboard "
                            f"{path.name}, then systemctl start citizen@{path.name}")
+    click.echo("what was there before is kept beside each, hidden (.<name>.before-restore-"
+               "<time>): remove it once the restored civilization runs")

@@ -15,6 +15,7 @@ from citizen.tasks import TaskQueue
 from shared.atomic import read_json
 from shared.monitor import alive
 
+RECENT_WAKES = 300  # more than a citizen wakes in a day
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
 
 
@@ -37,9 +38,9 @@ def citizen_status(name: str) -> dict[str, Any]:
             daemon = f"unreadable heartbeat ({exc})"
     logs = wakelog.wake_logs(home)
     today = spend.today()
-    todays = [p for p in logs
-              if datetime.fromtimestamp(p.stat().st_mtime, UTC).date() == today]
-    rows = [wakelog.summary(p) for p in todays]
+    # By when each wake started (world time: shared.clock), among the latest wakes.
+    rows = [r for r in (wakelog.summary(p) for p in logs[-RECENT_WAKES:])
+            if str(r["started"])[:10] == today.isoformat()]
     last = wakelog.summary(logs[-1]) if logs else None
     active = TaskQueue(home.tasks).active()
     usd_today = spend.spent(home, spend.today())  # every call, in wakes or not

@@ -8,6 +8,7 @@ with changed prompts while keeping the recorded answers.
 
 from __future__ import annotations
 
+import gzip
 import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -38,7 +39,14 @@ class ReplayProvider(Provider):
         :raises ConfigError: a line of the log is not JSON.
         """
         records = []
-        for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not path.exists() and path.with_name(path.name + ".gz").exists():
+            path = path.with_name(path.name + ".gz")  # compressed by citizen.retention
+        if path.name.endswith(".gz"):
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                text = fh.read()
+        else:
+            text = path.read_text(encoding="utf-8")
+        for lineno, line in enumerate(text.splitlines(), 1):
             if not line.strip():
                 continue
             try:

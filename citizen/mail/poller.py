@@ -56,7 +56,7 @@ class MailPoller:
         if self.intake is None:
             return
         try:
-            with quiesce.working():  # mail becomes tasks: not while a backup reads
+            with quiesce.working(self.name):  # mail becomes tasks: not while a backup reads
                 for o in self.intake.poll():
                     log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
                 flush(self.home, self.intake.account)

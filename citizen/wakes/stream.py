@@ -222,7 +222,7 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
             claim, raw, how, reasoning = _rule(mentioned, knows,
                                                f"model unavailable: {str(exc)[:80]}")
     factor = float(streams.calibration(me)["factor"])  # §10.2
-    answered = streams.answered(since=clock.time() - 3600)
+    answered = streams.answered(since=time.time() - 3600)  # vs file mtimes: wall
     load = load_factor(answered.get(me, 0), answered.values())  # §10.4
     expertise = EXPERT_BOOST if knows else 0.0  # §10.3: the message is in my focus
     adjusted = min(1.0, max(0.0, raw * factor * load + expertise
