@@ -339,6 +339,14 @@ step "$current"
 for home in /home/*/; do
     name="$(basename "$home")"
     [ -f "$home/config.json" ] && id -nG "$name" 2>/dev/null | grep -qw citizens || continue
+    # Its quiescent-point lock (citizen/quiesce.py), for citizens onboarded before locks
+    # were per citizen: root's directory, the citizen's 0600 file.
+    lock="$shared/monitor/quiesce/$name.lock"
+    if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
+        install -d -m 0755 -o root -g root "$shared/monitor/quiesce"
+        install -m 0600 -o "$name" -g citizens /dev/null "$lock"
+        changed "$lock"
+    fi
     # The new baseline offered to the citizen's own code, as the citizen (its hooks run
     # as itself, never root): merged when it merges cleanly, else left as it was.
     code="/home/$name/code"

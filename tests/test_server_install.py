@@ -379,6 +379,7 @@ def test_backup_restore_upgrade_and_removal(server: Server) -> None:
     server.run("systemctl", "start", "experience-backup.service")  # while daemons run
     snaps = json.loads(server.run("citizen", "backup", "list", "--json"))
     assert len(snaps) == 1 and "/home/nova" in snaps[0]["paths"], snaps
+    assert snaps[0]["tags"] == ["experience"]  # quiescent: every citizen's lock was taken
     assert "/etc/experience" in snaps[0]["paths"]
     server.run("systemctl", "stop", "citizen@nova")
     server.run("rm", "-rf", "/home/nova/contexts")
