@@ -34,6 +34,8 @@ from typing import Any
 from citizen import civilization, paths, quiesce
 from citizen.errors import CitizenError
 from shared import clock
+from shared.atomic import read_json
+from shared.monitor import alive
 
 TAG = "experience"
 KEEP_DAILY, KEEP_WEEKLY = 7, 4
@@ -103,9 +105,9 @@ class Repository:
         return made
 
 
-def sources() -> list[Path]:
-    """What a snapshot holds: every citizen's home, the commons, the operator's dir."""
-    found = [paths.citizen_home(n) for n in civilization.citizens()]
+def sources(names: list[str]) -> list[Path]:
+    """What a snapshot holds: the citizens' homes, the commons, the operator's dir."""
+    found = [paths.citizen_home(n) for n in names]
     found.append(paths.shared_dir())
     operator = paths.operator_dir()
     if operator.is_dir() and os.access(operator, os.R_OK | os.X_OK):
@@ -118,13 +120,14 @@ def take(repo: Repository, *, wait_s: float = WAIT_S, keep_daily: int = KEEP_DAI
     """One snapshot at the quiescent point, then the retention policy; a summary."""
     made = repo.ensure()
     repo.restic("unlock")  # only stale locks (a killed run's): a live one is kept
-    with quiesce.still(civilization.citizens(), wait_s) as busy:
+    names = civilization.citizens()
+    with quiesce.still(names, wait_s) as busy:
         quiet = not busy
         tags = ["--tag", TAG] + ([] if quiet else ["--tag", "not-quiescent"])
         # --time: world time (shared.clock), so retention follows the simulated month too.
         out = repo.restic("backup", "--json", *tags, "--time",
                           clock.moment().strftime("%Y-%m-%d %H:%M:%S"),
-                          *(str(p) for p in sources()))
+                          *(str(p) for p in sources(names)))
     summary = next((m for m in map(_json, out.splitlines())
                     if m.get("message_type") == "summary"), {})
     try:
@@ -204,9 +207,6 @@ def _restore_one(repo: Repository, snapshot: str, target: Path, stamp: str) -> N
 
 
 def _running(name: str) -> bool:
-    from shared.atomic import read_json  # noqa: PLC0415
-    from shared.monitor import alive  # noqa: PLC0415
-
     beat_path = paths.home(name).heartbeat
     try:
         beat = read_json(beat_path)

@@ -86,7 +86,7 @@ def sweep(home: Home, full_days: float, keep_days: float) -> Swept:
             out.expired += 1
             out.freed_bytes += size
         elif age > full_days * DAY_S and path.suffix == ".jsonl":
-            out.freed_bytes += size - _compress(path).stat().st_size
+            out.freed_bytes += size - _compress(path, ended).stat().st_size
             out.compressed += 1
             kept.append(path.with_suffix(".jsonl.gz"))
         else:
@@ -99,6 +99,8 @@ def sweep(home: Home, full_days: float, keep_days: float) -> Swept:
 
 def _ended(path: Path) -> float | None:
     """World time the wake ended; None while it may still run (kept untouched)."""
+    if path.name.endswith(".gz"):
+        return path.stat().st_mtime  # set to the end when compressed: no daily gunzip
     _, end = wakelog.first_and_last(path)
     try:
         at = clock.epoch(end.get("ts"))
@@ -111,9 +113,9 @@ def _ended(path: Path) -> float | None:
     return at if at and clock.time() - at > DAY_S else None
 
 
-def _compress(path: Path) -> Path:
+def _compress(path: Path, ended: float) -> Path:
     """`path` gzipped beside itself (written whole, then renamed: a crash leaves either
-    the original or both, never a torn .gz)."""
+    the original or both, never a torn .gz), dated when its wake `ended` (world time)."""
     target = path.with_suffix(".jsonl.gz")
     partial = target.with_name(target.name + ".part")
     with path.open("rb") as src, partial.open("wb") as raw:
@@ -121,6 +123,7 @@ def _compress(path: Path) -> Path:
             dst.writelines(src)
         raw.flush()
         os.fsync(raw.fileno())  # on disk before the original goes
+    os.utime(partial, (ended, ended))
     os.replace(partial, target)
     fd = os.open(path.parent, os.O_RDONLY)
     try:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from shared.atomic import read_json
 from shared.monitor import alive
 
 RECENT_WAKES = 300  # more than a citizen wakes in a day
+RECENT_S = 2 * 86400.0  # wall seconds: a log written since may hold a wake of today
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
 
 
@@ -38,8 +40,10 @@ def citizen_status(name: str) -> dict[str, Any]:
             daemon = f"unreadable heartbeat ({exc})"
     logs = wakelog.wake_logs(home)
     today = spend.today()
-    # By when each wake started (world time: shared.clock), among the latest wakes.
-    rows = [r for r in (wakelog.summary(p) for p in logs[-RECENT_WAKES:])
+    # By when each wake started (world time: shared.clock), read only from the logs
+    # written in the last two days (a stat each, not a read of hundreds of logs).
+    recent = [p for p in logs[-RECENT_WAKES:] if time.time() - p.stat().st_mtime < RECENT_S]
+    rows = [r for r in (wakelog.summary(p) for p in recent)
             if str(r["started"])[:10] == today.isoformat()]
     last = wakelog.summary(logs[-1]) if logs else None
     active = TaskQueue(home.tasks).active()
