@@ -373,7 +373,7 @@ def test_onboard_adds_a_fourth_working_citizen(server: Server) -> None:
                      server.run("ps", "-eo", "user:12,pid,args"), re.M)
 
 
-def test_backup_restore_upgrade_and_removal(server: Server) -> None:
+def test_backup_and_restore(server: Server) -> None:
     # Backup and restore of one citizen (DEPLOY.md §6): the timer's command, by hand.
     assert "enabled" in server.run("systemctl", "is-enabled", "experience-backup.timer")
     server.run("systemctl", "start", "experience-backup.service")  # while daemons run
@@ -381,13 +381,26 @@ def test_backup_restore_upgrade_and_removal(server: Server) -> None:
     assert len(snaps) == 1 and "/home/nova" in snaps[0]["paths"], snaps
     assert snaps[0]["tags"] == ["experience"]  # quiescent: every citizen's lock was taken
     assert "/etc/experience" in snaps[0]["paths"]
+    # No citizen can open another's quiescent-point lock, so none can freeze another's
+    # daemon (the single 0644 lock of the first version let any citizen take it).
+    frozen = server.box.run("runuser", "-u", "mira", "--", "flock", "-n", "-x",
+                            "/home/shared/monitor/quiesce/opus.lock", "true", check=False)
+    assert frozen.returncode != 0 and "Permission denied" in frozen.stderr, frozen
     server.run("systemctl", "stop", "citizen@nova")
-    server.run("rm", "-rf", "/home/nova/contexts")
+    # nova swaps its contexts for a link to a place of root's: the restore (as root)
+    # must not write through it (restic's --target / did, with nova's ownership).
+    server.run("install", "-d", "-m", "0755", "/etc/victim")
+    server.run("runuser", "-u", "nova", "--", "sh", "-c",
+               "rm -rf /home/nova/contexts && ln -s /etc/victim /home/nova/contexts")
     server.run("citizen", "restore", "--from", "latest", "--citizen", "nova")
+    assert server.run("ls", "-A", "/etc/victim") == ""
     assert "nova:citizens" in server.run("stat", "-c", "%U:%G", "/home/nova/contexts/identity.json")
     assert "no errors were found" in server.run("citizen", "backup", "verify")
     server.run("systemctl", "start", "citizen@nova")
     until(lambda: server.sleeping("nova"))
+
+
+def test_upgrade_merges_and_removal(server: Server) -> None:
     # Upgrade (DEPLOY.md §5) after the citizens adopted opus's change to DEPLOY.md
     # (test_code_evolution_…): a release touching other files merges - both survive, in
     # the baseline and in each citizen's code. The old setup overwrote the baseline.
