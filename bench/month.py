@@ -3,6 +3,7 @@
     .venv/bin/python bench/month.py                       # 30 days, ≈25 min
     .venv/bin/python bench/month.py --days 4 --day-seconds 30
     .venv/bin/python bench/month.py --fresh                # citizens born on day 1
+    .venv/bin/python bench/month.py --code --backup        # issue 18's figures
 
 Real daemons (`citizen run`, one process per citizen) on a simulated clock
 (`EXPERIENCE_CLOCK`, see shared.clock): each daemon's scheduler wakes it every
@@ -22,6 +23,10 @@ every call; the week after, it behaves again.
 Per world day it prints dollars, calls, the prompt tokens an average call carries by
 purpose, the cached share of prompt tokens, context sizes, disk written and any work
 refused for budget; then the issue's goals, each with the figure that decides it.
+With `--code` each citizen has its git `~/code` (a clone of the baseline, as
+`citizen init` makes them) and runs from it; with `--backup` the operator's
+`citizen backup now` runs at the end of every world day (as experience-backup.timer
+does) and its time, the bytes it added and the repository's size are printed.
 Nothing here asserts.
 """
 
@@ -153,7 +158,7 @@ class Model:
 # ------------------------------------------------------------------ the civilization
 
 
-def setup(root: Path, mature: bool) -> None:
+def setup(root: Path, mature: bool, code: bool) -> None:
     from bench.wake_cycle import fill_contexts
     from citizen import civilization, paths
 
@@ -168,6 +173,26 @@ def setup(root: Path, mature: bool) -> None:
         cfg.write_text(json.dumps(data, indent=2))
         if mature:  # a citizen months into its life: every context at 90 % of its cap
             fill_contexts(name, 0.9)
+    if code:
+        civilization.init_code([*CITIZENS, RUNAWAY])
+
+
+def backup() -> dict[str, float]:
+    """`citizen backup now` as the timer runs it: wall seconds, bytes added, repo size."""
+    from citizen import paths
+
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "citizen", "backup", "now", "--json"],
+                          check=False, timeout=3600, capture_output=True, text=True)
+    took = time.monotonic() - started
+    try:
+        summary = json.loads(done.stdout)
+    except ValueError:
+        print(f"  backup failed: {done.stderr.strip()[-300:]}", flush=True)
+        return {"seconds": took, "added": 0, "repo": 0, "ok": 0}
+    repo = Path(f"{paths.civ_root()}.backup")
+    return {"seconds": took, "added": summary.get("added_bytes", 0), "repo": disk(repo),
+            "ok": 1, "quiescent": 1 if summary.get("quiescent") else 0}
 
 
 def cli(*args: str) -> None:
@@ -257,7 +282,7 @@ def tasks_done(name: str, day: date) -> int:
 # ------------------------------------------------------------------ the run
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--days", type=int, default=30)
     parser.add_argument("--day-seconds", type=float, default=45.0,
@@ -268,14 +293,22 @@ def main() -> None:
                              "its cap, a citizen months into its life)")
     parser.add_argument("--runaway-from", type=int, default=14,
                         help="the world day rex turns runaway (-1: never)")
-    args = parser.parse_args()
+    parser.add_argument("--code", action="store_true",
+                        help="give every citizen its git ~/code and run the daemons from it")
+    parser.add_argument("--backup", action="store_true",
+                        help="`citizen backup now` at the end of every world day")
+    return parser.parse_args()
+
+
+def main() -> None:
+    args = arguments()
 
     from shared import clock
     from tests.anthropic_server import API_KEY, Behind, MessagesServer
 
     work = Path(tempfile.mkdtemp(prefix="bench-month-"))
     root = work / "civ"
-    setup(root, mature=not args.fresh)
+    setup(root, mature=not args.fresh, code=args.code)
     speed = 86400.0 / args.day_seconds
     anchor = time.time() + 3.0
     os.environ[clock.CLOCK_ENV] = f"{MONDAY.timestamp()},{anchor},{speed}"
@@ -298,6 +331,7 @@ def main() -> None:
           f"{clock.wall_seconds(WAKE_MINUTES * 60):.1f} s); logs in {work}", flush=True)
     fed: dict[int, list[str]] = {}
     snaps: dict[int, tuple[int, dict[str, int]]] = {}
+    backups: dict[int, dict[str, float]] = {}
     last_disk = disk(root)
     try:
         for day in range(args.days):
@@ -309,6 +343,8 @@ def main() -> None:
             snaps[day] = (now - last_disk, {n: contexts(n) for n in (*CITIZENS, RUNAWAY)})
             last_disk = now
             print(f"  day {day + 1} over: fed {', '.join(fed[day]) or 'nothing'}", flush=True)
+            if args.backup:
+                backups[day] = backup()
     finally:
         for p in daemons.values():
             with _quiet():
@@ -321,6 +357,8 @@ def main() -> None:
         for s in servers.values():
             s.stop()
     report(args, fed, snaps, work)
+    if backups:
+        report_backups(root, backups)
 
 
 class _quiet:
@@ -424,6 +462,25 @@ def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str,
           f"(budget.max_debates_per_day), {sum(r['rex_debates_refused'] for r in per_day)} "
           f"more refused; its wakes refused for budget: {len(refused[RUNAWAY])}; the three "
           f"did {sum(r['tasks'] for r in per_day if r['rex_debates'])} tasks meanwhile")
+
+
+def report_backups(root: Path, backups: dict[int, dict[str, float]]) -> None:
+    from citizen import paths
+
+    logs = {n: disk(paths.home(n).logs) for n in (*CITIZENS, RUNAWAY)}
+    print("\nbackups (`citizen backup now` at the end of each world day, daemons running):")
+    print(f"{'day':>3} {'seconds':>7} {'added KB':>8} {'repo MB':>7}  quiescent")
+    for day, b in sorted(backups.items()):
+        print(f"{day + 1:>3} {b['seconds']:7.2f} {b['added'] / 1024:8.0f} "
+              f"{b['repo'] / 2**20:7.2f}  {'yes' if b.get('quiescent') else 'NO'}"
+              + ("" if b["ok"] else "  FAILED"))
+    times = sorted(b["seconds"] for b in backups.values())
+    files = sum(1 for f in root.rglob("*") if f.is_file())
+    print(f"  the civilization after {len(backups)} days: {disk(root) / 2**20:.1f} MB in "
+          f"{files} files (logs and blobs {sum(logs.values()) / 2**20:.2f} MB); a backup "
+          f"median {times[len(times) // 2]:.2f} s, p95 {times[int(len(times) * 0.95)]:.2f} s, "
+          f"first {backups[min(backups)]['seconds']:.2f} s; repository "
+          f"{backups[max(backups)]['repo'] / 2**20:.1f} MB")
 
 
 if __name__ == "__main__":
