@@ -467,7 +467,7 @@ def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str,
 def report_backups(root: Path, backups: dict[int, dict[str, float]]) -> None:
     from citizen import paths
 
-    logs = {n: disk(paths.home(n).logs) for n in (*CITIZENS, RUNAWAY)}
+    logs = {n: disk(paths.home(n).dir / "logs") for n in (*CITIZENS, RUNAWAY)}
     print("\nbackups (`citizen backup now` at the end of each world day, daemons running):")
     print(f"{'day':>3} {'seconds':>7} {'added KB':>8} {'repo MB':>7}  quiescent")
     for day, b in sorted(backups.items()):
