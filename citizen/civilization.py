@@ -137,10 +137,12 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
     key = (str(shared), str(tpl.dir))
     handle = _COMMONS.get(key)
     names = citizens()
-    if handle is None or handle.citizens != names or handle.approvals != approvals:
+    medium = config.medium_programs()  # re-read: an operator's edit counts without restarts
+    if handle is None or handle.citizens != names or handle.approvals != approvals \
+            or handle.medium_programs != medium:
         handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
                          {n: tpl.values_profile(n) for n in names}, approvals,
-                         {n: paths.home(n).code for n in names})
+                         {n: paths.home(n).code for n in names}, medium)
         _COMMONS[key] = handle
     return handle
 

@@ -426,6 +426,25 @@ def server_mode() -> bool:
     return _commons_owned(paths.shared_dir())
 
 
+def medium_programs() -> frozenset[str]:
+    """The operator's list of shell programs a proposal may run at medium stakes
+    (`stakes.json` in the operator's directory: `{"medium_programs": ["make"]}`; root's
+    on a server, so no citizen can lengthen it). None listed: every unknown program is
+    high (shared.consensus.stakes).
+
+    :raises ConfigError: the file is not such an object.
+    """
+    path = paths.operator_dir() / "stakes.json"
+    if not path.is_file():
+        return frozenset()
+    listed = _object(path).get("medium_programs", [])
+    if not isinstance(listed, list) or not all(
+            isinstance(p, str) and p and "/" not in p for p in listed):
+        raise ConfigError(path, "medium_programs", "must be a list of program names",
+                          'write e.g. {"medium_programs": ["make", "npm"]} (names, no paths)')
+    return frozenset(listed)
+
+
 def _object(path: Path) -> dict[str, Any]:
     data = _read(path)
     if not isinstance(data, dict):

@@ -42,6 +42,7 @@ class Commons:
     profiles: Mapping[str, str] = field(default_factory=dict)  # citizen -> values profile
     approvals: int = 2  # peer approvals a library module or dynamic tool needs
     code_dirs: Mapping[str, Path] = field(default_factory=dict)  # citizen -> its ~/code
+    medium_programs: frozenset[str] = frozenset()  # the operator's stakes allow-list
 
     @cached_property
     def framework(self) -> Framework:
@@ -53,7 +54,8 @@ class Commons:
     def consensus(self) -> Consensus:
         from shared.consensus import Consensus  # noqa: PLC0415 - lazy, like every protocol
 
-        return Consensus(self.dir, self.framework, self.profiles, self.citizens, self.enforce)
+        return Consensus(self.dir, self.framework, self.profiles, self.citizens, self.enforce,
+                         medium_programs=self.medium_programs)
 
     @cached_property
     def debates(self) -> Debates:

@@ -94,45 +94,57 @@ def test_a_revision_out_of_turn_cannot_swap_approved_actions(c: Consensus) -> No
     assert (c.world.dir / "hello.md").exists() and not (c.world.dir / "evil.md").exists()
 
 
+READ = {"tool": "read_file", "args": {"path": "README.md"}}
+
+
+def low(**extra: object) -> dict:
+    """A low-stakes proposal (it only reads): the only stakes a tiebreak can decide."""
+    return {**proposal(**extra), "actions": [READ],
+            "expected_outcomes": ["README.md is read and its first line reported"]}
+
+
 def test_discussion_then_compromise_then_tiebreak(c: Consensus) -> None:
-    pid, roles = opened(c)
+    pid, roles = opened(c, low())
     v, i = roles["verifier"], roles["integrator"]
     for r in (1, 2):
         c.verify(pid, v, vote("reject", "too risky", values=("safety",)))
         d = c.integrate(pid, i, vote("reject", values=("coherence",)))
         assert d.phase == "revise" and d.level == "discussion" and d.round == r
-        c.propose(pid, "opus", proposal(response_to_concerns=f"answered round {r}"))
-    c.verify(pid, v, vote("reject", values=("safety",)))
+        c.propose(pid, "opus", low(response_to_concerns=f"answered round {r}"))
+    c.verify(pid, v, vote("reject", "still risky", values=("safety",)))
     d = c.integrate(pid, i, {**vote("propose_compromise", values=("safety",)),
-                             "compromise": {"proposed_changes": "write a smaller file"}})
+                             "compromise": {"proposed_changes": "read a smaller file"}})
     assert d.phase == "revise" and d.level == "compromise"
-    c.propose(pid, "opus", proposal(content="Hello"))
-    c.verify(pid, v, vote("reject", values=("safety", "truth")))
+    c.propose(pid, "opus", low(content="Hello", value_justification={
+        "efficiency": "one read of one file, no writes, the cheapest way to get the answer",
+        "cooperation": "the first line is what the operator asked for, reported as it is"}))
+    c.verify(pid, v, vote("reject", "no", values=("safety", "truth")))
     d = c.integrate(pid, i, vote("reject", values=("coherence",)))
-    # the approve side (opus: truth, transparency) against safety, truth, coherence
+    # the approve side (opus: efficiency 0.75, cooperation 0.7) against the reject side's
+    # two heaviest of truth 1.0, safety 0.9, coherence 0.85: 0.725 vs 0.95
     assert d.level == "tiebreak" and d.tiebreak["winner"] == "reject"
+    assert d.tiebreak["values_compared"] == 2
     assert d.result == "rejected" and d.phase == "record"
     assert c.view_locations(pid) == ["pending"]
     d = c.record(pid, i, {"key_learnings": ["dissent held"]})
     assert c.view_locations(pid) == ["rejected"]
-    assert not (c.world.dir / "hello.md").exists()
 
 
 def test_a_contested_tiebreak_goes_to_a_human(c: Consensus) -> None:
-    pid, roles = opened(c)
+    pid, roles = opened(c, low())
     v, i = roles["verifier"], roles["integrator"]
     for r in (1, 2, 3):
-        # the verifier rejects citing truth and transparency (1.8 or 1.85 by its profile);
-        # opus's proposal cites the same values (0.9 + 0.85): within 10% - contested
-        c.verify(pid, v, vote("reject", values=("truth", "transparency")))
-        c.integrate(pid, i, vote("approve", values=()))
+        # the verifier rejects citing truth and transparency (1.0, 0.85 by its profile);
+        # opus's proposal cites the same values (0.9, 0.85): within 10% - contested
+        c.verify(pid, v, vote("reject", "unclear", values=("truth", "transparency")))
+        c.integrate(pid, i, vote("reject", values=()))
         if r < 3:
-            c.propose(pid, "opus", proposal())
+            c.propose(pid, "opus", low())
     d = c.load(pid)
     assert d.tiebreak["contested"] and d.phase == "human" and d.owed_by == "operator"
     wv = c.weights.current(v)
-    assert d.tiebreak["scores"] == {"approve": 1.75,  # opus: truth 0.9 + transparency 0.85
-                                    "reject": round(wv["truth"] + wv["transparency"], 4)}
+    assert d.tiebreak["scores"] == {"approve": 0.875,  # opus: (truth 0.9 + transparency 0.85)/2
+                                    "reject": round((wv["truth"] + wv["transparency"]) / 2, 4)}
 
 
 def test_high_stakes_never_executes_without_a_human(c: Consensus) -> None:
@@ -173,6 +185,7 @@ def test_a_failed_execution_leaves_nothing_behind(c: Consensus) -> None:
     body = proposal()
     body["actions"].append({"tool": "edit_file", "args": {"path": "nope.md", "old": "a",
                                                           "new": "b"}})
+    body["expected_outcomes"].append("nope.md says b")
     pid, roles = opened(c, body)
     c.verify(pid, roles["verifier"], vote())
     c.integrate(pid, roles["integrator"], vote())

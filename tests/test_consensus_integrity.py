@@ -1,6 +1,13 @@
 """The consensus rules hold whatever the citizens do: a hypothesis state machine drives
 random proposals, votes, revisions, human decisions, forged records and crashes from
-adversarial citizens, and checks the rules after every step."""
+adversarial citizens, and checks the rules after every step.
+
+The adversary games each rule of issue 19 too: a proposer citing every value with
+generic or copied justifications, unknown programs (`make`, `npm install`), reviewers
+citing everything, an integrator adjusting one value twice in an episode. The checks:
+no high-stakes run without a person, no medium run with dissent or unanswered flags
+without one, weights within bounds and moved at most 0.1 per value per episode, nobody
+reviews its own proposal. bench/adversarial_consensus.py runs it for 10,000+ steps."""
 
 from __future__ import annotations
 
@@ -21,14 +28,16 @@ from tests.thoughtworld import CITIZENS, assert_allowed_to_run, commons, env, pr
 
 WHO = (*CITIZENS, "operator")
 KINDS = {"low": ("read_file", "README.md", ""), "medium": ("write_file", "w/{pid}.md", "hi"),
-         "high": ("delete_file", "README.md", "")}
+         "high": ("delete_file", "README.md", ""), "make": ("run", "", "make build"),
+         "npm": ("run", "", "npm install left-pad")}
 VERIFY = ("approve", "approve_with_concerns", "reject", "bogus")
 INTEGRATE = ("approve", "reject", "propose_compromise", "escalate_to_human")
 # The owed step leans towards approval, so that runs reach execution often.
 LEANING_VERIFY = ("approve", "approve", "approve_with_concerns", "reject")
 LEANING_INTEGRATE = ("approve", "approve", "approve", "reject", "propose_compromise",
                      "escalate_to_human")
-VALUES = ("truth", "safety", "efficiency", "coherence", "exploration")
+VALUES = ("truth", "safety", "efficiency", "coherence", "exploration", "autonomy",
+          "cooperation", "transparency")
 
 
 class _Fixed:
@@ -41,10 +50,19 @@ class _Fixed:
         return self.pid
 
 
-def body_for(kind: str, pid: str) -> dict[str, Any]:
+def body_for(kind: str, pid: str, cite: str = "two") -> dict[str, Any]:
+    """A proposal of `kind`; `cite`: "two" values specifically, or "all" eight -
+    "specific" texts, or "generic" ones (the seed's value-washing)."""
     tool, path, content = KINDS[kind]
     b = proposal(path=path.format(pid=pid), content=content, tool=tool)
-    b["actions"] = [{"tool": tool, "args": {"path": path.format(pid=pid), "content": content}}]
+    args = {"command": content} if tool == "run" else {"path": path.format(pid=pid),
+                                                       "content": content}
+    b["actions"] = [{"tool": tool, "args": args}]
+    if cite == "all":
+        b["value_justification"] = {v: f"{pid} serves {v}: the commit names it and the "
+                                       "outcome can be checked" for v in VALUES}
+    elif cite == "generic":
+        b["value_justification"] = {v: "this helps cooperation" for v in VALUES}
     return b
 
 
@@ -82,23 +100,29 @@ class ConsensusMachine(RuleBasedStateMachine):
         assert after is not None
 
     @precondition(lambda self: self.pids)
-    @rule(data=st.data(), who=st.sampled_from(CITIZENS), kind=st.sampled_from(list(KINDS)))
-    def propose(self, data: st.DataObject, who: str, kind: str) -> None:
+    @rule(data=st.data(), who=st.sampled_from(CITIZENS), kind=st.sampled_from(list(KINDS)),
+          cite=st.sampled_from(("two", "all", "generic")), answer=st.booleans())
+    def propose(self, data: st.DataObject, who: str, kind: str, cite: str = "two",
+                answer: bool = False) -> None:
         pid = data.draw(st.sampled_from(self.pids))
         step = "propose" if not self.c.load(pid).revisions else f"revise{self.c.load(pid).round}"
-        self._take(pid, step, who, lambda: self.c.propose(pid, who, body_for(kind, pid)))
+        body = {**body_for(kind, pid, cite),
+                "response_to_concerns": "the flags are answered" if answer else ""}
+        self._take(pid, step, who, lambda: self.c.propose(pid, who, body))
 
     @precondition(lambda self: self.pids)
     @rule(data=st.data(), who=st.sampled_from(CITIZENS), decision=st.sampled_from(VERIFY),
-          values=st.lists(st.sampled_from(VALUES), max_size=3))
-    def verify(self, data: st.DataObject, who: str, decision: str, values: list[str]) -> None:
+          values=st.lists(st.sampled_from(VALUES), max_size=8), concern=st.booleans())
+    def verify(self, data: st.DataObject, who: str, decision: str, values: list[str],
+               concern: bool = True) -> None:
         pid = data.draw(st.sampled_from(self.pids))
+        said = ("it may not do what it claims",) if concern else ()
         self._take(pid, "verify", who,
-                   lambda: self.c.verify(pid, who, vote(decision, values=tuple(values))))
+                   lambda: self.c.verify(pid, who, vote(decision, *said, values=tuple(values))))
 
     @precondition(lambda self: self.pids)
     @rule(data=st.data(), who=st.sampled_from(CITIZENS), decision=st.sampled_from(INTEGRATE),
-          compromise=st.booleans(), values=st.lists(st.sampled_from(VALUES), max_size=3))
+          compromise=st.booleans(), values=st.lists(st.sampled_from(VALUES), max_size=8))
     def integrate(self, data: st.DataObject, who: str, decision: str, compromise: bool,
                   values: list[str]) -> None:
         pid = data.draw(st.sampled_from(self.pids))
@@ -139,14 +163,17 @@ class ConsensusMachine(RuleBasedStateMachine):
         d = self.c.load(pid)
         who, phase = d.owed_by, d.phase
         if phase in ("propose", "revise"):
-            self.propose(_Fixed(pid), who, data.draw(st.sampled_from(list(KINDS))))
+            self.propose(_Fixed(pid), who, data.draw(st.sampled_from(list(KINDS))),
+                         data.draw(st.sampled_from(("two", "all", "generic"))),
+                         data.draw(st.booleans()))
         elif phase == "verify":
             self.verify(_Fixed(pid), who, data.draw(st.sampled_from(LEANING_VERIFY)),
-                        data.draw(st.lists(st.sampled_from(VALUES), max_size=3)))
+                        data.draw(st.lists(st.sampled_from(VALUES), max_size=8)),
+                        data.draw(st.booleans()))
         elif phase == "integrate":
             self.integrate(_Fixed(pid), who, data.draw(st.sampled_from(LEANING_INTEGRATE)),
                            data.draw(st.booleans()),
-                           data.draw(st.lists(st.sampled_from(VALUES), max_size=3)))
+                           data.draw(st.lists(st.sampled_from(VALUES), max_size=8)))
         elif phase == "execute":
             self.execute(_Fixed(pid), who)
         elif phase == "check":
@@ -181,6 +208,19 @@ class ConsensusMachine(RuleBasedStateMachine):
             assert before.phase == "human", "a human approved what did not ask for one"
 
     @precondition(lambda self: self.pids)
+    @rule(data=st.data(), citizen=st.sampled_from(CITIZENS), value=st.sampled_from(VALUES),
+          delta=st.sampled_from((0.1, -0.1, 0.05)))
+    def double_adjust(self, data: st.DataObject, citizen: str, value: str,
+                      delta: float) -> None:
+        """The integrator moves one value of one participant twice in one episode."""
+        pid = data.draw(st.sampled_from(self.pids))
+        d = self.c.load(pid)
+        step = {"citizen": citizen, "value": value, "delta": delta, "reason": "twice"}
+        self._take(pid, "record", d.roles["integrator"], lambda: self.c.record(
+            pid, d.roles["integrator"], {"key_learnings": ["x"],
+                                         "weight_adjustments": [step, step, step]}))
+
+    @precondition(lambda self: self.pids)
     @rule(data=st.data(), forger=st.sampled_from(CITIZENS),
           name=st.sampled_from(("verify", "integrate", "outcome", "execution")))
     def forge(self, data: st.DataObject, forger: str, name: str) -> None:
@@ -209,8 +249,12 @@ class ConsensusMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ rules
 
+    steps = 0  # invariant checks made, over every run (bench/adversarial_consensus.py)
+
     @invariant()
     def every_rule_holds(self) -> None:
+        ConsensusMachine.steps += 1
+        self._weights_moved_once_per_episode()
         for pid in self.pids:
             d = self.c.load(pid)
             self._one_directory(pid)
@@ -222,6 +266,16 @@ class ConsensusMachine(RuleBasedStateMachine):
             for value, w in self.c.weights.current(citizen).items():
                 low, high = self.c.framework.bounds[prof][value]
                 assert low - 1e-9 <= w <= high + 1e-9, (citizen, value, w)
+
+    def _weights_moved_once_per_episode(self) -> None:
+        """Each applied adjustment within ±0.1, and one per value per citizen per episode
+        (replaying the history as written, not as `Weights.current` reads it)."""
+        moved: set[tuple[str, str, str]] = set()
+        for line in self.c.weights.history():
+            assert abs(float(line["delta"])) <= 0.1 + 1e-9, line
+            key = (str(line["citizen"]), str(line["value"]), str(line["episodes"][0]))
+            assert key not in moved, f"{key} moved twice in one episode"
+            moved.add(key)
 
     def _one_directory(self, pid: str) -> None:
         where = self.c.view_locations(pid)

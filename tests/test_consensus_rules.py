@@ -22,8 +22,13 @@ from tests.thoughtworld import assert_allowed_to_run, proposal, vote
 ROLES = {"executor": "opus", "verifier": "mira", "integrator": "aria"}
 ACTIONS = {"low": ("read_file", "README.md"), "medium": ("write_file", "w.md"),
            "high": ("delete_file", "README.md")}
-VALUES = ("truth", "safety", "efficiency", "coherence", "exploration")
-WEIGHTS = {c: {v: 1.0 for v in VALUES} for c in ROLES.values()}
+VALUES = ("truth", "safety", "efficiency", "coherence", "exploration", "autonomy",
+          "cooperation", "transparency")
+# The templates' starting weights (opus executor, mira verifier, aria integrator), so a
+# tiebreak can be won as well as contested.
+WEIGHTS = {"opus": dict(zip(VALUES, (0.9, 0.6, 0.75, 0.6, 0.8, 0.6, 0.7, 0.85), strict=True)),
+           "mira": dict(zip(VALUES, (1.0, 0.9, 0.5, 0.7, 0.4, 0.7, 0.6, 0.85), strict=True)),
+           "aria": dict(zip(VALUES, (0.9, 0.75, 0.6, 0.85, 0.6, 0.5, 0.85, 0.9), strict=True))}
 
 
 class RulesMachine(RuleBasedStateMachine):
@@ -40,17 +45,26 @@ class RulesMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ records
 
-    @rule(kind=st.sampled_from(list(ACTIONS)), in_turn=st.booleans())
-    def revise(self, kind: str, in_turn: bool) -> None:
+    @rule(kind=st.sampled_from(list(ACTIONS)), in_turn=st.booleans(),
+          cited=st.lists(st.sampled_from(VALUES), max_size=8, unique=True),
+          flagged=st.booleans(), answer=st.booleans())
+    def revise(self, kind: str, in_turn: bool, cited: list[str], flagged: bool,
+               answer: bool) -> None:
+        """The proposer games at will: cites any number of values (all eight included),
+        carries gaming flags or not, answers them or not."""
         if in_turn and not self._owed("propose", "revise"):
             return
         tool, path = ACTIONS[kind]
         if len(self.d.revisions) < MAX_ROUNDS:
-            body = proposal(path=path, tool=tool)
-            self.d.revisions.append({**body, "round": len(self.d.revisions) + 1})
+            body = proposal(path=path, tool=tool,
+                            value_justification={v: f"serves {v}" for v in cited},
+                            response_to_concerns="answered" if answer else "")
+            r = len(self.d.revisions) + 1
+            self.d.revisions.append({**body, "round": r})
+            self.d.round_flags[r] = ["generic justification"] if flagged else []
 
     @rule(decision=st.sampled_from(("approve", "approve_with_concerns", "reject")),
-          values=st.lists(st.sampled_from(VALUES), max_size=3), in_turn=st.booleans())
+          values=st.lists(st.sampled_from(VALUES), max_size=8), in_turn=st.booleans())
     def verify(self, decision: str, values: list[str], in_turn: bool) -> None:
         if self.d.revisions and (not in_turn or self._owed("verify")):
             self.d.verifications.setdefault(self.d.round, cast(Vote, {
@@ -58,7 +72,7 @@ class RulesMachine(RuleBasedStateMachine):
 
     @rule(decision=st.sampled_from(("approve", "reject", "propose_compromise",
                                     "escalate_to_human")),
-          compromise=st.booleans(), values=st.lists(st.sampled_from(VALUES), max_size=3))
+          compromise=st.booleans(), values=st.lists(st.sampled_from(VALUES), max_size=8))
     def integrate(self, decision: str, compromise: bool, values: list[str]) -> None:
         if self._owed("integrate"):
             body: dict[str, Any] = {**vote(decision, values=tuple(values)),
@@ -101,8 +115,11 @@ class RulesMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the rules
 
+    steps = 0  # invariant checks made, over every run (bench/adversarial_consensus.py)
+
     @invariant()
     def the_rules_hold(self) -> None:
+        RulesMachine.steps += 1
         d = self._derive()
         assert d.phase in ("propose", "verify", "integrate", "revise", "human", "execute",
                            "check", "record", "done"), d.phase
@@ -132,7 +149,7 @@ def test_the_rules_machine_reaches_execution_and_a_human() -> None:
     person first."""
     for kind, expect in (("medium", "execute"), ("high", "human")):
         m = RulesMachine()
-        m.revise(kind, in_turn=True)
+        m.revise(kind, in_turn=True, cited=["truth"], flagged=False, answer=False)
         m.verify("approve", ["truth"], in_turn=True)
         m.integrate("approve", compromise=False, values=["truth"])
         assert m._derive().phase == expect

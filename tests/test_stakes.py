@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from shared.consensus.stakes import action_stakes, classify, command_stakes, threshold_met
@@ -13,7 +15,13 @@ from shared.consensus.stakes import action_stakes, classify, command_stakes, thr
     ("git status && git log -3", "low"),
     ("pytest -q tests", "medium"),
     ("python -m pytest -q", "medium"),
-    ("make build", "medium"),
+    ("make build", "high"),  # unknown programs are high (issue 19: it was medium)
+    ("npm install", "high"),
+    ("pip install requests", "high"),
+    ("./scripts/deploy.sh", "high"),
+    ("git add notes.md && git commit -m x", "medium"),
+    ("git config core.hooksPath /tmp/evil", "high"),
+    ("git -c core.hooksPath=/tmp/evil commit -m x", "high"),
     ("rm -rf /", "high"),
     ("ls; rm notes.md", "high"),
     ("echo hi > README.md", "high"),
@@ -49,6 +57,47 @@ def test_shell_commands(command: str, level: str) -> None:
 ])
 def test_actions(action: dict[str, object], level: str) -> None:
     assert action_stakes(action)[0] == level
+
+
+def test_only_the_operators_list_makes_an_unknown_program_medium() -> None:
+    """Issue 19: `make`, `npm install`, any script were medium - a proposal could run
+    unknown code with no person looking. Now high, unless the operator lists the program
+    by name; a program at another path, or a destructive one, stays high."""
+    listed = frozenset({"make", "npm", "rm"})
+    assert command_stakes("make build")[0] == "high"
+    assert command_stakes("make build", listed)[0] == "medium"
+    assert command_stakes("npm install && pytest -q", listed)[0] == "medium"
+    assert command_stakes("./make build", listed)[0] == "high"
+    assert command_stakes("/tmp/x/make", listed)[0] == "high"
+    assert command_stakes("rm -rf notes", listed)[0] == "high"  # destructive stays high
+    run = {"tool": "run", "args": {"command": "make"}}
+    assert classify([run])[0] == "high" and classify([run], listed)[0] == "medium"
+
+
+def test_the_operators_list_reaches_every_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                                                 ) -> None:
+    """The allow-list is the operator's file, read by every reader of a proposal; a
+    malformed one is refused saying what to write."""
+    from citizen import civilization, config
+    from citizen.errors import ConfigError
+
+    monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path))
+    assert config.medium_programs() == frozenset()
+    (tmp_path / "stakes.json").write_text('{"medium_programs": ["make"]}')
+    assert config.medium_programs() == frozenset({"make"})
+    monkeypatch.setenv("CIV_ROOT", str(tmp_path / "civ"))
+    civilization.init(["opus", "mira", "aria"])
+    c = civilization.commons().consensus
+    pid = c.request("build", "opus", "operator").id
+    body = {"goal": "build it", "actions": [{"tool": "run", "args": {"command": "make"}}],
+            "value_justification": {"truth": "the build output shows exactly what was made"},
+            "expected_outcomes": ["the build passes"]}
+    assert c.propose(pid, "opus", body).stakes == "medium"
+    (tmp_path / "stakes.json").write_text('{"medium_programs": []}')
+    assert civilization.commons().consensus.load(pid).stakes == "high"
+    (tmp_path / "stakes.json").write_text('{"medium_programs": ["/usr/bin/make"]}')
+    with pytest.raises(ConfigError, match="names, no paths"):
+        config.medium_programs()
 
 
 def test_a_proposal_takes_its_highest_action_and_explains_each() -> None:

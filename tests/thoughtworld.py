@@ -98,18 +98,28 @@ def council_provider() -> Any:
 def assert_allowed_to_run(d: Proposal) -> None:
     """What let proposal `d` reach execution was allowed - the seed's table, written out
     here rather than taken from the code under test: its threshold, its tiebreak, or a
-    person (always a person for high stakes and escalations)."""
+    person (always a person for high stakes, escalations and medium dissent)."""
     human_ok = bool(d.human and d.human["decision"] == "approve")
     if d.consensus is None:  # a reviewer gave up: only a human can have let it run
         assert human_ok and d.giveups, "ran with neither a consensus nor a human"
         return
     if d.stakes == "high" or d.consensus["level"] == "human":
         assert human_ok, "high stakes or an escalation ran without a human"
-    elif d.consensus["level"] == "vote":
+        return
+    approvals = sum(p == "approve" for p in d.consensus["positions"].values())
+    if d.stakes == "medium":
+        # Unanimous, or a person: never the tiebreak (the seed: human approval if dissent).
+        assert approvals == 3 or human_ok, f"medium stakes ran with {approvals} of 3"
+        flags = d.round_flags.get(d.round)
+        if flags and not human_ok:  # flags are answered by the proposer before it runs
+            answer = str(d.revisions[-1].get("response_to_concerns", "")).strip()
+            assert d.round > 1 and d.round_flags.get(d.round - 1) and answer, \
+                f"a flagged medium proposal ran unanswered: {flags}"
+    if d.consensus["level"] == "vote":
         needed = {"low": 2, "medium": 3}[d.stakes]
-        approvals = sum(p == "approve" for p in d.consensus["positions"].values())
         assert approvals >= needed, f"{d.stakes} stakes ran with {approvals} of 3"
         assert d.verifications[d.round]["decision"] in ("approve", "approve_with_concerns") \
             or d.stakes == "low"
-    else:
+    elif d.consensus["level"] == "tiebreak":
+        assert d.stakes == "low", f"a tiebreak decided {d.stakes} stakes"
         assert d.tiebreak is not None and d.tiebreak["winner"] == "approve"

@@ -221,7 +221,9 @@ class _Steps:
         discussion = [{"round": r, "your_proposal": {k: d.revisions[r - 1].get(k) for k in
                                                      ("goal", "actions")},
                        "verifier": _said(d.verifications.get(r)),
-                       "integrator": _said(d.integrations.get(r))}
+                       "integrator": _said(d.integrations.get(r)),
+                       "red_flags_found_by_the_system": d.round_flags.get(r, []),
+                       "sent_back_for_flags": r in d.blocked}
                       for r in range(1, d.round + 1)]
         text = self.tpl.prompt("executor", weights_json=self._weights(),
                                recent_episodes_json=self._episodes(d),
@@ -246,10 +248,13 @@ class _Steps:
                 "your_earlier_votes": [_said(d.verifications.get(r))
                                        for r in range(1, d.round)]}
         text = self.tpl.prompt("verifier", weights_json=self._weights(),
-                               proposal_json=_dump(view), recent_episodes_json=self._episodes(d))
-        data = self.ask(self._prompt("verifier", d, text),
-                        self.tpl.schema("consensus_verify", values=self.values,
-                                        decisions=list(VERIFY_DECISIONS)),
+                               proposal_json=_dump(view), recent_episodes_json=self._episodes(d),
+                               stance=self.tpl.prompt("red_team") if d.red_team else "")
+        schema = self.tpl.schema("consensus_verify", values=self.values,
+                                 decisions=list(VERIFY_DECISIONS))
+        if d.red_team:  # the store refuses a red-team vote naming no way it could fail
+            schema["properties"]["concerns"]["minItems"] = 1
+        data = self.ask(self._prompt("verifier", d, text), schema,
                         "consensus_verify", max_tokens=700,
                         # The seed: the fast model for routine reviews, not for high stakes.
                         tier="primary" if d.stakes == "high" else "fast")

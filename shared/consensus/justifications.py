@@ -26,11 +26,13 @@ class Justifications:
         self._frozen: dict[str, list[str]] | None = None
 
     def elsewhere(self, pid: str) -> dict[str, str]:
-        """Each key cited by a proposal other than `pid`: the first proposal citing it."""
+        """Each key cited by a proposal older than `pid`: the first proposal citing it.
+        Only older ones: the copy is the later text, and a proposal's flags - which can
+        hold it back - must not change because another proposal copied it afterwards."""
         seen: dict[str, str] = {}
         index = self._frozen if self._frozen is not None else self.index()
         for key, pids in index.items():
-            other = next((p for p in pids if p != pid), None)
+            other = next((p for p in pids if p < pid), None)
             if other is not None:
                 seen[key] = other
         return seen

@@ -16,14 +16,14 @@ from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from shared.consensus import stakes
-from shared.consensus.values import alignment
+from shared.consensus.values import alignment, best_weights
 from shared.errors import Invalid
 
 log = logging.getLogger(__name__)
 
 __all__ = ["APPROVING", "INTEGRATE_DECISIONS", "MAX_ACTIONS", "MAX_ROUNDS", "OWNER", "ROLES",
            "STATES", "VERIFY_DECISIONS", "Proposal", "Vote", "derive", "proposal_problem",
-           "rotation"]
+           "red_team", "rotation"]
 
 ROLES = ("executor", "verifier", "integrator")
 APPROVING = ("approve", "approve_with_concerns")
@@ -33,6 +33,13 @@ DISCUSSION_ROUNDS = 3  # ladder level 1: rounds of discussion before a compromis
 COMPROMISE_ROUND = DISCUSSION_ROUNDS + 1  # level 2: one round on the integrator's compromise
 MAX_ROUNDS = 10  # the seed's hard stop: past it, a human decides
 CONTESTED_MARGIN = 0.1  # a tiebreak won by less than 10% is contested: a human decides
+# The tiebreak counts at most this many values per holder (the reviewers' schemas allow
+# three; the proposal's would allow all eight - capped alike, so citing more never pays).
+MAX_CITED = 3
+# The seed's groupthink mitigation: every Nth proposal of the commons (by its place among
+# all proposals, oldest first) the verifier reviews as a red team: it must name how the
+# proposal could fail or be gaming, whatever it decides.
+RED_TEAM_EVERY = 5
 MAX_ACTIONS = 8
 STATES = ("pending", "approved", "rejected")  # where a proposal's view lives
 OWNER = {"propose": "executor", "revise": "executor", "execute": "executor",
@@ -74,7 +81,11 @@ class Proposal:
     stakes_reasons: list[str] = field(default_factory=list)
     consensus: dict[str, Any] | None = None
     tiebreak: dict[str, Any] | None = None
-    flags: list[str] = field(default_factory=list)
+    flags: list[str] = field(default_factory=list)  # the last revision's gaming flags
+    round_flags: dict[int, list[str]] = field(default_factory=dict)  # each revision's
+    blocked: set[int] = field(default_factory=set)  # rounds sent back for their flags
+    escalation: str = ""  # why a person decides, once one must
+    red_team: bool = False  # its verifier must review adversarially (`red_team`)
 
     @property
     def roles(self) -> dict[str, str]:
@@ -95,6 +106,12 @@ class Proposal:
     @property
     def state(self) -> str:
         return self.result if self.phase == "done" else "pending"
+
+
+def red_team(place: int) -> bool:
+    """Whether the proposal at `place` (0 for the commons' first) gets a red-team review:
+    every RED_TEAM_EVERYth, so no run of proposals escapes one."""
+    return place % RED_TEAM_EVERY == RED_TEAM_EVERY - 1
 
 
 def rotation(pid: str, executor: str, citizens: Iterable[str]) -> dict[str, str]:
@@ -119,35 +136,45 @@ def _tally(d: Proposal, r: int) -> tuple[int, dict[str, str]]:
 
 def _tiebreak(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None,
               positions: Mapping[str, str]) -> dict[str, Any]:
-    """Level 3: the position whose holders' cited values weigh most wins."""
+    """Level 3: the position whose cited values weigh most wins - compared on a measure
+    citing more cannot inflate. Each holder counts its first MAX_CITED values; each side
+    is scored on the mean of its k heaviest, with k the same for both sides (the fewer
+    either side cites). Summing instead (the seed's example) let a proposer citing all
+    eight values outweigh two reviewers capped at three each."""
     r = d.round
     cited = {d.roles["executor"]: list(d.revisions[-1].get("value_justification", {})),
              d.roles["verifier"]: list(d.verifications[r].get("values", [])),
              d.roles["integrator"]: list(d.integrations[r].get("values", []))}
     w = weights or {}
-    sides = {}
+    best = {}
     for side in ("approve", "reject"):
-        holders = {c: v for c, v in cited.items() if positions[c] == side}
-        sides[side] = alignment({c: w.get(c, {}) for c in holders}, holders)
+        holders = {c: list(dict.fromkeys(str(v) for v in values))[:MAX_CITED]
+                   for c, values in cited.items() if positions[c] == side}
+        best[side] = best_weights({c: w.get(c, {}) for c in holders}, holders)
+    k = min(MAX_CITED, *(len(b) for b in best.values()))
+    sides = {side: alignment(b, k) for side, b in best.items()}
     top = max(sides.values())
     contested = top == 0 or abs(sides["approve"] - sides["reject"]) <= CONTESTED_MARGIN * top
     winner = "" if contested else max(sides, key=lambda s: sides[s])
-    return {"scores": sides, "winner": winner, "contested": contested}
+    return {"scores": sides, "values_compared": k, "winner": winner, "contested": contested}
 
 
-def derive(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None = None) -> Proposal:
+def derive(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None = None,
+           medium: frozenset[str] = frozenset()) -> Proposal:
     """Work out the phase, stakes, consensus and result of a proposal from its records.
 
     Rounds are taken in order; a revision counts only if the round before it ended in
     a call to revise, so a revision written out of turn (after a vote, or after an
     approval) is ignored rather than swapping the actions that were voted on.
+    `d.round_flags` holds each revision's gaming flags (computed by the reader, which
+    sees the other proposals); `medium`, the operator's medium programs.
     """
     revisions, d.revisions = list(d.revisions), []
-    d.phase = "propose"
+    d.phase, d.blocked = "propose", set()
     for rev in revisions:
         d.revisions.append(rev)
-        d.level, d.tiebreak, d.consensus = "", None, None
-        _evaluate(d, weights)
+        d.level, d.tiebreak, d.consensus, d.escalation = "", None, None, ""
+        _evaluate(d, weights, medium)
         if d.phase != "revise":
             break
     _give_up(d)
@@ -173,9 +200,10 @@ def _give_up(d: Proposal) -> None:
         d.level, d.phase, d.why = "human", "human", f"{what}; a human decides"
 
 
-def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None) -> None:
+def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None,
+              medium: frozenset[str]) -> None:
     """The state after the last revision in `d.revisions`."""
-    d.stakes, d.stakes_reasons = stakes.classify(d.revisions[-1].get("actions", []))
+    d.stakes, d.stakes_reasons = stakes.classify(d.revisions[-1].get("actions", []), medium)
     r = d.round
     if r not in d.verifications:
         d.phase = "verify"
@@ -196,15 +224,24 @@ def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None) ->
         _decided(d, decided)
 
 
-def _ladder(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None, approvals: int,
+def _ladder(d: Proposal,  # noqa: PLR0911 - one return per rung of the ladder
+            weights: Mapping[str, Mapping[str, float]] | None, approvals: int,
             positions: dict[str, str]) -> str:
     """The round's result on the conflict ladder: "approved", "rejected", "human", or ""
     while the discussion goes on (then `d.phase` is "revise")."""
     r, integ = d.round, d.integrations[d.round]
+    flags = d.round_flags.get(r, [])
     if integ["decision"] == "escalate_to_human" or r >= MAX_ROUNDS:
-        d.level = "human"
-        return "human"
+        return _escalate(d, "by the integrator, or too many rounds")
+    if flags and d.stakes == "high":  # the seed's gaming detection escalates
+        return _escalate(d, "gaming flags on a high-stakes proposal: " + "; ".join(flags[:3]))
     if stakes.threshold_met(d.stakes, approvals, len(positions)):
+        if flags and d.stakes == "medium" and not _answered(d, r):
+            # A flagged medium proposal waits for its proposer to answer the flags in a
+            # revision (`response_to_concerns`), which the reviewers then judge.
+            d.blocked.add(r)
+            d.level, d.phase = "gaming", "revise"
+            return ""
         return "approved"
     if r < DISCUSSION_ROUNDS:
         d.level, d.phase = "discussion", "revise"
@@ -212,12 +249,24 @@ def _ladder(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None, appr
     if r == DISCUSSION_ROUNDS and integ.get("compromise"):
         d.level, d.phase = "compromise", "revise"
         return ""
+    if d.stakes != "low":  # the seed's table: medium with dissent, and high, need a person
+        return _escalate(d, f"{d.stakes} stakes with dissent after discussion")
     d.level = "tiebreak"
     d.tiebreak = _tiebreak(d, weights, positions)
     if d.tiebreak["contested"]:
-        d.level = "human"
-        return "human"
+        return _escalate(d, "tiebreak contested")
     return "approved" if d.tiebreak["winner"] == "approve" else "rejected"
+
+
+def _escalate(d: Proposal, why: str) -> str:
+    d.level, d.escalation = "human", why
+    return "human"
+
+
+def _answered(d: Proposal, r: int) -> bool:
+    """Revision `r` answers the gaming flags that sent revision r-1 back."""
+    return (r - 1) in d.blocked and bool(
+        str(d.revisions[r - 1].get("response_to_concerns", "")).strip())
 
 
 def _decided(d: Proposal, decided: str) -> None:
@@ -226,8 +275,7 @@ def _decided(d: Proposal, decided: str) -> None:
     if (decided == "human" or d.stakes == "high") and not human_ok:
         d.phase = "human"
         d.why = ("high stakes: a human must approve" if decided != "human" else
-                 "escalated to a human (" + ("tiebreak contested" if d.tiebreak else
-                                             "by the integrator, or too many rounds") + ")")
+                 f"escalated to a human ({d.escalation})")
         return
     _after_approval(d)
 

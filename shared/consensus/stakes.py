@@ -3,7 +3,11 @@
 The seed's table: read, list, search → low (2/3 agree); write, edit, test → medium
 (unanimous); delete, deploy, architecture → high (unanimous and a human). A
 proposal's stakes are those of its highest action. Anything this module does not
-recognise is high: an unknown action is exactly what a human should look at.
+recognise is high: an unknown action - `make`, `npm install`, any script - is exactly
+what a human should look at, since what it does cannot be read from the proposal. The
+operator may name programs it trusts to be medium (`/etc/experience/stakes.json`,
+`{"medium_programs": ["make"]}`, root-owned: no citizen can extend it); programs that
+remove, publish, escalate or run inline code stay high whatever the list says.
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ _ARCHITECTURE = re.compile(
 _READ_ONLY = {"ls", "cat", "head", "tail", "grep", "rg", "find", "wc", "pwd", "echo", "stat",
               "file", "diff", "du", "df", "tree", "sort", "uniq", "true"}
 _READ_ONLY_GIT = {"status", "log", "diff", "show", "blame", "branch", "ls-files", "rev-parse"}
+# git that records work without losing any; anything else (`git config`, `-c`, hooks) is high.
+_MEDIUM_GIT = {"add", "commit", "tag", "stash", "merge", "init", "switch"}
 _TESTS = {"pytest", "ruff", "mypy"}
 # Programs that remove, overwrite, publish or escalate: always a human's call.
 _DESTRUCTIVE = {"rm", "rmdir", "mv", "dd", "mkfs", "shred", "truncate", "chmod", "chown",
@@ -52,8 +58,9 @@ def highest(levels: Iterable[str]) -> str:
     return max(levels, key=_rank, default="low")
 
 
-def command_stakes(command: str) -> tuple[str, str]:
-    """Stakes of a shell command line (its highest command's), and why."""
+def command_stakes(command: str, medium: frozenset[str] = frozenset()) -> tuple[str, str]:
+    """Stakes of a shell command line (its highest command's), and why. `medium`: the
+    operator's allow-list of programs that are medium rather than high."""
     if re.search(r"(^|[^0-9&])>{1,2}(?!&)", command):
         return "high", "redirects output into a file (overwrites)"
     found = [("low", "reads only")]
@@ -64,20 +71,25 @@ def command_stakes(command: str) -> tuple[str, str]:
         except ValueError:
             return "high", "a command line that does not parse"
         if words:
-            found.append(_program_stakes(words))
+            found.append(_program_stakes(words, medium))
             if found[-1][0] == "high":
                 return found[-1]
     level = highest(f[0] for f in found)
     return level, next(why for lvl, why in reversed(found) if lvl == level)
 
 
-def _program_stakes(words: list[str]) -> tuple[str, str]:  # noqa: PLR0911 - one per kind
+def _program_stakes(words: list[str],  # noqa: PLR0911 - one per kind
+                    medium: frozenset[str]) -> tuple[str, str]:
     prog = words[0].rsplit("/", 1)[-1]
     if prog == "git":
         sub = words[1] if len(words) > 1 else ""
         if sub in _DESTRUCTIVE_GIT or (sub == "branch" and "-D" in words):
             return "high", f"git {sub} rewrites or removes history or files"
-        return ("low" if sub in _READ_ONLY_GIT else "medium"), f"git {sub}"
+        if sub in _READ_ONLY_GIT:
+            return "low", f"git {sub} reads only"
+        if sub in _MEDIUM_GIT:
+            return "medium", f"git {sub}"
+        return "high", f"git {sub or '(nothing)'} is not a git command known to be safe"
     if prog == "find" and {"-delete", "-exec", "-execdir", "-ok"} & set(words):
         return "high", "find that deletes or runs commands"
     if prog in _DESTRUCTIVE:
@@ -90,10 +102,14 @@ def _program_stakes(words: list[str]) -> tuple[str, str]:  # noqa: PLR0911 - one
         return "medium", "runs tests"
     if prog in _READ_ONLY:
         return "low", f"{prog} reads only"
-    return "medium", f"{prog} is not a known read-only program"
+    if words[0] in medium:  # by name only: ./make or /tmp/x/make is some other program
+        return "medium", f"{prog} is on the operator's list of medium programs"
+    return "high", (f"{prog} is an unknown program: what it does cannot be read from the "
+                    "proposal (an operator can list it as medium in stakes.json)")
 
 
-def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:  # noqa: PLR0911
+def action_stakes(action: Mapping[str, Any],  # noqa: PLR0911
+                  medium: frozenset[str] = frozenset()) -> tuple[str, str]:
     """Stakes of one action `{"tool": …, "args": {…}}`, and why."""
     tool = str(action.get("tool", ""))
     args = action.get("args") or {}
@@ -108,16 +124,17 @@ def action_stakes(action: Mapping[str, Any]) -> tuple[str, str]:  # noqa: PLR091
         return "high", f"deletes {path or 'a file'}"
     if tool in ("run", "run_tests"):
         command = str(args.get("command", "")) if isinstance(args, Mapping) else ""
-        level, why = command_stakes(command)
+        level, why = command_stakes(command, medium)
         if tool == "run_tests" and level == "low":
             return "medium", f"runs tests ({why})"
         return level, why
     return "high", f"unknown action '{tool}' (known: {', '.join(ACTION_TOOLS)})"
 
 
-def classify(actions: Iterable[Mapping[str, Any]]) -> tuple[str, list[str]]:
+def classify(actions: Iterable[Mapping[str, Any]],
+             medium: frozenset[str] = frozenset()) -> tuple[str, list[str]]:
     """A proposal's stakes (its highest action's) and the reason for each action."""
-    rated = [action_stakes(a) for a in actions]
+    rated = [action_stakes(a, medium) for a in actions]
     if not rated:
         return "low", ["no actions"]
     return highest(r[0] for r in rated), [f"{lvl}: {why}" for lvl, why in rated]

@@ -44,6 +44,7 @@ from shared.consensus.rules import (
     Vote,
     derive,
     proposal_problem,
+    red_team,
     rotation,
 )
 from shared.consensus.values import Framework, Weights
@@ -73,7 +74,8 @@ class Consensus:
     """The protocol over the commons, for one acting citizen (or the operator)."""
 
     def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
-                 citizens: Iterable[str], enforce_identity: bool) -> None:
+                 citizens: Iterable[str], enforce_identity: bool, *,
+                 medium_programs: Iterable[str] = ()) -> None:
         self.shared = shared_dir
         self.dir = shared_dir / "proposals"
         self.records_dir = self.dir / "records"
@@ -83,6 +85,7 @@ class Consensus:
         self.world = World(shared_dir)
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
+        self.medium_programs = frozenset(medium_programs)  # the operator's (stakes.json)
         self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
                                enforce=enforce_identity, what="proposal",
                                lister="citizen proposal list")
@@ -91,6 +94,8 @@ class Consensus:
         self.views_lock = self.dir / ".views.lock"
         self.cited = Justifications(self.threads)
         self._weights_seen = -1
+        self._places: dict[str, int] = {}
+        self._places_seen = (-1, -1)
 
     # ------------------------------------------------------------ reading
 
@@ -105,6 +110,7 @@ class Consensus:
         """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
         folder = self.records_dir / pid
         d = Proposal(pid, self.threads.header(pid))
+        d.red_team = red_team(self._place(pid))
         roles = d.roles
         for r in range(1, MAX_ROUNDS + 1):
             rev = self._record(folder / f"proposal-{r:02d}.json", roles["executor"])
@@ -128,11 +134,25 @@ class Consensus:
         d.execution = self._record(folder / "execution.json", roles["executor"])
         d.outcome = self._record(folder / "outcome.json", roles["verifier"])
         d.episode = self._record(folder / "episode.json", roles["integrator"])
-        derive(d, {c: self.weights.current(c) for c in roles.values()})
-        if d.revisions:
-            d.flags = gaming.flags(d.revisions[-1], self.framework.base_values,
-                                   self.cited.elsewhere(pid))
+        elsewhere = self.cited.elsewhere(pid)
+        d.round_flags = {r: gaming.flags(rev, self.framework.base_values, elsewhere)
+                         for r, rev in enumerate(d.revisions, 1)}
+        d.flags = d.round_flags.get(len(d.revisions), [])
+        derive(d, {c: self.weights.current(c) for c in roles.values()}, self.medium_programs)
         return d
+
+    def _place(self, pid: str) -> int:
+        """`pid`'s place among all proposals, oldest first (-1: unknown); the listing is
+        read again only when the records directory changes (a proposal opened)."""
+        try:  # links count subdirectories: a new proposal changes it within a clock tick
+            st = self.records_dir.stat()
+            seen: tuple[int, int] = (st.st_mtime_ns, st.st_nlink)
+        except FileNotFoundError:
+            seen = (0, 0)
+        if seen != self._places_seen or pid not in self._places:
+            self._places = {p: i for i, p in enumerate(self.threads.ids())}
+            self._places_seen = seen
+        return self._places.get(pid, -1)
 
     @staticmethod
     def _judging(rev: Mapping[str, Any], vote: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -250,8 +270,12 @@ class Consensus:
         d = self._owe(pid, me, "verify")
         body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
                                                               "suggestions"))
+        adversarial = d.red_team
+        if adversarial and not [c for c in body.get("concerns") or [] if str(c).strip()]:
+            raise Invalid(f"{pid} is a red-team review: name at least one way the proposal "
+                          "could fail or be gaming (concerns), whatever the decision")
         return self._write(pid, f"verify-{d.round:02d}.json", me,
-                           {**body, "deterministic_flags": d.flags,
+                           {**body, "deterministic_flags": d.flags, "red_team": adversarial,
                             REVISION: revision_digest(d.revisions[-1])})
 
     def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:

@@ -22,6 +22,8 @@ from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.errors import Invalid
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
+# ... and a participant's value moves at most once per episode (the seed: "±0.1 per
+# episode"): an integrator listing the same value twice must not move it 0.2.
 HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
 
@@ -44,6 +46,12 @@ class Framework:
                     for r, p in roles.items()})
 
 
+def _episode(line: Mapping[str, Any]) -> str:
+    """The episode a history line belongs to (its first cited episode)."""
+    episodes = line.get("episodes")
+    return str(episodes[0]) if isinstance(episodes, list) and episodes else ""
+
+
 class Weights:
     """Every citizen's weights, derived from its profile and the history."""
 
@@ -63,17 +71,20 @@ class Weights:
         prof = self.profile(citizen)
         weights = dict(self.framework.profiles[prof])
         bounds = self.framework.bounds[prof]
+        moved: set[tuple[str, str]] = set()  # (value, episode): once each, even hand-edited
         for line in self.history():
             if line.get("citizen") != citizen or line.get("value") not in weights:
                 continue
-            value = str(line["value"])
+            value, episode = str(line["value"]), _episode(line)
             try:
                 new = round(weights[value] + float(line["delta"]), 4)
             except (TypeError, ValueError):
                 continue
             low, high = bounds[value]
-            if low <= new <= high and abs(float(line["delta"])) <= MAX_STEP + 1e-9:
+            if low <= new <= high and abs(float(line["delta"])) <= MAX_STEP + 1e-9 \
+                    and (value, episode) not in moved:
                 weights[value] = new
+                moved.add((value, episode))
         return weights
 
     def adjust(self, citizen: str, value: str, delta: float, *, episodes: list[str],
@@ -92,6 +103,10 @@ class Weights:
             raise Invalid(f"{citizen} cannot approve a change to its own weights")
         if abs(delta) > MAX_STEP + 1e-9:
             raise Invalid(f"a step of {delta:+.2f} is over the limit of ±{MAX_STEP}")
+        if any(line.get("citizen") == citizen and line.get("value") == value
+               and _episode(line) == episodes[0] for line in self.history()):
+            raise Invalid(f"{citizen}'s {value} has already moved in {episodes[0]}: at most "
+                          f"one adjustment per value per participant per episode")
         old = self.current(citizen)[value]
         new = round(old + delta, 4)
         low, high = self.framework.bounds[self.profile(citizen)][value]
@@ -114,14 +129,23 @@ class Weights:
                 for v in self.framework.base_values}
 
 
-def alignment(weights_by_citizen: Mapping[str, Mapping[str, float]],
-              cited: Mapping[str, Iterable[str]]) -> float:
-    """The seed's tiebreak score of one position: for each value its holders cite, the
-    highest weight any holder gives it, summed (each value counted once, so a position
-    cannot win by repeating itself)."""
+def best_weights(weights_by_citizen: Mapping[str, Mapping[str, float]],
+                 cited: Mapping[str, Iterable[str]]) -> list[float]:
+    """For each distinct value a position's holders cite, the highest weight any holder
+    gives it (a value that is not a base value weighs 0), heaviest first."""
     best: dict[str, float] = {}
     for citizen, values in cited.items():
         for v in values:
             w = float(weights_by_citizen[citizen].get(v, 0.0))
             best[v] = max(best.get(v, 0.0), w)
-    return round(sum(best.values()), 4)
+    return sorted(best.values(), reverse=True)
+
+
+def alignment(best: list[float], k: int) -> float:
+    """The tiebreak score of one position: the mean of its `k` heaviest cited values
+    (0 when it cites none). Both sides are scored with the same k, so neither citing
+    more values nor repeating one can raise a side's score."""
+    if k <= 0 or not best:
+        return 0.0
+    top = best[:k]
+    return round(sum(top) / k, 4)

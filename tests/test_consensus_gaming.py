@@ -1,0 +1,176 @@
+"""The seeds' rules against a gaming citizen (issue 19): each test is the attack that won
+on the code before - a proposer citing every value, one dissent on a medium proposal, a
+double weight adjustment, a flagged proposal voted through - and what holds now."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from shared.atomic import append_line
+from shared.consensus import Consensus
+from shared.consensus.rules import RED_TEAM_EVERY
+from shared.errors import Invalid
+from tests.thoughtworld import HELLO, commons, env, proposal, vote
+
+READ = {"tool": "read_file", "args": {"path": "README.md"}}
+EVERY_VALUE = {  # specific enough to raise no gaming flag, each its own text
+    "truth": "the report quotes README.md's first line exactly as it stands in the file",
+    "transparency": "the read is one logged tool call that anyone can replay later on",
+    "exploration": "nobody has looked at README.md this week, so the answer is new to us",
+    "efficiency": "a single read of one small file is the cheapest way to get the answer",
+    "cooperation": "the operator asked for this line and gets it without further work",
+    "autonomy": "the executor chose the file to read from the task without being told",
+    "safety": "reading changes nothing in the world repository, so nothing can break",
+    "coherence": "earlier episodes read README.md the same way and it worked each time",
+}
+
+
+@pytest.fixture()
+def c(tmp_path: Path) -> Consensus:
+    return commons(tmp_path / "shared")
+
+
+def opened(c: Consensus, body: dict[str, Any]) -> tuple[str, dict[str, str]]:
+    d = c.request(HELLO, "opus", "operator")
+    c.propose(d.id, "opus", body)
+    return d.id, d.roles
+
+
+def low(**extra: Any) -> dict[str, Any]:
+    return {**proposal(**extra), "actions": [READ],
+            "expected_outcomes": ["README.md is read and its first line reported"]}
+
+
+def three_rounds(c: Consensus, pid: str, roles: dict[str, str], body: dict[str, Any], *,
+                 verifier: tuple[str, ...], integrator: tuple[str, ...],
+                 integrate: str = "reject") -> Any:
+    v, i = roles["verifier"], roles["integrator"]
+    d = None
+    for r in (1, 2, 3):
+        c.verify(pid, v, vote("reject", "it does not do what the task asks", values=verifier))
+        d = c.integrate(pid, i, vote(integrate, "see the verifier", values=integrator))
+        if r < 3:
+            c.propose(pid, "opus", {**body, "response_to_concerns": f"round {r}: it does"})
+    return d
+
+
+def test_citing_every_value_does_not_win_the_tiebreak(c: Consensus) -> None:
+    """Before: the tiebreak summed every value a side cited - a proposer citing all eight
+    (5.8) outweighed two reviewers capped at three (2.75 here), and its low-stakes
+    proposal ran over two rejections. Now both sides are compared on the mean of the
+    same number of their heaviest values."""
+    body = low(value_justification=EVERY_VALUE)
+    pid, roles = opened(c, body)
+    d = three_rounds(c, pid, roles, body, verifier=("safety", "truth"),
+                     integrator=("coherence",))
+    assert d.tiebreak is not None and d.tiebreak["values_compared"] == 3
+    assert d.tiebreak["winner"] != "approve", d.tiebreak
+    assert d.phase in ("human", "record") and d.execution is None
+
+
+def test_citing_fewer_values_gains_nothing_either(c: Consensus) -> None:
+    """The other way to game a mean: cite only the heaviest value. Both sides are cut to
+    the same number of values, so the reviewers' heaviest is compared with it."""
+    body = low(value_justification={"truth": EVERY_VALUE["truth"]})
+    pid, roles = opened(c, body)
+    d = three_rounds(c, pid, roles, body, verifier=("truth", "safety"),
+                     integrator=("coherence",))
+    assert d.tiebreak["values_compared"] == 1
+    wv, wi = c.weights.current(roles["verifier"]), c.weights.current(roles["integrator"])
+    heaviest = max(wv["truth"], wv["safety"], wi["coherence"])
+    assert d.tiebreak["scores"] == {"approve": 0.9, "reject": heaviest}  # opus: truth 0.9
+    assert d.tiebreak["winner"] == ("reject" if heaviest > 0.9 / (1 - 0.1) else "")
+
+
+def test_a_medium_proposal_with_one_dissent_goes_to_a_person(c: Consensus) -> None:
+    """Before: three rounds of one dissent sent a medium proposal to the tiebreak, which
+    the proposer's values won, and it ran. The seed: medium stakes need unanimity, a
+    person's approval if dissent."""
+    body = proposal()
+    pid, roles = opened(c, body)
+    d = three_rounds(c, pid, roles, body, verifier=("safety",),
+                     integrator=("truth", "transparency"), integrate="approve")
+    assert d.stakes == "medium" and d.tiebreak is None
+    assert d.phase == "human" and d.owed_by == "operator"
+    assert "medium stakes with dissent" in d.why
+    d = c.decide_human(pid, "root", "approve", "read it, fine")
+    assert d.phase == "execute"
+    assert c.execute(pid, "opus", env()).execution["success"]
+
+
+def test_one_adjustment_per_value_per_participant_per_episode(c: Consensus) -> None:
+    """Before: an episode could list the same value twice for one participant - 0.2 in
+    one episode. Now the second is refused, and a history line added by hand for the
+    same episode is ignored when weights are read."""
+    body = proposal()
+    pid, roles = opened(c, body)
+    c.verify(pid, roles["verifier"], vote("approve_with_concerns", "check it exists"))
+    c.integrate(pid, roles["integrator"], vote())
+    c.execute(pid, "opus", env())
+    c.check(pid, roles["verifier"], {"outcomes_verified": True, "rationale": "there"})
+    before = c.weights.current("opus")["exploration"]
+    step = {"citizen": "opus", "value": "exploration", "delta": 0.1, "reason": "it tried"}
+    d = c.record(pid, roles["integrator"], {"key_learnings": ["x"],
+                                            "weight_adjustments": [step, step]})
+    assert c.weights.current("opus")["exploration"] == pytest.approx(before + 0.1)
+    episode = c.episodes.all()[-1]
+    assert len(episode["weight_adjustments"]) == 1
+    assert "already moved" in episode["weight_adjustments_refused"][0]["refused"]
+    forged = {**episode["weight_adjustments"][0], "old": before + 0.1, "new": before + 0.2}
+    append_line(c.weights.history_path, forged)  # a second line for the same episode
+    assert c.weights.current("opus")["exploration"] == pytest.approx(before + 0.1)
+    assert d.phase == "done"
+
+
+def test_a_flagged_high_stakes_proposal_goes_to_a_person_at_once(c: Consensus) -> None:
+    """Before: gaming flags only informed the verifier; a flagged high-stakes proposal
+    went round the discussion like any other. Now its first round's votes, whatever they
+    are, hand it to a person, saying which flags."""
+    body = proposal(tool="delete_file", value_justification={"safety": "this helps safety"})
+    body["actions"] = [{"tool": "delete_file", "args": {"path": "README.md"}}]
+    pid, roles = opened(c, body)
+    assert c.load(pid).flags
+    c.verify(pid, roles["verifier"], vote("reject", "it deletes the readme"))
+    d = c.integrate(pid, roles["integrator"], vote("reject"))
+    assert d.stakes == "high" and d.phase == "human" and d.round == 1
+    assert "gaming flags" in d.why and "generic justification" in d.why
+
+
+def test_a_flagged_medium_proposal_waits_for_its_proposers_answer(c: Consensus) -> None:
+    """Before: a flagged medium proposal ran as soon as the votes allowed. Now it goes
+    back to its proposer, who must answer the flags in a revision the reviewers judge."""
+    body = proposal(value_justification={"cooperation": "this helps cooperation"})
+    pid, roles = opened(c, body)
+    assert any("generic" in f for f in c.load(pid).flags)
+    c.verify(pid, roles["verifier"], vote())
+    d = c.integrate(pid, roles["integrator"], vote())
+    assert d.phase == "revise" and d.level == "gaming" and d.execution is None
+    # The same revision again, answering nothing: still sent back.
+    c.propose(pid, "opus", body)
+    c.verify(pid, roles["verifier"], vote())
+    d = c.integrate(pid, roles["integrator"], vote())
+    assert d.phase == "revise" and d.level == "gaming"
+    c.propose(pid, "opus", {**body, "response_to_concerns":
+                            "the flag is right: the greeting serves cooperation because the "
+                            "operator's welcome page links to it"})
+    c.verify(pid, roles["verifier"], vote())
+    d = c.integrate(pid, roles["integrator"], vote())
+    assert d.phase == "execute" and d.round == 3
+
+
+def test_every_fifth_proposal_gets_a_red_team_review(c: Consensus) -> None:
+    """The seed's red-team rounds: every RED_TEAM_EVERYth proposal its verifier must name
+    how it could fail, whatever it decides; the vote records the stance."""
+    pids = sorted(opened(c, proposal(path=f"f{n}.md"))[0] for n in range(RED_TEAM_EVERY))
+    red = c.load(pids[-1])  # the fifth in the commons' order (ids sort oldest first)
+    assert red.red_team and not any(c.load(p).red_team for p in pids[:-1])
+    with pytest.raises(Invalid, match="red-team review"):
+        c.verify(red.id, red.roles["verifier"], vote("approve"))
+    d = c.verify(red.id, red.roles["verifier"],
+                 vote("approve", "if the file exists its text is lost - git keeps it"))
+    assert d.verifications[1]["red_team"] is True
+    plain = c.load(pids[0])
+    c.verify(plain.id, plain.roles["verifier"], vote("approve"))  # no stance asked
