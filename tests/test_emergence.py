@@ -1,16 +1,20 @@
 """The seed's six emergence indicators and its Quality Rubric, each on records whose value
-is known by hand."""
+is known by hand, and `citizen consensus report` showing them all."""
 
 from __future__ import annotations
 
 import itertools
+import json
 import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 
+from citizen import civilization, config
+from citizen.cli import cli
 from shared.consensus import Consensus, emergence, metacognition, rubric
 from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
@@ -232,3 +236,24 @@ def test_metacognitive_depth_is_reported_per_week_with_its_trend(
                              "2026-W03": {"texts": 4, "mean_depth": 1.75, "max": 3}}
     assert md["mean"] == round(7 / 6, 3) and md["trend_per_week"] == 1.75
 
+
+# ------------------------------------------------------------ the operator's report
+
+
+def test_consensus_report_shows_all_six_indicators_and_the_rubric(civ: Path) -> None:
+    cc = civilization.consensus(config.templates())
+    unanimous(cc)
+    runner = CliRunner()
+    out = runner.invoke(cli, ["consensus", "report"])
+    assert out.exit_code == 0, out.output
+    for name in ("1. emergent solutions", "2. productive conflict",
+                 "3. integrated memory usage", "4. value coherence", "5. novel consensus",
+                 "6. metacognitive depth", "Quality rubric"):
+        assert name in out.stdout
+    assert "correctness 5.0" in out.stdout and "target r > 0.6" in out.stdout
+    data = json.loads(runner.invoke(cli, ["proposal", "report", "--json"]).stdout)
+    assert data["decided"] == 1 and data["rubric_means"]["overall"] == 4.8
+    for key in ("emergent_solutions_rate", "productive_conflict", "memory_citation_rate",
+                "value_coherence", "novel_consensus", "metacognitive_depth"):
+        assert key in data
+    assert data["productive_conflict"]["unanimous"] == 1
