@@ -161,13 +161,59 @@ def start(executor: str, task: str) -> None:
 @consensus.command("report")
 @json_option
 def report(as_json: bool) -> None:
-    """The seed's emergence indicators, observed from the history (never shown to citizens)."""
+    """The seed's six emergence indicators and the Quality Rubric, observed from the
+    history (never shown to citizens).
+
+    \b
+    Example:
+      citizen proposal report --json | jq .value_coherence
+    """
     data = emergence.report(_commons())
     if as_json:
-        click.echo(json.dumps(data))
+        click.echo(json.dumps(data, ensure_ascii=False))
         return
+    click.echo("Emergence indicators (observed after the fact; never shown to citizens)")
+    for name, value, target in _indicators(data):
+        click.echo(f" {name:<28} " + (f"{value:<44} target {target}" if target else value))
+    means = data["rubric_means"]
+    click.echo(f"\nQuality rubric, 0-5 ({data['rubric_scored']} executed proposals scored; "
+               f"{data['rubric_unscored_never_executed']} never executed, unscored)")
+    click.echo(" " + ("  ".join(f"{k} {v}" for k, v in means.items()) if means else "n/a"))
+    click.echo("\nHistory")
+    shown = {"emergent_solutions_rate", "productive_conflict", "memory_citation_rate",
+             "value_coherence", "novel_consensus", "metacognitive_depth", "rubric_means",
+             "rubric_scored", "rubric_unscored_never_executed"}
     for key, value in data.items():
-        click.echo(f"{key:<32} {json.dumps(value)}")
+        if key not in shown:
+            click.echo(f" {key:<32} {json.dumps(value)}")
+
+
+def _na(value: Any, fmt: str = "{}") -> str:
+    return "n/a" if value is None else fmt.format(value)
+
+
+def _indicators(data: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """(name, value, target) of each of the seed's six indicators, for the text report."""
+    pc, vc, nc, md = (data["productive_conflict"], data["value_coherence"],
+                      data["novel_consensus"], data["metacognitive_depth"])
+    weeks = ", ".join(f"{w} {row['mean_depth']}" for w, row in md["by_week"].items())
+    return [
+        ("1. emergent solutions", _na(data["emergent_solutions_rate"]), "> 0.40"),
+        ("2. productive conflict",
+         f"{_na(pc['delta_pct'], '{:+}%')} (conflicted {_na(pc['conflicted_mean'])} "
+         f"of {pc['conflicted']}, unanimous {_na(pc['unanimous_mean'])} of {pc['unanimous']})",
+         "≥ +10%"),
+        ("3. integrated memory usage", _na(data["memory_citation_rate"]),
+         "rising (0.10 week 1 → 0.50 month 3)"),
+        ("4. value coherence", f"r {_na(vc['r'])} ({vc['pairs']} pairs)", "r > 0.6"),
+        ("5. novel consensus",
+         f"{_na(nc['rate'])} ({nc['third_way']} third way of {nc['compromises']} compromises)",
+         "≥ 0.20"),
+        ("6. metacognitive depth",
+         f"mean {_na(md['mean'])}, trend {_na(md['trend_per_week'], '{:+}/week')}",
+         "rising"),
+        *([("   depth by week", weeks, "")] if weeks else []),
+    ]
 
 
 # `citizen proposal <verb>`: the noun group (the old top-level names are aliases in

@@ -3,7 +3,8 @@
 weights they use), what a proposal renders into (`view`), and where proposals live
 (`store`: the threads of `shared/proposals/records/<id>/`, through `shared.threads`),
 with the world repository the executor acts in (`world`), the episodes learned from
-(`episodes`) and the emergence indicators read from them all (`emergence`)."""
+(`episodes`) and the emergence indicators read from them all (`emergence`, with the
+Quality Rubric in `rubric` and the meta-reference lexicon in `metacognition`)."""
 
 from shared.consensus import rules
 from shared.consensus.rules import *  # noqa: F403 - the rules' names are the package's
