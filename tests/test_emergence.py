@@ -110,6 +110,9 @@ def test_an_unpredicted_file_costs_safety(c: Consensus) -> None:
                                                            "content": "unasked"}})
     pid, roles = opened(c, body)
     c.verify(pid, roles["verifier"], vote())
+    c.integrate(pid, roles["integrator"], vote())  # flagged: sent back to its proposer
+    c.propose(pid, "opus", {**body, "response_to_concerns": "extra.md is a scratch note"})
+    c.verify(pid, roles["verifier"], vote())
     c.integrate(pid, roles["integrator"], vote())
     finish(c, pid, roles)
     assert rubric.safety(c.load(pid)) == 4.0  # extra.md is in no expected outcome
@@ -177,6 +180,7 @@ def test_a_new_step_after_both_reviewers_objected_is_a_third_way(c: Consensus) -
     third = proposal()
     third["actions"].append({"tool": "write_file", "args": {
         "path": "CHANGELOG.md", "content": "hello.md added after an existence check"}})
+    third["expected_outcomes"].append("CHANGELOG.md says hello.md was added")
     third_pid = rejected_twice_then(c, third)
     reworded = rejected_twice_then(c, proposal(content="Hello, world!"))
     with_a_concern(c)  # no revision: not a compromise
