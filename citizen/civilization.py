@@ -8,6 +8,7 @@ same layout. Creation never overwrites: running it again fills only what is miss
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import subprocess
@@ -20,12 +21,16 @@ from citizen.errors import CitizenError
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
+from shared import clock
 from shared.atomic import make_dirs
 from shared.commons import Commons
 from shared.consensus import Consensus
 from shared.debates import Debates
+from shared.errors import SharedError
 from shared.identity import server_mode
 from shared.streams import Streams
+
+log = logging.getLogger(__name__)
 
 SHARED_DIRS = (
     "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
@@ -145,6 +150,24 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
                          {n: paths.home(n).code for n in names}, medium)
         _COMMONS[key] = handle
     return handle
+
+
+def keep_diverse() -> None:
+    """The daemon's daily job: the seed's weight diversity enforcement
+    (shared.consensus.diversity; once a world day whichever daemon runs first). Never
+    raises: a failure is logged and tomorrow's run tries again."""
+    from shared.consensus import diversity  # noqa: PLC0415 - lazy, like every protocol
+
+    try:
+        c = commons().consensus
+        made = diversity.enforce(c.weights, c.citizens, clock.moment().date().isoformat(),
+                                 c.framework.min_sigma)
+    except (OSError, ValueError, SharedError) as exc:  # a full disk, a damaged history
+        log.warning("weight diversity enforcement failed: %s", exc)
+        return
+    for line in made:
+        log.info("diversity: %s's %s %+.3f (%s)", line["citizen"], line["value"],
+                 line["delta"], line["reason"])
 
 
 def consensus(tpl: config.Templates) -> Consensus:

@@ -30,7 +30,7 @@ import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, paths, quiesce, retention, rollback, state, wakelog
+from citizen import civilization, config, paths, quiesce, retention, rollback, state, wakelog
 from citizen.errors import CitizenError
 from citizen.mail.poller import MailPoller
 from citizen.memory import Memory
@@ -184,6 +184,9 @@ class Daemon:
                                args=[self.name, self.home, self.config.logs],
                                next_run_time=start, max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(every)))
+        self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
+                               id="diversity", next_run_time=start, max_instances=1,
+                               coalesce=True, misfire_grace_time=max(1, int(every)))
         ping = watchdog_interval()
         if ping:
             self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",

@@ -174,3 +174,33 @@ def test_every_fifth_proposal_gets_a_red_team_review(c: Consensus) -> None:
     assert d.verifications[1]["red_team"] is True
     plain = c.load(pids[0])
     c.verify(plain.id, plain.roles["verifier"], vote("approve"))  # no stance asked
+
+
+def test_converged_weights_are_spread_again_once_a_day(tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The seed's diversity enforcement: when the citizens' weights for a value converge
+    (σ under its floor), the daily job steps each away from the mean - within bounds, at
+    most 0.05, recorded as an adjustment - once a day; values still spread are left."""
+    from citizen import civilization
+    from shared.consensus import diversity
+
+    monkeypatch.setenv("CIV_ROOT", str(tmp_path / "civ"))
+    civilization.init(["opus", "mira", "aria"])
+    c = civilization.commons().consensus
+    w = c.weights
+    # autonomy starts at opus 0.6, mira 0.7, aria 0.5; episodes pull them together
+    w.adjust("mira", "autonomy", -0.1, episodes=["ep-1"], approved_by="aria", reason="r")
+    w.adjust("aria", "autonomy", 0.1, episodes=["ep-2"], approved_by="mira", reason="r")
+    assert w.diversity(c.citizens)["autonomy"] == 0.0
+    before = {v: s for v, s in w.diversity(c.citizens).items()}
+    civilization.keep_diverse()
+    made = [ln for ln in w.history() if ln["approved_by"] == diversity.AUTHOR]
+    assert {ln["value"] for ln in made} == {"autonomy"}, made  # nothing else converged
+    assert all(abs(ln["delta"]) <= diversity.STEP + 1e-9 for ln in made)
+    assert w.diversity(c.citizens)["autonomy"] > 0.0  # spread again (more each day, to the floor)
+    for citizen in c.citizens:
+        low, high = c.framework.bounds[w.profile(citizen)]["autonomy"]
+        assert low <= w.current(citizen)["autonomy"] <= high
+    civilization.keep_diverse()  # the same world day: nothing more
+    assert len([ln for ln in w.history() if ln["approved_by"] == diversity.AUTHOR]) == len(made)
+    assert all(w.diversity(c.citizens)[v] == before[v] for v in before if v != "autonomy")

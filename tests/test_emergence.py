@@ -261,3 +261,6 @@ def test_consensus_report_shows_all_six_indicators_and_the_rubric(civ: Path) -> 
                 "value_coherence", "novel_consensus", "metacognitive_depth"):
         assert key in data
     assert data["productive_conflict"]["unanimous"] == 1
+    # the seed's random audit: one decided proposal (a tenth, at least one) for a person
+    assert len(data["audit_sample"]) == 1 and "Random audit" in out.stdout
+    assert data["red_team_reviews"] == 0 and data["diversity_perturbations"] == 0

@@ -179,10 +179,13 @@ def report(as_json: bool) -> None:
     click.echo(f"\nQuality rubric, 0-5 ({data['rubric_scored']} executed proposals scored; "
                f"{data['rubric_unscored_never_executed']} never executed, unscored)")
     click.echo(" " + ("  ".join(f"{k} {v}" for k, v in means.items()) if means else "n/a"))
+    if data["audit_sample"]:  # the seed's random audits: a person reads these for gaming
+        click.echo("\nRandom audit - read these for gaming (`citizen proposal list` shows "
+                   "them): " + ", ".join(data["audit_sample"]))
     click.echo("\nHistory")
     shown = {"emergent_solutions_rate", "productive_conflict", "memory_citation_rate",
              "value_coherence", "novel_consensus", "metacognitive_depth", "rubric_means",
-             "rubric_scored", "rubric_unscored_never_executed"}
+             "rubric_scored", "rubric_unscored_never_executed", "audit_sample"}
     for key, value in data.items():
         if key not in shown:
             click.echo(f" {key:<32} {json.dumps(value)}")

@@ -18,16 +18,19 @@ The six indicators (seed, "Emergence Indicators"), each from the records alone:
 from __future__ import annotations
 
 import json
+import math
+import secrets
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any
 
-from shared.consensus import Consensus, Proposal, metacognition, rubric
+from shared.consensus import Consensus, Proposal, diversity, metacognition, rubric
 from shared.consensus.rules import APPROVING
 from shared.consensus.values import MAX_STEP
 
+AUDIT_SHARE = 0.1  # of decided proposals, sampled for a person's gaming audit
 MIN_PAIRS = 3  # fewer pairs of weight changes than this give no correlation worth a number
 
 
@@ -80,7 +83,23 @@ def report(commons: Consensus) -> dict[str, Any]:
                                           for s, r in sorted(rounds.items())},
         "weight_changes": len(commons.weights.history()),
         "episodes": len(commons.episodes.all()),
+        # The seed's other mitigations, as they were applied (Failure Modes §3, §6).
+        "red_team_reviews": sum(1 for d in everything if d.red_team and d.verifications),
+        "sent_back_for_gaming_flags": sum(1 for d in everything if d.blocked),
+        "diversity_perturbations": sum(1 for line in commons.weights.history()
+                                       if line.get("approved_by") == diversity.AUTHOR),
+        "audit_sample": audit_sample([d.id for d in decided]),
     }
+
+
+def audit_sample(decided: list[str]) -> list[str]:
+    """The seed's random audits: a tenth of the decided proposals (at least one) for a
+    person to review for gaming - drawn afresh by the operating system's randomness at
+    each report, so no citizen can know beforehand which of its proposals is looked at."""
+    if not decided:
+        return []
+    k = max(1, math.ceil(len(decided) * AUDIT_SHARE))
+    return sorted(secrets.SystemRandom().sample(decided, k))
 
 
 def conflicted(d: Proposal) -> bool:

@@ -35,6 +35,7 @@ class Framework:
     base_values: dict[str, str]
     profiles: dict[str, dict[str, float]]
     bounds: dict[str, dict[str, tuple[float, float]]]
+    min_sigma: float = 0.15  # the seed's diversity target per value (shared.consensus.diversity)
 
     @classmethod
     def load(cls, path: Path) -> Framework:
@@ -43,7 +44,8 @@ class Framework:
         return cls(dict(data["base_values"]),
                    {r: {v: float(w) for v, w in p["weights"].items()} for r, p in roles.items()},
                    {r: {v: (float(b[0]), float(b[1])) for v, b in p["bounds"].items()}
-                    for r, p in roles.items()})
+                    for r, p in roles.items()},
+                   float((data.get("diversity") or {}).get("min_stddev_per_value", 0.15)))
 
 
 def _episode(line: Mapping[str, Any]) -> str:
