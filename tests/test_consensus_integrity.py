@@ -7,7 +7,7 @@ generic or copied justifications, unknown programs (`make`, `npm install`), revi
 citing everything, an integrator adjusting one value twice in an episode. The checks:
 no high-stakes run without a person, no medium run with dissent or unanswered flags
 without one, weights within bounds and moved at most 0.1 per value per episode, nobody
-reviews its own proposal. bench/adversarial_consensus.py runs it for 10,000+ steps."""
+reviews its own proposal. bench/adversarial_rules.py runs it for 10,000+ steps."""
 
 from __future__ import annotations
 
@@ -249,11 +249,8 @@ class ConsensusMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ rules
 
-    steps = 0  # invariant checks made, over every run (bench/adversarial_consensus.py)
-
     @invariant()
     def every_rule_holds(self) -> None:
-        ConsensusMachine.steps += 1
         self._weights_moved_once_per_episode()
         for pid in self.pids:
             d = self.c.load(pid)

@@ -115,11 +115,8 @@ class RulesMachine(RuleBasedStateMachine):
 
     # ------------------------------------------------------------ the rules
 
-    steps = 0  # invariant checks made, over every run (bench/adversarial_consensus.py)
-
     @invariant()
     def the_rules_hold(self) -> None:
-        RulesMachine.steps += 1
         d = self._derive()
         assert d.phase in ("propose", "verify", "integrate", "revise", "human", "execute",
                            "check", "record", "done"), d.phase
