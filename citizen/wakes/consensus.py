@@ -264,7 +264,10 @@ class _Steps:
         rules = {"stakes": d.stakes, "why": d.stakes_reasons,
                  "threshold": stakes.THRESHOLDS[d.stakes], "round": d.round,
                  "ladder": "rounds 1-3: discussion (the executor revises); in round 3 you may "
-                           "propose a compromise; then a weight-based tiebreak; then a human"}
+                           "propose a compromise; then, for low stakes, a weight-based "
+                           "tiebreak; medium or high stakes with dissent go to a person; "
+                           "system red flags send a medium proposal back to its proposer "
+                           "and a high one to a person"}
         view = render(d)
         proposal = {k: view[k] for k in ("goal", "actions", "value_justification",
                                          "expected_outcomes", "risk_assessment", "cites")}
