@@ -60,8 +60,8 @@ def test_three_crashed_wakes_roll_the_code_back(civ: Path, own_code: Path,
     assert f"filed 'failed' for {change.id}" in out
 
 
-def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(civ: Path, own_code: Path,
-                                                messages_api: MessagesServer) -> None:
+def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(
+        civ: Path, own_code: Path, messages_api: MessagesServer) -> None:
     env = {**daemon_env(civ, messages_api), "PYTHONPATH": str(own_code)}
     home = civ / "opus"
     good = str(git.Repo(own_code).head.commit.hexsha)
