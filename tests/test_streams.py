@@ -435,3 +435,29 @@ def test_records_written_before_the_one_author_key_and_timestamp_still_count(
         {"preset": "strict", "changes": {}, "temperature": 0.5, "updated": time.time()}))
     assert streams.settings("general").max_responders == 1
     assert streams.heat("general", "human") == pytest.approx(0.8)
+
+
+def test_the_rate_help_says_what_a_rating_does_to_calibration(civ: Path) -> None:
+    """The help used to say a right silence rates 1; the code reads 1 as 'should have
+    spoken' and raises the factor, so following the help made silent citizens louder."""
+    from click.testing import CliRunner
+
+    from citizen import civilization
+    from citizen.cli import cli
+
+    runner = CliRunner()
+    help_text = runner.invoke(cli, ["decisions", "rate", "--help"]).output
+    assert "should have spoken" in help_text and "right silence is 0" in help_text
+    streams = civilization.streams()
+    for n in range(3):  # three bids at confidence 0.4, staying silent
+        sid = streams.open(f"<r{n}@example.org>", "Who knows backups?").id
+        streams.record(sid, "mira", {"prompt": "p", "how": "model", "claim": False,
+                                     "confidence": 0.4, "reasoning": "not mine"})
+        streams.record(sid, "aria", {"prompt": "p", "how": "model", "claim": False,
+                                     "confidence": 0.4, "reasoning": "not mine"})
+        for name, score in (("mira", "0"), ("aria", "1")):
+            out = runner.invoke(cli, ["decisions", "rate", sid, "--citizen", name,
+                                      "--score", score])
+            assert out.exit_code == 0, out.output
+    # as documented: a right silence rated 0 lowers the factor; a 1 raises it (speak more)
+    assert streams.calibration("mira")["factor"] < 1.0 < streams.calibration("aria")["factor"]

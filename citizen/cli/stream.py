@@ -221,9 +221,20 @@ def replay(sid: str, name: str, provider: str) -> None:
 @click.argument("sid")
 @click.option("--citizen", "name", required=True)
 @click.option("--score", type=click.FloatRange(0, 1), required=True,
-              help="1: it was right to speak (or to stay silent); 0: it was not.")
+              help="How much it should have spoken, whatever it did: 1 its answer was "
+                   "wanted, 0 it should have stayed silent (a right silence is 0, not 1).")
 def rate(sid: str, name: str, score: float) -> None:
-    """Rate a citizen's bid after the fact (feeds its calibration)."""
+    """Rate a citizen's bid after the fact: should it have spoken on SID?
+
+    The score is the outcome its bid's confidence predicted. Once it has 3 ratings,
+    its calibration factor is mean rating / mean confidence (0.5..1.5), multiplied
+    into its later confidences: rate above its confidence and it bids higher, below
+    and it bids lower. So rate a silence that was right 0 - a 1 tells it to speak.
+
+    \b
+    Example:
+      citizen decisions rate stream-3f2a9c0d1e4b5a6c --citizen mira --score 0.2
+    """
     civilization.streams().rate(sid, name, score, operator())
     click.echo(f"rated {name} on {sid}: {score}")
 
