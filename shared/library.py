@@ -15,6 +15,7 @@ the module files on each search - derived, never stale.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import sqlite3
@@ -108,7 +109,8 @@ class Library:
         if not ID_RE.match(module_id):
             raise Invalid("a module id is 2-61 lowercase letters, digits, '-' or '_'")
         pending = self.dir / "pending" / f"{module_id}.json"
-        if pending.exists() and not self._rejections(read_json(pending)):
+        waiting = read_json(pending) if pending.exists() else None
+        if waiting is not None and not self._rejections(waiting) and not self._done(waiting):
             raise NotAllowed(f"{module_id} is already waiting for review")
         current = self.dir / "modules" / f"{module_id}.json"
         version = 1
@@ -118,7 +120,7 @@ class Library:
                 raise NotAllowed(f"{module_id} is maintained by {old['maintainer']}; "
                                    "propose a module of your own or ask them")
             version = int(old["version"]) + 1
-        if pending.exists() and read_json(pending)["maintainer"] != citizen:
+        if waiting is not None and waiting["maintainer"] != citizen and not self._done(waiting):
             raise NotAllowed(f"{module_id} was proposed by {read_json(pending)['maintainer']} "
                              "and rejected; propose it under another id")
         module = {"id": module_id, "domain": domain, "summary": summary, "content": content,
@@ -131,9 +133,19 @@ class Library:
         out = []
         for path in sorted((self.dir / "pending").glob("*.json")):
             module = records.read_claimed(path, self.enforce, key="maintainer")
-            if module is not None:
+            if module is not None and not self._done(module):
                 out.append(module)
         return out
+
+    def _done(self, module: dict[str, Any]) -> bool:
+        """Whether this proposal round was published (its pending file may outlive it: on a
+        server the reviewer who publishes cannot remove the maintainer's file)."""
+        current = self.dir / "modules" / f"{module['id']}.json"
+        if not current.exists():
+            return False
+        published = read_json(current)
+        return (published.get("round"), published.get("version")) == (
+            module.get("round"), module.get("version"))
 
     def _rejections(self, module: dict[str, Any]) -> list[Review]:
         return [r for r in self.reviews(module["id"], module.get("round"))
@@ -192,6 +204,8 @@ class Library:
         if not pending.exists():
             raise NotFound(f"no proposal {module_id} - see library_pending")
         module = read_json(pending)
+        if self._done(module):
+            raise NotFound(f"{module_id} version {module.get('version')} is already published")
         if module["maintainer"] == citizen:
             raise NotAllowed("nobody reviews their own module")
         if self._rejections(module):
@@ -210,7 +224,10 @@ class Library:
         published = {**module, "approved_by": sorted(r.citizen for r in approvals),
                      "published": _now()}
         records.write(self.dir, self.dir / "modules" / f"{module_id}.json", published)
-        pending.unlink()
+        with contextlib.suppress(PermissionError):
+            # The maintainer's file in the sticky pending directory: on a server only its
+            # owner may remove it; the published round hides it from every list (`_done`).
+            pending.unlink()
         return f"{module_id}: approved by {', '.join(published['approved_by'])}; published"
 
     def search(self, query: str, limit: int = 8) -> list[dict[str, Any]]:

@@ -124,3 +124,31 @@ def test_the_maintainer_reads_the_rejection_in_its_library_wake(civ: Path) -> No
     assert run_wake("aria", wake_type="LIBRARY", provider=lambda c, s: actor).status == "ok"
     assert "cite sources" in actor.requests[-1].messages[0]["content"]
     assert run_wake("aria", wake_type="LIBRARY", provider=never).status == "idle"  # told once
+
+
+def test_publishing_when_the_maintainers_file_cannot_be_removed(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server the pending directory is sticky: the reviewer whose approval publishes
+    a module cannot remove the maintainer's pending file (EPERM; root in CI is exempt, so
+    the kernel's answer is simulated). Before: the review failed after publishing and the
+    module stayed "waiting for review" for good, its maintainer unable to propose again."""
+    pending_file = civ / "shared" / "library" / "pending" / "git-bisect.json"
+    real_unlink = Path.unlink
+
+    def sticky(self: Path, missing_ok: bool = False) -> None:
+        if self == pending_file:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", sticky)
+    run("opus", "library_propose", module_id="git-bisect", domain="git",
+        summary="Find the commit that broke something", content="git bisect run ./test.sh")
+    run("mira", "library_review", module_id="git-bisect", decision="approve", note="clear")
+    assert "published" in run("aria", "library_review", module_id="git-bisect",
+                              decision="approve", note="checked it")
+    assert pending_file.exists()  # left behind, and harmless:
+    assert json.loads(run("mira", "library_pending")) == []
+    with pytest.raises(NotFound, match="already published"):
+        run("mira", "library_review", module_id="git-bisect", decision="approve", note="again")
+    assert "version 2" in run("opus", "library_propose", module_id="git-bisect", domain="git",
+                              summary="faster", content="git bisect run ./fast-test.sh")
