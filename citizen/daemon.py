@@ -139,6 +139,7 @@ class Daemon:
         self._set_state(State.SLEEPING)
         notify("READY=1")
         rollback.ready(self.home)
+        self._report_rollbacks()
         log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
                  os.getpid(), self.interval_s)
         try:
@@ -304,11 +305,16 @@ class Daemon:
         broken = rollback.roll_back(self.home, reason)
         self.crashes = 0
         if broken:
-            from citizen.civilization import commons  # noqa: PLC0415
+            self._report_rollbacks()
 
-            filed = rollback.report_failed(self.home, broken, reason, commons().evolution)
-            log.error("rolled back %s; filed 'failed' for %s", broken[:12],
-                      ", ".join(filed) or "no announced change")
+    def _report_rollbacks(self) -> None:
+        """File `failed` for what a rollback reverted (the start guard's, or our own)."""
+        if not rollback.unreported(self.home):
+            return
+        from citizen.civilization import commons  # noqa: PLC0415
+
+        filed = rollback.report_rollbacks(self.home, commons().evolution)
+        log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
 
     def _stop_child(self) -> None:
         child = self.child

@@ -6,6 +6,11 @@ recorded as last-known-good; when three wakes in a row crash, the daemon resets
 and files a `failed` outcome for the change. A daemon that cannot even start is
 caught before Python imports the broken code: `scripts/start_guard.py` (stdlib only,
 run by systemd's ExecStartPre) rolls back after three starts that never reached READY.
+
+Every rollback is a line of `logs/rollbacks.jsonl`; the changes it reverted get their
+`failed` reports from `report_rollbacks`, which the daemon runs after its own rollback
+and at each start that reaches READY - so a start guard's rollback, which cannot file
+reports itself (it may not import our code), is reported by the first good start.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import git
 
 from citizen import state
 from citizen.paths import Home
-from shared.atomic import append_line
+from shared.atomic import append_line, read_jsonl
 
 if TYPE_CHECKING:
     from shared.evolution import Evolution
@@ -27,6 +32,8 @@ log = logging.getLogger(__name__)
 CRASHES_BEFORE_ROLLBACK = 3
 LKG = "last_known_good"
 START_ATTEMPTS = ".start_attempts"  # written by scripts/start_guard.py, cleared at READY
+ROLLBACKS = "logs/rollbacks.jsonl"
+REPORTED = "rollbacks_reported"  # how many lines of ROLLBACKS have had their reports filed
 
 
 def head(home: Home) -> str | None:
@@ -58,21 +65,50 @@ def roll_back(home: Home, reason: str) -> str | None:
     repo = git.Repo(home.code)
     repo.git.branch("-f", f"broken/{broken[:12]}", broken)
     repo.git.reset("--hard", good)
-    append_line(home.dir / "logs" / "rollbacks.jsonl",
-                {"from": broken, "to": good, "reason": reason})
+    append_line(home.dir / ROLLBACKS, {"from": broken, "to": good, "reason": reason})
     log.error("rolled ~/code back from %s to last-known-good %s: %s", broken[:12], good[:12],
               reason)
     return broken
 
 
-def report_failed(home: Home, broken: str, reason: str, evolution: Evolution) -> list[str]:
-    """File `failed` for every change of this citizen between last-known-good and `broken`."""
+def unreported(home: Home) -> bool:
+    """Whether a rollback's changes still wait for their `failed` reports."""
+    path = home.dir / ROLLBACKS
+    return path.exists() and len(read_jsonl(path)) > int(
+        state.load(home)["marks"].get(REPORTED, 0))
+
+
+def report_rollbacks(home: Home, evolution: Evolution) -> list[str]:
+    """File `failed` for the changes of every rollback not yet reported; the change ids."""
+    entries = read_jsonl(home.dir / ROLLBACKS) if (home.dir / ROLLBACKS).exists() else []
+    done = int(state.load(home)["marks"].get(REPORTED, 0))
+    filed: list[str] = []
+    for entry in entries[done:]:
+        filed += report_failed(home, str(entry["from"]), str(entry.get("reason", "")),
+                               evolution, good=entry.get("to"))
+    state.mark(home, REPORTED, len(entries))
+    return filed
+
+
+def report_failed(home: Home, broken: str, reason: str, evolution: Evolution,
+                  good: str | None = None) -> list[str]:
+    """File `failed` for every change this citizen made or adopted between `good`
+    (default: last-known-good) and `broken`: its own as the author's report, an adopted
+    one as an adopter's, which counts towards `verified_failed`."""
     repo = git.Repo(home.code)
-    good = state.load(home)["marks"].get(LKG)
-    reverted = {c.hexsha for c in repo.iter_commits(f"{good}..{broken}")} if good else {broken}
+    good = good or state.load(home)["marks"].get(LKG)
+    try:
+        reverted = ({c.hexsha for c in repo.iter_commits(f"{good}..{broken}")} if good
+                    else {broken})
+    except (git.GitCommandError, ValueError):
+        log.warning("rollback %s..%s: a commit is gone (broken/ branch deleted?); reporting "
+                    "only the broken commit", str(good)[:12], broken[:12])
+        reverted = {broken}
     filed = []
     for change in evolution.changes():
-        if change.citizen == home.name and change.commit in reverted:
+        mine = change.citizen == home.name and change.commit in reverted
+        adopted = change.adoptions.get(home.name, {}).get("commit") in reverted
+        if mine or adopted:
             evolution.report(change.id, home.name, "failed", f"rolled back: {reason}")
             filed.append(change.id)
     return filed

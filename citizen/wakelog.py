@@ -12,6 +12,7 @@ import gzip
 import hashlib
 import json
 import os
+import re
 import time
 import zlib
 from collections.abc import Callable
@@ -52,6 +53,16 @@ class WakeLog:
         except FileNotFoundError:
             write_bytes(path, text.encode())
         return key
+
+    @staticmethod
+    def read_blob(home: Home, key: str) -> str:
+        """The text stored under `key` in `home`'s blobs.
+
+        :raises OSError: it is gone (swept with its wake logs) or not readable here.
+        """
+        if not re.fullmatch(r"[0-9a-f]{24}", key):
+            raise FileNotFoundError(f"{key!r} is not a blob key")
+        return (home.wake_logs.parent / "blobs" / f"{key}.txt").read_text(encoding="utf-8")
 
     def close(self) -> None:
         """Make the log durable (called once, at the end of the wake)."""

@@ -3,7 +3,8 @@
 Reads only what peers may read (heartbeats in the commons; wake logs and tasks in the
 peer's home, group-readable): a dead or stale daemon, a loop across wakes (the same
 tool call with the same result wake after wake - polling, whose results change, is
-not a loop), a stuck task, stalled progress. Findings are filed under
+not a loop), nonsensical actions (`check_nonsense`), a stuck task, stalled progress.
+Findings are filed under
 `shared/monitor/findings/<peer>/` (one file per report, owned by its author) and ring
 the peer's doorbell.
 """
@@ -28,11 +29,13 @@ STALE_HEARTBEAT_S = 300  # ten missed beats
 STUCK_TASK_S = 6 * 3600
 LOOP_WAKES = 3  # the same call with the same result in this many wakes
 STALLED_WAKES = 5  # this many work wakes in a row without a good ending
+REPEATED_FAILURES = 3  # the same call failing the same way this often is no longer trying
+UNKNOWN_TOOLS = 2  # calls of tools that do not exist in the wake
 
 
 @dataclass(frozen=True)
 class Finding:
-    kind: str  # dead, looping, stuck, stalled
+    kind: str  # dead, looping, nonsensical, stuck, stalled
     detail: str
 
 
@@ -88,6 +91,34 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
     if len(recent) == STALLED_WAKES and "ok" not in recent:
         findings.append(Finding("stalled", f"the last {STALLED_WAKES} work wakes ended "
                                 f"{', '.join(recent)}"))
+    return findings
+
+
+def check_nonsense(logs: list[Path]) -> list[Finding]:
+    """Nonsensical actions (seed: Peer Monitoring), by two mechanical signals a careful
+    reader of a wake log would call senseless - the seed names the check, not its rule:
+    the same tool call with the same arguments failing REPEATED_FAILURES times (a
+    model that does not read its errors), and UNKNOWN_TOOLS or more calls of tools the
+    wake does not have (acting on tools it imagines). Judgement stays with the model:
+    a finding only makes the monitoring citizen look and the peer reflect."""
+    failures: dict[str, int] = defaultdict(int)
+    unknown: set[str] = set()
+    calls = 0
+    for path in logs:
+        for e in read_jsonl(path):
+            if not isinstance(e, dict) or e.get("event") != "tool_call" or not e.get("error"):
+                continue
+            if str(e.get("result", "")).startswith(f"error: no tool '{e.get('tool')}'"):
+                unknown.add(str(e.get("tool")))
+                calls += 1
+                continue
+            key = f"{e.get('tool')} {json.dumps(e.get('args'), sort_keys=True)}"
+            failures[key] += 1
+    findings = [Finding("nonsensical", f"{key[:120]} failed {n} times, called unchanged")
+                for key, n in failures.items() if n >= REPEATED_FAILURES]
+    if calls >= UNKNOWN_TOOLS:
+        findings.append(Finding("nonsensical", f"{calls} calls of tools the wake does not "
+                                f"have: {', '.join(sorted(unknown))[:120]}"))
     return findings
 
 

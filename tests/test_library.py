@@ -48,11 +48,12 @@ def test_a_module_is_published_after_two_peer_approvals(civ: Path) -> None:
 
 def test_rejections_do_not_publish_and_bad_ids_are_refused(civ: Path) -> None:
     run("aria", "library_propose", module_id="poems", domain="docs", summary="s", content="c")
-    run("opus", "library_review", module_id="poems", decision="reject", note="too vague")
     run("mira", "library_review", module_id="poems", decision="approve", note="fine")
+    assert json.loads(run("opus", "library_pending"))[0]["reviews"] == {"mira": "approve"}
+    with pytest.raises(Invalid, match="needs a note"):
+        run("opus", "library_review", module_id="poems", decision="reject", note=" ")
+    run("opus", "library_review", module_id="poems", decision="reject", note="too vague")
     assert json.loads(run("opus", "library_list")) == []
-    pending = json.loads(run("opus", "library_pending"))
-    assert pending[0]["reviews"] == {"mira": "approve", "opus": "reject"}
     with pytest.raises(Invalid, match="lowercase"):
         run("aria", "library_propose", module_id="../escape", domain="x", summary="s",
             content="c")
@@ -84,3 +85,70 @@ def test_a_module_placed_in_the_library_without_its_reviews_is_never_loaded(civ:
     assert run("mira", "library_search", query="root") == "no matches"
     with pytest.raises(NotFound, match="no approved module always-trust-me"):
         run("mira", "library_load", module_id="always-trust-me")
+
+
+def test_a_rejected_module_leaves_pending_with_its_reason_until_proposed_again(civ: Path) -> None:
+    """A rejection used to leave the module pending forever, its maintainer never told."""
+    from shared.library import Library
+
+    run("aria", "library_propose", module_id="poems", domain="docs", summary="s", content="c")
+    assert "rejected (too vague)" in run("opus", "library_review", module_id="poems",
+                                         decision="reject", note="too vague")
+    assert json.loads(run("mira", "library_pending")) == []
+    with pytest.raises(NotAllowed, match="was rejected"):
+        run("mira", "library_review", module_id="poems", decision="approve", note="fine")
+    library = Library(civ / "shared", approvals=2, enforce_identity=False)
+    (rejected,) = library.rejected(maintainer="aria")
+    assert rejected["id"] == "poems"
+    assert rejected["rejected_by"] == {"opus": "too vague"}
+    assert library.rejected(maintainer="opus") == []
+    with pytest.raises(NotAllowed, match="under another id"):
+        run("mira", "library_propose", module_id="poems", domain="docs", summary="s",
+            content="mine")
+    # the maintainer proposes it again: a fresh round, the old rejection no longer counts
+    run("aria", "library_propose", module_id="poems", domain="docs", summary="s",
+        content="three concrete examples")
+    assert json.loads(run("mira", "library_pending"))[0]["reviews"] == {}
+    assert library.rejected() == []
+    run("opus", "library_review", module_id="poems", decision="approve", note="better")
+    assert "published" in run("mira", "library_review", module_id="poems",
+                              decision="approve", note="ok")
+
+
+def test_the_maintainer_reads_the_rejection_in_its_library_wake(civ: Path) -> None:
+    from tests.scripts import Actor
+
+    run("aria", "library_propose", module_id="poems", domain="docs", summary="s", content="c")
+    run("opus", "library_review", module_id="poems", decision="reject", note="cite sources")
+    actor = Actor()
+    assert run_wake("aria", wake_type="LIBRARY", provider=lambda c, s: actor).status == "ok"
+    assert "cite sources" in actor.requests[-1].messages[0]["content"]
+    assert run_wake("aria", wake_type="LIBRARY", provider=never).status == "idle"  # told once
+
+
+def test_publishing_when_the_maintainers_file_cannot_be_removed(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server the pending directory is sticky: the reviewer whose approval publishes
+    a module cannot remove the maintainer's pending file (EPERM; root in CI is exempt, so
+    the kernel's answer is simulated). Before: the review failed after publishing and the
+    module stayed "waiting for review" for good, its maintainer unable to propose again."""
+    pending_file = civ / "shared" / "library" / "pending" / "git-bisect.json"
+    real_unlink = Path.unlink
+
+    def sticky(self: Path, missing_ok: bool = False) -> None:
+        if self == pending_file:
+            raise PermissionError(1, "Operation not permitted", str(self))
+        real_unlink(self, missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", sticky)
+    run("opus", "library_propose", module_id="git-bisect", domain="git",
+        summary="Find the commit that broke something", content="git bisect run ./test.sh")
+    run("mira", "library_review", module_id="git-bisect", decision="approve", note="clear")
+    assert "published" in run("aria", "library_review", module_id="git-bisect",
+                              decision="approve", note="checked it")
+    assert pending_file.exists()  # left behind, and harmless:
+    assert json.loads(run("mira", "library_pending")) == []
+    with pytest.raises(NotFound, match="already published"):
+        run("mira", "library_review", module_id="git-bisect", decision="approve", note="again")
+    assert "version 2" in run("opus", "library_propose", module_id="git-bisect", domain="git",
+                              summary="faster", content="git bisect run ./fast-test.sh")

@@ -360,3 +360,35 @@ def test_the_operator_is_mailed_once_when_a_citizen_passes_80_percent(
                  if "near its daily budget" in str(m["Subject"])]
     body = notice.get_content()
     assert "of its $1.00 daily model budget" in body and "citizen cost" in body
+
+
+def test_the_peer_monitor_mails_the_operators_about_a_peer_in_trouble(
+        opus_mail: Path, mx: MailSystem) -> None:
+    """Issue 19: the peer monitor's operator mail was never tested. aria's task is stuck;
+    once opus has reported her OPERATOR_THRESHOLD times in a day, the operators (its
+    allowed senders) get one mail naming her, sent through the real SMTP hub."""
+    from citizen.wakes.peer_monitor import OPERATOR_THRESHOLD
+    from shared.atomic import write_json
+    from tests.scripts import say
+
+    write_json(paths.home("mira").heartbeat, {"pid": os.getpid(), "state": "sleeping",
+                                              "updated": time.strftime(
+                                                  "%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())})
+    tasks = TaskQueue(paths.home("aria").tasks)
+    task = tasks.claim(tasks.add("long").id)
+    os.utime(paths.home("aria").tasks / "active" / f"{task.id}.json",
+             (time.time() - 8 * 3600,) * 2)
+    reports = paths.shared_dir() / "monitor" / "findings" / "aria"
+    for _ in range(40):  # the peer is drawn at random; stop once aria was reported enough
+        before = len(list(reports.glob("*.json")))
+        run_wake("opus", wake_type="PEER_MONITOR", provider=lambda c, s: Actor(say("seen")))
+        if len(list(reports.glob("*.json"))) >= OPERATOR_THRESHOLD:
+            break
+        if len(list(reports.glob("*.json"))) > before:
+            time.sleep(1.1)  # a report is named by its second and reporter
+    assert len(list(reports.glob("*.json"))) >= OPERATOR_THRESHOLD
+    inbox = folder(mx, OPERATOR, "INBOX")
+    about = [m for m in inbox if "aria needs attention" in str(m["Subject"])]
+    assert len(about) == 1, [str(m["Subject"]) for m in inbox]
+    assert about[0]["From"] == OPUS and "stuck" in about[0].get_content()
+    assert "pw-opus" not in about[0].as_string()  # no secret in the mail

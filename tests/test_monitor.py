@@ -11,7 +11,7 @@ from citizen import paths
 from citizen.tasks import TaskQueue
 from citizen.wake import run_wake
 from shared.atomic import write_json
-from shared.monitor import check_heartbeat, check_task, check_wakes
+from shared.monitor import check_heartbeat, check_nonsense, check_task, check_wakes
 from tests.scripts import Actor, say
 
 
@@ -31,6 +31,31 @@ def test_a_loop_is_the_same_call_with_the_same_result(tmp_path: Path) -> None:
     polling = [log(tmp_path / f"00001{i}-TASK.jsonl", 10 + i,
                    [("shell_command", {"command": "date"}, f"12:0{i}")]) for i in range(3)]
     assert check_wakes(polling, ("TASK",)) == []  # results change: polling, not a loop
+
+
+def test_nonsensical_actions_are_repeated_identical_failures_and_imagined_tools(
+        tmp_path: Path) -> None:
+    def failed(tool: str, args: dict, result: str) -> dict:
+        return {"wake": 1, "event": "tool_call", "tool": tool, "args": args, "result": result,
+                "error": True}
+
+    path = tmp_path / "000001-TASK.jsonl"
+    path.write_text("\n".join(json.dumps(e) for e in [
+        *[failed("read_file", {"path": "/nope"}, "error: no such file")] * 3,
+        failed("read_file", {"path": "/a"}, "error: no such file"),  # tried, then changed
+        failed("read_file", {"path": "/b"}, "error: no such file"),
+        failed("teleport", {}, "error: no tool 'teleport' in this wake"),
+        failed("fly", {}, "error: no tool 'fly' in this wake")]) + "\n")
+    kinds = check_nonsense([path])
+    assert [f.kind for f in kinds] == ["nonsensical", "nonsensical"]
+    assert "/nope" in kinds[0].detail and "3 times" in kinds[0].detail
+    assert "fly, teleport" in kinds[1].detail
+    sensible = tmp_path / "000002-TASK.jsonl"
+    sensible.write_text("\n".join(json.dumps(e) for e in [
+        failed("read_file", {"path": "/a"}, "error: no such file"),
+        failed("read_file", {"path": "/b"}, "error: no such file"),
+        failed("fly", {}, "error: no tool 'fly' in this wake")]) + "\n")
+    assert check_nonsense([sensible]) == []
 
 
 def test_stalled_progress(tmp_path: Path) -> None:

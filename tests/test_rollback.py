@@ -60,8 +60,8 @@ def test_three_crashed_wakes_roll_the_code_back(civ: Path, own_code: Path,
     assert f"filed 'failed' for {change.id}" in out
 
 
-def test_three_failed_starts_roll_the_code_back(civ: Path, own_code: Path,
-                                                messages_api: MessagesServer) -> None:
+def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(
+        civ: Path, own_code: Path, messages_api: MessagesServer) -> None:
     env = {**daemon_env(civ, messages_api), "PYTHONPATH": str(own_code)}
     home = civ / "opus"
     good = str(git.Repo(own_code).head.commit.hexsha)
@@ -69,6 +69,8 @@ def test_three_failed_starts_roll_the_code_back(civ: Path, own_code: Path,
         {"schema_version": 1, "wakes": 0, "slots": 0, "marks": {"last_known_good": good}}))
     broken = break_it(own_code, "citizen/daemon.py",
                       'raise RuntimeError("deliberately broken daemon")')
+    evolution = Evolution(civ / "shared", ["opus", "mira", "aria"], False)
+    change = evolution.announce("opus", own_code, "break the daemon", "nothing good")
     guard = paths.project_dir() / "scripts" / "start_guard.py"
     codes = []
     for _ in range(5):  # what systemd's Restart=on-failure does, with ExecStartPre=guard
@@ -84,4 +86,8 @@ def test_three_failed_starts_roll_the_code_back(civ: Path, own_code: Path,
     assert git.Repo(own_code).head.commit.hexsha == good
     assert f"broken/{broken[:12]}" in [b.name for b in git.Repo(own_code).branches]
     assert not (home / ".start_attempts").exists()  # cleared at READY
+    # the guard cannot file reports (stdlib only); the first good start files them
+    report = evolution.get(change.id).reports["opus"]
+    assert report["outcome"] == "failed"
+    assert "failed to start 3 times" in report["note"]
     assert os.environ.get("CIV_ROOT") == str(civ)

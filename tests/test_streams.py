@@ -435,3 +435,76 @@ def test_records_written_before_the_one_author_key_and_timestamp_still_count(
         {"preset": "strict", "changes": {}, "temperature": 0.5, "updated": time.time()}))
     assert streams.settings("general").max_responders == 1
     assert streams.heat("general", "human") == pytest.approx(0.8)
+
+
+def test_the_rate_help_says_what_a_rating_does_to_calibration(civ: Path) -> None:
+    """The help used to say a right silence rates 1; the code reads 1 as 'should have
+    spoken' and raises the factor, so following the help made silent citizens louder."""
+    from click.testing import CliRunner
+
+    from citizen import civilization
+    from citizen.cli import cli
+
+    runner = CliRunner()
+    help_text = runner.invoke(cli, ["stream", "rate", "--help"]).output
+    assert "should have spoken" in help_text and "right silence is 0" in help_text
+    streams = civilization.streams()
+    for n in range(3):  # three bids at confidence 0.4, staying silent
+        sid = streams.open(f"<r{n}@example.org>", "Who knows backups?").id
+        streams.record(sid, "mira", {"prompt": "p", "how": "model", "claim": False,
+                                     "confidence": 0.4, "reasoning": "not mine"})
+        streams.record(sid, "aria", {"prompt": "p", "how": "model", "claim": False,
+                                     "confidence": 0.4, "reasoning": "not mine"})
+        for name, score in (("mira", "0"), ("aria", "1")):
+            out = runner.invoke(cli, ["stream", "rate", sid, "--citizen", name,
+                                      "--score", score])
+            assert out.exit_code == 0, out.output
+    # as documented: a right silence rated 0 lowers the factor; a 1 raises it (speak more)
+    assert streams.calibration("mira")["factor"] < 1.0 < streams.calibration("aria")["factor"]
+
+
+def test_a_decision_record_keeps_what_the_bidder_saw_and_a_replay_sends_it(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """§9.2: a record used to keep only the user prompt - no system prompt or contexts,
+    no presence, no time since the last answer - so a replay was not what the bidder saw."""
+    from click.testing import CliRunner
+
+    import citizen.llm
+    from citizen import civilization, paths
+    from citizen.cli import cli
+    from citizen.llm.scripted import ScriptedProvider
+    from citizen.wake import run_wake
+    from citizen.wakelog import WakeLog
+    from tests.scripts import say
+
+    streams = civilization.streams()
+    streams.heat("general", "present")
+    sid = streams.open("<seen@example.org>", "Who knows backups?", participants=["opus"]).id
+    provider = claimer(0.8, lambda: say("restic, nightly"))
+    assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
+    rec = streams.read_record(sid, "opus")
+    assert rec is not None and rec["action"] == "POSTED"
+    (bid,) = [r for r in provider.requests if r.purpose == "stream_bid"]
+    home = paths.home("opus")
+    assert rec["system_blobs"] and [WakeLog.read_blob(home, k)
+                                    for k in rec["system_blobs"]] == list(bid.system)
+    assert not any(b in json.dumps(rec) for b in bid.system if len(b) > 40)  # keys, not texts
+    ambient = rec["ambient"]
+    assert ambient["user_present"] is True and ambient["from_person"] is True
+    assert ambient["messages_in_last_minute"] == 1
+    assert ambient["time_since_last_response_s"] is None  # nobody had answered in the room
+    # a second stream sees the first one's answer
+    sid2 = streams.open("<seen2@example.org>", "And restores?", participants=["opus"]).id
+    run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
+    ambient2 = streams.read_record(sid2, "opus")["ambient"]  # type: ignore[index]
+    assert ambient2["time_since_last_response_s"] is not None
+    assert ambient2["messages_in_last_minute"] == 2
+
+    replayer = ScriptedProvider(default=lambda r: say(json.dumps(
+        {"claim": False, "confidence": 0.3, "reasoning": "replayed"})))
+    monkeypatch.setattr(citizen.llm, "make_provider", lambda *a, **k: replayer)
+    out = CliRunner().invoke(cli, ["stream", "replay", sid, "--citizen", "opus"])
+    assert out.exit_code == 0, out.output
+    (again,) = replayer.requests
+    assert again.messages[0]["content"] == rec["prompt"] and again.system == bid.system
+    assert "replayed" in out.output

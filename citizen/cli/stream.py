@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from citizen import civilization, config
+from citizen import civilization, config, paths
 from citizen.cli.options import json_option, operator
 from citizen.errors import CitizenError
+from citizen.wakelog import WakeLog
 from shared.streams import PRESETS, Streams
 
 
@@ -182,8 +183,19 @@ def show(sid: str, as_json: bool) -> None:
 @click.argument("sid")
 @click.option("--citizen", "name", required=True)
 @click.option("--provider", type=click.Choice(["auto", "anthropic", "local"]), default="auto")
-def replay(sid: str, name: str, provider: str) -> None:
-    """Re-run a recorded bid with another model; show the two side by side."""
+@click.option("--prompt-only", is_flag=True,
+              help="Without the recorded system prompt and contexts (they are read from "
+                   "the citizen's home; use this where that is not readable).")
+def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
+    """Re-run a recorded bid with another model; show the two side by side.
+
+    The replay sends what the bidder saw: its recorded prompt, and its system prompt
+    and contexts (kept as blobs in the citizen's home, which only it and root read).
+
+    \b
+    Example:
+      sudo citizen stream replay stream-3f2a9c0d1e4b5a6c --citizen mira --provider local
+    """
     from citizen.llm import make_provider  # noqa: PLC0415 - only here is a model needed
     from citizen.llm.base import Request  # noqa: PLC0415
     from citizen.wakes.stream import BID_SCHEMA  # noqa: PLC0415
@@ -202,10 +214,11 @@ def replay(sid: str, name: str, provider: str) -> None:
     # The operator's own environment (e.g. ANTHROPIC_API_KEY), never a citizen's .env.
     llm = make_provider(cfg, config.load_secrets(None),
                         override="" if provider == "auto" else provider)
+    system = [] if prompt_only else _recorded_system(name, rec)
     started = time.monotonic()
     reply = llm.complete(Request(messages=[{"role": "user", "content": rec["prompt"]}],
-                                 output_schema=BID_SCHEMA, max_tokens=120, tier="fast",
-                                 purpose="stream_bid_replay"))
+                                 system=system, output_schema=BID_SCHEMA, max_tokens=120,
+                                 tier="fast", purpose="stream_bid_replay"))
     new = reply.data or {}
     click.echo(f"{'':<12} {'recorded':<40} replay ({llm.describe()})")
     for key, old, now in (("claim", rec["claim"], new.get("claim")),
@@ -217,13 +230,35 @@ def replay(sid: str, name: str, provider: str) -> None:
         click.echo(f"{key:<12} {old!s:<40} {now}")
 
 
+def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
+    """The system blocks a bid was sent, from `name`'s blobs (none for a record from
+    before they were kept)."""
+    try:
+        return [WakeLog.read_blob(paths.home(name), key) for key in rec.get("system_blobs", [])]
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot read {name}'s recorded system prompt and contexts ({exc}) - replay as "
+            f"root or as {name}, or pass --prompt-only to replay the prompt alone") from None
+
+
 @decisions.command("rate")
 @click.argument("sid")
 @click.option("--citizen", "name", required=True)
 @click.option("--score", type=click.FloatRange(0, 1), required=True,
-              help="1: it was right to speak (or to stay silent); 0: it was not.")
+              help="How much it should have spoken, whatever it did: 1 its answer was "
+                   "wanted, 0 it should have stayed silent (a right silence is 0, not 1).")
 def rate(sid: str, name: str, score: float) -> None:
-    """Rate a citizen's bid after the fact (feeds its calibration)."""
+    """Rate a citizen's bid after the fact: should it have spoken on SID?
+
+    The score is the outcome its bid's confidence predicted. Once it has 3 ratings,
+    its calibration factor is mean rating / mean confidence (0.5..1.5), multiplied
+    into its later confidences: rate above its confidence and it bids higher, below
+    and it bids lower. So rate a silence that was right 0 - a 1 tells it to speak.
+
+    \b
+    Example:
+      citizen stream rate stream-3f2a9c0d1e4b5a6c --citizen mira --score 0.2
+    """
     civilization.streams().rate(sid, name, score, operator())
     click.echo(f"rated {name} on {sid}: {score}")
 

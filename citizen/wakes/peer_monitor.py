@@ -18,6 +18,7 @@ from citizen.wakes.base import WORK_WAKES, Gate, Setup, WakeType
 from shared.monitor import (
     Finding,
     check_heartbeat,
+    check_nonsense,
     check_task,
     check_wakes,
     file_findings,
@@ -38,9 +39,9 @@ class PeerMonitorWake(WakeType):
         peer = random.Random(setup.number).choice(peers)  # noqa: S311 - whom to watch, not a secret
         home = paths.home(peer)
         try:
-            findings = (check_heartbeat(home.heartbeat)
-                        + check_wakes(wakelog.wake_logs(home)[-RECENT_LOGS:], WORK_WAKES)
-                        + check_task(home.tasks / "active"))
+            logs = wakelog.wake_logs(home)[-RECENT_LOGS:]
+            findings = (check_heartbeat(home.heartbeat) + check_wakes(logs, WORK_WAKES)
+                        + check_nonsense(logs) + check_task(home.tasks / "active"))
         except OSError as exc:
             return Gate(False, f"cannot read {peer}'s files ({exc.strerror}); skipped")
         if not findings:

@@ -106,7 +106,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
         if streams.decision(sid) is not None:  # decided before I got here: a bid is waste
             record = _late(setup, streams, sid=sid, info=info)
         else:
-            record = _bid(setup, ask, streams, sem=sem, sid=sid, info=info)
+            record = _bid(setup, env, ask, streams, sem=sem, sid=sid, info=info)
         streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"])
     decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
         "intention_window_ms"] / 1000 + 10)
@@ -190,7 +190,18 @@ def _no_slot() -> Iterator[float]:
     yield 0.0
 
 
-def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
+def seen_system(env: ToolEnv, system: list[str]) -> dict[str, Any]:
+    """The system prompt and contexts a bid saw, as the keys of its own wake log's
+    blobs (§9.2 ragContext). Keys only: the record sits in the commons every citizen
+    reads, the contexts stay in this citizen's home, stored once and redacted of
+    secrets like every blob; the wake log names them, so retention keeps them."""
+    keys = [env.log.blob(block) for block in system] if env.log is not None else []
+    if env.log is not None:
+        env.event("stream_bid_system", system_blobs=keys)
+    return {"system_blobs": keys, "wake": env.log.number if env.log is not None else None}
+
+
+def _bid(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
          info: dict[str, Any]) -> dict[str, Any]:
     """The bid and what it saw: a fast structured call, or a rule when that fails."""
     me = setup.home.name
@@ -228,9 +239,14 @@ def _bid(setup: Setup, ask: Ask, streams: Streams, *, sem: Semaphore, sid: str,
     adjusted = min(1.0, max(0.0, raw * factor * load + expertise
                             + temperature_bias(temperature)))
     return {"stream": sid, "message_id": info["message_id"], "prompt": prompt,
+            **seen_system(env, ask.system),
             "ambient": {"room": info["room"], "temperature": round(temperature, 3),
                         "pressure": pressure, "mentioned": mentioned, "bid_before": others,
-                        "answers_last_hour": answered.get(me, 0)},
+                        "answers_last_hour": answered.get(me, 0),
+                        # None: nobody said whether a person is in the room (room presence)
+                        "user_present": room.get("present"),
+                        "from_person": bool(info.get("human")),
+                        **streams.activity(info["room"], clock.time())},
             "claim": claim, "raw_confidence": raw, "calibration_factor": factor,
             "load_factor": round(load, 3), "expertise_boost": expertise,
             "confidence": round(adjusted, 4), "reasoning": reasoning[:500], "how": how,

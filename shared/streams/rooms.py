@@ -129,6 +129,8 @@ class Rooms:
             data["temperature"] = warmed(_with_temperature_now(data, now)
                                          .pop("temperature_now"), event)
             data["updated"] = clock.now(now)
+            if event in ("present", "absent"):  # a bid records whether a person is here
+                data["present"] = event == "present"
             return float(data["temperature"])
 
         return self._update(room, change)

@@ -297,6 +297,27 @@ class Streams:
                     counts[path.stem] += 1
         return counts
 
+    def activity(self, room: str, now: float, recent: int = 200) -> dict[str, Any]:
+        """What a bidder in `room` sees of its recent activity (seed §9.2 ambient state):
+        seconds since the room's last answer (None: none among the newest streams) and
+        how many messages reached it in the last minute."""
+        last, lately = None, 0
+        for sid in self.ids()[-recent:]:
+            try:
+                info = self.info(sid)
+            except SharedError:
+                continue  # a stream being created right now, or a broken one
+            if info.get("room") != room:
+                continue
+            if now - clock.epoch(info.get("created", info.get("ts"))) <= 60:
+                lately += 1
+            folder = self.threads.dir(sid) / "responses"
+            for path in folder.glob("*.json") if folder.is_dir() else ():
+                last = max(last or 0.0, path.stat().st_mtime)  # vs file mtimes: wall
+        return {"time_since_last_response_s": None if last is None
+                else round(max(0.0, time.time() - last), 1),
+                "messages_in_last_minute": lately}
+
     def record(self, sid: str, citizen: str, body: Mapping[str, Any]) -> None:
         """The decision record of one bidder (what it saw, what it did). The one record
         of a stream that changes - its bidder rewrites it as its bid proceeds (failed
