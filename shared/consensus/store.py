@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from shared import clock
-from shared.atomic import CorruptFile, create_json, make_dirs, read_json, write_json
+from shared.atomic import CorruptFile, create_json, read_json
 from shared.consensus import gaming
 from shared.consensus.episodes import Episodes
 from shared.consensus.justifications import Justifications
@@ -38,7 +38,6 @@ from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
     MAX_ROUNDS,
     OWNER,
-    STATES,
     VERIFY_DECISIONS,
     Proposal,
     Vote,
@@ -48,19 +47,13 @@ from shared.consensus.rules import (
     rotation,
 )
 from shared.consensus.values import Framework, Weights
-from shared.consensus.view import episode_record, render
+from shared.consensus.view import Views, episode_record
 from shared.consensus.world import ActionError, World
-from shared.documents import locked
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.threads import AUTHOR, PLACE, RECORD_MODE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
 
-VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `citizens`)
-# 2775, not sticky like the records: a view is replaced by whichever citizen acts next,
-# which a sticky directory would forbid. Views are never trusted for a decision; one a
-# citizen spoils is rewritten from the records at the next step.
-VIEW_DIR_MODE = 0o2775
 REVISION = "revision"  # in a vote: the digest of the revision it judged
 
 
@@ -89,9 +82,7 @@ class Consensus:
         self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
                                enforce=enforce_identity, what="proposal",
                                lister="citizen proposal list")
-        # One lock for rendering views: a view moves between state directories under it.
-        # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
-        self.views_lock = self.dir / ".views.lock"
+        self.rendered = Views(self.dir, shared_dir)
         self.cited = Justifications(self.threads)
         self._weights_seen = -1
         self._places: dict[str, int] = {}
@@ -101,10 +92,7 @@ class Consensus:
 
     def ids(self, state: str | None = None) -> list[str]:
         """Proposal ids (all, or those whose view is in `state`), oldest first."""
-        if state is not None:
-            folder = self.dir / state
-            return sorted(p.stem for p in folder.glob("prop-*.json")) if folder.is_dir() else []
-        return self.threads.ids()
+        return self.rendered.ids(state) if state is not None else self.threads.ids()
 
     def load(self, pid: str) -> Proposal:
         """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
@@ -399,28 +387,15 @@ class Consensus:
     def refresh(self, pid: str) -> Proposal:
         """Re-derive a proposal and write its view into the one directory its state says."""
         d = self.load(pid)
-        view = render(d)
-        with locked(self.views_lock, mode=0o660):
-            target = self.dir / d.state / f"{pid}.json"
-            for state in STATES:
-                current = self.dir / state / f"{pid}.json"
-                if current != target and current.exists():
-                    os.rename(current, target)  # atomic: never in two directories, or none
-            make_dirs(target.parent, self.shared, VIEW_DIR_MODE)
-            write_json(target, view, mode=VIEW_MODE)
+        self.rendered.write(d)
         return d
 
     def views(self) -> Iterator[dict[str, Any]]:
         """Every proposal's readable view, by state (unreadable ones skipped, logged)."""
-        for state in STATES:
-            for pid in self.ids(state):
-                try:
-                    yield read_json(self.dir / state / f"{pid}.json")
-                except (OSError, CorruptFile) as exc:  # moved meanwhile, or half-written
-                    log.warning("view of %s: %s", pid, exc)
+        return self.rendered.all()
 
     def view_locations(self, pid: str) -> list[str]:
-        return [s for s in STATES if (self.dir / s / f"{pid}.json").exists()]
+        return self.rendered.locations(pid)
 
 
 

@@ -1,16 +1,70 @@
 """What a derived proposal renders into: the readable proposal JSON of the seed's schema, and
 the episode record of a finished one.
 
-It is for reading (`shared/proposals/<state>/<id>.json`), never trusted for a decision.
+It is for reading (`shared/proposals/<state>/<id>.json`), never trusted for a decision:
+`Views` keeps each proposal's view in exactly one of `pending/`, `approved/`,
+`rejected/` (moved by an atomic rename).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import logging
+import os
+from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 from shared import clock
-from shared.consensus.rules import Proposal
+from shared.atomic import CorruptFile, make_dirs, read_json, write_json
+from shared.consensus.rules import STATES, Proposal
+from shared.documents import locked
+
+log = logging.getLogger(__name__)
+
+VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `citizens`)
+# 2775, not sticky like the records: a view is replaced by whichever citizen acts next,
+# which a sticky directory would forbid. Views are never trusted for a decision; one a
+# citizen spoils is rewritten from the records at the next step.
+VIEW_DIR_MODE = 0o2775
+
+
+class Views:
+    """The readable views under `proposals_dir`, one state directory each."""
+
+    def __init__(self, proposals_dir: Path, shared_dir: Path) -> None:
+        self.dir = proposals_dir
+        self.shared = shared_dir
+        # One lock for rendering views: a view moves between state directories under it.
+        # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
+        self.lock = proposals_dir / ".views.lock"
+
+    def ids(self, state: str) -> list[str]:
+        folder = self.dir / state
+        return sorted(p.stem for p in folder.glob("prop-*.json")) if folder.is_dir() else []
+
+    def write(self, d: Proposal) -> None:
+        """Write `d`'s view into the one directory its state says."""
+        view = render(d)
+        with locked(self.lock, mode=0o660):
+            target = self.dir / d.state / f"{d.id}.json"
+            for state in STATES:
+                current = self.dir / state / f"{d.id}.json"
+                if current != target and current.exists():
+                    os.rename(current, target)  # atomic: never in two directories, or none
+            make_dirs(target.parent, self.shared, VIEW_DIR_MODE)
+            write_json(target, view, mode=VIEW_MODE)
+
+    def all(self) -> Iterator[dict[str, Any]]:
+        """Every proposal's readable view, by state (unreadable ones skipped, logged)."""
+        for state in STATES:
+            for pid in self.ids(state):
+                try:
+                    yield read_json(self.dir / state / f"{pid}.json")
+                except (OSError, CorruptFile) as exc:  # moved meanwhile, or half-written
+                    log.warning("view of %s: %s", pid, exc)
+
+    def locations(self, pid: str) -> list[str]:
+        return [s for s in STATES if (self.dir / s / f"{pid}.json").exists()]
 
 
 def render(d: Proposal) -> dict[str, Any]:
