@@ -427,22 +427,32 @@ def server_mode() -> bool:
 
 
 def medium_programs() -> frozenset[str]:
-    """The operator's list of shell programs a proposal may run at medium stakes
+    """The operator's list of shell commands a proposal may run at medium stakes
     (`stakes.json` in the operator's directory: `{"medium_programs": ["make"]}`; root's
     on a server, so no citizen can lengthen it). None listed: every unknown program is
-    high (shared.consensus.stakes).
-
-    :raises ConfigError: the file is not such an object.
+    high (shared.consensus.stakes). A malformed file counts as an empty list - the safe
+    side - and is reported (once per content) naming the fix, so a typo stops no wake.
     """
     path = paths.operator_dir() / "stakes.json"
     if not path.is_file():
         return frozenset()
-    listed = _object(path).get("medium_programs", [])
-    if not isinstance(listed, list) or not all(
-            isinstance(p, str) and p and "/" not in p for p in listed):
-        raise ConfigError(path, "medium_programs", "must be a list of program names",
-                          'write e.g. {"medium_programs": ["make", "npm"]} (names, no paths)')
-    return frozenset(listed)
+    try:
+        listed = _object(path).get("medium_programs", [])
+        if not isinstance(listed, list) or not all(
+                isinstance(p, str) and p.strip() and "/" not in p for p in listed):
+            raise ConfigError(path, "medium_programs", "must be a list of command names",
+                              'write e.g. {"medium_programs": ["make", "npm test"]} '
+                              "(names, no paths)")
+    except (ConfigError, UnicodeDecodeError) as exc:
+        _warn_stakes(str(exc))
+        return frozenset()
+    return frozenset(" ".join(p.split()) for p in listed)
+
+
+@cache
+def _warn_stakes(problem: str) -> None:
+    logging.getLogger(__name__).warning("%s - every unknown program stays high until then",
+                                        problem)
 
 
 def _object(path: Path) -> dict[str, Any]:

@@ -4,6 +4,7 @@ double weight adjustment, a flagged proposal voted through - and what holds now.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ import pytest
 from shared.atomic import append_line
 from shared.consensus import Consensus
 from shared.consensus.rules import RED_TEAM_EVERY
-from shared.errors import Invalid
+from shared.errors import Invalid, NotAllowed
 from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
 READ = {"tool": "read_file", "args": {"path": "README.md"}}
@@ -204,3 +205,58 @@ def test_converged_weights_are_spread_again_once_a_day(tmp_path: Path,
     civilization.keep_diverse()  # the same world day: nothing more
     assert len([ln for ln in w.history() if ln["approved_by"] == diversity.AUTHOR]) == len(made)
     assert all(w.diversity(c.citizens)[v] == before[v] for v in before if v != "autonomy")
+
+
+def test_an_executor_naming_itself_its_reviewers_gets_the_rotation(c: Consensus) -> None:
+    """Found by an adversarial review: the request is its opener's file; one naming opus
+    executor, verifier and integrator made 1 vote of 1 "unanimous" and ran a medium
+    proposal with nobody else. Now such roles are replaced by the rotation."""
+    pid = c.threads.open({"task": HELLO, "requested_by": "opus", "source": {},
+                          "roles": {"executor": "opus", "verifier": "opus",
+                                    "integrator": "opus"}}, "prop-20990101T000000-0001")
+    d = c.load(pid)
+    assert d.roles["executor"] == "opus" and len(set(d.roles.values())) == 3
+    c.propose(pid, "opus", proposal())
+    with pytest.raises(NotAllowed):
+        c.verify(pid, "opus", vote())
+    d = c.load(pid)
+    assert d.phase == "verify" and d.owed_by != "opus"
+
+
+def test_an_answer_clears_only_the_flags_it_was_asked_about(c: Consensus) -> None:
+    """Found by an adversarial review: any response (".") cleared the flags, even ones
+    the answering revision itself raised (a new write no outcome names)."""
+    body = proposal(value_justification={"cooperation": "this helps cooperation"})
+    pid, roles = opened(c, body)
+    c.verify(pid, roles["verifier"], vote())
+    assert c.integrate(pid, roles["integrator"], vote()).level == "gaming"
+    sneaky = {**body, "response_to_concerns": "the greeting is what the operator asked for,"
+                                              " so it serves cooperation directly"}
+    sneaky["actions"] = [*body["actions"],
+                         {"tool": "write_file", "args": {"path": "other.md", "content": "y"}}]
+    c.propose(pid, "opus", sneaky)
+    c.verify(pid, roles["verifier"], vote())
+    d = c.integrate(pid, roles["integrator"], vote())
+    assert d.phase == "revise" and d.level == "gaming" and d.execution is None
+    c.propose(pid, "opus", {**sneaky, "response_to_concerns": "."})
+    c.verify(pid, roles["verifier"], vote())
+    assert c.integrate(pid, roles["integrator"], vote()).level == "gaming"
+
+
+def test_a_planted_older_copy_does_not_reopen_what_ran(c: Consensus) -> None:
+    """Found by an adversarial review: a directory planted to sort before an executed
+    proposal, holding its justification, flagged it as a copy after the fact and sent it
+    back to revise. A round that ran keeps the decision it ran on; an empty planted
+    directory moves no proposal's red-team place either."""
+    pid, roles = opened(c, proposal())
+    c.verify(pid, roles["verifier"], vote("approve", "fine"))
+    c.integrate(pid, roles["integrator"], vote())
+    c.execute(pid, "opus", env())
+    fake = c.records_dir / "prop-0-0000"
+    fake.mkdir()
+    (fake / "proposal-01.json").write_text(json.dumps(
+        {"value_justification": proposal()["value_justification"]}))
+    c.cited = type(c.cited)(c.threads)
+    d = c.load(pid)
+    assert d.phase == "check" and d.execution is not None
+    assert not d.red_team and c._place(pid) == 0

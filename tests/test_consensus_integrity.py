@@ -36,6 +36,7 @@ INTEGRATE = ("approve", "reject", "propose_compromise", "escalate_to_human")
 LEANING_VERIFY = ("approve", "approve", "approve_with_concerns", "reject")
 LEANING_INTEGRATE = ("approve", "approve", "approve", "reject", "propose_compromise",
                      "escalate_to_human")
+ANSWER = "each flag is answered here: the justification is specific to this change"
 VALUES = ("truth", "safety", "efficiency", "coherence", "exploration", "autonomy",
           "cooperation", "transparency")
 
@@ -107,7 +108,7 @@ class ConsensusMachine(RuleBasedStateMachine):
         pid = data.draw(st.sampled_from(self.pids))
         step = "propose" if not self.c.load(pid).revisions else f"revise{self.c.load(pid).round}"
         body = {**body_for(kind, pid, cite),
-                "response_to_concerns": "the flags are answered" if answer else ""}
+                "response_to_concerns": ANSWER if answer else ""}
         self._take(pid, step, who, lambda: self.c.propose(pid, who, body))
 
     @precondition(lambda self: self.pids)

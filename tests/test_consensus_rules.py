@@ -22,6 +22,7 @@ from tests.thoughtworld import assert_allowed_to_run, proposal, vote
 ROLES = {"executor": "opus", "verifier": "mira", "integrator": "aria"}
 ACTIONS = {"low": ("read_file", "README.md"), "medium": ("write_file", "w.md"),
            "high": ("delete_file", "README.md")}
+ANSWER = "each flag is answered here: the change is exactly what the task asks"
 VALUES = ("truth", "safety", "efficiency", "coherence", "exploration", "autonomy",
           "cooperation", "transparency")
 # The templates' starting weights (opus executor, mira verifier, aria integrator), so a
@@ -58,7 +59,7 @@ class RulesMachine(RuleBasedStateMachine):
         if len(self.d.revisions) < MAX_ROUNDS:
             body = proposal(path=path, tool=tool,
                             value_justification={v: f"serves {v}" for v in cited},
-                            response_to_concerns="answered" if answer else "")
+                            response_to_concerns=ANSWER if answer else "")
             r = len(self.d.revisions) + 1
             self.d.revisions.append({**body, "round": r})
             self.d.round_flags[r] = ["generic justification"] if flagged else []

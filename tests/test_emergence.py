@@ -111,7 +111,8 @@ def test_an_unpredicted_file_costs_safety(c: Consensus) -> None:
     pid, roles = opened(c, body)
     c.verify(pid, roles["verifier"], vote())
     c.integrate(pid, roles["integrator"], vote())  # flagged: sent back to its proposer
-    c.propose(pid, "opus", {**body, "response_to_concerns": "extra.md is a scratch note"})
+    c.propose(pid, "opus", {**body, "response_to_concerns":
+                            "extra.md is a scratch note the task allows; nothing reads it"})
     c.verify(pid, roles["verifier"], vote())
     c.integrate(pid, roles["integrator"], vote())
     finish(c, pid, roles)

@@ -59,6 +59,22 @@ def test_actions(action: dict[str, object], level: str) -> None:
     assert action_stakes(action)[0] == level
 
 
+@pytest.mark.parametrize("command", [
+    "cat <(rm -rf ../../shared/values)",  # process substitution runs any command
+    "ls 1>README.md", "ls 2>f", "ls >&file",  # numbered redirects write files
+    "sort -o README.md /dev/null", "uniq /dev/null README.md", "tree -o README.md",
+    "git log --output=README.md", "git diff --output=README.md",
+    "find . -maxdepth 0 -fprint README.md", "rg --pre bash . notes",
+    "git branch --delete --force old", "git branch -f main HEAD~3",
+    "pytest --basetemp=../../shared/values -q", "python -m pytest -p evil",
+    "git stash clear", "git stash drop", "git switch --discard-changes main", "git tag -d v1",
+])
+def test_options_that_write_run_code_or_lose_work_are_high(command: str) -> None:
+    """Found by an adversarial review (issue 19): each was low or medium by its program's
+    name alone, and each writes a file, runs other code or deletes."""
+    assert command_stakes(command)[0] == "high", command_stakes(command)
+
+
 def test_only_the_operators_list_makes_an_unknown_program_medium() -> None:
     """Issue 19: `make`, `npm install`, any script were medium - a proposal could run
     unknown code with no person looking. Now high, unless the operator lists the program
@@ -70,6 +86,10 @@ def test_only_the_operators_list_makes_an_unknown_program_medium() -> None:
     assert command_stakes("./make build", listed)[0] == "high"
     assert command_stakes("/tmp/x/make", listed)[0] == "high"
     assert command_stakes("rm -rf notes", listed)[0] == "high"  # destructive stays high
+    for sneaky in ("make --eval='x:=${shell touch pwned}'", "make -f /tmp/anything",
+                   "make -C /home/someone-else", "make SHELL=/tmp/evil", "npm publish"):
+        assert command_stakes(sneaky, frozenset({"make", "npm install"}))[0] == "high", sneaky
+    assert command_stakes("npm install left-pad", frozenset({"npm install"}))[0] == "medium"
     run = {"tool": "run", "args": {"command": "make"}}
     assert classify([run])[0] == "high" and classify([run], listed)[0] == "medium"
 
@@ -77,9 +97,9 @@ def test_only_the_operators_list_makes_an_unknown_program_medium() -> None:
 def test_the_operators_list_reaches_every_reader(tmp_path: Path, monkeypatch: pytest.MonkeyPatch
                                                  ) -> None:
     """The allow-list is the operator's file, read by every reader of a proposal; a
-    malformed one is refused saying what to write."""
+    malformed one counts as empty (the safe side) and says what to write - it stops no
+    reader (an adversarial review found one typo stopped every wake)."""
     from citizen import civilization, config
-    from citizen.errors import ConfigError
 
     monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path))
     assert config.medium_programs() == frozenset()
@@ -95,9 +115,11 @@ def test_the_operators_list_reaches_every_reader(tmp_path: Path, monkeypatch: py
     assert c.propose(pid, "opus", body).stakes == "medium"
     (tmp_path / "stakes.json").write_text('{"medium_programs": []}')
     assert civilization.commons().consensus.load(pid).stakes == "high"
-    (tmp_path / "stakes.json").write_text('{"medium_programs": ["/usr/bin/make"]}')
-    with pytest.raises(ConfigError, match="names, no paths"):
-        config.medium_programs()
+    for bad in (b'{"medium_programs": ["/usr/bin/make"]}', b'{"medium_programs": "make"}',
+                b"\xff{}"):
+        (tmp_path / "stakes.json").write_bytes(bad)
+        assert config.medium_programs() == frozenset()
+        assert civilization.commons().consensus.load(pid).stakes == "high"
 
 
 def test_a_proposal_takes_its_highest_action_and_explains_each() -> None:

@@ -204,6 +204,9 @@ def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None,
               medium: frozenset[str]) -> None:
     """The state after the last revision in `d.revisions`."""
     d.stakes, d.stakes_reasons = stakes.classify(d.revisions[-1].get("actions", []), medium)
+    if len(set(d.roles.values())) != len(ROLES):  # nobody reviews its own proposal
+        d.phase, d.level, d.why = "human", "human", "the roles are not three citizens"
+        return
     r = d.round
     if r not in d.verifications:
         d.phase = "verify"
@@ -230,7 +233,10 @@ def _ladder(d: Proposal,  # noqa: PLR0911 - one return per rung of the ladder
     """The round's result on the conflict ladder: "approved", "rejected", "human", or ""
     while the discussion goes on (then `d.phase` is "revise")."""
     r, integ = d.round, d.integrations[d.round]
-    flags = d.round_flags.get(r, [])
+    # A round that already ran keeps the decision it ran on: flags are recomputed by each
+    # reader against the other proposals, and a later (or planted) copy must not reopen it.
+    ran = d.execution is not None and d.execution.get("round") == r
+    flags = [] if ran else d.round_flags.get(r, [])
     if integ["decision"] == "escalate_to_human" or r >= MAX_ROUNDS:
         return _escalate(d, "by the integrator, or too many rounds")
     if flags and d.stakes == "high":  # the seed's gaming detection escalates
@@ -263,10 +269,16 @@ def _escalate(d: Proposal, why: str) -> str:
     return "human"
 
 
+MIN_ANSWER = 40  # characters: "." answers nothing (found by an adversarial review)
+
+
 def _answered(d: Proposal, r: int) -> bool:
-    """Revision `r` answers the gaming flags that sent revision r-1 back."""
-    return (r - 1) in d.blocked and bool(
-        str(d.revisions[r - 1].get("response_to_concerns", "")).strip())
+    """Revision `r` answers the gaming flags that sent revision r-1 back: it says why
+    (at least MIN_ANSWER characters) and raises no flag the round before did not - a
+    new flag is a new question, not an answered one."""
+    answer = str(d.revisions[r - 1].get("response_to_concerns", "")).strip()
+    return (r - 1) in d.blocked and len(answer) >= MIN_ANSWER and set(
+        d.round_flags.get(r, [])) <= set(d.round_flags.get(r - 1, []))
 
 
 def _decided(d: Proposal, decided: str) -> None:

@@ -5,9 +5,17 @@ The seed's table: read, list, search → low (2/3 agree); write, edit, test → 
 proposal's stakes are those of its highest action. Anything this module does not
 recognise is high: an unknown action - `make`, `npm install`, any script - is exactly
 what a human should look at, since what it does cannot be read from the proposal. The
-operator may name programs it trusts to be medium (`/etc/experience/stakes.json`,
-`{"medium_programs": ["make"]}`, root-owned: no citizen can extend it); programs that
-remove, publish, escalate or run inline code stay high whatever the list says.
+operator may name commands it trusts to be medium (`/etc/experience/stakes.json`,
+`{"medium_programs": ["make", "npm test"]}`, root-owned: no citizen can extend it): a
+command counts when its words begin with an entry's and the rest are plain words (no
+option, path or assignment: `make -f /x`, `make SHELL=…` stay high); programs that
+remove, overwrite or escalate (`rm`, `curl`, …) and interpreters stay high whatever
+the list says. Listing a build tool hands medium votes whatever the repository's build
+runs - a proposal may write the Makefile too; that is the operator's call.
+
+Read-only programs are low only without the options that make them write or run code
+(`sort -o`, `rg --pre`, `git log --output`, `find -fprint`, …); any process
+substitution or redirection into a file is high.
 """
 
 from __future__ import annotations
@@ -48,6 +56,19 @@ _DESTRUCTIVE_GIT = {"push", "reset", "clean", "rebase", "checkout", "restore", "
 _INTERPRETERS = {"python", "python3", "bash", "sh", "zsh", "perl", "ruby", "node", "eval",
                  "exec", "xargs", "env", "awk"}
 _SEPARATORS = re.compile(r"&&|\|\||[;|&\n]|\$\(|`")
+# Options that make a "read-only" program write a file or run code.
+_WRITING_OPTIONS = {"sort": ("-o", "--output"), "tree": ("-o",), "rg": ("--pre",),
+                    "file": ("-C", "--compile"), "git": ("--output",),
+                    "find": ("-fprint", "-fls", "-delete", "-exec", "-ok")}
+# pytest options that remove directories or load code from elsewhere.
+_PYTEST_RISKY = ("--basetemp", "-p", "-c", "--rootdir", "-o", "--override-ini",
+                 "--confcutdir", "--pyargs")
+# Medium git subcommands, and the arguments that make them lose work.
+_GIT_LOSING = {"stash": {"drop", "clear", "pop"}, "tag": {"-d", "--delete", "-f", "--force"},
+               "switch": {"-f", "--force", "--discard-changes", "-C", "--force-create"},
+               "merge": {"--abort", "-X", "--strategy-option", "-s", "--strategy"}}
+_GIT_BRANCH_LISTING = {"-a", "--all", "-r", "--remotes", "-l", "--list", "-v", "-vv",
+                       "--show-current", "--contains", "--merged", "--no-merged"}
 
 
 def _rank(level: str) -> int:
@@ -61,10 +82,12 @@ def highest(levels: Iterable[str]) -> str:
 def command_stakes(command: str, medium: frozenset[str] = frozenset()) -> tuple[str, str]:
     """Stakes of a shell command line (its highest command's), and why. `medium`: the
     operator's allow-list of programs that are medium rather than high."""
-    if re.search(r"(^|[^0-9&])>{1,2}(?!&)", command):
+    if "<(" in command or ">(" in command:
+        return "high", "process substitution runs a command the stakes cannot read"
+    command = re.sub(r"\d*[<>]&(\d+|-)(?![\w./])", " ", command)  # 2>&1 joins streams
+    if ">" in command:
         return "high", "redirects output into a file (overwrites)"
     found = [("low", "reads only")]
-    command = re.sub(r"\d*>&\d+", " ", command)  # 2>&1 joins streams; it writes no file
     for part in _SEPARATORS.split(command):
         try:
             words = shlex.split(part)
@@ -78,23 +101,58 @@ def command_stakes(command: str, medium: frozenset[str] = frozenset()) -> tuple[
     return level, next(why for lvl, why in reversed(found) if lvl == level)
 
 
+def _writes(prog: str, words: list[str]) -> bool:
+    """Whether a read-only program is given an option that writes or runs code."""
+    risky = _WRITING_OPTIONS.get(prog, ())
+    if risky and any(w.startswith(risky) for w in words[1:]):
+        return True
+    operands = [w for w in words[1:] if not w.startswith("-")]
+    return prog == "uniq" and len(operands) > 1  # uniq IN OUT writes OUT
+
+
+def _git_stakes(words: list[str]) -> tuple[str, str]:
+    sub, args = (words[1] if len(words) > 1 else ""), set(words[2:])
+    if sub in _DESTRUCTIVE_GIT or (sub == "branch" and args & {"-D", "-d", "--delete",
+                                                              "-f", "--force", "-m", "-M"}):
+        return "high", f"git {sub} rewrites or removes history or files"
+    if _writes("git", words) or args & _GIT_LOSING.get(sub, set()):
+        return "high", f"git {sub} with {' '.join(words[2:])[:60]} loses or writes files"
+    if sub == "branch" and args - _GIT_BRANCH_LISTING:
+        return "medium", "git branch makes a branch"
+    if sub in _READ_ONLY_GIT:
+        return "low", f"git {sub} reads only"
+    if sub in _MEDIUM_GIT:
+        return "medium", f"git {sub}"
+    return "high", f"git {sub or '(nothing)'} is not a git command known to be safe"
+
+
+def _listed(words: list[str], medium: frozenset[str]) -> bool:
+    """Whether the operator's list names this command: an entry's words begin it (by
+    bare name: ./make or /tmp/x/make is some other program) and the rest are plain
+    words - no option, path, assignment or expansion that could change what it runs."""
+    for entry in medium:
+        head = entry.split()
+        if words[:len(head)] == head and all(
+                re.fullmatch(r"[A-Za-z0-9_.:@+-]+", w) and not w.startswith("-")
+                for w in words[len(head):]):
+            return True
+    return False
+
+
 def _program_stakes(words: list[str],  # noqa: PLR0911 - one per kind
                     medium: frozenset[str]) -> tuple[str, str]:
     prog = words[0].rsplit("/", 1)[-1]
     if prog == "git":
-        sub = words[1] if len(words) > 1 else ""
-        if sub in _DESTRUCTIVE_GIT or (sub == "branch" and "-D" in words):
-            return "high", f"git {sub} rewrites or removes history or files"
-        if sub in _READ_ONLY_GIT:
-            return "low", f"git {sub} reads only"
-        if sub in _MEDIUM_GIT:
-            return "medium", f"git {sub}"
-        return "high", f"git {sub or '(nothing)'} is not a git command known to be safe"
-    if prog == "find" and {"-delete", "-exec", "-execdir", "-ok"} & set(words):
-        return "high", "find that deletes or runs commands"
+        return _git_stakes(words)
+    if (prog in _WRITING_OPTIONS or prog == "uniq") and _writes(prog, words):
+        return "high", f"{prog} with an option that writes a file or runs code"
     if prog in _DESTRUCTIVE:
         return "high", f"{prog} removes, overwrites, publishes or escalates"
-    if prog.startswith("python") and words[1:3] == ["-m", "pytest"]:
+    is_pytest = prog == "pytest" or (prog.startswith("python") and words[1:3] == ["-m",
+                                                                                    "pytest"])
+    if is_pytest and any(w.startswith(_PYTEST_RISKY) for w in words[1:]):
+        return "high", "pytest with an option that removes directories or loads other code"
+    if is_pytest:
         return "medium", "runs tests"
     if prog in _INTERPRETERS or prog.startswith("python"):
         return "high", f"{prog} runs code that cannot be read from the command line"
@@ -102,8 +160,8 @@ def _program_stakes(words: list[str],  # noqa: PLR0911 - one per kind
         return "medium", "runs tests"
     if prog in _READ_ONLY:
         return "low", f"{prog} reads only"
-    if words[0] in medium:  # by name only: ./make or /tmp/x/make is some other program
-        return "medium", f"{prog} is on the operator's list of medium programs"
+    if _listed(words, medium):
+        return "medium", f"{prog} is on the operator's list of medium commands"
     return "high", (f"{prog} is an unknown program: what it does cannot be read from the "
                     "proposal (an operator can list it as medium in stakes.json)")
 
