@@ -211,6 +211,7 @@ def test_the_round_cap_hands_over_to_a_human(c: Consensus) -> None:
 
 
 def test_weights_stay_within_bounds(c: Consensus) -> None:
+    c.weights.vouch = None  # the bounds' mechanics alone (no proposal vouches for ep-1)
     before = c.weights.current("mira")["truth"]  # verifier profile: truth 1.0, bounds 0.8-1.0
     with pytest.raises(Invalid, match="outside its bounds"):
         c.weights.adjust("mira", "truth", 0.05, episodes=["ep-1"], approved_by="aria",

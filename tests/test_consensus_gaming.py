@@ -189,6 +189,7 @@ def test_converged_weights_are_spread_again_once_a_day(tmp_path: Path,
     civilization.init(["opus", "mira", "aria"])
     c = civilization.commons().consensus
     w = c.weights
+    w.vouch = None  # the converging episodes below stand for real ones (no proposals here)
     # autonomy starts at opus 0.6, mira 0.7, aria 0.5; episodes pull them together
     w.adjust("mira", "autonomy", -0.1, episodes=["ep-1"], approved_by="aria", reason="r")
     w.adjust("aria", "autonomy", 0.1, episodes=["ep-2"], approved_by="mira", reason="r")
@@ -260,3 +261,33 @@ def test_a_planted_older_copy_does_not_reopen_what_ran(c: Consensus) -> None:
     d = c.load(pid)
     assert d.phase == "check" and d.execution is not None
     assert not d.red_team and c._place(pid) == 0
+
+
+def test_a_weight_moves_only_for_an_adjustment_its_episode_approved(c: Consensus) -> None:
+    """Found by an adversarial review: the history is one group-writable file, and five
+    lines citing invented episodes took opus's autonomy from 0.6 to 1.0 (and won it a
+    tiebreak). Now a line counts only if its episode's record, written by that
+    proposal's integrator, lists exactly that adjustment; a diversity line only if the
+    replay itself would take that step. Malformed lines stop no reader."""
+    before = c.weights.current("opus")["autonomy"]
+    for n in range(5):
+        append_line(c.weights.history_path, {"citizen": "opus", "value": "autonomy",
+                                             "delta": 0.1, "episodes": [f"ep-forged-{n}"],
+                                             "approved_by": "mira"})
+    append_line(c.weights.history_path, {"citizen": "opus", "value": "autonomy",
+                                         "delta": 0.05, "episodes": ["diversity-2026-01-01"],
+                                         "approved_by": "diversity"})  # σ is not low
+    with c.weights.history_path.open("a") as fh:
+        fh.write('[1]\n"x"\n{"citizen": "opus", "value": ["truth"]}\n')
+    with c.weights.history_path.open("ab") as fh:
+        fh.write(b"\xff\xfe\n")
+    assert c.weights.current("opus")["autonomy"] == before
+    # the genuine path still works: an episode recorded by the proposal's integrator
+    pid, roles = opened(c, proposal())
+    c.verify(pid, roles["verifier"], vote("approve", "fine"))
+    c.integrate(pid, roles["integrator"], vote())
+    c.execute(pid, "opus", env())
+    c.check(pid, roles["verifier"], {"outcomes_verified": True, "rationale": "there"})
+    c.record(pid, roles["integrator"], {"key_learnings": ["x"], "weight_adjustments": [
+        {"citizen": "opus", "value": "autonomy", "delta": 0.1, "reason": "it chose well"}]})
+    assert c.weights.current("opus")["autonomy"] == pytest.approx(before + 0.1)

@@ -22,20 +22,13 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from shared.consensus.values import Weights
+from shared.consensus.values import DIVERSITY, DIVERSITY_STEP, Weights
 from shared.documents import locked
 
-STEP = 0.05  # at most half the largest step an episode may make
+STEP = DIVERSITY_STEP  # at most half the largest step an episode may make
 MIN_STEP = 0.02  # below this a perturbation is noise the weights' rounding eats
-AUTHOR = "diversity"
+AUTHOR = DIVERSITY.rstrip("-")  # the `approved_by` of its steps; their episode: diversity-<day>
 TOLERANCE = 1e-3  # σ is kept rounded to 4 places; a profile's own spread is not "below" it
-
-
-def floors(weights: Weights, citizens: Sequence[str], target: float) -> dict[str, float]:
-    """Each value's σ floor: the seed's target, or the starting profiles' spread if lower."""
-    start = [weights.framework.profiles[weights.profile(c)] for c in citizens]
-    return {v: min(target, statistics.pstdev(p[v] for p in start))
-            for v in weights.framework.base_values}
 
 
 def enforce(weights: Weights, citizens: Sequence[str], day: str,
@@ -43,14 +36,14 @@ def enforce(weights: Weights, citizens: Sequence[str], day: str,
     """Today's perturbations (module doc); [] when none is due or they were made today."""
     if len(citizens) < 2:
         return []
-    episode = f"{AUTHOR}-{day}"
+    episode = f"{DIVERSITY}{day}"
     # One lock for the check and the writes: every daemon runs this job each day.
     with locked(weights.history_path):
         if any(line.get("approved_by") == AUTHOR and isinstance(line.get("episodes"), list)
                and line["episodes"][:1] == [episode] for line in weights.history()):
             return []  # done today (a line of another author, or a string, proves nothing)
         sigma = weights.diversity(citizens)
-        low = [v for v, floor in floors(weights, citizens, target).items()
+        low = [v for v, floor in weights.floors(target).items()
                if sigma[v] < floor - TOLERANCE]
         return [line for v in low for line in _spread(weights, citizens, v, episode,
                                                       sigma[v])]

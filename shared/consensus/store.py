@@ -49,7 +49,7 @@ from shared.consensus.rules import (
 from shared.consensus.values import Framework, Weights
 from shared.consensus.view import Views, episode_record
 from shared.consensus.world import ActionError, World
-from shared.errors import Invalid, NotAllowed, NotFound
+from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.threads import AUTHOR, PLACE, RECORD_MODE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class Consensus:
         self.dir = shared_dir / "proposals"
         self.records_dir = self.dir / "records"
         self.framework = framework
-        self.weights = Weights(shared_dir, framework, profiles)
+        self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched)
         self.episodes = Episodes(shared_dir)
         self.world = World(shared_dir)
         self.citizens = sorted(citizens)
@@ -135,6 +135,28 @@ class Consensus:
         d.flags = d.round_flags.get(len(d.revisions), [])
         derive(d, {c: self.weights.current(c) for c in roles.values()}, self.medium_programs)
         return d
+
+    def _vouched(self, line: Mapping[str, Any]) -> bool:
+        """A weight-history line is one its episode's record approved: the integrator of
+        proposal `prop-X` wrote `ep-X`'s episode listing exactly this adjustment (the
+        history is appended by every integrator, so a line alone proves nothing)."""
+        episode = str(line["episodes"][0])
+        pid = "prop-" + episode.removeprefix("ep-")
+        if not episode.startswith("ep-") or not self.threads.exists(pid):
+            return False
+        try:
+            roles = self.threads.header(pid).get("roles", {})
+        except (SharedError, OSError):
+            return False
+        integrator = roles.get("integrator")
+        if not integrator or integrator == roles.get("executor") \
+                or line.get("approved_by") != integrator:
+            return False
+        record = self.threads.read(pid, "episode.json", integrator)
+        return record is not None and any(
+            a.get("citizen") == line["citizen"] and a.get("value") == line["value"]
+            and abs(float(a.get("delta", 0)) - float(line["delta"])) < 1e-9
+            for a in record.get("weight_adjustments", []) if isinstance(a, Mapping))
 
     def _place(self, pid: str) -> int:
         """`pid`'s place among all proposals, oldest first (-1: unknown); the listing is

@@ -9,8 +9,9 @@ history can never push a weight outside them.
 
 from __future__ import annotations
 
+import json
 import statistics
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,10 +19,12 @@ from typing import Any
 import yaml
 
 from shared import clock
-from shared.atomic import append_line, make_dirs, read_jsonl
+from shared.atomic import append_line, make_dirs
 from shared.errors import Invalid
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
+DIVERSITY = "diversity-"  # the episode prefix of the daily diversity job's steps
+DIVERSITY_STEP = 0.05  # at most half the largest step an episode may make
 # ... and a participant's value moves at most once per episode (the seed: "±0.1 per
 # episode"): an integrator listing the same value twice must not move it 0.2.
 HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
@@ -48,6 +51,27 @@ class Framework:
                    float((data.get("diversity") or {}).get("min_stddev_per_value", 0.15)))
 
 
+def _stat(path: Path) -> tuple[int, int]:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return (0, 0)
+    return (st.st_mtime_ns, st.st_size)
+
+
+def _spreads(weights: Mapping[str, Mapping[str, float]], citizen: str, value: str,
+             delta: float, floor: float) -> bool:
+    """A diversity step the job would take: the value's spread below its floor, the step
+    at most DIVERSITY_STEP and away from the mean (or from it, when all sit on it)."""
+    rows = [w[value] for w in weights.values()]
+    if len(rows) < 2 or abs(delta) > DIVERSITY_STEP + 1e-9:
+        return False
+    mean = statistics.fmean(rows)
+    away = weights[citizen][value] - mean
+    return round(statistics.pstdev(rows), 4) < floor - 1e-3 and (
+        abs(away) <= 1e-9 or (away > 0) == (delta > 0))
+
+
 def _episode(line: Mapping[str, Any]) -> str:
     """The episode a history line belongs to (its first cited episode)."""
     episodes = line.get("episodes")
@@ -55,38 +79,88 @@ def _episode(line: Mapping[str, Any]) -> str:
 
 
 class Weights:
-    """Every citizen's weights, derived from its profile and the history."""
+    """Every citizen's weights, derived from its profile and the history.
+
+    The history is one file every integrator appends to (group `citizens`), so a line
+    proves nothing by being there: it moves a weight only if `vouch` confirms it (the
+    commons checks it against its episode's record: that proposal's integrator approved
+    exactly this adjustment) or it is a diversity step the replay itself would allow
+    (`DIVERSITY`: the value's spread under its floor at that point, away from the mean,
+    at most DIVERSITY_STEP). Malformed lines are skipped. The replay is cached until the
+    history or the episode log changes.
+    """
 
     def __init__(self, shared_dir: Path, framework: Framework,
-                 profiles: Mapping[str, str]) -> None:
+                 profiles: Mapping[str, str],
+                 vouch: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
         self.history_path = shared_dir / "values" / "weight_history.jsonl"
+        self.episodes_path = shared_dir / "memory" / "episodes.jsonl"  # a vouch's evidence
         self.framework = framework
         self.profiles = dict(profiles)  # citizen -> profile name (executor, verifier, …)
+        self.vouch = vouch
+        self._key: tuple[int, ...] = ()
+        self._replayed: dict[str, dict[str, float]] = {}
 
     def profile(self, citizen: str) -> str:
         return self.profiles.get(citizen, "integrator")
 
     def history(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.history_path) if self.history_path.exists() else []
+        """The well-formed lines of the history (anything else is skipped)."""
+        if not self.history_path.exists():
+            return []
+        out = []
+        for raw in self.history_path.read_bytes().decode("utf-8", "replace").splitlines():
+            try:
+                line = json.loads(raw)
+            except ValueError:
+                continue  # a torn last line, or garbage
+            if isinstance(line, dict) and isinstance(line.get("citizen"), str) \
+                    and isinstance(line.get("value"), str) \
+                    and isinstance(line.get("delta"), int | float) \
+                    and isinstance(line.get("episodes"), list) and line["episodes"] \
+                    and all(isinstance(e, str) for e in line["episodes"]):
+                out.append(line)
+        return out
 
     def current(self, citizen: str) -> dict[str, float]:
-        prof = self.profile(citizen)
-        weights = dict(self.framework.profiles[prof])
-        bounds = self.framework.bounds[prof]
-        moved: set[tuple[str, str]] = set()  # (value, episode): once each, even hand-edited
+        key = (*_stat(self.history_path), *_stat(self.episodes_path))
+        if key != self._key:
+            self._replayed, self._key = self._replay(), key
+        return dict(self._replayed.get(citizen) or self._start(citizen))
+
+    def _start(self, citizen: str) -> dict[str, float]:
+        return dict(self.framework.profiles[self.profile(citizen)])
+
+    def floors(self, target: float) -> dict[str, float]:
+        """Each value's σ floor: the seed's target, or the starting profiles' spread if
+        lower (the bounds may not allow the target: truth is [0.7, 1.0] for all)."""
+        start = [self._start(c) for c in self.profiles]
+        return {v: min(target, statistics.pstdev(p[v] for p in start)) if len(start) > 1
+                else 0.0 for v in self.framework.base_values}
+
+    def _replay(self) -> dict[str, dict[str, float]]:
+        weights = {c: self._start(c) for c in self.profiles}
+        floors = self.floors(self.framework.min_sigma)
+        moved: set[tuple[str, str, str]] = set()  # (citizen, value, episode): once each
         for line in self.history():
-            if line.get("citizen") != citizen or line.get("value") not in weights:
+            citizen, value, episode = line["citizen"], line["value"], _episode(line)
+            if value not in self.framework.base_values:
                 continue
-            value, episode = str(line["value"]), _episode(line)
-            try:
-                new = round(weights[value] + float(line["delta"]), 4)
-            except (TypeError, ValueError):
+            row = weights.setdefault(citizen, self._start(citizen))
+            delta = float(line["delta"])
+            new = round(row[value] + delta, 4)
+            low, high = self.framework.bounds[self.profile(citizen)][value]
+            if not (low <= new <= high and abs(delta) <= MAX_STEP + 1e-9) \
+                    or (citizen, value, episode) in moved:
                 continue
-            low, high = bounds[value]
-            if low <= new <= high and abs(float(line["delta"])) <= MAX_STEP + 1e-9 \
-                    and (value, episode) not in moved:
-                weights[value] = new
-                moved.add((value, episode))
+            if episode.startswith(DIVERSITY):
+                ok = line.get("approved_by") == DIVERSITY.rstrip("-") and _spreads(
+                    weights, citizen, value, delta, floors[value])
+            else:
+                ok = self.vouch is None or self.vouch(line)
+            if ok:
+                row[value] = new
+                moved.add((citizen, value, episode))
         return weights
 
     def adjust(self, citizen: str, value: str, delta: float, *, episodes: list[str],
