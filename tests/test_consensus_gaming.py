@@ -247,8 +247,8 @@ def test_an_answer_clears_only_the_flags_it_was_asked_about(c: Consensus) -> Non
 def test_a_planted_older_copy_does_not_reopen_what_ran(c: Consensus) -> None:
     """Found by an adversarial review: a directory planted to sort before an executed
     proposal, holding its justification, flagged it as a copy after the fact and sent it
-    back to revise. A round that ran keeps the decision it ran on; an empty planted
-    directory moves no proposal's red-team place either."""
+    back to revise. A directory without a request is no proposal: it is compared with
+    nothing and moves no proposal's red-team place."""
     pid, roles = opened(c, proposal())
     c.verify(pid, roles["verifier"], vote("approve", "fine"))
     c.integrate(pid, roles["integrator"], vote())

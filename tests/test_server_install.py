@@ -474,7 +474,10 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
         out = server.run("citizen", "consensus", "start", "--by", executor, f"Create {path}")
         pid = out.split()[1].rstrip(":")
         roles = json.loads(as_user(executor, f"print(json.dumps(c.load('{pid}').roles))"))
-        body = json.dumps(proposal(path=path, tool=tool))
+        # each its own justification: one repeated from an older proposal is a gaming flag
+        body = json.dumps(proposal(path=path, tool=tool, value_justification={
+            "truth": f"{path} will hold exactly the text the task asks for, nothing more",
+            "transparency": f"the change to {path} is one commit naming this proposal"}))
         as_user(executor, f"c.propose('{pid}', '{executor}', json.loads({body!r}))")
         return pid, roles
 

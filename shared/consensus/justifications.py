@@ -41,6 +41,9 @@ class Justifications:
         """key -> the proposals citing it, oldest first."""
         out: dict[str, list[str]] = {}
         for pid in self.threads.ids():
+            if not self.threads.exists(pid):
+                continue  # a directory without its request is no proposal (one planted
+                # to sort first would flag every proposal after it as a copy)
             try:
                 mtime = self.threads.dir(pid).stat().st_mtime_ns  # a new revision changes it
             except FileNotFoundError:

@@ -233,11 +233,7 @@ def _ladder(d: Proposal,  # noqa: PLR0911 - one return per rung of the ladder
     """The round's result on the conflict ladder: "approved", "rejected", "human", or ""
     while the discussion goes on (then `d.phase` is "revise")."""
     r, integ = d.round, d.integrations[d.round]
-    # A round that already ran keeps the decision it ran on: the repetition flag is
-    # recomputed by each reader against the other proposals, and a later (or planted)
-    # copy must not reopen it. The other flags come from the revision alone: stable.
-    ran = d.execution is not None and d.execution.get("round") == r
-    flags = [f for f in d.round_flags.get(r, []) if not (ran and " repeated from " in f)]
+    flags = d.round_flags.get(r, [])
     if integ["decision"] == "escalate_to_human" or r >= MAX_ROUNDS:
         return _escalate(d, "by the integrator, or too many rounds")
     if flags and d.stakes == "high":  # the seed's gaming detection escalates
