@@ -460,6 +460,22 @@ def python_as(name: str) -> tuple[str, ...]:
             "/opt/experience/venv/bin/python", "-c")
 
 
+def forged_weight_lines_move_nothing(as_user: Callable[[str, str], str], pid: str,
+                                     integrator: str) -> None:
+    """The integrator's adjustment of `pid` counts (its episode record, owned by it, lists
+    it); lines opus appends itself - citing that real episode or an invented one, naming
+    the integrator as approver - move nothing."""
+    weights = "print(json.dumps(c.weights.current('opus')))"
+    before = json.loads(as_user("mira", weights))
+    for episode in ("ep-" + pid.removeprefix("prop-"), "ep-20990101T000000-0001"):
+        line = json.dumps({"citizen": "opus", "value": "autonomy", "delta": 0.1,
+                           "episodes": [episode], "approved_by": integrator})
+        as_user("opus", "open('/home/shared/values/weight_history.jsonl', 'a')"
+                        f".write({line!r} + chr(10))")
+    after = json.loads(as_user("mira", weights))
+    assert after == before and after["safety"] == pytest.approx(0.6 + 0.05)
+
+
 def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> None:
     """Each step as its own Unix user: a vote or a human approval written by the wrong
     citizen does not count; the world repository takes commits from two executors."""
@@ -523,6 +539,7 @@ def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> 
                         f"{folder}/verify-01.json", f"{folder}/execution.json").split()
     assert owners == ["opus", i, "opus"]  # the forgery stays, for the operator to see
     assert "opus" in server.run("cat", "/home/shared/values/weight_history.jsonl")
+    forged_weight_lines_move_nothing(as_user, pid, i)
     # high stakes wait for an operator: root's decision counts, as the one before did not
     pid3, roles3 = run_proposal("aria", "second.md", tool="delete_file")
     as_user(roles3["verifier"], f"c.verify('{pid3}', '{roles3['verifier']}', {approve})")
