@@ -115,9 +115,10 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
 
 
 def read_jsonl(path: Path) -> list[Any]:
-    """Every whole line of a JSONL history; a torn last line (a killed writer) is skipped."""
+    """Every whole line of a JSONL history; a torn last line (a killed writer) or bytes
+    that are not UTF-8 (a stray writer) are skipped rather than stopping every reader."""
     out = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in path.read_bytes().decode("utf-8", "replace").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

@@ -9,7 +9,6 @@ history can never push a weight outside them.
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from typing import Any
 import yaml
 
 from shared import clock
-from shared.atomic import append_line, make_dirs
+from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.errors import Invalid
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
@@ -109,11 +108,7 @@ class Weights:
         if not self.history_path.exists():
             return []
         out = []
-        for raw in self.history_path.read_bytes().decode("utf-8", "replace").splitlines():
-            try:
-                line = json.loads(raw)
-            except ValueError:
-                continue  # a torn last line, or garbage
+        for line in read_jsonl(self.history_path):
             if isinstance(line, dict) and isinstance(line.get("citizen"), str) \
                     and isinstance(line.get("value"), str) \
                     and isinstance(line.get("delta"), int | float) \
