@@ -6,11 +6,24 @@ its command can reach, a bad wake will eventually reach. So a command sees
 - the system read-only (`--ro-bind / /`), a fresh /proc in its own PID namespace (the
   wake and the daemon, and their environments, are not there), its own IPC and UTS
   namespaces, an empty /tmp, and no network unless the citizen's config grants it;
-- of the civilization only its own home, read-write, with the daemon's files masked:
-  the secrets file, contexts, memory, logs, tasks, mail and state are empty or absent,
-  its config is read-only; peers' homes and the commons are not mounted at all;
+- of the civilization only its own home, READ-ONLY at its top level, with the daemon's
+  files masked (the secrets file, contexts, memory, logs, tasks, mail and state are
+  empty or absent); peers' homes and the commons are not mounted at all;
+- writable, only what the caller's `Trust` names. `Trust.OWN`, the citizen's own model
+  (its shell), gets back read-write every directory at the top of its home that is its
+  work: not a dotname, not the daemon's (`work/` always, `code/`, whatever it made with
+  its file tools). `Trust.PEER`, a peer's code (a dynamic tool, a tool review's tests,
+  `code_test` of a change), gets nothing of the home: its `~/code`, dotfiles and
+  everything its daemon reads later stay read-only; only the caller's scratch `binds`;
 - rlimits for CPU time, memory, file size and processes; and it dies with its call:
   bubblewrap is PID 1 of the namespace, so nothing it started outlives it.
+
+Why the top level is read-only rather than masking each daemon name (issue 28): a mount
+over a name that does not exist yet would have to create it in the real home first, and
+"every dotname" has no end - git reads ~/.gitconfig, Python ~/.local, bash ~/.bashrc, curl
+~/.netrc, and the next tool something else. A read-only top level makes every such name
+unplantable, existing or not, and the daemon pre-creates none of them; the price is that
+new work goes into a directory (`work/`), not next to config.json.
 
 EXPERIENCE_SANDBOX says what happens when bubblewrap cannot run here (not installed, or
 namespaces forbidden): `required` (what the systemd unit sets, having allowed exactly
@@ -28,6 +41,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from citizen import paths
@@ -41,6 +55,16 @@ MODE_ENV = "EXPERIENCE_SANDBOX"  # auto | required | off (see the module doc)
 HIDDEN_DIRS = ("contexts", "memory", "logs", "tasks", "mail")
 HIDDEN_FILES = (".env", "state.json", ".state.lock", ".daemon.lock")
 READ_ONLY = ("config.json",)  # the operator's rules: readable, never writable
+# The directory of the home every sandbox of the citizen's own may write, made before the
+# call: new work goes there, since the home's top level is read-only (the module doc).
+WORK_DIR = "work"
+
+
+class Trust(StrEnum):
+    """Whose code a sandbox runs, which decides what of the home it may write."""
+
+    OWN = "own"  # the citizen's own model (its shell): its work directories, read-write
+    PEER = "peer"  # a peer's code (tools, reviews, code_test): nothing of the home
 
 
 @dataclass(frozen=True)
@@ -63,18 +87,37 @@ def _python_prefixes() -> list[Path]:
     return found
 
 
+def _reserved(name: str) -> bool:
+    """Whether a top-level name of the home is never the sandbox's to write: a dotname
+    (what git, Python, bash and ssh read as configuration) or the daemon's own."""
+    return name.startswith(".") or name in (*HIDDEN_DIRS, *HIDDEN_FILES, *READ_ONLY)
+
+
+def _work_dirs(home: Path) -> list[str]:
+    """The citizen's work directories, each re-bound read-write over the read-only home:
+    real directories at its top level, never a symlink (`--bind` would follow it to
+    whatever it names, a hidden directory included)."""
+    work = home / WORK_DIR
+    if not os.path.lexists(work):
+        # 0750 like the home: the citizen writes, its group (peer monitoring) may look.
+        work.mkdir(mode=0o750)
+    found = []
+    for entry in sorted(os.scandir(home), key=lambda e: e.name):
+        if not _reserved(entry.name) and entry.is_dir(follow_symlinks=False):
+            found += ["--bind", entry.path, entry.path]
+    return found
+
+
 def _masks(home: Path) -> list[str]:
-    """What of the home a command must not see or change, and what must come back."""
+    """What of the home a command must not see (it can write none of it: the home's top
+    level is read-only), and the interpreter that must come back."""
     h, args = str(home), []
     for name in HIDDEN_DIRS:
         if (home / name).is_dir():
-            args += ["--tmpfs", f"{h}/{name}"]
+            args += ["--tmpfs", f"{h}/{name}"]  # empty, and what is written there vanishes
     for name in HIDDEN_FILES:
         if (home / name).exists():
             args += ["--ro-bind", "/dev/null", f"{h}/{name}"]
-    for name in READ_ONLY:
-        if (home / name).exists():
-            args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]
     # The interpreter a command may run (a peer's tool tests run sys.executable): when it
     # lives where the sandbox mounts an empty tmpfs (a checkout under /tmp), it comes
     # back read-only.
@@ -144,10 +187,12 @@ def _warn_once(why: str) -> None:
                 why, MODE_ENV)
 
 
-def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits = Limits(),
-         binds: tuple[Path, ...] = (), chdir: Path | None = None) -> list[str]:
+def wrap(home: Home, argv: list[str], *, trust: Trust, network: bool = False,
+         limits: Limits = Limits(), binds: tuple[Path, ...] = (),
+         chdir: Path | None = None) -> list[str]:
     """`argv` as it runs in the sandbox of citizen `home`, under `limits` (unconfined but
-    limited when the sandbox cannot run and the mode allows that). `binds`: more
+    limited when the sandbox cannot run and the mode allows that). `trust`: whose code
+    this is (`Trust.PEER` for anything a peer wrote; see the module doc). `binds`: more
     directories the command may write (a review's scratch worktree), `chdir` where it
     starts (default: the home)."""
     # prlimit, not a preexec_fn: the daemon has threads, and forking code must not run
@@ -161,7 +206,9 @@ def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits =
     args = [*limited, binary, "--ro-bind", "/", "/",
             "--tmpfs", "/tmp",  # noqa: S108 - a private, empty /tmp inside the sandbox
             "--tmpfs", str(paths.civ_root()),  # peers' homes and the commons vanish ...
-            "--bind", h, h,  # ... and only this home comes back
+            # ... and this home comes back read-only: no name at its top level can be
+            # created or changed, so nothing its daemon or git reads later can be planted.
+            "--ro-bind", h, h,
             "--proc", "/proc", "--dev", "/dev",
             # No host sockets: /run holds the system bus, Dovecot's and other services'
             # Unix sockets, which a read-only mount does not stop connect() to.
@@ -174,8 +221,11 @@ def wrap(home: Home, argv: list[str], *, network: bool = False, limits: Limits =
     elif Path("/run/systemd/resolve").is_dir():
         # /etc/resolv.conf may point into /run: name resolution for permitted network
         args += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
+    if trust is Trust.OWN:
+        # Its own work, writable; a peer's code gets none of it: a change under review
+        # would otherwise land in ~/code, which the daemon imports at its next start.
+        args += _work_dirs(home.dir)
     args += _masks(home.dir)
     for extra in binds:
-        args += ["--bind", str(extra), str(extra)]
+        args += ["--bind", str(extra), str(extra)]  # the caller's scratch: the one writable
     return [*args, "--chdir", str(chdir or home.dir), "--", *argv]
-

@@ -72,10 +72,12 @@ def test_no_attack_reaches_a_secret_in_the_sandbox(env: ToolEnv) -> None:
     for what, command in ATTACKS.items():
         out = run(env, command.format(root=root))
         assert CANARY not in out, f"{what}: {out}"
-    # What the work needs still works: the home is the working directory, read-write.
-    assert "exit code 0" in run(env, "echo hi > notes.txt && cat notes.txt")
-    assert (paths.home("opus").dir / "notes.txt").read_text() == "hi\n"
+    # What the work needs still works: the home is the working directory, its work
+    # directories read-write; its top level is read-only (test_sandbox_peer.py says why).
+    assert "exit code 0" in run(env, "echo hi > work/notes.txt && cat work/notes.txt")
+    assert (paths.home("opus").dir / "work" / "notes.txt").read_text() == "hi\n"
     assert "Read-only file system" in run(env, "echo x > config.json")
+    assert "Read-only file system" in run(env, "echo x > notes.txt")
     assert "Read-only file system" in run(env, "touch /usr/evil")
 
 
@@ -90,9 +92,9 @@ def test_nothing_outlives_the_call_and_there_is_no_network(env: ToolEnv) -> None
 
 
 def test_limits_stop_a_huge_file(env: ToolEnv) -> None:
-    out = run(env, "head -c 2000000000 /dev/zero > big; echo rc=$?; ls -l big")
+    out = run(env, "head -c 2000000000 /dev/zero > work/big; echo rc=$?; ls -l work/big")
     assert "rc=0" not in out
-    assert (paths.home("opus").dir / "big").stat().st_size <= sandbox.Limits().file_size
+    assert (paths.home("opus").dir / "work" / "big").stat().st_size <= sandbox.Limits().file_size
 
 
 def test_without_bubblewrap_commands_are_refused_when_required(

@@ -81,11 +81,14 @@ def code_test(env: ToolEnv, change_id: str) -> str:
     with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
         tree = Path(scratch) / "tree"
         repo.git.worktree("add", "--detach", "--quiet", str(tree), change.commit)
-        # A peer's code (its tests, a conftest.py) runs here: in the reviewer's sandbox,
-        # which sees the scratch tree and the reviewer's home without its secrets, and
-        # neither the commons nor the network - reviewing must not hand over the reviewer.
-        argv = sandbox.wrap(env.home, ["bash", "-c", TEST_COMMAND], binds=(Path(scratch),),
-                            chdir=tree, limits=sandbox.Limits(cpu_s=TEST_TIMEOUT_S))
+        # A peer's code (its tests, a conftest.py) runs here: in the reviewer's sandbox for
+        # peer code, which may write only the scratch tree and sees the reviewer's home
+        # read-only without its secrets (never its ~/code, which its daemon imports, nor
+        # a dotfile its git reads), and neither the commons nor the network - reviewing
+        # must not hand over the reviewer.
+        argv = sandbox.wrap(env.home, ["bash", "-c", TEST_COMMAND], trust=sandbox.Trust.PEER,
+                            binds=(Path(scratch),), chdir=tree,
+                            limits=sandbox.Limits(cpu_s=TEST_TIMEOUT_S))
         try:
             result = subprocess.run(argv, cwd=tree, capture_output=True,
                                     text=True, timeout=TEST_TIMEOUT_S, check=False,

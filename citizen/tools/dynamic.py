@@ -18,14 +18,16 @@ def registry(config: CitizenConfig) -> DynTools:
 
 
 def boxed(env: ToolEnv) -> Wrap:
-    """A peer's tool code (its tests, its calls) runs in this citizen's sandbox: its home
-    without secrets, the private copy of the code, no commons, no network."""
+    """A peer's tool code (its tests, its calls) runs in this citizen's sandbox for peer
+    code: its home without secrets and read-only (its ~/code and dotfiles above all), only
+    the private copy of the code writable, no commons, no network."""
     refused = sandbox.refusal()
     if refused:
         raise ToolFailure(refused)
 
     def wrap(argv: list[str], private: Path) -> list[str]:
-        return sandbox.wrap(env.home, argv, binds=(private,), chdir=private)
+        return sandbox.wrap(env.home, argv, trust=sandbox.Trust.PEER, binds=(private,),
+                            chdir=private)
 
     return wrap
 

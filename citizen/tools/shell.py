@@ -30,7 +30,8 @@ def scrubbed_env(home_dir: str) -> dict[str, str]:
 
 @tool
 def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
-    """Run a shell command (bash) in your home directory and return its output.
+    """Run a shell command (bash) in your home directory and return its output. The home's
+    top level and dotfiles are read-only here: write in work/, code/ or another directory.
 
     :param command: the command line to run
     :param timeout: seconds before the command is killed (at most 600)
@@ -55,7 +56,7 @@ def run(env: ToolEnv, command: str, timeout: int = 60, cwd: str = "") -> tuple[i
     network = bool(env.config.permissions.get("can_use_network", False))
     script = command if not cwd else f"cd {shlex.quote(str(where))} && {command}"
     proc = subprocess.Popen(
-        sandbox.wrap(env.home, ["bash", "-c", script], network=network,
+        sandbox.wrap(env.home, ["bash", "-c", script], trust=sandbox.Trust.OWN, network=network,
                      limits=sandbox.Limits(cpu_s=timeout + 5)),
         cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
