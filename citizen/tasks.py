@@ -9,6 +9,7 @@ unless its content already records that it finished.
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 from citizen.errors import CitizenError
 from shared import clock
-from shared.atomic import CorruptFile, read_json, write_json
+from shared.atomic import CorruptFile, create_beneath, read_json, write_json
 
 SCHEMA_VERSION = 1
 STATES = ("queue", "active", "done", "failed")
@@ -100,8 +101,21 @@ class TaskQueue:
         task = Task(id=task_id or new_id(), text=text, kind=kind, source=source,
                     meta=meta or {})
         task.history.append({"ts": task.created, "event": "queued", "source": source})
-        self.init()
-        write_json(self._path("queue", task.id), task.to_dict(), owner=owner)
+        if owner is None:  # the citizen's own process: its other task directories too
+            self.init()
+        if task_id is not None and owner is None:  # intake: the same message, the same file
+            write_json(self._path("queue", task.id), task.to_dict(), owner=owner)
+            return task
+        # A new file, and no link below the home followed on the way: root (or the
+        # developer) writing here must not be led out by a link the citizen planted.
+        raw = json.dumps(task.to_dict(), ensure_ascii=False, separators=(",", ":")).encode()
+        where = Path(self.root.name, "queue", f"{task.id}.json")
+        try:
+            create_beneath(self.root.parent, where, raw, owner=owner)
+        except FileExistsError as exc:
+            raise TaskError(f"{self.root.parent / where} exists already (a link planted "
+                            "there?); nothing was written - remove it and add the task "
+                            "again") from exc
         return task
 
     def hold(self, text: str, *, kind: str, source: str, meta: dict[str, Any],

@@ -96,6 +96,78 @@ def create_json(path: Path, data: Any, mode: int = 0o640) -> None:
     _fsync_dir(path.parent)
 
 
+def create_beneath(top: Path, rel: str | Path, data: bytes, mode: int = 0o640, *,
+                   owner: tuple[int, int] | None = None, dir_mode: int = 0o750) -> Path:
+    """Create the new file `top/rel` holding `data`, atomically and exclusively, without
+    following a symbolic link anywhere below `top` - for a writer with more rights than
+    whoever can write there (root adding a task to a citizen's home, deciding in a
+    citizen's thread). Each directory on the way is opened with O_NOFOLLOW (made with
+    `dir_mode` and handed to `owner` when missing); the file is born unnamed
+    (O_TMPFILE), given its mode and owner through its descriptor, and linked in whole.
+
+    :raises FileExistsError: something (a link included) already has the name.
+    :raises Invalid: a directory on the way is a symbolic link or not a directory.
+    """
+    *dirs, name = Path(rel).parts
+    # O_NOFOLLOW on `top` too: only its parents (the caller's own path) are trusted.
+    fd = os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    try:
+        for i, part in enumerate(dirs):
+            try:
+                os.mkdir(part, dir_mode, dir_fd=fd)
+                made = True
+            except FileExistsError:
+                made = False
+            try:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+            except OSError as exc:  # ELOOP / ENOTDIR: a link or a file was planted there
+                where = top.joinpath(*dirs[:i + 1])
+                raise Invalid(f"{where} is a symbolic link or not a directory; nothing was "
+                              "written through it - remove it and try again") from exc
+            os.close(fd)
+            fd = sub
+            if made:
+                os.fchmod(fd, dir_mode)  # exactly `dir_mode`: mkdir's is filtered by the umask
+                if owner is not None:
+                    os.fchown(fd, *owner)  # the home's owner owns what is made in it
+        _link_new(fd, name, data, mode, owner)
+        os.fsync(fd)  # the new name is durable only once the directory entry is on disk
+    finally:
+        os.close(fd)
+    return top / rel
+
+
+def _link_new(dir_fd: int, name: str, data: bytes, mode: int,
+              owner: tuple[int, int] | None) -> None:
+    """`data` as the new file `name` in `dir_fd`: an unnamed file, linked in when whole."""
+    try:
+        fd = os.open(".", os.O_TMPFILE | os.O_WRONLY, mode, dir_fd=dir_fd)
+    except OSError:  # a filesystem without O_TMPFILE: a fresh temporary name instead
+        fd = -1
+    tmp = "" if fd >= 0 else f".{name}.{os.urandom(6).hex()}.tmp"
+    if tmp:  # O_EXCL|O_NOFOLLOW: never opens what someone placed at the name
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode,
+                     dir_fd=dir_fd)
+    try:
+        os.fchmod(fd, mode)  # through the descriptor: no name a planted link could redirect
+        if owner is not None:
+            os.fchown(fd, *owner)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+        if tmp:
+            os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
+        else:
+            # linkat(AT_SYMLINK_FOLLOW) of /proc/self/fd/N names the unnamed file, and
+            # fails when anything (a link included) already has the name.
+            os.link(f"/proc/self/fd/{fd}", name, dst_dir_fd=dir_fd, follow_symlinks=True)
+    finally:
+        os.close(fd)
+        if tmp:
+            os.unlink(tmp, dir_fd=dir_fd)
+
+
 def read_json(path: Path, schema_version: int | None = None) -> Any:
     """Read a JSON state file, checking its `schema_version` when one is given.
 

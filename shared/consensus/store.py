@@ -24,14 +24,12 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import os
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
 from shared import clock
-from shared.atomic import CorruptFile, create_json, read_json
-from shared.consensus import gaming
+from shared.consensus import gaming, human
 from shared.consensus.episodes import Episodes
 from shared.consensus.justifications import Justifications
 from shared.consensus.rules import (
@@ -50,7 +48,7 @@ from shared.consensus.values import Framework, Weights
 from shared.consensus.view import Views, episode_record
 from shared.consensus.world import ActionError, World
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
-from shared.threads import AUTHOR, PLACE, RECORD_MODE, Threads, id_pattern
+from shared.threads import AUTHOR, PLACE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
 
@@ -199,28 +197,9 @@ class Consensus:
         return self.threads.read(path.parent.name, path.name, accept=owes)
 
     def _human(self, path: Path) -> dict[str, Any] | None:
-        """An operator's decision. In server mode only root's file counts: a person acts
-        through the operator CLI as root, and nothing a citizen's process writes - a
-        record "relayed" from mail included, since its mail ledger is the citizen's own
-        file - can prove a person stood behind it. In dev mode (one Unix user for all)
-        a mail decision relayed by the citizen that received it counts."""
-        if not path.is_file():
-            return None
-        try:
-            rec: dict[str, Any] = read_json(path)
-        except CorruptFile as exc:
-            log.warning("ignoring %s: %s", path, exc)
-            return None
-        if self.enforce:
-            owner = path.stat().st_uid
-            if owner != 0:
-                log.warning("ignoring %s: written by uid %d, not by an operator as root "
-                            "(`citizen approve|reject`)", path, owner)
-                return None
-        elif rec.get("relayed_by") and not rec.get("message_id"):
-            log.warning("ignoring %s: a mail decision without its Message-ID", path)
-            return None
-        return rec if rec.get("decision") in ("approve", "reject") else None
+        """An operator's decision (`shared.consensus.human`: planted objects count for
+        nothing; in server mode only root's file counts)."""
+        return human.read(path, self.enforce)
 
     def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
@@ -324,25 +303,13 @@ class Consensus:
                                  "it can no longer be rejected")
         if decision not in ("approve", "reject"):
             raise Invalid("a human decision is approve or reject")
-        path = self.records_dir / pid / "human.json"
-        if self.enforce and os.geteuid() == 0 and path.is_file() \
-                and path.stat().st_uid != 0:
-            # Pre-created by a citizen to block the person's decision: root removes it
-            # (root may, in the sticky directory) and decides.
-            log.warning("removing %s: written by uid %d, not an operator", path,
-                        path.stat().st_uid)
-            path.unlink()
-        try:
-            # Not a thread step: its author is a person (root, or relayed by the citizen
-            # that received the mail), checked by `_human` when read.
-            create_json(path,
-                        {"operator": operator, "decision": decision, "why": why[:2000],
-                         "ts": clock.now(), "relayed_by": relayed_by,
-                         "message_id": message_id,
-                         **({REVISION: revision_digest(d.revisions[-1])} if d.revisions
-                            else {})}, mode=RECORD_MODE)
-        except FileExistsError as exc:
-            raise NotAllowed(f"{pid}: a human has already decided") from exc
+        # Not a thread step: its author is a person (root, or relayed by the citizen that
+        # received the mail), checked by `human.read`.
+        human.write(self.records_dir, pid,
+                    {"operator": operator, "decision": decision, "why": why[:2000],
+                     "ts": clock.now(), "relayed_by": relayed_by, "message_id": message_id,
+                     **({REVISION: revision_digest(d.revisions[-1])} if d.revisions else {})},
+                    self.enforce, decided=lambda: self.load(pid).human is not None)
         return self.refresh(pid)
 
     def execute(self, pid: str, me: str, env: Mapping[str, str]) -> Proposal:
