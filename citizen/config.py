@@ -73,6 +73,11 @@ class Budget:
     # hourly citizen at its wake cap could spend $24 a day; these stop that at $10 / $30.
     max_usd_per_day: float = 10.0
     civilization_usd_per_day: float = 30.0
+    # Enforced by the broker (citizen.broker), which holds the key: the citizen's month,
+    # and how fast and how many at once its calls may go, so no one starves its peers.
+    max_usd_per_month: float = 200.0
+    max_calls_per_minute: int = 60
+    max_concurrent_calls: int = 4
     # Work a citizen may start, so one runaway model cannot flood its peers: wakes rung
     # by the doorbell per hour (more wait for the window), debates and proposals it opens
     # per UTC day, and the seed's model calls per task (then it ends `failed`, saying so).

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import io
+import os
+import signal
 import subprocess
 import tarfile
 from collections.abc import Iterator
@@ -16,18 +19,27 @@ from tests.anthropic_server import MessagesServer
 
 _ISOLATED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
              "EXPERIENCE_PROVIDER", "EXPERIENCE_LOCAL_URL", "EXPERIENCE_TEMPLATES", "EMAIL_PASS",
-             "EXPERIENCE_CLOCK", "EXPERIENCE_BACKUP_REPO", "EXPERIENCE_BACKUP_KEY")
+             "EXPERIENCE_CLOCK", "EXPERIENCE_BACKUP_REPO", "EXPERIENCE_BACKUP_KEY",
+             "EXPERIENCE_BROKER_SOCKET", "EXPERIENCE_BROKER_STATE")
 
 
 @pytest.fixture(autouse=True)
-def civ_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def civ_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """Point CIV_ROOT at a fresh directory (the model cache stays shared: it is 253 MB)."""
     root = tmp_path / "civ"
     root.mkdir()
     monkeypatch.setenv("CIV_ROOT", str(root))
     for key in _ISOLATED:
         monkeypatch.delenv(key, raising=False)
-    return root
+    yield root
+    stop_broker(root)
+
+
+def stop_broker(root: Path) -> None:
+    """End the dev-mode broker a test's model call started (citizen.broker.client)."""
+    pidfile = root / ".broker" / "broker.pid"
+    with contextlib.suppress(OSError, ValueError):  # none was started, or it has gone
+        os.kill(int(pidfile.read_text(encoding="utf-8")), signal.SIGTERM)
 
 
 @pytest.fixture

@@ -45,6 +45,8 @@ COMMANDS = {
     "room": "citizen.cli.stream:room",
     "backup": "citizen.cli.backup:backup",
     "restore": "citizen.cli.backup:restore",
+    "broker": "citizen.cli.broker:broker",
+    "spend": "citizen.cli.broker:spend",
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").

@@ -28,6 +28,7 @@ def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") 
     """Resolve `auto`: anthropic when an API key is configured, else the embedded model.
 
     :raises ConfigError: an unknown provider name.
+    :raises ProviderUnavailable: on a server, the broker does not answer.
     """
     name = override or secrets.get("EXPERIENCE_PROVIDER") or config.llm.provider
     if name not in cfg.PROVIDERS:
@@ -37,8 +38,16 @@ def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") 
         how = "--provider" if override else (
             "EXPERIENCE_PROVIDER" if secrets.get("EXPERIENCE_PROVIDER") else "llm.provider")
         return Choice(name, f"set by {how}")
+    if cfg.server_mode():
+        # The key is the broker's, never the citizen's: ask it whether one is set.
+        from citizen.broker import client  # noqa: PLC0415
+
+        if client.whoami(config.name).get("provider") == "anthropic":
+            return Choice("anthropic", "auto: the broker holds a model key for it")
+        return Choice("local", "auto: the broker holds no model key for it, so the "
+                      "embedded local model")
     if secrets.get("ANTHROPIC_API_KEY"):
-        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set")
+        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set (the broker holds it)")
     return Choice("local", "auto: no ANTHROPIC_API_KEY, so the embedded local model")
 
 
@@ -56,15 +65,14 @@ def make_provider(
     choice = choose(config, secrets, override)
     templates = cfg.templates()
     if choice.name == "anthropic":
-        key = secrets.get("ANTHROPIC_API_KEY")
-        if not key:
-            raise ProviderUnavailable(
-                "provider 'anthropic' needs an API key - put ANTHROPIC_API_KEY=… in "
-                f"{config.source.parent / '.env'} or the environment, or use --provider local")
+        # Every call goes through the broker (citizen.broker), which holds the key, the
+        # prices and the caps: the SDK is real, only its transport is the broker's socket.
+        from citizen.broker import client  # noqa: PLC0415
         from citizen.llm.anthropic_api import AnthropicProvider  # noqa: PLC0415 - 2 s import
 
-        base_url = secrets.get("ANTHROPIC_BASE_URL") or config.llm.anthropic_base_url
-        return AnthropicProvider(config, templates.prices, key, base_url=base_url)
+        return AnthropicProvider(config, templates.prices, client.PLACEHOLDER_KEY,
+                                 base_url=client.BASE_URL,
+                                 http_client=client.http_client(config.name))
     if choice.name == "replay":
         if replay_log is None:
             raise ProviderUnavailable("provider 'replay' needs a recorded wake log to answer "

@@ -18,10 +18,12 @@ from citizen.config import CitizenConfig, ModelPrice
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.structured import schema_problem
+from citizen.spend import DailyCapReached
 
 # The forced tool through which structured output is requested.
 RESPOND_TOOL = "respond"
 DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
+BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never retried)
 
 _STATUS_FIX = {
     400: "the request was malformed - this is a bug in Experience; report it with the wake log",
@@ -52,6 +54,7 @@ class AnthropicProvider(Provider):
         base_url: str = "",
         max_retries: int = DEFAULT_MAX_RETRIES,
         timeout_s: float = 300.0,
+        http_client: Any = None,
     ) -> None:
         self.config = config
         self.prices = prices
@@ -59,8 +62,11 @@ class AnthropicProvider(Provider):
         self.max_retries = max_retries
         # The key is passed explicitly so the SDK never falls back to ambient
         # credentials (profiles, other environment variables) of whoever runs us.
+        # `http_client`: the broker's transport (citizen.broker.client), which holds the
+        # real key; the SDK itself is never patched.
         self.client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url or None, max_retries=max_retries, timeout=timeout_s,
+            http_client=http_client,
         )
 
     def describe(self) -> str:
@@ -80,6 +86,9 @@ class AnthropicProvider(Provider):
         try:
             message = self.client.messages.create(**kwargs)
         except anthropic.APIStatusError as exc:
+            if exc.status_code == BUDGET_REFUSED:  # the broker's cap: the day's work waits
+                raise DailyCapReached(f"the broker refused the call: {_short(exc.message)}") \
+                    from exc
             fix = _STATUS_FIX.get(exc.status_code) or (
                 "the API kept failing after retries - the next wake will try again"
                 if exc.status_code >= 500 else "see the message above")
@@ -107,6 +116,8 @@ class AnthropicProvider(Provider):
         ]
         kwargs: dict[str, Any] = {
             "model": model, "max_tokens": request.max_tokens, "messages": list(request.messages),
+            # What the call is for, in the broker's ledger (data, never a rule).
+            "extra_headers": {"X-Experience-Purpose": request.purpose[:80]},
         }
         if request.output_schema is not None:
             tools.append({

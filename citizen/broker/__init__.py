@@ -1,0 +1,19 @@
+"""The broker: the one process that holds what the operator relies on (DESIGN.md §12).
+
+A citizen's whole Unix user is untrusted - its daemon runs code the citizen may rewrite -
+so the model keys, the prices, the caps and the ledger live in `experience-broker`, a
+service under its own system user, listening on a Unix socket. It knows each caller by
+the kernel's peer credentials (`SO_PEERCRED`), never by anything the caller sends.
+
+- `ledger`: the money (SQLite in WAL mode, written by the broker alone): a call's worst
+  case is reserved before it is forwarded and settled from the response.
+- `rules`: the operator's rules for one caller (caps, prices, models, endpoint, key),
+  read only from the broker's own templates and the operator's directory.
+- `estimate`: a request's worst-case cost and a response's real usage (streamed or not).
+- `server`: the socket, the caller's identity, and the Messages API forwarding.
+- `client`: the daemon's side - where the socket is, an httpx transport over it, and in
+  dev mode a broker started as a child of `citizen`.
+
+Dev mode has the same shape: the broker runs as the developer, its socket and ledger
+under the civilization root (`CIV_ROOT/.broker/`).
+"""

@@ -1,0 +1,375 @@
+"""The broker's socket: who is calling (from the kernel), and the Messages API on it.
+
+HTTP/1.1 on a Unix socket, one thread per connection. Routes:
+- `POST /v1/messages` - checked, reserved, forwarded with the operator's key, settled;
+- `POST /v1/messages/count_tokens` - forwarded (the upstream does not bill it);
+- `GET /v1/experience/whoami` - the caller's name, provider, caps and spending today.
+
+Refusals use the Messages API's error shape, so the real SDK raises them as it would
+the API's: 402 `budget_exceeded` (a cap; not retried), 403 `permission_error` (not a
+citizen, or a model outside its council), 429 `rate_limit_error` with `retry-after`
+(its own rate or concurrency - the SDK backs off), 400 for what cannot be bounded.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import logging
+import os
+import pwd
+import socket
+import socketserver
+import struct
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+
+from citizen import paths
+from citizen.broker import estimate
+from citizen.broker.ledger import CapExceeded, Ledger
+from citizen.broker.limits import Limiter
+from citizen.broker.refused import Refused
+from citizen.broker.rules import CallerRules, RuleCache
+from citizen.errors import ConfigError
+
+log = logging.getLogger(__name__)
+MAX_BODY = 32 << 20  # bytes of one request: more is refused before it is read
+CITIZEN_HEADER = "x-experience-citizen"  # counts only from root or, in dev mode, ourselves
+PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
+CITIZENS_GROUP = "citizens"
+# Headers passed on each way; everything else (the caller's x-api-key above all) stays.
+_UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
+_DOWN_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The caller's UID, as the kernel recorded it when it connected (SO_PEERCRED)."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])
+
+
+@dataclass
+class Broker:
+    """The broker's state: ledger, rules, per-citizen limits and the upstream client."""
+
+    ledger: Ledger
+    server_mode: bool
+    rules: RuleCache = field(default_factory=RuleCache)
+    limiter: Limiter = field(default_factory=Limiter)
+    http: httpx.Client = field(default_factory=lambda: httpx.Client(
+        timeout=httpx.Timeout(600.0, connect=10.0),
+        limits=httpx.Limits(max_connections=512, max_keepalive_connections=128)))
+    last_active: float = field(default_factory=time.monotonic)
+
+    def caller(self, uid: int, claimed: str | None) -> str:
+        """The citizen a connection speaks for.
+
+        Root (the operator's CLI) and our own user (dev mode: one user runs everything)
+        name the citizen in a header; any other caller IS the citizen whose Unix user
+        it is, and may name no one else.
+        """
+        if uid in (0, os.geteuid()):
+            if not claimed:
+                raise Refused(400, "invalid_request_error",
+                              f"name the citizen in the {CITIZEN_HEADER} header")
+            return self._known(claimed)
+        if not self.server_mode:
+            raise Refused(403, "permission_error", "this dev-mode broker serves its own "
+                          "user only")
+        try:
+            user = pwd.getpwuid(uid)
+            group = grp.getgrnam(CITIZENS_GROUP)
+        except KeyError as exc:
+            raise Refused(403, "permission_error", f"uid {uid} is not a citizen") from exc
+        if user.pw_gid != group.gr_gid and user.pw_name not in group.gr_mem:
+            raise Refused(403, "permission_error", f"{user.pw_name} is not a citizen")
+        if claimed and claimed != user.pw_name:
+            raise Refused(403, "permission_error",
+                          f"{user.pw_name} cannot call for {claimed}")
+        return self._known(user.pw_name)
+
+    @staticmethod
+    def _known(name: str) -> str:
+        try:
+            home = paths.citizen_home(name)
+        except ConfigError as exc:
+            raise Refused(400, "invalid_request_error", str(exc)) from exc
+        if not home.is_dir():
+            raise Refused(403, "permission_error", f"no citizen named {name}")
+        return name
+
+    def rules_for(self, citizen: str) -> CallerRules:
+        try:
+            return self.rules.get(citizen)
+        except ConfigError as exc:  # the operator's file is broken: say so, call nothing
+            raise Refused(500, "api_error", f"the broker cannot read {citizen}'s rules: "
+                          f"{exc}") from exc
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection; keep-alive between requests, as httpx expects."""
+
+    protocol_version = "HTTP/1.1"
+    server: Server
+
+    def address_string(self) -> str:  # a Unix socket has no peer address
+        return "unix"
+
+    def log_message(self, format: str, *args: Any) -> None:
+        log.debug("%s", format % args)
+
+    def do_GET(self) -> None:
+        self._serve(self._whoami if self.path == "/v1/experience/whoami" else None)
+
+    def do_POST(self) -> None:
+        route = {"/v1/messages": self._messages,
+                 "/v1/messages/count_tokens": self._count}.get(self.path.split("?")[0])
+        self._serve(route)
+
+    def _serve(self, route: Any) -> None:
+        broker = self.server.broker
+        broker.last_active = time.monotonic()
+        try:
+            if route is None:
+                raise Refused(404, "not_found_error", f"the broker has no {self.path}")
+            citizen = broker.caller(peer_uid(self.connection), self.headers.get(CITIZEN_HEADER))
+            route(citizen)
+        except Refused as exc:
+            self._error(exc)
+        finally:
+            broker.last_active = time.monotonic()
+
+    # ------------------------------------------------------------ routes
+
+    def _whoami(self, citizen: str) -> None:
+        broker = self.server.broker
+        rules = broker.rules_for(citizen)
+        self._json(200, {
+            "citizen": citizen,
+            "provider": "anthropic" if rules.upstream else "local",
+            "models": sorted(rules.prices),
+            "caps": rules.caps.__dict__,
+            "spent_today_usd": round(broker.ledger.spent(citizen), 6)})
+
+    def _count(self, citizen: str) -> None:
+        rules = self.server.broker.rules_for(citizen)
+        raw = self._body()
+        upstream = _upstream(rules, citizen)
+        with self.server.broker.limiter.hold(citizen, rules):
+            resp = self._send_up("/v1/messages/count_tokens", raw, upstream.api_key,
+                                 upstream.base_url)
+            body = resp.read()
+        self._reply(resp.status_code, body, resp.headers)
+
+    def _messages(self, citizen: str) -> None:
+        broker = self.server.broker
+        rules = broker.rules_for(citizen)
+        raw = self._body()
+        try:
+            call = estimate.parse(raw)
+        except estimate.Unbounded as exc:
+            raise Refused(400, "invalid_request_error", f"{exc} - refused by the broker") \
+                from exc
+        price = rules.prices.get(call.model)
+        if price is None:
+            raise Refused(403, "permission_error",
+                          f"{call.model} is not one of {citizen}'s council models "
+                          f"({', '.join(sorted(rules.prices))}); the operator's "
+                          f"/etc/experience/{citizen}.json decides them")
+        upstream = _upstream(rules, citizen)
+        with broker.limiter.hold(citizen, rules):
+            call_id = self._reserve(citizen, rules, call, raw, price)
+            started = time.monotonic()
+            try:
+                resp = self._send_up("/v1/messages", raw, upstream.api_key, upstream.base_url)
+            except Refused:
+                broker.ledger.release(call_id, 502)  # never reached the upstream: no bill
+                raise
+            except httpx.HTTPError:
+                broker.ledger.charge_reserved(call_id, 502)  # sent, answer lost: worst case
+                raise Refused(502, "api_error", "the upstream did not answer") from None
+            try:
+                self._relay(call_id, call, resp, price)
+            finally:
+                resp.close()
+                log.info("%s %s %d in %.0f ms", citizen, call.model, resp.status_code,
+                         (time.monotonic() - started) * 1000)
+
+    # ------------------------------------------------------------ steps
+
+    def _reserve(self, citizen: str, rules: CallerRules, call: estimate.Call, raw: bytes,
+                 price: Any) -> int:
+        ledger = self.server.broker.ledger
+        purpose = "".join(c for c in self.headers.get(PURPOSE_HEADER, "") if c.isprintable())
+        try:
+            return ledger.reserve(citizen, call.model, estimate.worst_usd(len(raw), call, price),
+                                  rules.caps, purpose)
+        except CapExceeded as first:
+            # The bytes over-count tokens several times: ask the exact count (free), and
+            # try once more with it before refusing.
+            exact = self._input_tokens(rules, citizen, call)
+            if exact is not None:
+                try:
+                    return ledger.reserve(citizen, call.model,
+                                          estimate.worst_usd(exact, call, price),
+                                          rules.caps, purpose)
+                except CapExceeded as second:
+                    raise Refused(402, "budget_exceeded", str(second)) from None
+            raise Refused(402, "budget_exceeded", str(first)) from None
+
+    def _input_tokens(self, rules: CallerRules, citizen: str,
+                      call: estimate.Call) -> int | None:
+        upstream = _upstream(rules, citizen)
+        try:
+            resp = self._send_up("/v1/messages/count_tokens", estimate.count_body(call),
+                                 upstream.api_key, upstream.base_url)
+            body = resp.read()
+        except (Refused, httpx.HTTPError):
+            return None
+        if resp.status_code != 200:
+            return None
+        try:
+            count = json.loads(body).get("input_tokens")
+        except (ValueError, AttributeError):
+            return None
+        return count if isinstance(count, int) and count >= 0 else None
+
+    def _send_up(self, path: str, raw: bytes, key: str, base_url: str) -> httpx.Response:
+        headers = {k: v for k in _UP_HEADERS if (v := self.headers.get(k))}
+        headers["x-api-key"] = key  # the operator's key: added here, never seen by a caller
+        http = self.server.broker.http
+        request = http.build_request("POST", base_url + path, content=raw, headers=headers)
+        try:
+            return http.send(request, stream=True)
+        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            raise Refused(502, "api_error", f"cannot reach the upstream ({exc})") from exc
+
+    def _relay(self, call_id: int, call: estimate.Call, resp: httpx.Response,
+               price: Any) -> None:
+        ledger = self.server.broker.ledger
+        if resp.status_code != 200:
+            body = resp.read()
+            ledger.release(call_id, resp.status_code)  # an error is not billed
+            self._reply(resp.status_code, body, resp.headers)
+            return
+        if not call.stream:
+            try:
+                body = resp.read()
+            except httpx.HTTPError:
+                ledger.charge_reserved(call_id, 502)
+                raise Refused(502, "api_error", "the upstream's answer was cut") from None
+            usage = estimate.usage_of(body)
+            if usage is None:
+                ledger.charge_reserved(call_id, 200)  # no usage said: the worst case
+            else:
+                ledger.settle(call_id, estimate.cost_usd(usage, price), usage, 200)
+            self._reply(200, body, resp.headers)
+            return
+        self._stream(call_id, resp, price)
+
+    def _stream(self, call_id: int, resp: httpx.Response, price: Any) -> None:
+        """Pass the events through as they come; settle from what they said."""
+        tracker = estimate.StreamUsage()
+        self.send_response(200)
+        for key in _DOWN_HEADERS:
+            if key in resp.headers:
+                self.send_header(key, resp.headers[key])
+        self.send_header("Connection", "close")  # the end of the body is the end of it
+        self.end_headers()
+        self.close_connection = True
+        try:
+            for chunk in resp.iter_raw():
+                tracker.feed(chunk)
+                self.wfile.write(chunk)
+                self.wfile.flush()
+        except (httpx.HTTPError, OSError):
+            pass  # either side went away: what it cost is settled below
+        usage = tracker.usage
+        if tracker.finished and usage is not None:
+            self.server.broker.ledger.settle(call_id, estimate.cost_usd(usage, price),
+                                             usage, 200)
+        else:
+            self.server.broker.ledger.charge_reserved(call_id, 200)
+
+    # ------------------------------------------------------------ plumbing
+
+    def _body(self) -> bytes:
+        try:
+            length = int(self.headers.get("content-length", ""))
+        except ValueError:
+            raise Refused(411, "invalid_request_error", "a Content-Length is required") \
+                from None
+        if length < 0 or length > MAX_BODY:
+            raise Refused(413, "request_too_large", f"requests are at most {MAX_BODY} bytes")
+        return self.rfile.read(length)
+
+    def _json(self, status: int, data: Any) -> None:
+        self._reply(status, json.dumps(data).encode(), {"content-type": "application/json"})
+
+    def _reply(self, status: int, body: bytes, headers: Any) -> None:
+        self.send_response(status)
+        for key in _DOWN_HEADERS:
+            value = headers.get(key) if hasattr(headers, "get") else None
+            if value:
+                self.send_header(key, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _error(self, exc: Refused) -> None:
+        # What a request left unread would be taken for the next request: close instead.
+        self.close_connection = True
+        body = json.dumps({"type": "error", "error": {"type": exc.kind, "message": str(exc)}})
+        self._reply(exc.status, body.encode(), {"content-type": "application/json",
+                                                **exc.headers})
+
+
+def _upstream(rules: CallerRules, citizen: str) -> Any:
+    if rules.upstream is None:
+        raise Refused(403, "permission_error",
+                      f"no model key is configured for {citizen} - the operator puts "
+                      f"ANTHROPIC_API_KEY in /etc/experience/{citizen}.env (dev mode: its "
+                      ".env)")
+    return rules.upstream
+
+
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+    """The listening socket; one thread per connection, none outliving the broker."""
+
+    daemon_threads = True
+    request_queue_size = 512  # 100 citizens connecting at once must not see ECONNREFUSED
+    broker: Broker
+
+    def __init__(self, path: Path, broker: Broker, *, mode: int) -> None:
+        self.broker = broker
+        super().__init__(str(path), Handler)
+        os.chmod(path, mode)
+
+
+def listen(path: Path, broker: Broker, *, server_mode: bool) -> Server:
+    """Bind the socket at `path`, replacing a dead broker's socket (the caller holds the
+    broker's lock, so no live broker owns it)."""
+    try:
+        if path.is_socket() and not path.is_symlink():
+            path.unlink()
+    except FileNotFoundError:
+        pass
+    # Server: anyone may connect - identity comes from SO_PEERCRED and only citizens and
+    # root are served. Dev mode: the developer alone.
+    return Server(path, broker, mode=0o666 if server_mode else 0o600)
+
+
+def idle_watch(server: Server, idle_s: float, stop: threading.Event) -> None:
+    """Shut the server down after `idle_s` seconds without a request (dev mode)."""
+    while not stop.wait(min(idle_s, 1.0)):
+        if time.monotonic() - server.broker.last_active > idle_s \
+                and server.broker.limiter.idle():
+            server.shutdown()
+            return
+

@@ -1,0 +1,116 @@
+"""`citizen broker run|status` and `citizen spend`: the broker and its ledger."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import sys
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+import click
+
+from citizen.broker import service
+from citizen.cli.options import json_option
+from shared import clock
+from shared.errors import LockTimeout
+
+
+@click.group()
+def broker() -> None:
+    """The broker: the process that holds the keys, the caps and the ledger.
+
+    \b
+    Examples:
+      systemctl status experience-broker     on a server, systemd runs it
+      citizen broker run                     in the foreground (dev mode starts it itself)
+      citizen broker status
+    """
+
+
+@broker.command("run")
+@click.option("--idle-exit", type=float, default=None,
+              help="Stop after this many seconds without a call (dev mode).")
+def run(idle_exit: float | None) -> None:
+    """Run the broker in the foreground until stopped."""
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
+                        format="%(levelname)s broker %(message)s")
+    logging.getLogger("httpx2").setLevel(logging.WARNING)  # one line per call is ours
+    try:
+        service.serve(idle_exit_s=idle_exit)
+    except LockTimeout as exc:
+        raise click.ClickException(f"another broker already serves {service.ledger_path()} "
+                                   "- stop it first (systemctl stop experience-broker)") from exc
+
+
+@broker.command("status")
+@json_option
+def status(as_json: bool) -> None:
+    """Whether the broker answers, and where its socket and ledger are."""
+    from citizen.broker.client import reachable  # noqa: PLC0415
+
+    info = {"socket": str(service.socket_path()), "ledger": str(service.ledger_path()),
+            "answering": reachable(service.socket_path())}
+    if as_json:
+        click.echo(json.dumps(info))
+        return
+    click.echo(f"socket  {info['socket']}  ({'answering' if info['answering'] else 'DOWN'})")
+    click.echo(f"ledger  {info['ledger']}")
+
+
+def ledger_rows(days: int) -> list[dict[str, Any]]:
+    """The broker's ledger from `days` days ago on (read-only).
+
+    :raises click.ClickException: it cannot be read (names who can).
+    """
+    path = service.ledger_path()
+    since = (clock.today() - timedelta(days=days - 1)).isoformat()
+    try:
+        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        try:
+            cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd FROM calls "
+                             "WHERE day >= ? ORDER BY id", (since,))
+            return [dict(zip(("citizen", "day", "state", "reserved", "cost"), r, strict=True))
+                    for r in cur.fetchall()]
+        finally:
+            db.close()
+    except sqlite3.Error as exc:
+        raise click.ClickException(
+            f"cannot read the broker's ledger {path} ({exc}) - on a server run this as root; "
+            "no ledger yet means no call went through the broker") from exc
+
+
+@click.command()
+@click.option("--days", type=int, default=1, show_default=True, help="Days back, today included.")
+@json_option
+def spend(days: int, as_json: bool) -> None:
+    """What the broker let through: dollars per citizen and day, from its ledger.
+
+    Open reservations count at their worst case; calls the upstream refused, at $0.
+
+    \b
+    Examples:
+      citizen spend
+      citizen spend --days 30 --json
+    """
+    totals: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"usd": 0.0, "calls": 0, "open": 0})
+    for row in ledger_rows(days):
+        t = totals[(row["day"], row["citizen"])]
+        t["calls"] += 1
+        if row["state"] == "reserved":
+            t["open"] += 1
+            t["usd"] += row["reserved"]
+        else:
+            t["usd"] += row["cost"] or 0.0
+    out = [{"day": d, "citizen": c, **v, "usd": round(v["usd"], 6)}
+           for (d, c), v in sorted(totals.items())]
+    if as_json:
+        click.echo(json.dumps(out))
+        return
+    click.echo(f"{'day':<11} {'citizen':<12} {'usd':>10} {'calls':>6} {'open':>5}")
+    for r in out:
+        click.echo(f"{r['day']:<11} {r['citizen']:<12} {r['usd']:>10.4f} {r['calls']:>6} "
+                   f"{r['open']:>5}")
