@@ -235,8 +235,8 @@ HOSTILE_SHELL = (
     "cat ~/l; echo '{}' > /home/opus/config.json; touch /home/shared/changes/planted; "
     "(setsid sleep 4242 &); nohup sleep 4243 >/dev/null 2>&1 & "
     "for i in $(seq 700); do sleep 30 & done 2>&1 | tail -1; "
-    "dd if=/dev/zero of=/home/opus/big bs=1M count=1100 2>/dev/null; echo \"dd exit $?\"; "
-    "rm -f /home/opus/big; python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
+    "dd if=/dev/zero of=/home/opus/work/big bs=1M count=1100 2>/dev/null; echo \"dd exit $?\"; "
+    "rm -f /home/opus/work/big; python3 -c \"import socket; socket.create_connection(('127.0.0.1', "
     "{port}), 3)\" 2>/dev/null && echo reached-'the-host' || echo no-network; echo hostile-done")
 
 
