@@ -10,8 +10,9 @@ When a task's deliverables pass the mechanical check (`citizen.evidence`), a fas
 call in a verifier's role - with none of the worker's conversation, only the task, the
 worker's summary and what the files now hold - says pass or fail. A fail goes back to
 the worker as the reason its claim was refused. If the verifier cannot be asked (the
-model is down, the budget is spent), the mechanical evidence stands alone and the
-result says so.
+model is down, a limit is reached, its answer is an error), there is no verdict: the
+task stays open and the claim is judged again when it continues - never "done
+(unverified)".
 """
 
 from __future__ import annotations

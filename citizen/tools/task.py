@@ -48,14 +48,19 @@ def task_complete(env: ToolEnv, summary: str) -> str:
         evidence.touched(task.history, env.log.path if env.log is not None else None),
         summary=summary, run=lambda line, cwd: shell.run(env, line, CHECK_TIMEOUT_S, cwd))
     verdict, why = "unverified", "no verifier in this call"
-    if not problems and env.verify is not None:
-        verdict, why = env.verify(task.text, summary, proof, files)
-        if verdict == "refused":  # not counted as a refused claim: the worker did no wrong
-            raise ToolFailure(f"not filed yet: the evidence holds, but the verifier could "
-                              f"not be asked ({why}); the claim stands when the task "
-                              "continues")
+    if not problems:
+        if env.verify is not None:
+            verdict, why = env.verify(task.text, summary, proof, files)
         if verdict == "fail":
             problems = [f"a verifier who did not do the work says: {why}"]
+        elif verdict != "pass":
+            # "done" needs a second opinion: a verifier that is down, over a limit or
+            # absent is no verdict, so the task stays open (not counted as a refused
+            # claim: the worker did no wrong) and the claim is judged when it continues.
+            env.tasks.progress(task, f"claimed done; not verified yet: {why}")
+            raise ToolFailure(f"not filed yet: the evidence holds, but the verifier could "
+                              f"not be asked ({why}); the task stays open and the claim "
+                              "is judged when it continues")
     if problems:
         refused = int(task.meta.get("refused_done", 0)) + 1
         task.meta["refused_done"] = refused
@@ -67,8 +72,7 @@ def task_complete(env: ToolEnv, summary: str) -> str:
         raise ToolFailure(f"not done: {'; '.join(problems)}. Make it, or call task_stuck "
                           "with the reason if you cannot")
     lines = [f"- {e}" for e in proof]
-    if env.verify is not None:
-        lines.append(f"- verifier: {verdict} - {why}")
+    lines.append(f"- verifier: {verdict} - {why}")
     result = summary + ("\n\nEvidence (checked):\n" + "\n".join(lines) if lines else "")
     env.task_outcome = ("done", result)
     return "task marked complete; end your turn"
