@@ -87,9 +87,10 @@ def _python_prefixes() -> list[Path]:
     return found
 
 
-def _reserved(name: str) -> bool:
-    """Whether a top-level name of the home is never the sandbox's to write: a dotname
-    (what git, Python, bash and ssh read as configuration) or the daemon's own."""
+def reserved(name: str) -> bool:
+    """Whether a top-level name of the home is never a command's to write: a dotname
+    (what git, Python, bash and ssh read as configuration) or the daemon's own. The one
+    rule for the home's names; the file tools may apply it too."""
     return name.startswith(".") or name in (*HIDDEN_DIRS, *HIDDEN_FILES, *READ_ONLY)
 
 
@@ -103,7 +104,7 @@ def _work_dirs(home: Path) -> list[str]:
         work.mkdir(mode=0o750)
     found = []
     for entry in sorted(os.scandir(home), key=lambda e: e.name):
-        if not _reserved(entry.name) and entry.is_dir(follow_symlinks=False):
+        if not reserved(entry.name) and entry.is_dir(follow_symlinks=False):
             found += ["--bind", entry.path, entry.path]
     return found
 
