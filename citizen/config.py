@@ -467,7 +467,7 @@ def _object(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_citizen(name: str) -> CitizenConfig:
+def load_citizen(name: str, *, own: bool = True) -> CitizenConfig:
     """A citizen's config: the operator's rules over its own `config.json` over its
     template (module doc). On a server the citizen's file may only set CITIZEN_KEYS;
     anything else in it is ignored with a warning naming the file to edit instead.
@@ -475,18 +475,20 @@ def load_citizen(name: str) -> CitizenConfig:
     :raises ConfigError: a file is invalid, or the citizen is unknown.
     """
     tpl = templates()
-    own, rules = paths.citizen_config_file(name), paths.operator_rules_file(name)
-    if not own.is_file() and not rules.is_file():
+    # own=False: the operator's rules alone (the broker, which cannot read a home).
+    mine, rules = paths.citizen_config_file(name), paths.operator_rules_file(name)
+    has_own = own and mine.is_file()
+    if not has_own and not rules.is_file():
         return tpl.citizen(name)
     base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
-    data = _object(own) if own.is_file() else {}
+    data = _object(mine) if has_own else {}
     if server_mode():
         ignored = sorted(k for k in data if k not in (*CITIZEN_KEYS, "name"))
         if ignored:
-            _warn_ignored(str(own), tuple(ignored), str(rules))
+            _warn_ignored(str(mine), tuple(ignored), str(rules))
         data = {k: v for k, v in data.items() if k in CITIZEN_KEYS}
     merged = _merge(base, data)
-    source = own
+    source = mine
     if rules.is_file():
         merged, source = _merge(merged, _object(rules)), rules
     return tpl.build_citizen({**merged, "name": name}, source)

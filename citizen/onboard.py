@@ -22,6 +22,11 @@ from citizen.errors import CitizenError
 from shared.atomic import make_dirs
 
 GROUP = "citizens"
+BROKER_USER = "experience-broker"  # holds the model keys (citizen.broker); not a citizen
+MAIL_KEYS = ("IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "EMAIL_PASS", "IMAP_TLS", "SMTP_TLS")
+MAIL_HEADER = """# Mailbox of citizen {name} (root 0600; its unit hands this file to its daemon).
+# The model key is not here: it is in {name}.env, which only the broker reads.
+"""
 
 
 class OnboardError(CitizenError, RuntimeError):
@@ -158,11 +163,51 @@ def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
         civilization.create_file(
             secrets, text or civilization.ENV_TEMPLATE.format(name=name, email=address), 0o600)
         made.append(str(secrets) + (" (moved from ~/.env)" if text else ""))
+    made += broker_secrets(name, secrets)
     old = paths.citizen_env_file(name)
     if old.is_symlink() or old.exists():
         old.unlink()  # unlink never follows a link; the secrets live in /etc now
         made.append(f"{old} removed (secrets live in {secrets})")
     return made
+
+
+def broker_secrets(name: str, secrets: Path) -> list[str]:
+    """Split the citizen's secrets: the mailbox settings into `<name>.mail.env` (root 0600,
+    the unit's credential: the daemon still reads its mailbox itself), everything else -
+    the model key above all - stays in `<name>.env`, which becomes the broker's (0600):
+    no process of the citizen's can read it, not even through its unit."""
+    made: list[str] = []
+    mail = paths.operator_mail_file(name)
+    _no_symlink(mail)
+    if not mail.exists():
+        lines = secrets.read_text(encoding="utf-8").splitlines(keepends=True)
+        moving = [ln for ln in lines if ln.split("=", 1)[0].strip().removeprefix("export ")
+                  in MAIL_KEYS]
+        civilization.create_file(mail, MAIL_HEADER.format(name=name) + "".join(moving), 0o600)
+        if moving:
+            kept = [ln for ln in lines if ln not in moving]
+            _rewrite(secrets, "".join(kept))
+        made.append(f"{mail} (the mailbox settings, moved out of {secrets.name})")
+    try:
+        broker = pwd.getpwnam(BROKER_USER)
+    except KeyError:
+        return made  # no broker user (an install before the broker): setup makes it first
+    st = os.lstat(secrets)
+    if (st.st_uid, st.st_mode & 0o777) != (broker.pw_uid, 0o600):
+        os.chown(secrets, broker.pw_uid, broker.pw_gid, follow_symlinks=False)
+        os.chmod(secrets, 0o600)  # the broker's alone (and root's)
+        made.append(f"{secrets} now the broker's")
+    return made
+
+
+def _rewrite(path: Path, text: str) -> None:
+    """Replace a root-owned file's text, keeping its owner and mode (atomic)."""
+    st = os.lstat(path)
+    tmp = path.with_name(f".{path.name}.new")
+    tmp.unlink(missing_ok=True)
+    civilization.create_file(tmp, text, st.st_mode & 0o777)
+    os.chown(tmp, st.st_uid, st.st_gid, follow_symlinks=False)
+    tmp.replace(path)
 
 
 def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) -> list[str]:

@@ -78,6 +78,12 @@ def operator_secrets_file(name: str) -> Path:
     return operator_dir() / f"{check_name(name)}.env"
 
 
+def operator_mail_file(name: str) -> Path:
+    """A citizen's mailbox settings on a server (root 0600), which its unit hands to the
+    daemon; the model key stays in `operator_secrets_file`, which only the broker reads."""
+    return operator_dir() / f"{check_name(name)}.mail.env"
+
+
 def project_dir() -> Path:
     """The checkout this code runs from (a citizen's `~/code` on a server)."""
     return Path(__file__).resolve().parent.parent

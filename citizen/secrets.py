@@ -74,15 +74,17 @@ def parse_env(path: Path) -> dict[str, str]:
 def secrets_file(name: str) -> Path | None:
     """Where citizen `name`'s secrets are read from, if anywhere readable.
 
-    On a server: the credential its unit passes in (`LoadCredential=`, readable by the
-    daemon alone and hidden from its sandbox), or - for root's CLI - the root-owned
-    `/etc/experience/<name>.env`. Never its home's `.env` there: the citizen can write
-    that, and a rewritten ANTHROPIC_BASE_URL would send the key to a listener. In dev
-    mode, the home's `.env`.
+    On a server: the credential its unit passes in (`LoadCredential=` of the mailbox
+    settings, readable by the daemon alone and hidden from its sandbox), or - for root's
+    CLI - the root-owned `/etc/experience/<name>.mail.env`. The model key is never here:
+    `/etc/experience/<name>.env` is the broker's (citizen.broker). Never the home's
+    `.env` on a server: the citizen writes it. In dev mode, the home's `.env`.
     """
     creds = os.environ.get("CREDENTIALS_DIRECTORY")
     candidates = [Path(creds) / CREDENTIAL] if creds else []
-    candidates.append(paths.operator_secrets_file(name))
+    # Root's CLI: the mailbox file (the model key is the broker's, which root's calls
+    # reach through the broker like everyone's), then an install older than the broker.
+    candidates += [paths.operator_mail_file(name), paths.operator_secrets_file(name)]
     from citizen.config import server_mode  # noqa: PLC0415 - config imports this module
 
     if not server_mode():  # dev mode: the home's .env

@@ -22,6 +22,7 @@ prefix=/opt/experience
 venv="$prefix/venv"
 units=/etc/systemd/system
 changes=0
+restart_broker=0
 
 step() { printf '==> %s\n' "$*"; }
 changed() { printf '    changed: %s\n' "$*"; changes=$((changes + 1)); }
@@ -62,6 +63,17 @@ if ! getent passwd experience >/dev/null; then
     useradd --system --user-group --groups citizens --home-dir /nonexistent --no-create-home \
         --shell /usr/sbin/nologin --comment "Experience baseline owner" experience
     changed "user experience"
+fi
+
+current="user experience-broker"
+step "$current"
+# The broker's own system user (citizen/broker/, systemd/experience-broker.service): it
+# alone reads the model keys and writes the ledger. Not in group citizens, no home, no
+# shell: no citizen can read its files, signal it or run as it.
+if ! getent passwd experience-broker >/dev/null; then
+    useradd --system --user-group --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin --comment "Experience broker" experience-broker
+    changed "user experience-broker"
 fi
 
 current="the commons under $shared"
@@ -108,6 +120,7 @@ else
     mv "$release.new" "$release"
     rm -rf "$release.old"
     changed "$release"
+    restart_broker=1  # the broker runs the release: the new one takes over below
 fi
 
 current="baseline repository $shared/baseline"
@@ -296,11 +309,12 @@ current="systemd units"
 step "$current"
 reload=0
 for unit in citizen@.service citizens.target experience-backup.service \
-            experience-backup.timer; do
+            experience-backup.timer experience-broker.service; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
         reload=1
+        [ "$unit" != experience-broker.service ] || restart_broker=1
     fi
 done
 if [ "$reload" -eq 1 ]; then
@@ -332,6 +346,21 @@ for name in "${names[@]}"; do
         changes=$((changes + $(grep -c '^created ' <<<"$out")))
     fi
 done
+
+current="the broker"
+step "$current"
+# After onboarding, which hands each citizen's /etc/experience/<c>.env to the broker.
+if ! systemctl is-enabled --quiet experience-broker.service; then
+    systemctl enable --quiet experience-broker.service
+    changed "experience-broker.service enabled"
+fi
+if ! systemctl is-active --quiet experience-broker.service; then
+    systemctl start experience-broker.service
+    changed "experience-broker.service started"
+elif [ "$restart_broker" -eq 1 ]; then
+    systemctl restart experience-broker.service  # its open calls are settled at worst case
+    changed "experience-broker.service restarted on the new release"
+fi
 
 current="each citizen's code"
 step "$current"
@@ -378,7 +407,7 @@ trap - ERR
 if [ "$changes" -eq 0 ]; then
     echo "setup_server: nothing changed - the server was already set up."
 else
-    echo "setup_server: done, $changes changes. Next: put ANTHROPIC_API_KEY (optional) and mail"
-    echo "settings in /etc/experience/<citizen>.env (the operator's rules go in"
-    echo "/etc/experience/<citizen>.json), then: systemctl start citizens.target"
+    echo "setup_server: done, $changes changes. Next: put ANTHROPIC_API_KEY (optional) in"
+    echo "/etc/experience/<citizen>.env (the broker's), the mailbox in <citizen>.mail.env, the"
+    echo "operator's rules in /etc/experience/<citizen>.json, then: systemctl start citizens.target"
 fi

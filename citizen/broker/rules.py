@@ -83,7 +83,9 @@ def load(name: str) -> CallerRules:
 
     :raises ConfigError: a file is invalid (the message names it and the fix).
     """
-    cfg = config.load_citizen(name)
+    # On a server the citizen's own config.json sets nothing the broker enforces (and
+    # the broker's user cannot read a home): the templates and the operator's file only.
+    cfg = config.load_citizen(name, own=not config.server_mode())
     tpl = config.templates()
     prices = {s.model: tpl.prices[s.model] for s in cfg.council}
     civ_day, civ_month = _civilization(cfg.budget.civilization_usd_per_day)
