@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Literal
@@ -24,6 +25,13 @@ def env(civ: Path) -> ToolEnv:
     contexts = ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all()
     return ToolEnv(home, cfg, config.load_secrets("opus"), TaskQueue(home.tasks),
                    Memory(home.memory), contexts)
+
+
+def networked(env: ToolEnv) -> ToolEnv:
+    """`env` with the operator's `permissions.can_use_network` granted."""
+    env.config = dataclasses.replace(
+        env.config, permissions={**env.config.permissions, "can_use_network": True})
+    return env
 
 
 def test_schema_comes_from_the_signature_and_docstring() -> None:
@@ -114,12 +122,13 @@ def test_task_tools_need_an_active_task(env: ToolEnv) -> None:
 
 def test_web_fetch_refuses_other_schemes(env: ToolEnv) -> None:
     with pytest.raises(ToolFailure, match="only http and https"):
-        core_tools()["web_fetch"].run(env, {"url": "file:///etc/passwd"})
+        core_tools()["web_fetch"].run(networked(env), {"url": "file:///etc/passwd"})
 
 
 def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv,
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # the operator opens this host
+    networked(env)
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -187,6 +196,7 @@ def test_web_fetch_never_reaches_the_machine_or_its_network(
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     hits: list[str] = []
+    networked(env)
 
     class Inside(BaseHTTPRequestHandler):
         def log_message(self, *args: object) -> None:

@@ -10,8 +10,11 @@ import socket
 import ssl
 import urllib.parse
 import urllib.request
+from contextvars import ContextVar
 from html.parser import HTMLParser
 from typing import Any
+
+import psutil
 
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
@@ -50,9 +53,45 @@ def html_to_text(html: str) -> str:
 
 
 def _allowed_hosts() -> set[str]:
-    hosts = {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
-    search = urllib.parse.urlsplit(os.environ.get(SEARCH_URL_ENV, "")).hostname
-    return hosts | ({search.lower()} if search else set())
+    return {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
+
+
+def search_endpoint() -> tuple[str, int] | None:
+    """The search backend's one host and port (EXPERIENCE_SEARCH_URL), or None.
+
+    :raises ToolFailure: the setting is not one http(s) URL with a host.
+    """
+    url = os.environ.get(SEARCH_URL_ENV, "")
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url)
+    try:
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        port = 0
+    if parts.scheme not in ("http", "https") or not parts.hostname or not port \
+            or parts.username or parts.password:
+        raise ToolFailure(f"{SEARCH_URL_ENV}={url!r} is not one http(s) URL with a host; "
+                          "the operator sets it like http://search.example:8080/search")
+    return parts.hostname.lower(), port
+
+
+# Set only while web_search runs: the search backend's host is open on its one port, to
+# that tool alone (web_fetch, or a page's redirect to another port, reaches nothing there).
+_SEARCHING: ContextVar[tuple[str, int] | None] = ContextVar("searching", default=None)
+
+
+def local_addresses() -> set[ipaddress.IPv4Address | ipaddress.IPv6Address]:
+    """Every address of this machine's own interfaces (its public ones included)."""
+    found: set[ipaddress.IPv4Address | ipaddress.IPv6Address] = set()
+    for addrs in psutil.net_if_addrs().values():
+        for addr in addrs:
+            if addr.family in (socket.AF_INET, socket.AF_INET6):
+                try:
+                    found.add(ipaddress.ip_address(addr.address.split("%", 1)[0]))
+                except ValueError:
+                    continue
+    return found
 
 
 def _public_address(host: str, port: int) -> str:
@@ -70,13 +109,18 @@ def _public_address(host: str, port: int) -> str:
     except (OSError, UnicodeError) as exc:
         raise ToolFailure(f"could not resolve {host}: {exc}") from exc
     addresses = [str(info[4][0]) for info in infos]
-    if host.lower() in _allowed_hosts():
-        return addresses[0]
+    if host.lower() in _allowed_hosts() or _SEARCHING.get() == (host.lower(), port):
+        return addresses[0]  # the operator's choice: this host (the search backend: this port)
+    own = local_addresses()
     for text in addresses:
         ip = ipaddress.ip_address(text.split("%", 1)[0])
         mapped = getattr(ip, "ipv4_mapped", None)
         if not (mapped or ip).is_global or (mapped or ip).is_multicast:
             raise ToolFailure(f"{host} resolves to {text}, which is not a public address; "
+                              f"the operator may allow it in {ALLOW_ENV}")
+        # The machine's own public address reaches its services as loopback would.
+        if ip in own or (mapped is not None and mapped in own):
+            raise ToolFailure(f"{host} resolves to {text}, an address of this machine; "
                               f"the operator may allow it in {ALLOW_ENV}")
     return addresses[0]
 
@@ -135,12 +179,20 @@ def _get(url: str) -> tuple[bytes, str]:
         raise ToolFailure(f"could not fetch {url}: {exc}") from exc
 
 
+def _network_allowed(env: ToolEnv) -> None:
+    """The operator's `permissions.can_use_network` governs the web tools as the shell."""
+    if not env.config.permissions.get("can_use_network", False):
+        raise ToolFailure(f"{env.home.name} may not use the network: the operator sets "
+                          f"permissions.can_use_network to true in {env.config.source}")
+
+
 @tool
 def web_fetch(env: ToolEnv, url: str) -> str:
     """Fetch a web page (or text file) and return its text.
 
     :param url: an http or https URL
     """
+    _network_allowed(env)
     body, ctype = _get(url)
     text = body.decode("utf-8", errors="replace")
     return html_to_text(text) if ctype == "text/html" else text
@@ -156,8 +208,16 @@ def web_search(env: ToolEnv, query: str) -> str:
 
     :param query: what to search for
     """
-    base = os.environ.get(SEARCH_URL_ENV, "")
-    body, _ = _get(f"{base}?{urllib.parse.urlencode({'q': query, 'format': 'json'})}")
+    _network_allowed(env)
+    endpoint = search_endpoint()
+    if endpoint is None:
+        raise ToolFailure(f"no search backend is configured ({SEARCH_URL_ENV})")
+    base = os.environ[SEARCH_URL_ENV]
+    token = _SEARCHING.set(endpoint)
+    try:
+        body, _ = _get(f"{base}?{urllib.parse.urlencode({'q': query, 'format': 'json'})}")
+    finally:
+        _SEARCHING.reset(token)
     try:
         results = json.loads(body).get("results", [])[:8]
     except (json.JSONDecodeError, AttributeError) as exc:
