@@ -11,7 +11,6 @@ import json
 import logging
 import os
 import shutil
-import subprocess
 import tempfile
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from citizen.errors import CitizenError
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
-from shared import clock
+from shared import clock, gitsafe
 from shared.atomic import make_dirs
 from shared.commons import Commons
 from shared.consensus import Consensus
@@ -233,16 +232,18 @@ def init_code(names: list[str]) -> list[str]:
 
 
 def _has_commit(repo: Path) -> bool:
-    return (repo / ".git").exists() and subprocess.run(
-        ["git", "-C", str(repo), "rev-parse", "-q", "--verify", "HEAD"], capture_output=True,
-        check=False).returncode == 0
+    return (repo / ".git").is_dir() and gitsafe.run(
+        repo, "rev-parse", "-q", "--verify", "HEAD", check=False).returncode == 0
 
 
 def _git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    done = subprocess.run(["git", "-C", str(where), "-c", "user.name=Experience setup",
-                           "-c", "user.email=experience@localhost", *args],
-                          env={**os.environ, **(env or {})}, capture_output=True, text=True,
-                          check=False)
-    if done.returncode != 0:
-        raise CitizenError(f"git {args[0]} in {where} failed: {done.stderr.strip()[-300:]}")
-    return done.stdout.strip()
+    # gitsafe: setup never runs what a home or a repository's config names (DESIGN §11);
+    # `where` is a repository unless it has none yet (init and clone run beside it).
+    repo = where if (where / ".git").is_dir() else None
+    try:
+        done = gitsafe.run(repo, "-c", "user.name=Experience setup",
+                           "-c", "user.email=experience@localhost", *args, cwd=where,
+                           extra_env=env)
+    except gitsafe.GitFailed as exc:
+        raise CitizenError(str(exc)) from exc
+    return done.stdout.decode().strip()

@@ -18,10 +18,9 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-import git
-
 from citizen import state
 from citizen.paths import Home
+from shared import gitsafe
 from shared.atomic import append_line, read_jsonl
 
 if TYPE_CHECKING:
@@ -38,9 +37,12 @@ REPORTED = "rollbacks_reported"  # how many lines of ROLLBACKS have had their re
 
 def head(home: Home) -> str | None:
     """The commit `~/code` is at (None when it is not a git repository)."""
+    # Through gitsafe: the sandbox may have written ~/code/.git/config and ~/.gitconfig.
+    if not (home.code / ".git").is_dir():
+        return None
     try:
-        return str(git.Repo(home.code).head.commit.hexsha)
-    except (git.InvalidGitRepositoryError, git.NoSuchPathError, ValueError):
+        return gitsafe.out(home.code, "rev-parse", "--verify", "HEAD^{commit}")
+    except gitsafe.GitFailed:
         return None
 
 
@@ -62,9 +64,8 @@ def roll_back(home: Home, reason: str) -> str | None:
     if not good or not broken or broken == good:
         log.error("wakes keep crashing, but there is no other known-good commit to go back to")
         return None
-    repo = git.Repo(home.code)
-    repo.git.branch("-f", f"broken/{broken[:12]}", broken)
-    repo.git.reset("--hard", good)
+    gitsafe.run(home.code, "branch", "-f", f"broken/{broken[:12]}", broken)
+    gitsafe.run(home.code, "reset", "--hard", good)
     append_line(home.dir / ROLLBACKS, {"from": broken, "to": good, "reason": reason})
     log.error("rolled ~/code back from %s to last-known-good %s: %s", broken[:12], good[:12],
               reason)
@@ -95,12 +96,11 @@ def report_failed(home: Home, broken: str, reason: str, evolution: Evolution,
     """File `failed` for every change this citizen made or adopted between `good`
     (default: last-known-good) and `broken`: its own as the author's report, an adopted
     one as an adopter's, which counts towards `verified_failed`."""
-    repo = git.Repo(home.code)
     good = good or state.load(home)["marks"].get(LKG)
     try:
-        reverted = ({c.hexsha for c in repo.iter_commits(f"{good}..{broken}")} if good
-                    else {broken})
-    except (git.GitCommandError, ValueError):
+        reverted = (set(gitsafe.out(home.code, "rev-list", f"{good}..{broken}", "--")
+                        .split()) if good else {broken})
+    except gitsafe.GitFailed:
         log.warning("rollback %s..%s: a commit is gone (broken/ branch deleted?); reporting "
                     "only the broken commit", str(good)[:12], broken[:12])
         reverted = {broken}

@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import git
-
-from shared import clock, records
+from shared import clock, gitsafe, records
 from shared.atomic import read_json
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.identity import check_author
@@ -135,14 +133,16 @@ class Evolution:
     def announce(self, citizen: str, repo: Path, description: str,
                  expected_outcome: str) -> Change:
         """Announce the commit at the head of `repo` (the citizen's ~/code)."""
-        head = git.Repo(repo).head.commit
-        change_id = f"{citizen}-{head.hexsha[:10]}"
+        head = gitsafe.out(repo, "rev-parse", "--verify", "HEAD^{commit}")
+        change_id = f"{citizen}-{head[:10]}"
         if (self.dir / change_id).exists():
-            raise NotAllowed(f"commit {head.hexsha[:10]} is already announced as "
+            raise NotAllowed(f"commit {head[:10]} is already announced as "
                                  f"{change_id}")
-        files = sorted(str(f) for f in head.stats.files) if head.parents else []
+        # Plumbing: no textconv or external diff; a root commit lists no files, as before.
+        files = sorted(gitsafe.out(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
+                                   "--no-renames", head).splitlines())
         self._write(self.dir / change_id / "announce.json", {
-            "id": change_id, "citizen": citizen, "commit": head.hexsha, "files": files,
+            "id": change_id, "citizen": citizen, "commit": head, "files": files,
             "description": description, "expected_outcome": expected_outcome,
             "announced": _now()})
         return self.get(change_id)
@@ -168,16 +168,18 @@ class Evolution:
         return [c for c in self.changes() if c.status in ("verified_good", "merged")]
 
     def fetch(self, change: Change, into: Path) -> None:
-        """Fetch the change's commit from its author's repository into `into`."""
+        """Bring the change's commit from its author's repository into `into`.
+
+        The author's repository is read as an object store; git runs only in `into`
+        (never in a peer's repository as the caller - see `shared.gitsafe`).
+        """
         author_repo = self.code_dirs.get(change.citizen)
         if author_repo is None:
             raise NotFound(f"no repository known for {change.citizen} (citizens: "
                            f"{', '.join(sorted(self.code_dirs)) or 'none given'})")
-        repo = git.Repo(into)
-        repo.git.fetch("--quiet", str(author_repo), "HEAD")
         try:
-            repo.commit(change.commit)
-        except (ValueError, git.BadName) as exc:
+            gitsafe.import_commit(into, author_repo, change.commit)
+        except NotFound as exc:
             raise NotFound(f"commit {change.commit[:12]} is no longer in "
                                  f"{author_repo}; ask {change.citizen} to announce again") \
                 from exc
@@ -195,7 +197,7 @@ class Evolution:
         if citizen in change.holders():
             raise NotAllowed(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
-        new_head = _cherry_pick(git.Repo(repo_path), change, citizen)
+        new_head = _cherry_pick(repo_path, change, citizen)
         self._write(self.dir / change_id / "adoptions" / f"{citizen}.json",
                     {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
@@ -209,7 +211,7 @@ class Evolution:
         if change.merged:
             return str(change.merged["baseline_commit"])
         self.fetch(change, self.baseline)
-        new_head = _cherry_pick(git.Repo(self.baseline), change, by)
+        new_head = _cherry_pick(self.baseline, change, by)
         self._write(self.dir / change.id / "merged.json",
                     {"baseline_commit": new_head, "by": by, "ts": _now()})
         log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
@@ -226,29 +228,34 @@ class Evolution:
         }
 
 
-def _cherry_pick(repo: git.Repo, change: Change, committer: str) -> str:
+def _cherry_pick(repo: Path, change: Change, committer: str) -> str:
     # A finished merge by another citizen (or the upgrade) leaves .git/AUTO_MERGE, which
     # git rewrites in place without the group's write bit: nothing is under way here
     # (a cherry-pick is aborted on conflict), so the leftover goes.
-    Path(repo.git_dir, "AUTO_MERGE").unlink(missing_ok=True)
+    (repo / ".git" / "AUTO_MERGE").unlink(missing_ok=True)
     # The author stays the change's author; the one applying it commits it.
-    repo.git.update_environment(GIT_COMMITTER_NAME=committer,
-                                GIT_COMMITTER_EMAIL=f"{committer}@experience.local")
-    try:
-        repo.git.cherry_pick("--allow-empty", "--keep-redundant-commits", change.commit)
-    except git.GitCommandError as exc:
-        conflicted = sorted(str(p) for p in repo.index.unmerged_blobs())
-        repo.git.cherry_pick("--abort")
+    who = {"GIT_COMMITTER_NAME": committer, "GIT_COMMITTER_EMAIL": f"{committer}@experience.local"}
+    picked = gitsafe.run(repo, "cherry-pick", "--allow-empty", "--keep-redundant-commits",
+                         change.commit, extra_env=who, check=False)
+    if picked.returncode != 0:
+        conflicted = gitsafe.out(repo, "diff", "--name-only", "--diff-filter=U").split()
+        gitsafe.run(repo, "cherry-pick", "--abort")
         raise AdoptConflict(
-            f"{change.id} conflicts with {repo.working_dir} in {', '.join(conflicted) or '?'}; "
+            f"{change.id} conflicts with {repo} in {', '.join(conflicted) or '?'}; "
             "the cherry-pick was aborted and nothing changed - resolve by hand or skip it "
-            f"({exc.stderr.strip()[:200]})") from exc
-    return str(repo.head.commit.hexsha)
+            f"({picked.stderr.decode(errors='replace').strip()[:200]})")
+    return gitsafe.out(repo, "rev-parse", "HEAD")
 
 
-def divergence(repo_path: Path, baseline: Path) -> list[str]:
-    """Files in which `repo_path` differs from the baseline's head."""
-    repo = git.Repo(repo_path)
-    repo.git.fetch("--quiet", str(baseline), "HEAD")
-    out = repo.git.diff("--name-only", "FETCH_HEAD", "HEAD")
-    return [line for line in out.splitlines() if line]
+def divergence(repo_path: Path, baseline: Path, *, reader: Path | None = None) -> list[str]:
+    """Files in which `repo_path` differs from the baseline's head.
+
+    git runs in `reader` (the caller's own repository; default `repo_path` itself) and
+    reads `repo_path` and the baseline as object stores: a peer's repository or the
+    group-writable baseline is never opened by a git process (`shared.gitsafe`).
+    """
+    reader = reader or repo_path
+    head = (gitsafe.out(reader, "rev-parse", "--verify", "HEAD") if repo_path == reader
+            else gitsafe.read_head(repo_path))
+    return gitsafe.diff_names(reader, (baseline, gitsafe.read_head(baseline)),
+                              (repo_path, head))

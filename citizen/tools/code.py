@@ -8,11 +8,10 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-import git
-
 from citizen import civilization, paths, sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
+from shared import gitsafe
 from shared.evolution import Evolution, divergence
 
 TEST_TIMEOUT_S = 900
@@ -77,10 +76,15 @@ def code_test(env: ToolEnv, change_id: str) -> str:
     evo = evolution()
     change = evo.get(change_id)
     evo.fetch(change, env.home.code)
-    repo = git.Repo(env.home.code)
     with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
         tree = Path(scratch) / "tree"
-        repo.git.worktree("add", "--detach", "--quiet", str(tree), change.commit)
+        # The change's files through a private index, by a git in the reviewer's own
+        # repository (gitsafe): no linked worktree whose `.git` pointer the peer's code
+        # could rewrite before a later git call reads it.
+        index = {"GIT_INDEX_FILE": str(Path(scratch) / "index")}
+        gitsafe.run(env.home.code, "read-tree", change.commit, extra_env=index)
+        gitsafe.run(env.home.code, "checkout-index", "--all", f"--prefix={tree}/",
+                    extra_env=index)
         # A peer's code (its tests, a conftest.py) runs here: in the reviewer's sandbox for
         # peer code, which may write only the scratch tree and sees the reviewer's home
         # read-only without its secrets (never its ~/code, which its daemon imports, nor
@@ -96,8 +100,6 @@ def code_test(env: ToolEnv, change_id: str) -> str:
                                          "PYTHONPATH": str(tree)})
         except subprocess.TimeoutExpired as exc:
             raise ToolFailure(f"the tests ran past {TEST_TIMEOUT_S} s") from exc
-        finally:
-            repo.git.worktree("remove", "--force", str(tree))
     verdict = "passed" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
     return clip(f"tests {verdict} on {change.commit[:12]}\n{result.stdout[-3000:]}"
                 f"{result.stderr[-1000:]}", 4000)
@@ -124,7 +126,9 @@ def code_list_changes(env: ToolEnv, citizen: str) -> str:
 
     :param citizen: the peer's name
     """
-    return _run(lambda: divergence(paths.home(citizen).code, paths.shared_dir() / "baseline"))
+    # Read as data by a git in the caller's own repository: never a git in the peer's.
+    return _run(lambda: divergence(paths.home(citizen).code, paths.shared_dir() / "baseline",
+                                   reader=env.home.code))
 
 
 @tool

@@ -18,6 +18,7 @@ from typing import Any
 
 import git
 
+from shared import gitsafe
 from shared.atomic import make_dirs
 from shared.documents import locked
 from shared.errors import Invalid
@@ -30,13 +31,6 @@ OUTPUT_CHARS = 4000
 
 class ActionError(Invalid):
     """An action that cannot run (bad path, unknown tool, failing command)."""
-
-
-def _git_env(repo_dir: Path) -> dict[str, str]:
-    # Each citizen is its own Unix user; git refuses a repository another user owns
-    # unless it is declared safe. Declared for this command only, not globally.
-    return {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory",
-            "GIT_CONFIG_VALUE_0": str(repo_dir)}
 
 
 def _who(citizen: str) -> dict[str, str]:
@@ -74,17 +68,17 @@ class World:
         """The repository, created on first use."""
         if not (self.dir / ".git").exists():
             make_dirs(self.dir, self.dir, DIR_MODE)  # group-writable: the next executor
-            repo = git.Repo.init(self.dir, shared="group")
-            repo.git.update_environment(**_git_env(self.dir))
+            gitsafe.run(None, "init", "--quiet", "--shared=group", str(self.dir), cwd=self.dir)
+            # Every citizen may write this repository's config: gitsafe treats it as data
+            # (and its explicit GIT_DIR needs no safe.directory for another owner's repo).
+            repo = gitsafe.open_repo(self.dir)
             readme = self.dir / "README.md"
             readme.write_text("# Thought World\n\nChanged only by approved proposals.\n")
             os.chmod(readme, FILE_MODE)
             repo.git.add("README.md")
             _commit_index(repo, "Thought World repository", "experience", first=True)
             return repo
-        repo = git.Repo(self.dir)
-        repo.git.update_environment(**_git_env(self.dir))
-        return repo
+        return gitsafe.open_repo(self.dir)
 
     def path(self, rel: str) -> Path:
         """A path inside the repository.
@@ -176,7 +170,8 @@ class World:
             the repository left as it was; a human has to untangle it).
         """
         repo = self.repo()
-        patch = repo.git.show(sha, "--format=", "--binary") + "\n"
+        patch = repo.git.show(sha, "--format=", "--binary", "--no-ext-diff",
+                             "--no-textconv") + "\n"
         try:
             with tempfile.NamedTemporaryFile("w", suffix=".patch") as fh:
                 fh.write(patch)
