@@ -72,13 +72,8 @@ def clone_code(name: str) -> list[str]:
     if home.code.exists() and not any(home.code.iterdir()):
         home.code.rmdir()
     _run("runuser", "-u", name, "--", "git", "clone", "--quiet", str(baseline), str(home.code))
-    # Peers fetch changes from this repository (code evolution): git must accept that
-    # it belongs to another user.
-    for safe in (home.code, home.code / ".git"):
-        listed = subprocess.run(["git", "config", "--system", "--get-all", "safe.directory"],
-                                capture_output=True, text=True, check=False).stdout.split()
-        if str(safe) not in listed:
-            _run("git", "config", "--system", "--add", "safe.directory", str(safe))
+    # No safe.directory for it: peers read its objects as data, never open it with git
+    # (shared.gitsafe) - declaring it safe would let its config run as them.
     # Its own commits (code evolution) and merges of new baselines are signed by it.
     email = config.load_citizen(name).email
     for key, value in (("user.name", name), ("user.email", email)):
