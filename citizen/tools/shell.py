@@ -5,15 +5,22 @@ from __future__ import annotations
 
 import os
 import re
+import selectors
 import shlex
 import signal
 import subprocess
+import time
 
 from citizen import sandbox
 from citizen.config import SECRET_KEYS
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 MAX_TIMEOUT_S = 600
+# A command's output is read as it streams and never held whole: its first HEAD_BYTES
+# and last TAIL_BYTES are kept (the conversation sees far less: base.RESULT_CHARS).
+HEAD_BYTES = 64 * 1024
+TAIL_BYTES = 64 * 1024
+CHUNK = 64 * 1024
 # Anything that looks like a credential stays out of tool subprocesses, plus the
 # systemd sockets: a tool must not be able to signal readiness or feed the watchdog.
 _SECRET_NAME = re.compile(r"KEY|PASS|TOKEN|SECRET|CREDENTIAL|AUTH", re.IGNORECASE)
@@ -63,9 +70,45 @@ def run(env: ToolEnv, command: str, timeout: int = 60, cwd: str = "") -> tuple[i
         start_new_session=True,  # its own process group, so a timeout kills all it started
     )
     try:
-        out, _ = proc.communicate(timeout=timeout)
+        out = read_capped(proc, timeout)
     except subprocess.TimeoutExpired as exc:
         os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
+        proc.wait()
         raise ToolFailure(f"command timed out after {timeout} s and was killed") from exc
-    return proc.returncode, out.decode("utf-8", errors="replace")
+    finally:
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return proc.returncode, out
+
+
+def read_capped(proc: subprocess.Popen[bytes], timeout: float) -> str:
+    """The output of `proc` as it streams, holding at most HEAD_BYTES + TAIL_BYTES: the
+    first and the last of it are kept, what lies between is counted and discarded (a
+    command printing a gigabyte once took the daemon to 3 GB).
+
+    :raises subprocess.TimeoutExpired: it ran (or kept its output open) past `timeout`.
+    """
+    if proc.stdout is None:
+        raise ValueError("read_capped needs the command's stdout as a pipe")
+    deadline = time.monotonic() + timeout
+    fd = proc.stdout.fileno()
+    head, tail, dropped = bytearray(), bytearray(), 0
+    with selectors.DefaultSelector() as sel:
+        sel.register(fd, selectors.EVENT_READ)
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not sel.select(left):
+                raise subprocess.TimeoutExpired(proc.args, timeout)
+            chunk = os.read(fd, CHUNK)
+            if not chunk:
+                break
+            room = HEAD_BYTES - len(head)
+            head += chunk[:room]
+            tail += chunk[room:] if room > 0 else chunk
+            if len(tail) > TAIL_BYTES:
+                dropped += len(tail) - TAIL_BYTES
+                del tail[:len(tail) - TAIL_BYTES]
+    proc.wait(max(0.1, deadline - time.monotonic()))
+    note = f"\n… {dropped} bytes discarded …\n" if dropped else ""
+    return (head.decode("utf-8", errors="replace") + note
+            + tail.decode("utf-8", errors="replace"))
