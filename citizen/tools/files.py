@@ -1,8 +1,9 @@
-"""File tools: read, write and edit files. Writes stay inside the citizen's home."""
+"""File tools: read, write and edit files, only inside the citizen's home."""
 
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 from citizen import config, paths, sandbox
@@ -31,8 +32,9 @@ def _secret_inodes(env: ToolEnv) -> set[tuple[int, int]]:
 
 
 def resolve(env: ToolEnv, path: str, writing: bool = False) -> Path:
-    """A path relative to the home (or absolute); never a secret, writes only in the
-    home and never to the daemon's own files (its config, state, logs, tasks, mail)."""
+    """A path relative to the home (or absolute, inside it); never a secret, never out
+    of the home, and writes never to the daemon's own files (its config, state, logs,
+    tasks, mail)."""
     home = env.home.dir.resolve()
     target = (home / Path(path).expanduser()).resolve() if not path.startswith("~") else \
         (home / path[1:].lstrip("/")).resolve()
@@ -48,8 +50,11 @@ def resolve(env: ToolEnv, path: str, writing: bool = False) -> Path:
         st = None
     if st is not None and (st.st_dev, st.st_ino) in _secret_inodes(env):
         raise ToolFailure(f"{path} is a link to your secrets; tools never read them")
-    if writing and not target.is_relative_to(home):
-        raise ToolFailure(f"{path} is outside your home {home}; you may only write there")
+    # Resolved first (every `..` and link followed), then held to the home: in dev mode
+    # the daemon is the developer, whose ~/.ssh a path or a planted link would reach.
+    if not target.is_relative_to(home):
+        raise ToolFailure(f"{path} is outside your home {home}; the file tools read and "
+                          "write only there")
     if writing and target.parent == home and target.name in (*sandbox.HIDDEN_FILES,
                                                              *sandbox.READ_ONLY):
         raise ToolFailure(f"{target.name} is the daemon's (your rules and state); tools "
@@ -69,9 +74,16 @@ def read_file(env: ToolEnv, path: str, offset: int = 0, limit: int = 20000) -> s
     :param limit: how many characters to return
     """
     target = resolve(env, path)
-    if not target.is_file():
-        raise ToolFailure(f"no such file: {path}")
-    data = target.read_bytes()[: MAX_READ + max(offset, 0)]
+    try:
+        # O_NOFOLLOW: the name resolved inside the home must not turn into a link out of
+        # it meanwhile; O_NONBLOCK: a FIFO must not hang the daemon.
+        fd = os.open(target, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        raise ToolFailure(f"no such file: {path}") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ToolFailure(f"{path} is not a regular file")
+        data = fh.read(MAX_READ + max(offset, 0))
     text = data.decode("utf-8", errors="replace")
     part = text[max(offset, 0): max(offset, 0) + max(1, min(limit, MAX_READ))]
     return part if part else "(empty)"
