@@ -48,7 +48,7 @@ def ensure() -> Path:
     path = service.socket_path()
     if reachable(path):
         return path
-    if config.server_mode() or os.environ.get(service.SOCKET_ENV):
+    if config.server_mode():
         raise ProviderUnavailable(
             f"the broker is not answering at {path} - on a server: systemctl start "
             "experience-broker (journalctl -u experience-broker says why it stopped)")

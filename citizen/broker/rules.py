@@ -22,7 +22,7 @@ from citizen import config, paths
 from citizen.broker.ledger import Caps
 from citizen.config import ModelPrice
 from citizen.errors import ConfigError
-from citizen.secrets import parse_env, secrets_file
+from citizen.secrets import load_secrets, parse_env
 
 BROKER_FILE = "broker.json"  # civilization-wide rules: {"civilization_usd_per_month": …}
 MONTH_DAYS = 30  # a civilization monthly cap not set: 30 of its days
@@ -92,8 +92,7 @@ def load(name: str) -> CallerRules:
     caps = Caps(citizen_day=cfg.budget.max_usd_per_day,
                 citizen_month=cfg.budget.max_usd_per_month,
                 civilization_day=civ_day, civilization_month=civ_month)
-    env_file = _secrets(name)
-    values = parse_env(env_file) if env_file else {}
+    values = _secrets(name)
     key = values.get("ANTHROPIC_API_KEY", "")
     base_url = values.get("ANTHROPIC_BASE_URL") or cfg.llm.anthropic_base_url \
         or "https://api.anthropic.com"
@@ -104,13 +103,14 @@ def load(name: str) -> CallerRules:
         concurrent=cfg.budget.max_concurrent_calls)
 
 
-def _secrets(name: str) -> Path | None:
-    """The citizen's secrets as the broker reads them: the operator's file on a server
-    (never a credential directory or the home), the home's `.env` in dev mode."""
+def _secrets(name: str) -> dict[str, str]:
+    """The citizen's secrets as the broker reads them: on a server the operator's file
+    alone (never a credential directory, the home or the environment); in dev mode as
+    every dev-mode process does (the home's `.env`, then the environment)."""
     if config.server_mode():
         path = paths.operator_secrets_file(name)
-        return path if path.is_file() else None
-    return secrets_file(name)
+        return parse_env(path) if path.is_file() else {}
+    return dict(load_secrets(name).values)
 
 
 class RuleCache:

@@ -87,7 +87,9 @@ class Broker:
             group = grp.getgrnam(CITIZENS_GROUP)
         except KeyError as exc:
             raise Refused(403, "permission_error", f"uid {uid} is not a citizen") from exc
-        if user.pw_gid != group.gr_gid and user.pw_name not in group.gr_mem:
+        # A citizen's primary group is `citizens` (citizen.onboard); a member by a
+        # supplementary group only (the baseline's owner, `experience`) is not one.
+        if user.pw_gid != group.gr_gid:
             raise Refused(403, "permission_error", f"{user.pw_name} is not a citizen")
         if claimed and claimed != user.pw_name:
             raise Refused(403, "permission_error",
@@ -365,11 +367,12 @@ def listen(path: Path, broker: Broker, *, server_mode: bool) -> Server:
     return Server(path, broker, mode=0o666 if server_mode else 0o600)
 
 
-def idle_watch(server: Server, idle_s: float, stop: threading.Event) -> None:
-    """Shut the server down after `idle_s` seconds without a request (dev mode)."""
+def idle_watch(server: Server, idle_s: float, stop: threading.Event, state: Path) -> None:
+    """Shut the server down after `idle_s` seconds without a request, or once its state
+    directory is gone (a dev-mode civilization deleted under it)."""
     while not stop.wait(min(idle_s, 1.0)):
-        if time.monotonic() - server.broker.last_active > idle_s \
-                and server.broker.limiter.idle():
+        idle = time.monotonic() - server.broker.last_active > idle_s
+        if (idle or not state.is_dir()) and server.broker.limiter.idle():
             server.shutdown()
             return
 

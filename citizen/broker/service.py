@@ -64,7 +64,7 @@ def serve(idle_exit_s: float | None = None) -> None:
         server = listen(sock, broker, server_mode=broker.server_mode)
         stop = threading.Event()
         if idle_exit_s:
-            threading.Thread(target=idle_watch, args=(server, idle_exit_s, stop),
+            threading.Thread(target=idle_watch, args=(server, idle_exit_s, stop, state),
                              daemon=True).start()
         log.info("broker listening on %s, ledger %s", sock, state / LEDGER)
         notify("READY=1")

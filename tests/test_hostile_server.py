@@ -1,0 +1,221 @@
+"""A hostile citizen on a booted server, with real Unix users: the broker holds.
+
+Each test performs an attack a citizen's own Unix user can make - its daemon included,
+since the citizen may rewrite it - and names the break of issue 28 it closes. Every one
+of them succeeded on the code before the broker: the key was in the daemon's credential
+file, the caps and prices came from the citizen's `~/code/templates`, and the ledger was
+a file in its home. Boots its own container (tests/nspawn.py); root and systemd-nspawn
+needed, skipped with the reason elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from citizen import paths
+from tests.anthropic_server import MessagesServer, text
+from tests.nspawn import Container, unavailable
+
+pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
+
+SETUP = "/srv/project/scripts/setup_server.sh"
+PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+PYTHON = "/opt/experience/venv/bin/python"
+# Made at run time: this file is in every citizen's code, so a literal key here would be
+# found by the search for it.
+KEY = f"sk-ant-hostile-{secrets.token_hex(12)}"
+# What a daemon rewritten to call the broker itself runs (argv: citizen header, body).
+DIRECT = """
+import json, sys, httpx2
+t = httpx2.HTTPTransport(uds="/run/experience-broker/broker.sock")
+headers = {"x-api-key": "sk-mine", "anthropic-version": "2023-06-01"}
+if sys.argv[1]:
+    headers["x-experience-citizen"] = sys.argv[1]
+with httpx2.Client(transport=t, base_url="http://broker", timeout=60) as c:
+    r = c.post("/v1/messages", json=json.loads(sys.argv[2]), headers=headers)
+print(r.status_code, r.text[:300])
+"""
+
+
+def until(check: Callable[[], object], timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s")
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def box(messages_api_module: MessagesServer) -> Iterator[Container]:
+    box = Container(paths.project_dir(), name="experience-hostile")
+    box.boot()
+    try:
+        box.run(SETUP, env=PIP_ENV, timeout=900)
+        for name in ("opus", "mira"):
+            box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
+                    f"{messages_api_module.url}\\n' > /etc/experience/{name}.env")
+        box.run("systemctl", "start", "citizens.target")
+        yield box
+    finally:
+        box.shutdown()
+
+
+@pytest.fixture(scope="module")
+def messages_api_module() -> Iterator[MessagesServer]:
+    server = MessagesServer().start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def api(messages_api_module: MessagesServer) -> MessagesServer:
+    messages_api_module.queue.clear()
+    messages_api_module.responder = None
+    return messages_api_module
+
+
+def as_user(box: Container, user: str, *cmd: str, check: bool = False) -> str:
+    """Run as `user` through systemd, outside any unit's sandbox - what its daemon,
+    rewritten, could do."""
+    done = box.run("systemd-run", "--wait", "--pipe", "--quiet", "-p", f"User={user}", *cmd,
+                   check=check)
+    return done.stdout + done.stderr
+
+
+def direct(box: Container, user: str, body: dict[str, object], claim: str = "") -> str:
+    return as_user(box, user, PYTHON, "-c", DIRECT, claim, json.dumps(body))
+
+
+def call(model: str = "claude-opus-4-6", max_tokens: int = 50) -> dict[str, object]:
+    return {"model": model, "max_tokens": max_tokens,
+            "messages": [{"role": "user", "content": "hi"}]}
+
+
+def forwarded(api: MessagesServer) -> list[dict[str, object]]:
+    return [r for r in api.requests if "max_tokens" in r]
+
+
+def operator_budget(box: Container, name: str, **budget: float) -> None:
+    path = f"/etc/experience/{name}.json"
+    data = json.loads(box.run("cat", path).stdout)
+    data["budget"] = {**data.get("budget", {}), **budget}
+    box.run("sh", "-c", f"cat > {path}", input=json.dumps(data))
+
+
+def test_no_process_of_a_citizen_can_read_the_model_key(box: Container) -> None:
+    """The daemon holds the API key (its credential file, its memory)."""
+    until(lambda: "sleeping" in box.run("systemctl", "show", "-p", "StatusText", "--value",
+                                        "citizen@opus").stdout)
+    pids = box.run("pgrep", "-u", "opus,mira,aria").stdout.split()
+    assert pids
+    for pid in pids:
+        environ = box.run("cat", f"/proc/{pid}/environ", check=False).stdout
+        assert KEY not in environ
+    creds = box.run("sh", "-c", "cat /run/credentials/citizen@*/secrets", check=False).stdout
+    assert KEY not in creds  # the daemon's credential holds the mailbox only
+    for user in ("opus", "mira"):
+        found = as_user(box, user, "grep", "-rsl", KEY, "/etc", "/home", "/opt", "/run",
+                        "/var", "/tmp")
+        assert KEY not in found and found.strip() == "", found
+        assert "Permission denied" in as_user(box, user, "cat", f"/etc/experience/{user}.env")
+
+
+def test_the_key_goes_upstream_only_from_the_broker(box: Container, api: MessagesServer) -> None:
+    api.reply(text("ok"))
+    out = direct(box, "opus", call())
+    assert out.startswith("200"), out
+    assert api.headers[-1]["x-api-key"] == KEY  # the broker's, never the caller's sk-mine
+
+
+def test_identity_comes_from_the_kernel_not_the_caller(
+        box: Container, api: MessagesServer) -> None:
+    """A caller naming another citizen, or a user that is no citizen, gets nothing."""
+    assert direct(box, "opus", call(), claim="mira").startswith("403")
+    assert direct(box, "nobody", call(), claim="opus").startswith("403")
+    assert direct(box, "experience", call(), claim="opus").startswith("403")  # baseline owner
+    assert forwarded(api) == []
+
+
+def test_a_rewritten_daemon_spends_nothing_past_the_operators_cap(
+        box: Container, api: MessagesServer) -> None:
+    """Caps and prices came from ~/code/templates, which the citizen writes."""
+    operator_budget(box, "mira", max_usd_per_day=0.01)
+    rewrite = ("import json, pathlib; t = pathlib.Path('/home/mira/code/templates'); "
+               "c = json.loads((t / 'citizen_configs.json').read_text()); "
+               "c['defaults']['budget'].update(max_usd_per_day=10000, max_usd_per_month=99999); "
+               "(t / 'citizen_configs.json').write_text(json.dumps(c)); "
+               "m = json.loads((t / 'models.json').read_text()); "
+               "m['prices_usd_per_mtok'] = {k: dict(input=0, output=0, cache_write=0, "
+               "cache_read=0) for k in m['prices_usd_per_mtok']}; "
+               "(t / 'models.json').write_text(json.dumps(m))")
+    as_user(box, "mira", PYTHON, "-c", rewrite, check=True)
+    box.run("systemctl", "restart", "citizen@mira")
+    model = _model(box, "mira")
+    refused = [direct(box, "mira", call(model=model, max_tokens=4000)) for _ in range(3)]
+    assert all(r.startswith("402") for r in refused), refused
+    assert forwarded(api) == []  # not one call went out
+    operator_budget(box, "mira", max_usd_per_day=10)
+    api.reply(text("priced", input_tokens=1000, output_tokens=100))
+    assert direct(box, "mira", call(model=model)).startswith("200")
+    spent = json.loads(box.run("citizen", "spend", "--json").stdout)
+    mine = [row for row in spent if row["citizen"] == "mira"]
+    assert mine and mine[0]["usd"] > 0  # the release's prices, not the citizen's zeros
+
+
+def test_a_killed_broker_loses_no_reservation(box: Container, api: MessagesServer) -> None:
+    api.reply(text("slow"), delay_s=30)
+    before = len(forwarded(api))
+    worker = threading.Thread(target=direct, args=(box, "aria", call(
+        model=_model(box, "aria"))))
+    worker.start()
+    until(lambda: len(forwarded(api)) > before)
+    pid = box.run("systemctl", "show", "-p", "MainPID", "--value", "experience-broker").stdout
+    box.run("kill", "-9", pid.strip())
+    worker.join(60)
+    until(lambda: box.run("systemctl", "show", "-p", "MainPID", "--value",
+                          "experience-broker").stdout.strip() not in ("0", pid.strip())
+          and box.run("test", "-S", "/run/experience-broker/broker.sock",
+                      check=False).returncode == 0)
+    until(lambda: any(r["citizen"] == "aria" for r in json.loads(
+        box.run("citizen", "spend", "--json").stdout)))
+    aria = [r for r in json.loads(box.run("citizen", "spend", "--json").stdout)
+            if r["citizen"] == "aria"]
+    assert aria[0]["usd"] > 0 and aria[0]["calls"] == 1  # counted at its worst case
+
+
+def test_one_citizens_flood_does_not_starve_another(box: Container, api: MessagesServer) -> None:
+    operator_budget(box, "opus", max_concurrent_calls=2, max_calls_per_minute=600)
+    for _ in range(2):
+        api.reply(text("slow"), delay_s=5)
+    flood = ("import json, sys, threading, httpx2\n"
+             "t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
+             "out = []\n"
+             "def one():\n"
+             "    with httpx2.Client(transport=t, base_url='http://broker', timeout=60) as c:\n"
+             "        r = c.post('/v1/messages', json=json.loads(sys.argv[1]))\n"
+             "        out.append(r.status_code)\n"
+             "ts = [threading.Thread(target=one) for _ in range(12)]\n"
+             "[x.start() for x in ts]; [x.join() for x in ts]\n"
+             "print(sorted(out))\n")
+    result: list[str] = []
+    worker = threading.Thread(target=lambda: result.append(
+        as_user(box, "opus", PYTHON, "-c", flood, json.dumps(call()))))
+    worker.start()
+    until(lambda: len(forwarded(api)) >= 2)
+    api.reply(text("mira's"))
+    assert direct(box, "mira", call(model=_model(box, "mira"))).startswith("200")
+    worker.join(60)
+    assert result and result[0].strip() == str([200, 200] + [429] * 10), result
+
+
+def _model(box: Container, name: str) -> str:
+    data = json.loads(box.run("cat", "/opt/experience/release/templates/citizen_configs.json"
+                              ).stdout)
+    seats = data["citizens"].get(name, {}).get("council") or data["defaults"]["council"]
+    return str(seats[0]["model"])
