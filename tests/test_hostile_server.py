@@ -80,11 +80,12 @@ def api(messages_api_module: MessagesServer) -> MessagesServer:
     return messages_api_module
 
 
-def as_user(box: Container, user: str, *cmd: str, check: bool = False) -> str:
+def as_user(box: Container, user: str, *cmd: str, check: bool = False,
+            stdin: str | None = None) -> str:
     """Run as `user` through systemd, outside any unit's sandbox - what its daemon,
     rewritten, could do."""
     done = box.run("systemd-run", "--wait", "--pipe", "--quiet", "-p", f"User={user}", *cmd,
-                   check=check)
+                   check=check, input=stdin)
     return done.stdout + done.stderr
 
 
@@ -120,8 +121,10 @@ def test_no_process_of_a_citizen_can_read_the_model_key(box: Container) -> None:
     creds = box.run("sh", "-c", "cat /run/credentials/citizen@*/secrets", check=False).stdout
     assert KEY not in creds  # the daemon's credential holds the mailbox only
     for user in ("opus", "mira"):
-        found = as_user(box, user, "grep", "-rsl", KEY, "/etc", "/home", "/opt", "/run",
-                        "/var", "/tmp")
+        # The key comes on stdin: on the command line it would be in systemd-run's own
+        # transient unit file, which the search would then find.
+        found = as_user(box, user, "grep", "-rslF", "-f", "-", "/etc", "/home", "/opt",
+                        "/run", "/var", "/tmp", stdin=KEY + "\n")
         assert KEY not in found and found.strip() == "", found
         assert "Permission denied" in as_user(box, user, "cat", f"/etc/experience/{user}.env")
 
