@@ -11,6 +11,7 @@ import click
 
 from citizen import paths, wakelog
 from citizen.cli.options import json_option
+from citizen.cli.terminal import clean
 
 
 def _line(e: dict[str, Any]) -> str:  # noqa: PLR0911 - one readable line per event kind
@@ -49,12 +50,17 @@ def _line(e: dict[str, Any]) -> str:  # noqa: PLR0911 - one readable line per ev
     return f"{ts} {ev}: {json.dumps(rest)[:200]}"
 
 
+def _echo(text: str) -> None:
+    """Print what the citizen wrote (every field of its wake log) without its escapes."""
+    click.echo(clean(text))
+
+
 def _transcript(path: Path, as_json: bool) -> None:
     for event in wakelog.read(path):
         if as_json:
-            click.echo(json.dumps(event))
+            _echo(json.dumps(event))
         elif (text := _line(event)):
-            click.echo(text)
+            _echo(text)
 
 
 def _row(r: dict[str, Any]) -> str:
@@ -89,11 +95,11 @@ def logs(name: str, number: int | None, follow: bool, limit: int, as_json: bool)
     shown: set[Path] = set()
     for path in files[-limit:]:
         row = wakelog.summary(path)
-        click.echo(json.dumps(row) if as_json else _row(row))
+        _echo(json.dumps(row) if as_json else _row(row))
         if row["status"] != "running":
             shown.add(path)
     if not files and not follow:
-        click.echo(f"no wakes yet in {home.wake_logs}")
+        _echo(f"no wakes yet in {home.wake_logs}")
     while follow:
         time.sleep(0.5)
         for path in wakelog.wake_logs(home):
@@ -101,5 +107,5 @@ def logs(name: str, number: int | None, follow: bool, limit: int, as_json: bool)
                 continue
             row = wakelog.summary(path)
             if row["status"] != "running":
-                click.echo(json.dumps(row) if as_json else _row(row))
+                _echo(json.dumps(row) if as_json else _row(row))
                 shown.add(path)

@@ -11,6 +11,7 @@ import click
 
 from citizen import civilization, config, paths, retention, spend, wakelog
 from citizen.cli.options import json_option
+from citizen.cli.terminal import clean
 from citizen.errors import CitizenError
 from citizen.tasks import TaskQueue
 from shared.atomic import read_json
@@ -87,7 +88,7 @@ def status(as_json: bool) -> None:
         last_txt = f"#{last['wake']} {last['type']} {last['status']}" if last else "none"
         task = r["current_task"]["id"] if r["current_task"] else "-"
         t = r["tasks"]
-        click.echo(f"{r['citizen']:<10} {r['daemon']:<28} last {last_txt:<24} "
+        click.echo(clean(f"{r['citizen']:<10} {r['daemon']:<28} last {last_txt:<24} "
                    f"next {r['next_wake'] or '-':<27} task {task}  "
                    f"queue {t['queue']} done {t['done']} failed {t['failed']}"
                    f"{f' held {held}' if (held := t.get('held', 0)) else ''}  "
@@ -95,4 +96,4 @@ def status(as_json: bool) -> None:
                    f"${r['usd_today']:.4f}"
                    + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else "")
                    + (" - DAILY CAP REACHED: only model-free wakes until 00:00 UTC"
-                      if r["daily_cap_reached"] else ""))
+                      if r["daily_cap_reached"] else "")))  # heartbeat, log: the citizen's

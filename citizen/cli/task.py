@@ -9,6 +9,7 @@ import click
 
 from citizen import paths
 from citizen.cli.options import json_option, ring_as_operator
+from citizen.cli.terminal import clean
 from citizen.tasks import STATES, TASK_KINDS, TaskQueue
 
 
@@ -49,7 +50,7 @@ def list_tasks(name: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps([{"state": s, **t.to_dict()} for s, _, t in rows]))
         return
-    for state, tid, t in rows:
-        click.echo(f"{state:<7} {tid}  {t.kind:<8} {t.text[:60]!r}  {t.result[:60]}")
+    for state, tid, t in rows:  # names and contents are the citizen's: no escapes through
+        click.echo(clean(f"{state:<7} {tid}  {t.kind:<8} {t.text[:60]!r}  {t.result[:60]}"))
     if not rows:
         click.echo("no tasks")
