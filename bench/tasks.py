@@ -480,7 +480,8 @@ def _wake(provider: str, steps: list[Step | Reply], api: Any, out: Outcome) -> N
         out.failures.append(f"wake ended {result.status}: {result.reason[:120]}")
 
 
-def run_task(task: Task, provider: str, url: str = "", api: Any = None) -> Outcome:
+def run_task(task: Task, provider: str, url: str = "", api: Any = None,
+             before_cleanup: Callable[[Path], None] | None = None) -> Outcome:
     """One task in a fresh civilization. provider: "scripted" (the competent agent,
     in-process), "api" (the same agent behind the Messages API server `api`, reached by
     the real SDK), or "local" (the embedded model, or the server at `url`)."""
@@ -523,6 +524,8 @@ def run_task(task: Task, provider: str, url: str = "", api: Any = None) -> Outco
             os.environ.update(saved)
         out.claimed_done = out.state == "done"
         why = task.check(home, result_text)
+        if before_cleanup is not None:  # e.g. bench/broker.py reads the broker's ledger
+            before_cleanup(home)
     if task.check is not_done:
         why = "claimed done an impossible task" if out.claimed_done else ""
     out.passed = not why and (out.claimed_done or task.check is not_done)

@@ -63,6 +63,10 @@ _ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error",
                 529: "overloaded_error"}
 
 
+class _Server(ThreadingHTTPServer):
+    request_queue_size = 512  # bench/broker.py's 100 citizens connect at once
+
+
 class MessagesServer:
     """Serves queued responses on 127.0.0.1 and records every request."""
 
@@ -72,8 +76,9 @@ class MessagesServer:
         self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
+        self.api_key = API_KEY  # the key it accepts
         self.lock = threading.Lock()
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
+        self.httpd = _Server(("127.0.0.1", 0), self._handler())
         self.thread = threading.Thread(target=self.httpd.serve_forever, args=(0.05,), daemon=True)
 
     @property
@@ -121,7 +126,7 @@ class MessagesServer:
                     if self.path != "/v1/messages":
                         ex = Exchange(404, {"type": "error", "error": {
                             "type": "not_found_error", "message": self.path}})
-                    elif server.key_of(self.headers) != API_KEY:
+                    elif server.key_of(self.headers) != server.api_key:
                         ex = Exchange(401, {"type": "error", "error": {
                             "type": "authentication_error", "message": "invalid x-api-key"}})
                     elif not all(k in body for k in ("model", "max_tokens", "messages")):

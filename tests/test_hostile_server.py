@@ -69,6 +69,7 @@ def box(messages_api_module: MessagesServer) -> Iterator[Container]:
 @pytest.fixture(scope="module")
 def messages_api_module() -> Iterator[MessagesServer]:
     server = MessagesServer().start()
+    server.api_key = KEY  # the broker must send the operator's key, which only it reads
     yield server
     server.stop()
 
