@@ -68,6 +68,7 @@ def test_first_sigterm_lets_the_wake_finish(civ: Path, messages_api: MessagesSer
     messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))  # tool selection
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "slowly"}), delay_s=3)
+    messages_api.reply(tool_use("respond", {"verdict": "pass", "reason": "ok"}))  # the verifier
     env = daemon_env(civ, messages_api)
     TaskQueue(paths.home("opus").tasks).add("slow one")
     proc = start(env, "opus", "--interval", "3600", "--first-wake", "3600")

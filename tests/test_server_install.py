@@ -195,6 +195,7 @@ def test_stopping_the_target_lets_the_running_wake_finish(
     messages_api.reply(tool_use("respond", {"tier": "fast"}))
     messages_api.reply(tool_use("task_complete", {"summary": "finished while stopping"}),
                        delay_s=4)
+    messages_api.reply(tool_use("respond", {"verdict": "pass", "reason": "ok"}))  # the verifier
     server.run("citizen", "task", "add", "opus", "Finish even though we are stopping")
     until(lambda: len(messages_api.requests) >= 4)  # the slow call is in flight
     started = time.monotonic()
