@@ -77,6 +77,8 @@ def messages_api_module() -> Iterator[MessagesServer]:
 @pytest.fixture
 def api(messages_api_module: MessagesServer) -> MessagesServer:
     messages_api_module.queue.clear()
+    messages_api_module.requests.clear()
+    messages_api_module.headers.clear()
     messages_api_module.responder = None
     return messages_api_module
 

@@ -28,14 +28,13 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
-
 from citizen import paths
 from citizen.broker import estimate
 from citizen.broker.ledger import CapExceeded, Ledger
 from citizen.broker.limits import Limiter
 from citizen.broker.refused import Refused
 from citizen.broker.rules import CallerRules, RuleCache
+from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.errors import ConfigError
 
 log = logging.getLogger(__name__)
@@ -62,9 +61,7 @@ class Broker:
     server_mode: bool
     rules: RuleCache = field(default_factory=RuleCache)
     limiter: Limiter = field(default_factory=Limiter)
-    http: httpx.Client = field(default_factory=lambda: httpx.Client(
-        timeout=httpx.Timeout(600.0, connect=10.0),
-        limits=httpx.Limits(max_connections=512, max_keepalive_connections=128)))
+    upstreams: Upstreams = field(default_factory=Upstreams)
     last_active: float = field(default_factory=time.monotonic)
 
     def caller(self, uid: int, claimed: str | None) -> str:
@@ -166,8 +163,13 @@ class Handler(BaseHTTPRequestHandler):
         with self.server.broker.limiter.hold(citizen, rules):
             resp = self._send_up("/v1/messages/count_tokens", raw, upstream.api_key,
                                  upstream.base_url)
-            body = resp.read()
-        self._reply(resp.status_code, body, resp.headers)
+            try:
+                body = resp.read()
+            except Broken:
+                raise Refused(502, "api_error", "the upstream's answer was cut") from None
+            finally:
+                resp.close()
+        self._reply(resp.status, body, resp.headers)
 
     def _messages(self, citizen: str) -> None:
         broker = self.server.broker
@@ -193,14 +195,14 @@ class Handler(BaseHTTPRequestHandler):
             except Refused:
                 broker.ledger.release(call_id, 502)  # never reached the upstream: no bill
                 raise
-            except httpx.HTTPError:
+            except Broken:
                 broker.ledger.charge_reserved(call_id, 502)  # sent, answer lost: worst case
                 raise Refused(502, "api_error", "the upstream did not answer") from None
             try:
                 self._relay(call_id, call, resp, price)
             finally:
                 resp.close()
-                log.info("%s %s %d in %.0f ms", citizen, call.model, resp.status_code,
+                log.info("%s %s %d in %.0f ms", citizen, call.model, resp.status,
                          (time.monotonic() - started) * 1000)
 
     # ------------------------------------------------------------ steps
@@ -231,10 +233,15 @@ class Handler(BaseHTTPRequestHandler):
         try:
             resp = self._send_up("/v1/messages/count_tokens", estimate.count_body(call),
                                  upstream.api_key, upstream.base_url)
-            body = resp.read()
-        except (Refused, httpx.HTTPError):
+        except (Refused, Broken):
             return None
-        if resp.status_code != 200:
+        try:
+            body = resp.read()
+        except Broken:
+            return None
+        finally:
+            resp.close()
+        if resp.status != 200:
             return None
         try:
             count = json.loads(body).get("input_tokens")
@@ -242,28 +249,29 @@ class Handler(BaseHTTPRequestHandler):
             return None
         return count if isinstance(count, int) and count >= 0 else None
 
-    def _send_up(self, path: str, raw: bytes, key: str, base_url: str) -> httpx.Response:
+    def _send_up(self, path: str, raw: bytes, key: str, base_url: str) -> Answer:
+        """:raises Refused: not reached (nothing sent). :raises Broken: sent, no answer."""
         headers = {k: v for k in _UP_HEADERS if (v := self.headers.get(k))}
         headers["x-api-key"] = key  # the operator's key: added here, never seen by a caller
-        http = self.server.broker.http
-        request = http.build_request("POST", base_url + path, content=raw, headers=headers)
         try:
-            return http.send(request, stream=True)
-        except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
+            return self.server.broker.upstreams.post(base_url, path, raw, headers)
+        except Unreachable as exc:
             raise Refused(502, "api_error", f"cannot reach the upstream ({exc})") from exc
 
-    def _relay(self, call_id: int, call: estimate.Call, resp: httpx.Response,
-               price: Any) -> None:
+    def _relay(self, call_id: int, call: estimate.Call, resp: Answer, price: Any) -> None:
         ledger = self.server.broker.ledger
-        if resp.status_code != 200:
-            body = resp.read()
-            ledger.release(call_id, resp.status_code)  # an error is not billed
-            self._reply(resp.status_code, body, resp.headers)
+        if resp.status != 200:
+            try:
+                body = resp.read()
+            except Broken:
+                body = b'{"type": "error", "error": {"type": "api_error", "message": "cut"}}'
+            ledger.release(call_id, resp.status)  # an error is not billed
+            self._reply(resp.status, body, resp.headers)
             return
         if not call.stream:
             try:
                 body = resp.read()
-            except httpx.HTTPError:
+            except Broken:
                 ledger.charge_reserved(call_id, 502)
                 raise Refused(502, "api_error", "the upstream's answer was cut") from None
             usage = estimate.usage_of(body)
@@ -275,7 +283,7 @@ class Handler(BaseHTTPRequestHandler):
             return
         self._stream(call_id, resp, price)
 
-    def _stream(self, call_id: int, resp: httpx.Response, price: Any) -> None:
+    def _stream(self, call_id: int, resp: Answer, price: Any) -> None:
         """Pass the events through as they come; settle from what they said."""
         tracker = estimate.StreamUsage()
         self.send_response(200)
@@ -286,12 +294,12 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.close_connection = True
         try:
-            for chunk in resp.iter_raw():
+            for chunk in resp.chunks():
                 tracker.feed(chunk)
                 self.wfile.write(chunk)
                 self.wfile.flush()
-        except (httpx.HTTPError, OSError):
-            pass  # either side went away: what it cost is settled below
+        except OSError:  # Broken included: either side went away; settled below
+            pass
         usage = tracker.usage
         if tracker.finished and usage is not None:
             self.server.broker.ledger.settle(call_id, estimate.cost_usd(usage, price),
