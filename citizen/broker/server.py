@@ -13,14 +13,11 @@ citizen, or a model outside its council), 429 `rate_limit_error` with `retry-aft
 
 from __future__ import annotations
 
-import grp
+import contextlib
 import json
 import logging
 import os
-import pwd
-import socket
 import socketserver
-import struct
 import threading
 import time
 from dataclasses import dataclass, field
@@ -28,8 +25,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
-from citizen import paths
-from citizen.broker import estimate
+from citizen.broker import estimate, identity
 from citizen.broker.ledger import CapExceeded, Ledger
 from citizen.broker.limits import Limiter
 from citizen.broker.refused import Refused
@@ -39,18 +35,10 @@ from citizen.errors import ConfigError
 
 log = logging.getLogger(__name__)
 MAX_BODY = 32 << 20  # bytes of one request: more is refused before it is read
-CITIZEN_HEADER = "x-experience-citizen"  # counts only from root or, in dev mode, ourselves
 PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
-CITIZENS_GROUP = "citizens"
 # Headers passed on each way; everything else (the caller's x-api-key above all) stays.
 _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
 _DOWN_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
-
-
-def peer_uid(conn: socket.socket) -> int:
-    """The caller's UID, as the kernel recorded it when it connected (SO_PEERCRED)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
 
 
 @dataclass
@@ -65,43 +53,8 @@ class Broker:
     last_active: float = field(default_factory=time.monotonic)
 
     def caller(self, uid: int, claimed: str | None) -> str:
-        """The citizen a connection speaks for.
-
-        Root (the operator's CLI) and our own user (dev mode: one user runs everything)
-        name the citizen in a header; any other caller IS the citizen whose Unix user
-        it is, and may name no one else.
-        """
-        if uid in (0, os.geteuid()):
-            if not claimed:
-                raise Refused(400, "invalid_request_error",
-                              f"name the citizen in the {CITIZEN_HEADER} header")
-            return self._known(claimed)
-        if not self.server_mode:
-            raise Refused(403, "permission_error", "this dev-mode broker serves its own "
-                          "user only")
-        try:
-            user = pwd.getpwuid(uid)
-            group = grp.getgrnam(CITIZENS_GROUP)
-        except KeyError as exc:
-            raise Refused(403, "permission_error", f"uid {uid} is not a citizen") from exc
-        # A citizen's primary group is `citizens` (citizen.onboard); a member by a
-        # supplementary group only (the baseline's owner, `experience`) is not one.
-        if user.pw_gid != group.gr_gid:
-            raise Refused(403, "permission_error", f"{user.pw_name} is not a citizen")
-        if claimed and claimed != user.pw_name:
-            raise Refused(403, "permission_error",
-                          f"{user.pw_name} cannot call for {claimed}")
-        return self._known(user.pw_name)
-
-    @staticmethod
-    def _known(name: str) -> str:
-        try:
-            home = paths.citizen_home(name)
-        except ConfigError as exc:
-            raise Refused(400, "invalid_request_error", str(exc)) from exc
-        if not home.is_dir():
-            raise Refused(403, "permission_error", f"no citizen named {name}")
-        return name
+        """The citizen a connection speaks for (citizen.broker.identity)."""
+        return identity.caller(uid, claimed, server_mode=self.server_mode)
 
     def rules_for(self, citizen: str) -> CallerRules:
         try:
@@ -132,12 +85,14 @@ class Handler(BaseHTTPRequestHandler):
         self._serve(route)
 
     def _serve(self, route: Any) -> None:
+        self._body_read = False
         broker = self.server.broker
         broker.last_active = time.monotonic()
         try:
             if route is None:
                 raise Refused(404, "not_found_error", f"the broker has no {self.path}")
-            citizen = broker.caller(peer_uid(self.connection), self.headers.get(CITIZEN_HEADER))
+            citizen = broker.caller(identity.peer_uid(self.connection),
+                                    self.headers.get(identity.CITIZEN_HEADER))
             route(citizen)
         except Refused as exc:
             self._error(exc)
@@ -317,7 +272,22 @@ class Handler(BaseHTTPRequestHandler):
                 from None
         if length < 0 or length > MAX_BODY:
             raise Refused(413, "request_too_large", f"requests are at most {MAX_BODY} bytes")
+        self._body_read = True
         return self.rfile.read(length)
+
+    def _drain(self) -> None:
+        """Read a refused request's body: closing with it unread makes the kernel reset
+        the connection, and the caller would never see why it was refused."""
+        if getattr(self, "_body_read", False):
+            return
+        try:
+            length = int(self.headers.get("content-length", "0"))
+        except ValueError:
+            return
+        if 0 < length <= MAX_BODY:
+            self.connection.settimeout(5.0)  # a caller that never sends it is not waited for
+            with contextlib.suppress(OSError):
+                self.rfile.read(length)
 
     def _json(self, status: int, data: Any) -> None:
         self._reply(status, json.dumps(data).encode(), {"content-type": "application/json"})
@@ -335,6 +305,7 @@ class Handler(BaseHTTPRequestHandler):
     def _error(self, exc: Refused) -> None:
         # What a request left unread would be taken for the next request: close instead.
         self.close_connection = True
+        self._drain()
         body = json.dumps({"type": "error", "error": {"type": exc.kind, "message": str(exc)}})
         self._reply(exc.status, body.encode(), {"content-type": "application/json",
                                                 **exc.headers})
