@@ -14,7 +14,7 @@ import pwd
 import socket
 import struct
 
-from citizen import paths
+from citizen import config, paths
 from citizen.broker.refused import Refused
 from citizen.errors import ConfigError
 
@@ -37,7 +37,7 @@ def caller(uid: int, claimed: str | None, *, server_mode: bool) -> str:
         if not claimed:
             raise Refused(400, "invalid_request_error",
                           f"name the citizen in the {CITIZEN_HEADER} header")
-        return known(claimed)
+        return known(claimed, templates_too=not server_mode)
     if not server_mode:
         raise Refused(403, "permission_error", "this dev-mode broker serves its own user only")
     try:
@@ -54,12 +54,13 @@ def caller(uid: int, claimed: str | None, *, server_mode: bool) -> str:
     return known(user.pw_name)
 
 
-def known(name: str) -> str:
-    """`name` if a citizen of that name has a home here."""
+def known(name: str, *, templates_too: bool = False) -> str:
+    """`name` if a citizen of that name has a home here - or, `templates_too` (dev mode,
+    before `citizen init`: `citizen ask`, `doctor`), one the templates define."""
     try:
         home = paths.citizen_home(name)
     except ConfigError as exc:
         raise Refused(400, "invalid_request_error", str(exc)) from exc
-    if not home.is_dir():
-        raise Refused(403, "permission_error", f"no citizen named {name}")
-    return name
+    if home.is_dir() or (templates_too and name in config.templates().citizen_names()):
+        return name
+    raise Refused(403, "permission_error", f"no citizen named {name}")

@@ -47,7 +47,7 @@ def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") 
         return Choice("local", "auto: the broker holds no model key for it, so the "
                       "embedded local model")
     if secrets.get("ANTHROPIC_API_KEY"):
-        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set (the broker holds it)")
+        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set")
     return Choice("local", "auto: no ANTHROPIC_API_KEY, so the embedded local model")
 
 
@@ -68,6 +68,14 @@ def make_provider(
         # Every call goes through the broker (citizen.broker), which holds the key, the
         # prices and the caps: the SDK is real, only its transport is the broker's socket.
         from citizen.broker import client  # noqa: PLC0415
+
+        has_key = (client.whoami(config.name).get("provider") == "anthropic"
+                   if cfg.server_mode() else bool(secrets.get("ANTHROPIC_API_KEY")))
+        if not has_key:
+            where = (f"/etc/experience/{config.name}.env (the broker's)" if cfg.server_mode()
+                     else f"{config.source.parent / '.env'} or the environment")
+            raise ProviderUnavailable(f"provider 'anthropic' needs an API key - put "
+                                      f"ANTHROPIC_API_KEY=… in {where}, or use --provider local")
         from citizen.llm.anthropic_api import AnthropicProvider  # noqa: PLC0415 - 2 s import
 
         return AnthropicProvider(config, templates.prices, client.PLACEHOLDER_KEY,

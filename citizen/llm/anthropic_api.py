@@ -28,7 +28,8 @@ BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never r
 _STATUS_FIX = {
     400: "the request was malformed - this is a bug in Experience; report it with the wake log",
     401: "the API key was refused - check ANTHROPIC_API_KEY in the citizen's .env",
-    403: "the key may not use this model - check the council models in the citizen config",
+    403: "refused - the broker's message says why (a model outside the council, no key "
+         "configured, not a citizen), else the key may not use this model",
     404: "no such model - check the council model names in the citizen config",
     413: "the request is too large - lower the context caps",
     429: "rate limited even after retries - lower wake frequency or raise the account's limits",
