@@ -57,7 +57,7 @@ def box(messages_api_module: MessagesServer) -> Iterator[Container]:
     box.boot()
     try:
         box.run(SETUP, env=PIP_ENV, timeout=900)
-        for name in ("opus", "mira"):
+        for name in ("opus", "mira", "aria"):
             box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
                     f"{messages_api_module.url}\\n' > /etc/experience/{name}.env")
         box.run("systemctl", "start", "citizens.target")
