@@ -111,3 +111,22 @@ def whoami(citizen: str) -> dict[str, Any]:
         message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
         raise ProviderUnavailable(f"the broker refused: {message or resp.status_code}")
     return dict(data)
+
+
+def request(citizen: str, method: str, path: str, payload: Any = None,
+            timeout_s: float = 60.0) -> tuple[int, Any]:
+    """One JSON request to a broker route (`citizen.broker.server.route`): (status, answer).
+
+    :raises ProviderUnavailable: no broker answers.
+    """
+    import httpx2 as httpx  # noqa: PLC0415
+
+    try:
+        with http_client(citizen, timeout_s=timeout_s) as client:
+            resp = client.request(method, path, json=payload)
+    except httpx.HTTPError as exc:
+        raise ProviderUnavailable(f"the broker did not answer ({exc})") from exc
+    try:
+        return resp.status_code, resp.json()
+    except json.JSONDecodeError:
+        return resp.status_code, {"error": {"message": resp.text[:300]}}

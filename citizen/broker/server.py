@@ -20,6 +20,7 @@ import os
 import socketserver
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
@@ -39,6 +40,26 @@ PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
 # Headers passed on each way; everything else (the caller's x-api-key above all) stays.
 _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
 _DOWN_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
+
+
+# (method, path) -> handler(broker, citizen, request body) -> (status, JSON-able answer).
+# Modules that give the broker more to do (mail, onboarding, the shared repositories)
+# add theirs with `route` and are imported by citizen.broker.service.
+Handler_ = Callable[["Broker", str, bytes], tuple[int, Any]]
+ROUTES: dict[tuple[str, str], Handler_] = {}
+
+
+def route(method: str, path: str) -> Callable[[Handler_], Handler_]:
+    """Register a JSON route under /v1/experience/ (the caller is already identified;
+    a handler raises `Refused` to refuse)."""
+    if not path.startswith("/v1/experience/"):
+        raise ValueError(f"{path}: broker routes live under /v1/experience/")
+
+    def add(handler: Handler_) -> Handler_:
+        ROUTES[(method, path)] = handler
+        return handler
+
+    return add
 
 
 @dataclass
@@ -77,12 +98,28 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s", format % args)
 
     def do_GET(self) -> None:
-        self._serve(self._whoami if self.path == "/v1/experience/whoami" else None)
+        path = self.path.split("?")[0]
+        self._serve(self._whoami if path == "/v1/experience/whoami"
+                    else self._extra("GET", path))
 
     def do_POST(self) -> None:
+        path = self.path.split("?")[0]
         route = {"/v1/messages": self._messages,
-                 "/v1/messages/count_tokens": self._count}.get(self.path.split("?")[0])
-        self._serve(route)
+                 "/v1/messages/count_tokens": self._count}.get(path)
+        self._serve(route or self._extra("POST", path))
+
+    def _extra(self, method: str, path: str) -> Any:
+        """A route another module added (`route`): JSON in, JSON out."""
+        handler = ROUTES.get((method, path))
+        if handler is None:
+            return None
+
+        def serve(citizen: str) -> None:
+            body = self._body() if method == "POST" else b""
+            status, data = handler(self.server.broker, citizen, body)
+            self._json(status, data)
+
+        return serve
 
     def _serve(self, route: Any) -> None:
         self._body_read = False
