@@ -200,9 +200,9 @@ def test_one_citizens_flood_does_not_starve_another(box: Container, api: Message
     for _ in range(2):
         api.reply(text("slow"), delay_s=5)
     flood = ("import json, sys, threading, httpx2\n"
-             "t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
              "out = []\n"
              "def one():\n"
+             "    t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
              "    with httpx2.Client(transport=t, base_url='http://broker', timeout=60) as c:\n"
              "        r = c.post('/v1/messages', json=json.loads(sys.argv[1]))\n"
              "        out.append(r.status_code)\n"
