@@ -245,14 +245,18 @@ def _merge(base: Mapping[str, Any], over: Mapping[str, Any]) -> dict[str, Any]:
 class Templates:
     """Every file in `templates/`, loaded and cross-checked once."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, rules: Path | None = None) -> None:
         self.dir = directory
-        # The schemas of these files are data too (templates/schemas/config/), with the
-        # names only code knows filled in; they are checked as JSON Schemas first.
-        self._schemas = Schemas(directory / "schemas" / "config")
-        self._configs = _load(directory / "citizen_configs.json",
+        # The rule files - caps, permissions, endpoints, prices - and their schemas come
+        # from `rules` (paths.rules_dir: the release on a server, which no citizen
+        # writes); prompts, wake types and output schemas from `directory`, which the
+        # citizen evolves. The schemas of these files are data too, with the names only
+        # code knows filled in; they are checked as JSON Schemas first.
+        self.rules = rules or directory
+        self._schemas = Schemas(self.rules / "schemas" / "config")
+        self._configs = _load(self.rules / "citizen_configs.json",
                               self._schema("citizen_configs"))
-        models = _load(directory / "models.json", self._schema("models"))
+        models = _load(self.rules / "models.json", self._schema("models"))
         self.prices = {m: ModelPrice(**p) for m, p in models["prices_usd_per_mtok"].items()}
         self.local = LocalModelSettings(**models["local"])
         self._prompts = _load(directory / "wake_prompts.json",
@@ -280,14 +284,14 @@ class Templates:
         entry = self._configs["citizens"].get(name)
         if entry is None:
             raise ConfigError(
-                self.dir / "citizen_configs.json", f"citizens.{name}", "no such citizen",
+                self.rules / "citizen_configs.json", f"citizens.{name}", "no such citizen",
                 f"known: {', '.join(self.citizen_names())}; add one or run `citizen onboard`",
             )
         return _merge(self._configs["defaults"], {"name": name, **entry})
 
     def citizen(self, name: str) -> CitizenConfig:
         """A template citizen's validated config."""
-        return self.build_citizen(self.citizen_data(name), self.dir / "citizen_configs.json")
+        return self.build_citizen(self.citizen_data(name), self.rules / "citizen_configs.json")
 
     def build_citizen(self, data: Mapping[str, Any], source: Path) -> CitizenConfig:
         """Validate merged citizen data and turn it into a `CitizenConfig`."""
@@ -304,7 +308,7 @@ class Templates:
             if seat.model not in self.prices:
                 raise ConfigError(
                     source, f"{name}.council[{i}].model", f"no price for '{seat.model}'",
-                    f"add it to {self.dir / 'models.json'} prices_usd_per_mtok",
+                    f"add it to {self.rules / 'models.json'} prices_usd_per_mtok",
                 )
         limits = {**self._configs["defaults"]["context_limits"], **data["context_limits"]}
         missing = [t for t in CONTEXT_TYPES if t not in limits]
@@ -417,13 +421,14 @@ class Templates:
 
 
 @cache
-def _templates_at(directory: Path) -> Templates:
-    return Templates(directory)
+def _templates_at(directory: Path, rules: Path) -> Templates:
+    return Templates(directory, rules)
 
 
 def templates() -> Templates:
-    """The validated templates of this checkout (loaded once per directory)."""
-    return _templates_at(paths.templates_dir())
+    """The validated templates of this checkout, with the rules from `paths.rules_dir`
+    (loaded once per pair of directories)."""
+    return _templates_at(paths.templates_dir(), paths.rules_dir())
 
 
 def server_mode() -> bool:

@@ -95,6 +95,15 @@ def templates_dir() -> Path:
     return Path(override) if override else project_dir() / "templates"
 
 
+def rules_dir() -> Path:
+    """Where the operator's rule files come from - `citizen_configs.json` (caps,
+    permissions, endpoints, mail) and `models.json` (prices) with their schemas:
+    `$EXPERIENCE_RULES_DIR` (the citizen's unit sets the root-owned release's
+    templates there, so its own `~/code/templates` changes no rule), else the templates."""
+    override = os.environ.get("EXPERIENCE_RULES_DIR")
+    return Path(override) if override else templates_dir()
+
+
 def model_cache_dir() -> Path:
     """The one directory holding the embedded model's weights, shared by every citizen and test.
 

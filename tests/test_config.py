@@ -238,3 +238,30 @@ def test_output_schemas_are_filled_from_code(tpl_dir: Path) -> None:
         tpl.schema("consensus_verify", values=["truth"])
     with pytest.raises(ConfigError, match="no such output schema"):
         tpl.schema("nothing_like_it")
+
+
+def test_the_rules_come_from_the_rules_dir_not_the_codes_templates(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Break 5 of issue 28: a citizen raising its caps and permissions in its own
+    ~/code/templates changed the rules its daemon ran by. With the unit's
+    EXPERIENCE_RULES_DIR (the release), it changes nothing."""
+    code, release = tmp_path / "code-templates", tmp_path / "release-templates"
+    shutil.copytree(paths.templates_dir(), code)
+    shutil.copytree(paths.templates_dir(), release)
+    configs = json.loads((code / "citizen_configs.json").read_text())
+    configs["defaults"]["budget"]["max_usd_per_day"] = 10000
+    configs["defaults"]["permissions"]["can_use_network"] = True
+    (code / "citizen_configs.json").write_text(json.dumps(configs))
+    models = json.loads((code / "models.json").read_text())
+    for price in models["prices_usd_per_mtok"].values():
+        price.update(input=0, output=0, cache_write=0, cache_read=0)
+    (code / "models.json").write_text(json.dumps(models))
+    monkeypatch.setenv("EXPERIENCE_TEMPLATES", str(code))
+    assert config.templates().citizen("opus").budget.max_usd_per_day == 10000  # no rules dir
+    monkeypatch.setenv("EXPERIENCE_RULES_DIR", str(release))
+    tpl = config.templates()
+    opus = tpl.citizen("opus")
+    assert opus.budget.max_usd_per_day == 10.0
+    assert opus.permissions.get("can_use_network", False) is False
+    assert tpl.prices["claude-opus-4-6"].output > 0  # the release's price, not the zero
+    assert tpl.dir == code  # prompts and wake types stay the citizen's to evolve
