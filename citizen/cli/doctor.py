@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import pwd
 import stat
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from citizen.cli.options import citizen_option, json_option, provider_option, re
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
+from citizen.onboard import BROKER_USER
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -54,10 +56,16 @@ def _check_paths(name: str) -> list[Check]:
             problems.append(f"{env} exists: on a server secrets live in {secrets} (the "
                             "citizen can write its home) - run setup_server.sh again")
         elif secrets.exists():
-            # root's alone: the unit hands the secrets to the daemon as a credential
+            # the broker's alone (its user, 0600): no process of a citizen reads the key
             problems += [p for p in [_mode_problem(secrets, 0o077, "600")] if p]
-            if secrets.stat().st_uid != 0:
-                problems.append(f"{secrets} must belong to root - run: chown root: {secrets}")
+            owner = secrets.stat().st_uid
+            try:
+                broker = pwd.getpwnam(BROKER_USER).pw_uid
+            except KeyError:
+                broker = 0  # an install before the broker: root's
+            if owner != broker:
+                problems.append(f"{secrets} must belong to {BROKER_USER} - run "
+                                "scripts/setup_server.sh again")
     elif env.exists():
         # .env holds the API key and mail password: owner only.
         problems += [p for p in [_mode_problem(env, 0o077, "600")] if p]
@@ -131,6 +139,19 @@ def _mail_check(cfg: config.CitizenConfig, secrets: config.Secrets) -> Check:
                  f"{senders} operator address{'es' if senders != 1 else ''} may send tasks")
 
 
+def _broker_check() -> Check:
+    """The broker holds the keys and the caps: every model call goes through it."""
+    from citizen.broker import client, service  # noqa: PLC0415
+
+    sock = service.socket_path()
+    if client.reachable(sock):
+        return Check("broker", OK, f"answering at {sock}; ledger {service.ledger_path()}")
+    if config.server_mode():
+        return Check("broker", FAIL, f"not answering at {sock} - systemctl start "
+                     "experience-broker (journalctl -u experience-broker says why it stopped)")
+    return Check("broker", OK, f"not running yet: the first model call starts it at {sock}")
+
+
 def run_checks(name: str | None, provider: str | None) -> list[Check]:
     """Every check, in order; stops early only when later checks cannot run."""
     checks: list[Check] = []
@@ -144,6 +165,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         checks.append(Check("citizen", OK, f"{name} from {cfg.source}"))
         checks += _check_paths(name)
         checks.append(_sandbox_check())
+        checks.append(_broker_check())
         secrets = config.load_secrets(name)
         choice = choose(cfg, secrets, provider or "")
         checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))
