@@ -2,11 +2,16 @@
 """Start guard of a citizen's daemon (systemd ExecStartPre): undo a self-edit that
 keeps the daemon from starting.
 
-Runs before Python imports the citizen's own code, so it uses the standard library
-only and never imports `citizen`. Each start counts one attempt in
-`~/.start_attempts`; the daemon clears it when it reaches READY. After three starts
-that never got there, `~/code` is reset to the last-known-good commit recorded in
-`~/state.json` (the broken commit is kept on a `broken/<sha>` branch).
+Runs before Python imports the citizen's own code, so it never imports `citizen` or
+anything from `~/code`: git runs through `shared.gitsafe` of the root-owned release
+(`/opt/experience/release`; in a checkout, the checkout's own) - with a fixed
+configuration, no hooks, fsmonitor or filters - because the citizen's sandboxed shell
+can write `~/code/.git/config` and hooks, and this runs outside that sandbox.
+
+Each start counts one attempt in `~/.start_attempts`; the daemon clears it when it
+reaches READY. After three starts that never got there, `~/code` is reset to the
+last-known-good commit recorded in `~/state.json` (the broken commit is kept on a
+`broken/<sha>` branch).
 
     start_guard.py /home/opus
 """
@@ -14,17 +19,27 @@ that never got there, `~/code` is reset to the last-known-good commit recorded i
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 LIMIT = 3
+RELEASE = Path("/opt/experience/release")  # root's: what the guard may import
+
+
+def _gitsafe() -> Any:
+    for where in (RELEASE, Path(__file__).resolve().parent.parent):
+        if (where / "shared" / "gitsafe.py").is_file():
+            sys.path.insert(0, str(where))
+            break
+    from shared import gitsafe  # noqa: PLC0415 - from the release found above
+
+    return gitsafe
 
 
 def git(code: Path, *args: str) -> str:
-    return subprocess.run(["git", "-C", str(code), *args], check=True, capture_output=True,
-                          text=True).stdout.strip()
+    return str(_gitsafe().out(code, *args))
 
 
 def main(home: Path) -> int:

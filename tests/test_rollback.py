@@ -71,6 +71,15 @@ def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(
                       'raise RuntimeError("deliberately broken daemon")')
     evolution = Evolution(civ / "shared", ["opus", "mira", "aria"], False)
     change = evolution.announce("opus", own_code, "break the daemon", "nothing good")
+    # What the citizen's sandboxed shell can plant in its own ~/code/.git (issue 28,
+    # break 6): the guard runs git outside the sandbox, and must run none of it.
+    pwned = civ / "pwned"
+    repo = git.Repo(own_code)
+    with repo.config_writer() as cfg:
+        cfg.set_value("core", "fsmonitor", f"touch {pwned}-fsmonitor; false")
+    hook = own_code / ".git" / "hooks" / "reference-transaction"
+    hook.write_text(f"#!/bin/sh\ntouch {pwned}-hook\n")
+    hook.chmod(0o755)
     guard = paths.project_dir() / "scripts" / "start_guard.py"
     codes = []
     for _ in range(5):  # what systemd's Restart=on-failure does, with ExecStartPre=guard
@@ -83,6 +92,7 @@ def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(
         if run.returncode == 0:
             break
     assert codes == [1, 1, 1, 0]  # three failed starts, then the rolled-back code runs
+    assert list(civ.glob("pwned*")) == []  # no planted fsmonitor or hook ran
     assert git.Repo(own_code).head.commit.hexsha == good
     assert f"broken/{broken[:12]}" in [b.name for b in git.Repo(own_code).branches]
     assert not (home / ".start_attempts").exists()  # cleared at READY
