@@ -14,8 +14,12 @@ the list says. Listing a build tool hands medium votes whatever the repository's
 runs - a proposal may write the Makefile too; that is the operator's call.
 
 Read-only programs are low only without the options that make them write or run code
-(`sort -o`, `rg --pre`, `git log --output`, `find -fprint`, …); any process
-substitution or redirection into a file is high.
+(`sort -o`, `sort -uo` - short options cluster -, `sort --compress-program=sh`, `rg --pre`,
+`git log --output` and the abbreviations getopt accepts, `--out=`, `find -fprint`, …);
+any process substitution or redirection into a file is high. A command names only what
+is in the world repository: an absolute path, `~`, `..` or a `$` expansion (a peer's
+home, `/etc/experience`) is high whatever the program, and so is a program run by path
+(`./cat`, `/tmp/x/cat` are not cat) - issue 28, break 3.
 """
 
 from __future__ import annotations
@@ -57,7 +61,8 @@ _INTERPRETERS = {"python", "python3", "bash", "sh", "zsh", "perl", "ruby", "node
                  "exec", "xargs", "env", "awk"}
 _SEPARATORS = re.compile(r"&&|\|\||[;|&\n]|\$\(|`")
 # Options that make a "read-only" program write a file or run code.
-_WRITING_OPTIONS = {"sort": ("-o", "--output"), "tree": ("-o",), "rg": ("--pre",),
+_WRITING_OPTIONS = {"sort": ("-o", "--output", "--compress-program"), "tree": ("-o",),
+                    "rg": ("--pre",),
                     "file": ("-C", "--compile"), "git": ("--output",),
                     "find": ("-fprint", "-fls", "-delete", "-exec", "-ok")}
 # pytest options that remove directories or load code from elsewhere.
@@ -101,10 +106,33 @@ def command_stakes(command: str, medium: frozenset[str] = frozenset()) -> tuple[
     return level, next(why for lvl, why in reversed(found) if lvl == level)
 
 
+def _risky_option(word: str, risky: tuple[str, ...]) -> bool:
+    """Whether `word` is one of the `risky` options as getopt would read it: the option
+    itself or with its value (`-oF`, `--output=F`), a long one abbreviated (`--out=F`,
+    `--comp=sh`), a short one inside a cluster (`-uo F`)."""
+    if word.startswith(risky):
+        return True
+    if word.startswith("--") and len(word) > 2:
+        name = word.split("=", 1)[0]
+        return any(r.startswith("--") and r.startswith(name) for r in risky)
+    letters = {r[1] for r in risky if len(r) == 2}  # -o, -C: getopt letters
+    return word.startswith("-") and any(c in letters for c in word[1:])
+
+
+def _outside(word: str) -> bool:
+    """Whether a word names something outside the world repository (a peer's home,
+    /etc/experience, the commons) or an expansion the stakes cannot read."""
+    value = word.split("=", 1)[1] if word.startswith("-") and "=" in word else word
+    return (value.startswith(("/", "~")) or "$" in value
+            or ".." in value.replace("\\", "/").split("/"))
+
+
 def _writes(prog: str, words: list[str]) -> bool:
     """Whether a read-only program is given an option that writes or runs code."""
     risky = _WRITING_OPTIONS.get(prog, ())
-    if risky and any(w.startswith(risky) for w in words[1:]):
+    # find's options are single-dash words (-fprint), never clusters or abbreviations.
+    if risky and any(w.startswith(risky) if prog == "find" else _risky_option(w, risky)
+                     for w in words[1:]):
         return True
     operands = [w for w in words[1:] if not w.startswith("-")]
     return prog == "uniq" and len(operands) > 1  # uniq IN OUT writes OUT
@@ -142,6 +170,11 @@ def _listed(words: list[str], medium: frozenset[str]) -> bool:
 def _program_stakes(words: list[str],  # noqa: PLR0911 - one per kind
                     medium: frozenset[str]) -> tuple[str, str]:
     prog = words[0].rsplit("/", 1)[-1]
+    if "/" in words[0]:
+        return "high", f"{words[0]} is a program run by its path, whatever its name says"
+    if any(_outside(w) for w in words):
+        return "high", (f"{prog} names a path outside the world repository (a peer's "
+                        "home, /etc/experience) or an expansion")
     if prog == "git":
         return _git_stakes(words)
     if (prog in _WRITING_OPTIONS or prog == "uniq") and _writes(prog, words):
