@@ -26,9 +26,9 @@ import pytest
 
 from citizen import config
 from citizen.broker import client, service
-from citizen.broker.ledger import CapExceeded, Caps, Ledger, Usage
+from citizen.broker.ledger import CapExceeded, Caps, Ledger
 from citizen.llm import make_provider
-from citizen.llm.base import Request
+from citizen.llm.base import Request, Usage
 from citizen.spend import DailyCapReached
 from tests.anthropic_server import API_KEY, MessagesServer, text
 

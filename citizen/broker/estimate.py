@@ -14,8 +14,8 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from citizen.broker.ledger import Usage
 from citizen.config import ModelPrice
+from citizen.llm.base import Usage
 
 # Content blocks whose tokens the bytes bound (text of the request's JSON).
 _TEXT_BLOCKS = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
@@ -87,9 +87,7 @@ def worst_usd(input_tokens: int, call: Call, price: ModelPrice) -> float:
 
 
 def cost_usd(usage: Usage, price: ModelPrice) -> float:
-    return (usage.input_tokens * price.input + usage.output_tokens * price.output
-            + usage.cache_write_tokens * price.cache_write
-            + usage.cache_read_tokens * price.cache_read) / 1e6
+    return usage.cost(price)
 
 
 def count_body(call: Call) -> bytes:

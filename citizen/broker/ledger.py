@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from citizen.llm.base import Usage  # what the upstream said a call used
 from shared import clock
 
 _SCHEMA = """
@@ -63,15 +64,6 @@ class Caps:
     civilization_day: float
     civilization_month: float
 
-
-@dataclass(frozen=True)
-class Usage:
-    """What the upstream said a call used."""
-
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_write_tokens: int = 0
-    cache_read_tokens: int = 0
 
 
 class Ledger:
