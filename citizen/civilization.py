@@ -13,6 +13,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from citizen import config, paths
 from citizen.contexts import ContextStore
@@ -77,14 +78,15 @@ def create_file(path: Path, text: str, mode: int) -> None:
         fh.write(text)
 
 
-def init_citizen(name: str, new: dict[str, str] | None = None, *,
-                 secrets_in_home: bool = True) -> list[str]:
+def init_citizen(name: str, new: dict[str, Any] | None = None, *,
+                 secrets_in_home: bool = True, identity: str = "") -> list[str]:
     """Create a citizen's home from its template; returns what was created.
 
     `new` gives email and focus for a citizen the templates do not know (onboarding).
     `secrets_in_home`: dev mode keeps the secrets in `~/.env`; a server keeps them (and
     the operator's rules) in /etc/experience, and the home's config holds only what the
-    citizen may set for itself (config.CITIZEN_KEYS).
+    citizen may set for itself (config.CITIZEN_KEYS). `identity`: its first identity
+    (default: its template's; citizen.newcomer adds who asked for it).
     """
     tpl = config.templates()
     home = paths.home(name)
@@ -112,7 +114,7 @@ def init_citizen(name: str, new: dict[str, str] | None = None, *,
     Memory(home.memory).init()
     store = ContextStore(home.contexts, cfg.context_limits, estimate_tokens)
     before = {p.name for p in home.contexts.glob("*.json")} if home.contexts.exists() else set()
-    store.init(tpl.identity(name, cfg.focus))
+    store.init(identity or tpl.identity(name, cfg.focus))
     made += [str(home.contexts / n) for n in
              sorted({p.name for p in home.contexts.glob("*.json")} - before)]
     # 2770: peers ring each other's doorbell (group write); nobody else looks in.

@@ -205,8 +205,10 @@ def _rewrite(path: Path, text: str) -> None:
     tmp.replace(path)
 
 
-def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) -> list[str]:
-    """Create citizen `name` on this server; returns what changed (empty: nothing to do)."""
+def onboard(name: str, email: str = "", focus: str = "", enable: bool = True, *,
+            strengths: tuple[str, ...] = (), identity: str = "") -> list[str]:
+    """Create citizen `name` on this server; returns what changed (empty: nothing to do).
+    `strengths`, `identity`: a newcomer a citizen asked for (citizen.newcomer)."""
     if os.geteuid() != 0:
         raise OnboardError("onboarding creates a Unix user: run it as root (sudo citizen "
                            f"onboard {name})")
@@ -218,10 +220,13 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True) ->
     gid = grp.getgrnam(GROUP).gr_gid
     _no_symlink(paths.citizen_home(name))
     changed += operator_files(name, email, focus, user.pw_uid)
-    new = {"email": email or f"{name}@experience.local", "focus": focus or "General"}
+    new: dict[str, object] = {"email": email or f"{name}@experience.local",
+                              "focus": focus or "General",
+                              **({"strengths": list(strengths)} if strengths else {})}
     doorbell = paths.home(name).doorbell
     if not paths.citizen_home(name).exists():
-        made = civilization.init_citizen(name, new, secrets_in_home=False)
+        made = civilization.init_citizen(name, new, secrets_in_home=False,
+                                         identity=identity)
         # The citizen owns everything in its home; group `citizens` can read (0750 dirs).
         _chown_tree(paths.citizen_home(name), user.pw_uid, gid)
         changed += made

@@ -55,7 +55,12 @@ def operator_file(name: str) -> Path:
     return paths.operator_dir() / name
 
 
-def _civilization(default_day: float) -> tuple[float, float]:
+def broker_settings() -> tuple[Path, dict[str, Any]]:
+    """The civilization-wide rules (`broker.json` in the operator's directory) and where
+    they come from; {} when the operator wrote none.
+
+    :raises ConfigError: the file is not a JSON object.
+    """
     path = operator_file(BROKER_FILE)
     data: dict[str, Any] = {}
     if path.is_file():
@@ -66,6 +71,11 @@ def _civilization(default_day: float) -> tuple[float, float]:
                               "fix it (python -m json.tool FILE shows where)") from exc
         if not isinstance(data, dict):
             raise ConfigError(path, "", "must be a JSON object", "restore it")
+    return path, data
+
+
+def _civilization(default_day: float) -> tuple[float, float]:
+    path, data = broker_settings()
     day = _number(path, data, "civilization_usd_per_day", default_day)
     return day, _number(path, data, "civilization_usd_per_month", day * MONTH_DAYS)
 

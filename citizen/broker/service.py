@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from citizen import config, paths
+from citizen.broker import onboarding  # noqa: F401 - registers its routes
 from citizen.broker.ledger import Ledger
 from citizen.broker.server import Broker, idle_watch, listen
 from citizen.notify import notify

@@ -35,10 +35,11 @@ from citizen.wakelog import WakeLog
 RESULT_CHARS = 8000  # what a tool result may put into the conversation
 # The operator's permissions (config `permissions`), checked where the action happens:
 # every tool call goes through `Tool.run`, whoever asks - the wake loop or `citizen tool`.
-# `can_use_network` is checked by shell_command itself (it decides the sandbox's network);
-# `can_onboard_citizens` guards no tool: onboarding creates Unix users, which only root
-# does (`citizen onboard`).
+# `can_use_network` is checked by shell_command itself (it decides the sandbox's network).
+# `citizen_request` only asks: the broker checks `can_onboard_citizens` again from the
+# operator's files, and root creates the citizen (citizen.broker.onboarding).
 PERMISSIONS = {
+    "citizen_request": "can_onboard_citizens",
     "send_email": "can_send_email",
     "code_announce": "can_modify_shared_code",
     "code_adopt": "can_modify_shared_code",
