@@ -386,11 +386,9 @@ class Mailed:
     def take(self) -> str:
         """The task id the intake made of the mail."""
         from citizen import config, paths
-        from citizen.mail import account
         from citizen.mail.intake import Intake
 
-        intake = Intake(paths.home("opus"), config.load_citizen("opus"),
-                        account(config.load_secrets("opus")), {})
+        intake = Intake(paths.home("opus"), config.load_citizen("opus"), {})
         (outcome,) = intake.poll()
         if outcome.action != "task":
             raise RuntimeError(f"the mail did not become a task: {outcome}")

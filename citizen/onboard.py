@@ -23,10 +23,8 @@ from shared.atomic import make_dirs
 
 GROUP = "citizens"
 BROKER_USER = "experience-broker"  # holds the model keys (citizen.broker); not a citizen
+# The mailbox settings an older install kept apart in <name>.mail.env (broker_secrets).
 MAIL_KEYS = ("IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "EMAIL_PASS", "IMAP_TLS", "SMTP_TLS")
-MAIL_HEADER = """# Mailbox of citizen {name} (root 0600; its unit hands this file to its daemon).
-# The model key is not here: it is in {name}.env, which only the broker reads.
-"""
 
 
 class OnboardError(CitizenError, RuntimeError):
@@ -167,22 +165,24 @@ def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
 
 
 def broker_secrets(name: str, secrets: Path) -> list[str]:
-    """Split the citizen's secrets: the mailbox settings into `<name>.mail.env` (root 0600,
-    the unit's credential: the daemon still reads its mailbox itself), everything else -
-    the model key above all - stays in `<name>.env`, which becomes the broker's (0600):
-    no process of the citizen's can read it, not even through its unit."""
+    """Make the citizen's secrets the broker's alone (0600): the model key and the mailbox,
+    which the broker logs in to on the citizen's behalf - no process of the citizen's
+    reads either. An install that split the mailbox into `<name>.mail.env` (its daemon
+    logged in itself) has those lines merged back into `<name>.env` and the file removed."""
     made: list[str] = []
-    mail = paths.operator_mail_file(name)
-    _no_symlink(mail)
-    if not mail.exists():
-        lines = secrets.read_text(encoding="utf-8").splitlines(keepends=True)
-        moving = [ln for ln in lines if ln.split("=", 1)[0].strip().removeprefix("export ")
-                  in MAIL_KEYS]
-        civilization.create_file(mail, MAIL_HEADER.format(name=name) + "".join(moving), 0o600)
-        if moving:
-            kept = [ln for ln in lines if ln not in moving]
-            _rewrite(secrets, "".join(kept))
-        made.append(f"{mail} (the mailbox settings, moved out of {secrets.name})")
+    legacy = paths.operator_mail_file(name)
+    _no_symlink(legacy)
+    if legacy.exists():
+        text = secrets.read_text(encoding="utf-8")
+        have = {k for k, v in config.parse_env(secrets).items() if v}
+        moving = [ln + "\n" for ln in legacy.read_text(encoding="utf-8").splitlines()
+                  if _key(ln) in MAIL_KEYS and _key(ln) not in have]
+        if moving:  # appended: a later line wins over an empty one left above
+            _rewrite(secrets, text + ("\n" if text and not text.endswith("\n") else "")
+                     + "".join(moving))
+        legacy.unlink()
+        made.append(f"{legacy} merged back into {secrets} and removed (the broker reads "
+                    "the mailbox now; the citizen's unit gets no credential)")
     try:
         broker = pwd.getpwnam(BROKER_USER)
     except KeyError:
@@ -193,6 +193,10 @@ def broker_secrets(name: str, secrets: Path) -> list[str]:
         os.chmod(secrets, 0o600)  # the broker's alone (and root's)
         made.append(f"{secrets} now the broker's")
     return made
+
+
+def _key(line: str) -> str:
+    return line.split("=", 1)[0].strip().removeprefix("export ") if "=" in line else ""
 
 
 def _rewrite(path: Path, text: str) -> None:

@@ -79,8 +79,8 @@ def operator_secrets_file(name: str) -> Path:
 
 
 def operator_mail_file(name: str) -> Path:
-    """A citizen's mailbox settings on a server (root 0600), which its unit hands to the
-    daemon; the model key stays in `operator_secrets_file`, which only the broker reads."""
+    """Where an older install kept a citizen's mailbox apart for its daemon; setup merges
+    it back into `operator_secrets_file` (the broker alone logs in to the mailbox now)."""
     return operator_dir() / f"{check_name(name)}.mail.env"
 
 

@@ -1,9 +1,12 @@
 """A citizen's secrets: where they are read from, and the object that holds them.
 
-On a server they come from the credential its unit passes in (or, for root's CLI, root's
-`/etc/experience/<name>.env`); in dev mode from the home's `.env`; the process
-environment overrides either. A `Secrets` never shows its values in a repr, and
-redacts them from any text as the last line of defence.
+On a server a citizen's process reads none: `/etc/experience/<name>.env` is the
+broker's (the model key, the mailbox), and its unit passes no credential. Root's CLI
+reads that file; in dev mode every process reads the home's `.env`; the process
+environment overrides either. The mailbox password (`BROKER_ONLY`) is the broker's
+alone even then: a `Secrets` never holds it, so no daemon, wake or tool does. A
+`Secrets` never shows its values in a repr, and redacts them from any text as the last
+line of defence.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from citizen.errors import ConfigError
 
 # Secrets that must never reach prompts, logs or tool subprocesses.
 SECRET_KEYS = ("ANTHROPIC_API_KEY", "EMAIL_PASS", "ANTHROPIC_AUTH_TOKEN")
-CREDENTIAL = "secrets"  # the unit's LoadCredential= name for the citizen's secrets
+# Read by the broker alone (citizen.broker.mailbox), never kept in a `Secrets`: the
+# daemon gets messages from the broker, not the means to log in.
+BROKER_ONLY = ("EMAIL_PASS",)
 MIN_SECRET = 6  # shorter values are redacted nowhere: they would match ordinary words
 
 
@@ -74,36 +79,32 @@ def parse_env(path: Path) -> dict[str, str]:
 def secrets_file(name: str) -> Path | None:
     """Where citizen `name`'s secrets are read from, if anywhere readable.
 
-    On a server: the credential its unit passes in (`LoadCredential=` of the mailbox
-    settings, readable by the daemon alone and hidden from its sandbox), or - for root's
-    CLI - the root-owned `/etc/experience/<name>.mail.env`. The model key is never here:
-    `/etc/experience/<name>.env` is the broker's (citizen.broker). Never the home's
-    `.env` on a server: the citizen writes it. In dev mode, the home's `.env`.
+    On a server: root's `/etc/experience/<name>.env` (the broker's; only root's CLI can
+    read it - a citizen's process reads no secrets at all). Never the home's `.env` on
+    a server: the citizen writes it. In dev mode, the home's `.env`.
     """
-    creds = os.environ.get("CREDENTIALS_DIRECTORY")
-    candidates = [Path(creds) / CREDENTIAL] if creds else []
-    # Root's CLI: the mailbox file (the model key is the broker's, which root's calls
-    # reach through the broker like everyone's), then an install older than the broker.
-    candidates += [paths.operator_mail_file(name), paths.operator_secrets_file(name)]
     from citizen.config import server_mode  # noqa: PLC0415 - config imports this module
 
-    if not server_mode():  # dev mode: the home's .env
-        candidates.append(paths.citizen_env_file(name))
-    for path in candidates:
-        if path.is_file() and os.access(path, os.R_OK):
-            return path
-    return None
+    path = paths.operator_secrets_file(name) if server_mode() else paths.citizen_env_file(name)
+    return path if path.is_file() and os.access(path, os.R_OK) else None
 
 
-def load_secrets(name: str | None = None) -> Secrets:
-    """A citizen's secrets (`secrets_file`), overridden by the process environment."""
-    values: dict[str, str] = {}
+def values(name: str | None = None) -> dict[str, str]:
+    """Everything in `secrets_file` overridden by the process environment, the mailbox
+    password included: for the dev-mode broker, which reads what its developer's files
+    say (a server's broker reads its own file: citizen.broker.mailbox)."""
+    found: dict[str, str] = {}
     if name is not None:
         env_file = secrets_file(name)
         if env_file is not None:
-            values.update(parse_env(env_file))
-    values.update({k: v for k, v in os.environ.items() if k in values or k in _ENV_KEYS})
-    return Secrets({k: v for k, v in values.items() if v})
+            found.update(parse_env(env_file))
+    found.update({k: v for k, v in os.environ.items() if k in found or k in _ENV_KEYS})
+    return {k: v for k, v in found.items() if v}
+
+
+def load_secrets(name: str | None = None) -> Secrets:
+    """A citizen's secrets (`values`) without what only the broker reads (`BROKER_ONLY`)."""
+    return Secrets({k: v for k, v in values(name).items() if k not in BROKER_ONLY})
 
 
 _ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS", "SMTP_TLS",

@@ -23,7 +23,7 @@ from citizen.errors import CitizenError, ProviderError
 from citizen.llm.base import Provider, Reply, Request
 from citizen.loop import Meter
 from citizen.loop import run as run_loop
-from citizen.mail.account import configured as mail_configured
+from citizen.mail import configured as mail_configured
 from citizen.memory import Memory
 from citizen.selection import route, select_tools
 from citizen.spend import Daily, DailyCapReached
@@ -170,7 +170,7 @@ def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
     if operators and mail.configured(secrets):
         from citizen.mail.outbox import notice  # noqa: PLC0415
 
-        notice(home, mail.account(secrets), ", ".join(operators), subject, body)
+        notice(home, operators, subject, body)
 
 
 @dataclass

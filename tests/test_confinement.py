@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen import config, paths, sandbox, secrets
+from citizen import config, paths, sandbox
 from citizen.contexts import ContextStore
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
@@ -103,11 +103,13 @@ def test_on_a_server_secrets_come_from_the_credential_never_the_home(
     assert config.load_secrets("opus").get("ANTHROPIC_BASE_URL") == ""
     (rules_dir / "opus.env").write_text("ANTHROPIC_API_KEY=from-etc-0001\n")
     assert config.load_secrets("opus").get("ANTHROPIC_API_KEY") == "from-etc-0001"
+    # The unit passes no credential any more (the broker holds them): one planted in a
+    # credential directory is not read either.
     creds = tmp_path / "creds"
     creds.mkdir()
-    (creds / secrets.CREDENTIAL).write_text("ANTHROPIC_API_KEY=from-the-unit-01\n")
+    (creds / "secrets").write_text("ANTHROPIC_API_KEY=from-the-unit-01\n")
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
-    assert config.load_secrets("opus").get("ANTHROPIC_API_KEY") == "from-the-unit-01"
+    assert config.load_secrets("opus").get("ANTHROPIC_API_KEY") == "from-etc-0001"
 
 
 # ------------------------------------------------------------------ file tools
@@ -119,11 +121,11 @@ def test_file_tools_refuse_the_kernels_process_files_and_credentials(
     daemon's environment, and the unit's credential directory holds its secrets."""
     creds = tmp_path / "credentials"
     creds.mkdir()
-    (creds / secrets.CREDENTIAL).write_text("ANTHROPIC_API_KEY=in-the-credential\n")
+    (creds / "secrets").write_text("ANTHROPIC_API_KEY=in-the-credential\n")
     monkeypatch.setenv("CREDENTIALS_DIRECTORY", str(creds))
     env, read = _env(), core_tools()["read_file"]
     for path in ("/proc/self/environ", f"/proc/{os.getpid()}/environ", "/proc/self/mem",
-                 str(creds / secrets.CREDENTIAL), "/sys/kernel/notes", "../mira/.env"):
+                 str(creds / "secrets"), "/sys/kernel/notes", "../mira/.env"):
         with pytest.raises(ToolFailure, match="never readable"):
             read.run(env, {"path": path})
     # a symlink in the home pointing at them is resolved first

@@ -26,7 +26,7 @@ from imapclient import IMAPClient
 from citizen import config, paths
 from citizen.cli import cli
 from citizen.daemon import Daemon
-from citizen.mail import MailError, account
+from citizen.mail import MailError
 from citizen.mail.intake import Intake
 from citizen.tasks import TaskQueue
 from citizen.wake import run_wake
@@ -60,9 +60,8 @@ def opus_mail(civ: Path, mx: MailSystem) -> Path:
 
 
 def intake(timeout: float = 30.0) -> Intake:
-    secrets = config.load_secrets("opus")
-    return Intake(paths.home("opus"), config.load_citizen("opus"),
-                  account(secrets, timeout_s=timeout), {})
+    """opus's intake, through the dev-mode broker (which alone logs in)."""
+    return Intake(paths.home("opus"), config.load_citizen("opus"), {}, timeout_s=timeout)
 
 
 def mail(subject: str, body: str = "Please write notes/hi.md", sender: str = OPERATOR,
@@ -322,6 +321,8 @@ def test_send_email_goes_only_to_operators_and_citizens_and_is_rate_limited(
 def test_a_crlf_in_an_encoded_subject_is_no_header_injection(tmp_path: Path) -> None:
     """'=?utf-8?q?hi=0D=0ABcc:…?=' decodes to a line break: stored as it came, the reply
     would carry a Bcc of the sender's choosing (or raise ValueError and end the wake)."""
+    from citizen.broker import mailbox
+    from citizen.broker.mail import compose
     from citizen.mail.message import parse
     from citizen.mail.outbox import reply_to_task
     from citizen.tasks import Task
@@ -335,9 +336,16 @@ def test_a_crlf_in_an_encoded_subject_is_no_header_injection(tmp_path: Path) -> 
     task = Task(id="t-1", text="x", meta={"from": mail.sender, "subject": mail.subject,
                                            "message_id": mail.message_id})
     task.status, task.result = "done", "ok"
-    reply = reply_to_task(task, "opus@experience.local")
-    assert reply["Bcc"] is None and "\n" not in str(reply["Subject"])
-    assert message_from_bytes(bytes(reply), policy=policy.default)["Bcc"] is None
+    request = reply_to_task(task)
+    assert "\n" not in request["subject"]
+    # The broker writes the message from the request (whatever else a request says).
+    acct = mailbox.Account("opus@experience.local", "pw", mailbox.Endpoint("h", 1, "plain"),
+                           mailbox.Endpoint("h", 1, "plain"), where="opus's .env")
+    forged = {**request, "subject": "hi\r\nBcc: evil@example.net"}
+    for req in (request, forged):
+        reply = compose(acct, config.load_citizen("opus"), [mail.sender], req)
+        assert reply["Bcc"] is None and "\n" not in str(reply["Subject"])
+        assert message_from_bytes(bytes(reply), policy=policy.default)["Bcc"] is None
 
 
 def test_the_operator_is_mailed_once_when_a_citizen_passes_80_percent(

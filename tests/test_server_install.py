@@ -79,13 +79,14 @@ def test_setup_creates_everything_and_a_second_run_changes_nothing(server: Serve
     assert "setup_server: nothing changed" in again, again
     assert "changed:" not in again
     modes = server.run("stat", "-c", "%n %a %U:%G", "/home/opus", "/etc/experience/opus.env",
-                       "/etc/experience/opus.mail.env", "/var/lib/experience-broker",
+                       "/var/lib/experience-broker",
                        "/etc/experience/opus.json", "/home/shared", "/home/shared/changes",
                        "/home/shared/baseline", "/home/opus/code", "/opt/experience/release")
     assert "/home/opus 750 opus:citizens" in modes
-    # The model key: the broker's alone; the mailbox: root's, handed to the daemon.
+    # The model key and the mailbox: the broker's alone; the daemon gets no credential.
     assert "/etc/experience/opus.env 600 experience-broker:experience-broker" in modes
-    assert "/etc/experience/opus.mail.env 600 root:root" in modes
+    assert server.box.run("test", "-e", "/etc/experience/opus.mail.env",
+                          check=False).returncode == 1
     assert "/var/lib/experience-broker 700 experience-broker:experience-broker" in modes
     assert "/etc/experience/opus.json 644 root:root" in modes  # rules: read, never written
     assert "/home/shared 3775 root:citizens" in modes  # sticky: nothing renamed or replaced

@@ -97,7 +97,7 @@ def test_mail_to_three_citizens_is_answered_once(civ: Path, mx: MailSystem,  # n
 def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
         opus_mail: Path, mx: MailSystem) -> None:  # noqa: F811
     from citizen import config, paths
-    from citizen.mail import account, citizen_directory
+    from citizen.mail import citizen_directory
     from citizen.mail.intake import Intake
     from citizen.wake import run_wake
     from tests.scripts import Actor
@@ -113,8 +113,7 @@ def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
     citizen = send("Please check the backups", sender="mira@experience.local")  # allowed
     routed = send("[consensus] Add a backup job")
     alone = send("Only for you", to="opus")
-    intake = Intake(paths.home("opus"), config.load_citizen("opus"),
-                    account(config.load_secrets("opus")), citizen_directory())
+    intake = Intake(paths.home("opus"), config.load_citizen("opus"), citizen_directory())
     outcomes = {o.message_id: o for o in intake.poll()}
     tasks = TaskQueue(paths.home("opus").tasks)
     (held,) = tasks.held()  # only the person's plain mail to several citizens
@@ -140,7 +139,7 @@ def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
 def test_a_stream_that_cannot_open_leaves_an_ordinary_task(opus_mail: Path,  # noqa: F811
                                                            mx: MailSystem) -> None:  # noqa: F811
     from citizen import config, paths
-    from citizen.mail import account, citizen_directory
+    from citizen.mail import citizen_directory
     from citizen.mail.intake import Intake
 
     rooms = opus_mail.parent / "shared" / "streams" / "rooms"
@@ -150,8 +149,7 @@ def test_a_stream_that_cannot_open_leaves_an_ordinary_task(opus_mail: Path,  # n
     del msg["To"]
     msg["To"] = "opus@experience.local, mira@experience.local"
     mx.send(msg, OPERATOR, "opus@experience.local")
-    intake = Intake(paths.home("opus"), config.load_citizen("opus"),
-                    account(config.load_secrets("opus")), citizen_directory())
+    intake = Intake(paths.home("opus"), config.load_citizen("opus"), citizen_directory())
     (outcome,) = intake.poll()
     tasks = TaskQueue(paths.home("opus").tasks)
     assert outcome.action == "task" and tasks.where(outcome.detail) == "queue"

@@ -13,6 +13,7 @@ import os
 import threading
 from pathlib import Path
 
+import citizen.broker.mail  # noqa: F401 - its routes
 from citizen import config, paths
 from citizen.broker import onboarding  # noqa: F401 - registers its routes
 from citizen.broker.ledger import Ledger

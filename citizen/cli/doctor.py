@@ -120,23 +120,27 @@ def _budget_check(cfg: config.CitizenConfig, tpl: config.Templates) -> Check:
                  "budget.max_usd_per_wake")
 
 
-def _mail_check(cfg: config.CitizenConfig, secrets: config.Secrets) -> Check:
-    """Log in to IMAP and SMTP when the citizen has a mailbox."""
+def _mail_check(name: str, secrets: config.Secrets) -> Check:
+    """The broker logs in to IMAP and SMTP when the citizen has a mailbox (no process
+    of ours holds the password)."""
     from citizen import mail  # noqa: PLC0415
-    from citizen.mail.account import connect_imap, connect_smtp  # noqa: PLC0415
+    from citizen.mail import link  # noqa: PLC0415
 
     if not mail.configured(secrets):
         return Check("mail", OK, "no mailbox configured (IMAP_SERVER, SMTP_SERVER, EMAIL_USER, "
                      "EMAIL_PASS in its secrets)")
     try:
-        acct = mail.account(secrets, timeout_s=10)
-        connect_imap(acct).logout()
-        connect_smtp(acct).quit()
+        got = link.check(name)
+    except mail.MailNotConfigured as exc:
+        return Check("mail", OK, str(exc))
     except mail.MailError as exc:
         return Check("mail", FAIL, str(exc))
-    senders = len(cfg.mail.allowed_senders)
-    return Check("mail", OK, f"{acct.user}: IMAP {acct.imap} and SMTP {acct.smtp} logins work; "
-                 f"{senders} operator address{'es' if senders != 1 else ''} may send tasks")
+    senders = int(got["operators"])
+    sending = (f"{got['sent_last_hour']} of {got['max_sends_per_hour']} sends this hour"
+               if got["can_send"] else "sending not permitted (permissions.can_send_email)")
+    return Check("mail", OK, f"{got['address']}: IMAP {got['imap']} and SMTP {got['smtp']} "
+                 f"logins work (by the broker); {senders} operator "
+                 f"address{'es' if senders != 1 else ''} may send tasks; {sending}")
 
 
 def _broker_check() -> Check:
@@ -171,7 +175,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         checks.append(Check("provider", OK, f"{choice.name} ({choice.reason})"))
         if choice.name == "anthropic":
             checks.append(_budget_check(cfg, tpl))
-        checks.append(_mail_check(cfg, secrets))
+        checks.append(_mail_check(name, secrets))
     except CitizenError as exc:
         checks.append(Check("config", FAIL, str(exc)))
         return checks

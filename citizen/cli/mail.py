@@ -1,4 +1,5 @@
-"""`citizen mail`: poll a mailbox now, and list what was quarantined."""
+"""`citizen mail`: poll a mailbox now, and list what was quarantined - both through the
+broker, which alone logs in to the mailbox."""
 
 from __future__ import annotations
 
@@ -8,14 +9,13 @@ import click
 
 from citizen import config, mail, paths
 from citizen.cli.options import json_option
+from citizen.mail import link
 from citizen.mail.intake import Intake
 from citizen.mail.outbox import flush
 
 
 def _intake(name: str) -> Intake:
-    home = paths.home(name)
-    return Intake(home, config.load_citizen(name), mail.account(config.load_secrets(name)),
-                  mail.citizen_directory())
+    return Intake(paths.home(name), config.load_citizen(name), mail.citizen_directory())
 
 
 @click.group("mail")
@@ -37,7 +37,7 @@ def poll(name: str) -> None:
     outcomes = intake.poll()
     for o in outcomes:
         click.echo(f"{o.action:<15} {o.message_id}  {o.detail}")
-    sent, error = flush(paths.home(name), intake.account)
+    sent, error = flush(paths.home(name))
     click.echo(f"{len(outcomes)} messages; {sent} sent from the outbox"
                + (f"; outbox: {error}" if error else ""))
 
@@ -46,11 +46,15 @@ def poll(name: str) -> None:
 @click.argument("name")
 @json_option
 def quarantine(name: str, as_json: bool) -> None:
-    """List the messages citizen NAME refused, with the reason for each."""
-    home = paths.home(name)
-    path = home.dir / "mail" / "quarantine.jsonl"
-    rows = [json.loads(x) for x in path.read_text().splitlines() if x.strip()] \
-        if path.exists() else []
+    """List the messages citizen NAME refused, with the reason for each (the broker's
+    record: it quarantines strangers and over-size mail before the citizen sees them).
+
+    \b
+    Example:
+      citizen mail quarantine opus --json
+    """
+    paths.home(name)  # an unknown name fails here, with the fix
+    rows = link.quarantined(name)
     if as_json:
         click.echo(json.dumps(rows))
         return

@@ -1,24 +1,27 @@
 """Mail intake: each new message from an allowed sender becomes exactly one task.
 
+The broker reads the INBOX (citizen.broker.mail): a stranger's mail, one over the size
+cap (decided before it is downloaded) and one without a readable sender never reach the
+daemon - the broker quarantines them. The rest arrive as raw bytes; each becomes a task,
+or goes to quarantine with its reason, and the daemon acknowledges it through the broker,
+which moves it to Processed or Quarantine.
+
 A person's mail addressed to several citizens opens one stream (its Message-ID): each
 of them holds the task and bids, and only the citizens the decision grants take it up
 (the STREAM wake releases or dismisses the held task).
 
 Never lost, never twice. A message leaves the INBOX only after its task exists; the
 Message-ID ledger and a task id derived from the message make a retry after a crash
-(between writing the task and moving the message) find the task instead of writing
-a second one. Anything that cannot safely become a task goes to the quarantine
-folder with its reason recorded.
+(between writing the task and the acknowledgement) find the task instead of writing
+a second one.
 """
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
@@ -27,9 +30,9 @@ from typing import Any
 
 from citizen import civilization
 from citizen.config import CitizenConfig
-from citizen.mail import routes
-from citizen.mail.account import Account, MailError, connect_imap
-from citizen.mail.message import BadMail, headers, message_id_of, parse, sender_of
+from citizen.mail import link, routes
+from citizen.mail.link import MailError, MailNotConfigured
+from citizen.mail.message import BadMail, headers, parse, sender_of
 from citizen.paths import Home
 from citizen.tasks import TaskQueue, now_iso
 from shared.atomic import append_line, write_bytes
@@ -40,6 +43,7 @@ log = logging.getLogger(__name__)
 # Renew IDLE this often: servers drop it after ~30 min, and a server that died mid-IDLE
 # is only noticed on the next command (its socket may just stay silent).
 IDLE_RENEW_S = 60.0
+MAX_BATCHES = 50  # one poll takes at most this many broker answers (16 MB each)
 MB = 1024 * 1024
 
 
@@ -60,17 +64,17 @@ def _task_id(message_id: str, received: datetime) -> str:
 
 
 class Intake:
-    """Reads one citizen's INBOX into its task queue."""
+    """Reads one citizen's INBOX, through the broker, into its task queue."""
 
-    def __init__(self, home: Home, config: CitizenConfig, account: Account,
-                 citizens: Mapping[str, str]) -> None:
-        """`citizens`: every citizen's address → name (`mail.citizen_directory()`)."""
+    def __init__(self, home: Home, config: CitizenConfig, citizens: Mapping[str, str],
+                 timeout_s: float = link.TIMEOUT_S) -> None:
+        """`citizens`: every citizen's address → name (`mail.citizen_directory()`);
+        `timeout_s`: how long the broker waits for a silent mail server."""
         self.home = home
+        self.name = home.name
         self.config = config
-        self.account = account
         self.citizens = {a.lower(): n for a, n in citizens.items()}
-        self.allowed = {a.lower() for a in (*config.mail.allowed_senders, *self.citizens)}
-        self.allowed.discard(account.user.lower())  # its own replies never loop back in
+        self.timeout_s = timeout_s
         self.dir = home.dir / "mail"
         self.tasks = TaskQueue(home.tasks)
         self.lock = threading.Lock()  # the scheduled poll and IDLE never poll at once
@@ -92,68 +96,55 @@ class Intake:
         return out
 
     def quarantined(self) -> list[dict[str, Any]]:
-        path = self.dir / "quarantine.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()
-                if line.strip()]
+        """What the mailbox refused, with the reasons (the broker's record)."""
+        return link.quarantined(self.name)
 
     # ------------------------------------------------------------ polling
 
     def poll(self) -> list[Outcome]:
         """Process every message in the INBOX once.
 
-        :raises MailError: the server could not be reached or refused the login.
+        :raises MailError: the broker could not reach the mailbox (or refused).
         """
         with self.lock:
-            client = connect_imap(self.account)
-            try:
-                return self._poll(client)
-            except (OSError, TimeoutError) as exc:
-                raise MailError(f"IMAP connection to {self.account.imap} broke: {exc}") from exc
-            finally:
-                with contextlib.suppress(Exception):  # the connection may already be gone
-                    client.logout()
+            outcomes: list[Outcome] = []
+            for _ in range(MAX_BATCHES):
+                batch = link.inbox(self.name, self.timeout_s)
+                outcomes += [Outcome(int(q["uid"]), str(q["message_id"]), "quarantined",
+                                     str(q["reason"])) for q in batch.quarantined]
+                ledger = self.ledger()
+                acks: list[dict[str, Any]] = []
+                try:
+                    for incoming in batch.messages:
+                        outcome, acked = self._one(incoming, ledger)
+                        outcomes.append(outcome)
+                        acks.append(acked)
+                finally:
+                    # Only after the tasks exist: a crash before this leaves the messages
+                    # in the INBOX, and the ledger finds their tasks on the next poll.
+                    link.ack(self.name, batch.uidvalidity, acks, self.timeout_s)
+                if not batch.more or not acks:
+                    break
+            return outcomes
 
-    def _poll(self, client: Any) -> list[Outcome]:
-        for folder in (self.config.mail.processed_folder, self.config.mail.quarantine_folder):
-            if not client.folder_exists(folder):
-                client.create_folder(folder)
-        client.select_folder("INBOX")
-        uids = client.search("ALL")
-        ledger = self.ledger()
-        return [self._one(client, uid, ledger) for uid in uids]
-
-    def _one(self, client: Any, uid: int, ledger: dict[str, str]) -> Outcome:  # noqa: PLR0911
-        info = client.fetch([uid], ["RFC822.SIZE", "INTERNALDATE",
-                                    "BODY.PEEK[HEADER]"])[uid]
-        size = int(info[b"RFC822.SIZE"])
-        received = info[b"INTERNALDATE"]
-        head = headers(info[b"BODY[HEADER]"])
-        try:
-            message_id = message_id_of(head, info[b"BODY[HEADER]"])
-        except BadMail as exc:
-            return self._quarantine(client, uid, "?", "?", exc.reason)
+    def _one(self, incoming: link.Incoming,
+             ledger: dict[str, str]) -> tuple[Outcome, dict[str, Any]]:
+        uid, message_id = incoming.uid, incoming.message_id
         if message_id in ledger:
-            self._move(client, uid, self.config.mail.processed_folder)
-            return Outcome(uid, message_id, "already-queued", ledger[message_id])
+            return (Outcome(uid, message_id, "already-queued", ledger[message_id]),
+                    {"uid": uid, "to": "processed"})
         try:
-            sender = sender_of(head)
+            mail = parse(incoming.raw, int(self.config.mail.max_attachment_mb * MB))
         except BadMail as exc:
-            return self._quarantine(client, uid, message_id, "?", exc.reason)
-        if sender not in self.allowed:
-            return self._quarantine(client, uid, message_id, sender,
-                                    f"unknown sender {sender} (not on the allow-list)")
-        cap = int(self.config.mail.max_message_mb * MB)
-        if size > cap:  # decided on RFC822.SIZE: the body is never downloaded
-            return self._quarantine(client, uid, message_id, sender,
-                                    f"over-size: {size} bytes > {cap}")
-        raw = client.fetch([uid], ["BODY.PEEK[]"])[uid][b"BODY[]"]
-        try:
-            mail = parse(raw, int(self.config.mail.max_attachment_mb * MB))
-        except BadMail as exc:
-            return self._quarantine(client, uid, message_id, sender, exc.reason)
-        task_id = _task_id(message_id, received)
+            try:
+                sender = sender_of(headers(incoming.raw))
+            except BadMail:
+                sender = "?"
+            log.warning("mail %s from %s quarantined: %s", message_id, sender, exc.reason)
+            return (Outcome(uid, message_id, "quarantined", exc.reason),
+                    {"uid": uid, "to": "quarantine", "message_id": message_id,
+                     "from": sender, "reason": exc.reason})
+        task_id = _task_id(message_id, incoming.received)
         kind = routes.kind_for(mail.subject)
         if self.tasks.where(task_id) is None:
             saved = self._save_attachments(task_id, mail.attachments)
@@ -173,12 +164,11 @@ class Intake:
         append_line(self.dir / "ledger.jsonl", {"ts": now_iso(), "message_id": message_id,
                                                 "task_id": task_id, "from": mail.sender,
                                                 "subject": mail.subject})
-        self._move(client, uid, self.config.mail.processed_folder)
         held = self.tasks.where(task_id) == "held"  # several citizens got it: bid first
         civilization.commons().ring(self.home.name, "STREAM" if held else kind,
                                     f"mail task {task_id}", sender=mail.sender)
         log.info("mail %s from %s became task %s", message_id, mail.sender, task_id)
-        return Outcome(uid, message_id, "task", task_id)
+        return Outcome(uid, message_id, "task", task_id), {"uid": uid, "to": "processed"}
 
     def _addressed(self, recipients: list[str], sender: str, kind: str) -> list[str]:
         """The citizens a person's plain task mail reached, when it reached several of
@@ -213,57 +203,28 @@ class Intake:
             saved.append(str(path.relative_to(self.home.dir)))
         return saved
 
-    def _quarantine(self, client: Any, uid: int, message_id: str, sender: str,
-                    reason: str) -> Outcome:
-        self._move(client, uid, self.config.mail.quarantine_folder)
-        append_line(self.dir / "quarantine.jsonl", {"ts": now_iso(), "message_id": message_id,
-                                                    "from": sender, "reason": reason})
-        log.warning("mail %s from %s quarantined: %s", message_id, sender, reason)
-        return Outcome(uid, message_id, "quarantined", reason)
-
-    @staticmethod
-    def _move(client: Any, uid: int, folder: str) -> None:
-        if b"MOVE" in client.capabilities():
-            client.move([uid], folder)
-        else:
-            client.copy([uid], folder)
-            client.delete_messages([uid])
-            client.expunge()
-
     # ------------------------------------------------------------ IDLE
 
     def watch(self, on_new: Callable[[], None], stop: threading.Event) -> None:
-        """Wait for new mail with IDLE and call `on_new`; reconnect with backoff on faults."""
-        from imapclient.exceptions import IMAPClientError  # noqa: PLC0415
-
-        backoff = 1.0
+        """Wait for new mail with IMAP IDLE (the broker's, renewed every `idle_renew_s`)
+        and call `on_new`; back off while the broker or the server fails."""
+        backoff, uidnext = 1.0, None
         while not stop.is_set():
             try:
-                client = connect_imap(self.account)
-                if b"IDLE" not in client.capabilities():
-                    log.info("the IMAP server has no IDLE; relying on the scheduled poll")
-                    return
-                client.select_folder("INBOX")
-                client.idle()
-                renewed = time.monotonic()
-                backoff = 1.0
-                # IDLE reports only what arrives from now on: catch up on anything that
-                # came while we were (re)connecting.
-                on_new()
-                while not stop.is_set():
-                    responses = client.idle_check(timeout=min(20.0, self.idle_renew_s))
-                    if any(r[1] in (b"EXISTS", b"RECENT") for r in responses if len(r) > 1):
-                        client.idle_done()
-                        on_new()
-                        client.idle()
-                        renewed = time.monotonic()
-                    elif time.monotonic() - renewed > self.idle_renew_s:
-                        client.idle_done()
-                        client.idle()
-                        renewed = time.monotonic()
-            # A server killed mid-IDLE raises IMAPClientAbortError (an IMAPClientError), a
-            # frozen one the built-in TimeoutError/OSError: both mean reconnect.
-            except (IMAPClientError, OSError, TimeoutError, MailError) as exc:
-                log.warning("mail IDLE: %s; reconnecting in %.0f s", exc, backoff)
+                # No uidnext yet: the broker answers `new` at once - catch up on anything
+                # that came before the watch (or during an outage: uidnext is kept).
+                got = link.wait(self.name, uidnext, self.idle_renew_s, self.timeout_s)
+            except MailNotConfigured:
+                return
+            except MailError as exc:
+                log.warning("mail IDLE: %s; trying again in %.0f s", exc, backoff)
                 stop.wait(backoff)
                 backoff = min(backoff * 2, 300.0)
+                continue
+            backoff = 1.0
+            if not got.get("idle", True):
+                log.info("the IMAP server has no IDLE; relying on the scheduled poll")
+                return
+            if got.get("new"):
+                on_new()
+            uidnext = int(got["uidnext"])

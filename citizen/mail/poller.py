@@ -1,4 +1,5 @@
-"""The daemon's mail job: poll the INBOX (and watch it with IMAP IDLE), send the outbox,
+"""The daemon's mail job: poll the INBOX through the broker every `mail.poll_seconds`
+(and, with `mail.idle`, wait on the broker's IMAP IDLE between polls), send the outbox,
 and back off while the server fails - without ever taking the daemon down."""
 
 from __future__ import annotations
@@ -34,11 +35,10 @@ class MailPoller:
         """Add the mail job (and the IMAP IDLE watcher) when the citizen has mail."""
         secrets = config.load_secrets(self.name)
         if not mail.configured(secrets):
-            log.info("citizen %s: no mailbox configured (%s in its secrets)", self.name,
-                     ", ".join(mail.SETTINGS))
+            log.info("citizen %s: no mailbox configured (%s and EMAIL_PASS in its .env)",
+                     self.name, ", ".join(mail.SETTINGS))
             return
-        self.intake = Intake(self.home, self.config, mail.account(secrets),
-                             mail.citizen_directory())
+        self.intake = Intake(self.home, self.config, mail.citizen_directory())
         every = self.config.mail.poll_seconds
         scheduler.add_job(self._due, IntervalTrigger(seconds=every), id="mail",
                           next_run_time=datetime.now(UTC), max_instances=1, coalesce=True,
@@ -59,8 +59,11 @@ class MailPoller:
             with quiesce.working(self.name):  # mail becomes tasks: not while a backup reads
                 for o in self.intake.poll():
                     log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
-                flush(self.home, self.intake.account)
+                flush(self.home)
             self.failures = 0
+        except mail.MailNotConfigured as exc:  # the broker's answer: nothing to poll
+            log.info("mail: %s; not polling", exc)
+            self.intake = None
         except mail.MailError as exc:
             self.failures += 1
             delay = min(self.config.mail.poll_seconds * 2 ** self.failures, MAX_BACKOFF_S)

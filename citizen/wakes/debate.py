@@ -193,8 +193,7 @@ def _send_notices(setup: Setup, env: ToolEnv, debates: Debates, me: str) -> None
     due = _notices_due(debates, me, mailed)
     if not due:
         return
-    from citizen.mail import MailError, account  # noqa: PLC0415 - mail requesters only
-    from citizen.mail.outbox import notice  # noqa: PLC0415
+    from citizen.mail.outbox import notice  # noqa: PLC0415 - mail requesters only
 
     for did in due:
         t, crux = debates.thread(did), debates.result(did) or {}
@@ -203,12 +202,9 @@ def _send_notices(setup: Setup, env: ToolEnv, debates: Debates, me: str) -> None
                 f"({'validated' if crux.get('validated') else 'not validated'}):\n"
                 f"{json.dumps(crux, indent=1, ensure_ascii=False)}\n\n{transcript}")
         src = t.get("source", {})
-        try:
-            note = notice(setup.home, account(env.secrets), str(src["from"]),
-                          f"Re: {src.get('subject') or '[debate] ' + t['topic']}", body,
-                          in_reply_to=str(src.get("message_id", "")))
-        except MailError as exc:
-            note = f"not sent: {exc}"
+        note = notice(setup.home, str(src["from"]),
+                      f"Re: {src.get('subject') or '[debate] ' + t['topic']}", body,
+                      in_reply_to=str(src.get("message_id", "")))
         env.event("debate_notice", debate=did, to=src.get("from"), note=note)
         mailed.append(did)
     state.mark(setup.home, MAILED, mailed)

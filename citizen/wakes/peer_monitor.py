@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import random
-from email.message import EmailMessage
 
 from citizen import civilization, paths, wakelog
 from citizen.tools.base import ToolEnv
@@ -68,17 +67,14 @@ class PeerMonitorWake(WakeType):
 
 def _tell_operators(setup: Setup, env: ToolEnv, peer: str, summary: str) -> None:
     from citizen import mail  # noqa: PLC0415 - only when there is something to report
-    from citizen.mail.outbox import flush, queue  # noqa: PLC0415
+    from citizen.mail.outbox import flush, queue, request  # noqa: PLC0415
 
     operators = setup.config.mail.allowed_senders
     if not operators or not mail.configured(env.secrets):
         return
-    acct = mail.account(env.secrets)
-    msg = EmailMessage()
-    msg["From"], msg["To"] = acct.user, ", ".join(operators)
-    msg["Subject"] = f"[experience] {peer} needs attention"
-    msg.set_content(f"{setup.home.name} has reported problems with {peer} "
-                    f"{OPERATOR_THRESHOLD} or more times today. Latest: {summary}\n\n"
-                    f"See: citizen status; citizen logs {peer}\n")
-    queue(setup.home, msg, "monitor")
-    flush(setup.home, acct)
+    queue(setup.home, request(operators, f"[experience] {peer} needs attention",
+                              f"{setup.home.name} has reported problems with {peer} "
+                              f"{OPERATOR_THRESHOLD} or more times today. Latest: "
+                              f"{summary}\n\nSee: citizen status; citizen logs {peer}\n"),
+          "monitor")
+    flush(setup.home)

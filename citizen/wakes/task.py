@@ -104,13 +104,9 @@ def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str
     setup.tasks.finish(task, status, result)
     working.clear(env.contexts)
     if task.source == "mail" and task.meta.get("message_id"):
-        from citizen.mail import MailError, account  # noqa: PLC0415 - mail tasks only
-        from citizen.mail.outbox import answer  # noqa: PLC0415
+        from citizen.mail.outbox import answer  # noqa: PLC0415 - mail tasks only
 
-        try:
-            note = answer(setup.home, account(env.secrets), task)
-        except MailError as exc:
-            note = f"no reply: {exc}"
+        note = answer(setup.home, task)
         if env.log is not None:
             env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
     env.contexts["working"].entries = []  # working memory is cleared when a task ends
