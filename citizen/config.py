@@ -86,6 +86,9 @@ class Budget:
     max_proposals_per_day: int = 5
     max_calls_per_task: int = 50
     max_usd_per_debate: float = 0.5  # the seed's target: past it the debate ends, saying so
+    # What its home may hold on disk, in MiB: measured by root's timer (citizen.disk),
+    # which stops the citizen's unit past it - the citizen cannot change either.
+    max_home_mb: int = 2048
 
 
 @dataclass(frozen=True)

@@ -64,3 +64,13 @@ def known(name: str, *, templates_too: bool = False) -> str:
     if home.is_dir() or (templates_too and name in config.templates().citizen_names()):
         return name
     raise Refused(403, "permission_error", f"no citizen named {name}")
+
+
+def citizen_users() -> list[str]:
+    """Every Unix user whose primary group is `citizens` - the citizens of a server,
+    whatever their homes hold (a citizen can delete its own config.json)."""
+    try:
+        gid = grp.getgrnam(CITIZENS_GROUP).gr_gid
+    except KeyError:
+        return []
+    return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid)

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen import config, paths
+from citizen.broker import identity
 from citizen.broker.refused import Refused
 from citizen.broker.rules import broker_settings
 from citizen.broker.server import Broker, route
@@ -45,7 +46,6 @@ PERMISSION = "can_onboard_citizens"
 MAX_CITIZENS = 10  # broker.json `max_citizens` unset: homes and open requests together
 REQUESTS_PER_DAY = 1  # broker.json `onboard_requests_per_day` unset: per author, 24 h
 DAY_S = 86400.0
-GROUP = "citizens"
 # Names that are, or will be, the system's, whether or not such a user exists here yet.
 RESERVED = frozenset({"root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail",
                       "news", "uucp", "proxy", "backup", "list", "irc", "nobody", "admin",
@@ -173,11 +173,7 @@ def citizens_now() -> int:
     """How many citizens this civilization has: on a server the users whose primary
     group is `citizens` (the broker cannot read homes), in dev mode the homes."""
     if config.server_mode():
-        try:
-            gid = grp.getgrnam(GROUP).gr_gid
-        except KeyError:
-            return 0
-        return sum(1 for u in pwd.getpwall() if u.pw_gid == gid)
+        return len(identity.citizen_users())
     from citizen import civilization  # noqa: PLC0415 - heavy; dev mode only
 
     return len(civilization.citizens())

@@ -47,6 +47,7 @@ COMMANDS = {
     "restore": "citizen.cli.backup:restore",
     "broker": "citizen.cli.broker:broker",
     "spend": "citizen.cli.broker:spend",
+    "disk": "citizen.cli.disk:disk",
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").

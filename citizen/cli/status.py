@@ -63,7 +63,21 @@ def citizen_status(name: str) -> dict[str, Any]:
         "usd_per_day_cap": cap,
         "daily_cap_reached": cap is not None and usd_today >= cap,
         "disk_mb": round(retention.disk_bytes(home) / 2**20, 1),  # logs are bounded (issue 18)
+        "disk_budget": _disk(name),
     }
+
+
+def _disk(name: str) -> dict[str, Any] | None:
+    """Root's last disk check of this citizen (citizen.disk), when it is past or near
+    its budget or was stopped for it."""
+    from citizen import disk  # noqa: PLC0415
+
+    verdict = disk.last(name)
+    if verdict is None or (verdict.state == "ok" and not verdict.stopped_at):
+        return None
+    return {"state": verdict.state, "used_mb": verdict.used_mb,
+            "budget_mb": verdict.budget_mb, "checked_at": verdict.checked_at,
+            "stopped_at": verdict.stopped_at}
 
 
 @click.command()
@@ -96,4 +110,16 @@ def status(as_json: bool) -> None:
                    f"${r['usd_today']:.4f}"
                    + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else "")
                    + (" - DAILY CAP REACHED: only model-free wakes until 00:00 UTC"
-                      if r["daily_cap_reached"] else "")))  # heartbeat, log: the citizen's
+                      if r["daily_cap_reached"] else "")
+                   + _disk_text(r["disk_budget"])))  # heartbeat, log: the citizen's
+
+
+def _disk_text(verdict: dict[str, Any] | None) -> str:
+    if verdict is None:
+        return ""
+    used = "unmeasured" if verdict["used_mb"] is None else f"{verdict['used_mb']:.0f} MB"
+    if verdict["state"] == "near":
+        return f" - disk near its budget ({used} of {verdict['budget_mb']} MB)"
+    return (f" - DISK BUDGET: {used} of {verdict['budget_mb']} MB"
+            + (f", unit stopped {verdict['stopped_at']} (citizen disk check)"
+               if verdict["stopped_at"] else ""))

@@ -1,0 +1,54 @@
+"""`citizen disk check`: each citizen's home against its disk budget (citizen.disk)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict
+
+import click
+
+from citizen.cli.options import json_option
+from citizen.cli.terminal import clean
+from citizen.errors import CitizenError
+
+
+@click.group()
+def disk() -> None:
+    """Each citizen's disk budget (budget.max_home_mb in the operator's rules).
+
+    \b
+    Examples:
+      citizen disk check                     measure every home and say where each stands
+      citizen disk check opus --json
+      citizen disk check --enforce           what experience-disk.timer runs, as root
+    """
+
+
+@disk.command("check")
+@click.argument("names", nargs=-1)
+@click.option("--enforce", is_flag=True,
+              help="On a server, as root: stop the unit of each citizen past its budget.")
+@click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
+              help="Seconds to measure one home; longer counts as over its budget.")
+@json_option
+def check(names: tuple[str, ...], enforce: bool, timeout_s: float, as_json: bool) -> None:
+    """Measure each citizen's home (links not followed) against its budget, record the
+    verdict where `citizen status` shows it, and with --enforce stop those past it."""
+    from citizen import disk as diskmod  # noqa: PLC0415
+
+    try:
+        verdicts = diskmod.check(list(names) or None, enforce=enforce, timeout_s=timeout_s)
+    except PermissionError as exc:
+        raise CitizenError(f"{exc.filename}: the disk check records as root - run it as "
+                           "root (sudo citizen disk check)") from exc
+    if as_json:
+        click.echo(json.dumps([asdict(v) for v in verdicts], indent=2))
+        return
+    if not verdicts:
+        click.echo("no citizens to check")
+    for v in verdicts:
+        used = "unmeasured" if v.used_mb is None else f"{v.used_mb:.1f} MB"
+        # A note may quote du on the citizen's file names: shown as text only.
+        click.echo(clean(f"{v.citizen:<12} {used:>12} of {v.budget_mb} MB  {v.state.upper()}"
+                         + (f"  unit stopped {v.stopped_at}" if v.stopped_at else "")
+                         + (f"  ({v.note})" if v.note else "")))
