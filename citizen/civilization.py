@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen import config, paths
+from citizen.broker import steps
 from citizen.contexts import ContextStore
 from citizen.errors import CitizenError
 from citizen.llm.base import estimate_tokens
@@ -148,7 +149,8 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
             or handle.medium_programs != medium:
         handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
                          {n: tpl.values_profile(n) for n in names}, approvals,
-                         {n: paths.home(n).code for n in names}, medium)
+                         {n: paths.home(n).code for n in names}, medium,
+                         merge_request=steps.merge, world_request=steps.world)
         _COMMONS[key] = handle
     return handle
 

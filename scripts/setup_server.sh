@@ -12,8 +12,10 @@
 # release root runs in /opt/experience/release; dependencies only in
 # /opt/experience/venv; units in /etc/systemd/system; `citizen` on the PATH.
 #
-# Root never runs code or git in anything a citizen can write: the baseline belongs to
-# the unprivileged user `experience`, which does every git step there.
+# Root never runs code or git in anything a citizen can write. The shared repositories
+# (baseline, world) belong to the broker's user and no one else writes them (issue 28):
+# the broker merges reviewed changes and runs approved actions; setup's git steps there
+# run as that user with hooks and fsmonitor off.
 set -euo pipefail
 
 source_dir="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -56,13 +58,16 @@ fi
 
 current="user experience"
 step "$current"
-# The baseline's owner: an unprivileged system user in group citizens. Every git step
-# in the baseline runs as it, so a hook, fsmonitor or filter a citizen plants there runs
-# with no more rights than that citizen already has - never as root.
+# The baseline's owner before the broker took it (issue 28): kept so that an older
+# install's files have a known owner, owning nothing now and no longer in group citizens
+# (a member could file records in the commons without being a citizen).
 if ! getent passwd experience >/dev/null; then
-    useradd --system --user-group --groups citizens --home-dir /nonexistent --no-create-home \
-        --shell /usr/sbin/nologin --comment "Experience baseline owner" experience
+    useradd --system --user-group --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin --comment "Experience (former baseline owner)" experience
     changed "user experience"
+elif id -nG experience | grep -qw citizens; then
+    gpasswd -d experience citizens >/dev/null
+    changed "user experience no longer in group citizens"
 fi
 
 current="user experience-broker"
@@ -126,54 +131,82 @@ fi
 current="baseline repository $shared/baseline"
 step "$current"
 baseline="$shared/baseline"
-if [ -L "$baseline" ]; then fail "$baseline is a symbolic link - remove it and run again"; fi
-if [ ! -d "$baseline" ]; then
-    install -d -m 2775 -o experience -g citizens "$baseline"
-    changed "$baseline"
-elif [ "$(stat -c '%U' "$baseline")" != "experience" ]; then
-    # An older install: root owned the baseline. chown -R never follows symlinks (-P).
-    chown -R -P experience "$baseline"
-    changed "$baseline now owned by user experience"
-fi
+broker=experience-broker
+# The shared repositories and the broker's merge records: the broker's user owns them,
+# everyone reads them, nobody else writes them - not a file, .git/config, a hook or a ref
+# (issue 28, break 4: a group-writable repository ran a planted hook as its next user).
+for repo in "$baseline" "$shared/world" "$shared/merged"; do
+    if [ -L "$repo" ]; then fail "$repo is a symbolic link - remove it and run again"; fi
+    if [ ! -d "$repo" ]; then
+        install -d -m 2755 -o "$broker" -g citizens "$repo"
+        changed "$repo"
+    elif [ "$(stat -c '%U %a' "$repo")" != "$broker 2755" ]; then
+        # An older install (root's, experience's or a citizen's, group-writable): the
+        # broker's now; chown -R -P and chmod -R never follow a symbolic link.
+        chown -R -P "$broker:citizens" "$repo"
+        chmod -R go-w,a+rX "$repo"
+        chmod 2755 "$repo"
+        if [ -d "$repo/.git" ]; then
+            # What any citizen could write until now is not kept: a fresh config (no
+            # fsmonitor, filter, hooksPath or include), no hooks, no attributes.
+            rm -rf "$repo/.git/hooks" "$repo/.git/info/attributes"
+            cfg="$repo/.git/config"
+            rm -f "$cfg.new"
+            for kv in core.repositoryformatversion=0 core.filemode=true core.bare=false \
+                      core.logallrefupdates=true "user.name=Experience operator" \
+                      user.email=experience@localhost; do
+                git config --file "$cfg.new" "${kv%%=*}" "${kv#*=}"
+            done
+            chown "$broker:citizens" "$cfg.new"
+            chmod 0644 "$cfg.new"
+            mv -f "$cfg.new" "$cfg"
+        fi
+        changed "$repo now the broker's, writable by nobody else"
+    fi
+done
 # Citizens clone and fetch the baseline, which is not theirs: tell git that is expected
-# (a local clone checks both the work tree and the .git path).
+# (a local clone checks both the work tree and the .git path). Its config is the
+# broker's alone, so declaring it safe runs nothing a citizen wrote.
 for safe in "$baseline" "$baseline/.git"; do
     if ! git config --system --get-all safe.directory 2>/dev/null | grep -qx "$safe"; then
         git config --system --add safe.directory "$safe"
         changed "git safe.directory $safe"
     fi
 done
-# As user experience (umask 0002: the group writes what it makes): an upgrade MERGES.
-# Each release is a commit on the baseline's branch `release` (built from the release
-# tree in a private index: the baseline's own index and files are not touched), merged
-# into `main`, which holds what the citizens adopted (2/3 adoption merges there). A
-# release that conflicts with their work changes nothing in main: setup stops and says
-# which files and how to resolve. -g citizens: what it creates belongs to that group.
-out="$(runuser -u experience -g citizens -- sh -s "$baseline" "$release" <<'SH'
+# As the broker's user (umask 0022: everyone reads, nobody else writes): an upgrade
+# MERGES. Each release is a commit on the baseline's branch `release` (built from the
+# release tree in a private index: the baseline's own index and files are not touched),
+# merged into `main`, which holds what the citizens adopted (the broker merges a change
+# at 2/3 adoption). A release that conflicts with their work changes nothing in main:
+# setup stops and says which files and how to resolve. Nothing lands on top of a commit
+# no review put on main (shared/baseline.py): setup stops and names it.
+out="$(runuser -u "$broker" -g citizens -- sh -s "$baseline" "$release" "$venv/bin/python" \
+    "$shared" <<'SH'
 set -eu
-umask 0002
-baseline="$1" release="$2"
-g() { git -C "$baseline" -c user.name="Experience setup" -c user.email="experience@localhost" "$@"; }
-group_writable() {  # what experience made (here or in a merge by hand) the group can change
-    find "$baseline" -user experience ! -group citizens -exec chgrp citizens {} +
-    find "$baseline" -user experience -type d ! -perm -2070 -exec chmod g+rwxs {} +
-    find "$baseline" -user experience -type f ! -perm -0060 -exec chmod g+rw {} +
+umask 0022
+baseline="$1" release="$2" python="$3" shared="$4"
+# No system or home config, no hook, no fsmonitor: only the repository's own config,
+# which nobody but this user writes.
+export GIT_CONFIG_NOSYSTEM=1 GIT_CONFIG_GLOBAL=/dev/null
+g() { git -C "$baseline" -c core.hooksPath=/dev/null -c core.fsmonitor=false \
+      -c user.name="Experience setup" -c user.email="experience@localhost" "$@"; }
+readable_only() {  # what a merge by hand left group- or world-writable
+    find "$baseline" ! -type l -perm /022 -exec chmod go-w {} +
 }
 if [ ! -d "$baseline/.git" ]; then
     git init --quiet -b main "$baseline"
     echo "changed: git repository $baseline"
 fi
-# Citizens merge verified changes into the baseline (2/3 adoption), so the group
-# writes it; git keeps new objects group-writable with core.sharedRepository=group.
-if [ "$(git -C "$baseline" config core.sharedRepository || true)" != "group" ]; then
-    git -C "$baseline" config core.sharedRepository group
-    echo "changed: baseline shared with group citizens"
+# The group no longer writes the baseline (the broker merges): objects as git makes them.
+if [ -n "$(g config core.sharedRepository || true)" ]; then
+    g config --unset core.sharedRepository
+    echo "changed: baseline no longer shared for writing with group citizens"
 fi
 # Who a merge by hand is signed by (the operator resolving a conflicting upgrade, as
-# experience); setup's own commits and the citizens' adoptions name themselves.
-if [ -z "$(git -C "$baseline" config user.name || true)" ]; then
-    git -C "$baseline" config user.name "Experience operator"
-    git -C "$baseline" config user.email "experience@localhost"
+# the broker's user); setup's own commits and the broker's merges name themselves.
+if [ -z "$(g config user.name || true)" ]; then
+    g config user.name "Experience operator"
+    g config user.email "experience@localhost"
 fi
 if g rev-parse -q --verify MERGE_HEAD >/dev/null; then
     echo "conflict: a merge by hand is under way in the baseline - finish it (commit) or"
@@ -195,7 +228,7 @@ dirty="$(g status --porcelain)"
 if [ -n "$dirty" ] && g rev-parse -q --verify HEAD >/dev/null; then
     if ! g stash push --include-untracked --quiet \
             -m "set aside by setup_server.sh $(date -u +%FT%TZ)" >/dev/null 2>&1; then
-        echo "conflict: the baseline has changes that cannot be set aside (as experience):"
+        echo "conflict: the baseline has changes that cannot be set aside (as the broker's user):"
         printf '%s\n' "$dirty" | head -20 | sed 's/^/    /'
         echo "    remove or commit them, then run this script again"
         exit 3
@@ -212,14 +245,22 @@ if [ -z "$previous" ] && g rev-parse -q --verify HEAD >/dev/null; then
     # An install from before upgrades merged: its last setup commit is the last release.
     previous="$(g log -1 --format=%H --author="Experience setup" HEAD)"
 fi
+if [ -n "$previous" ] && [ -x "$python" ]; then
+    stray="$(cd / && PYTHONPATH="$release" PYTHONDONTWRITEBYTECODE=1 "$python" -m \
+        shared.baseline unreviewed "$baseline" "$shared" "$previous")"
+    if [ -n "$stray" ]; then
+        echo "unreviewed: the baseline's main carries commits no review put there:"
+        printf '%s\n' "$stray" | sed 's/^/    /'
+        exit 4
+    fi
+fi
 if [ -n "$previous" ] && [ "$(g rev-parse "$previous^{tree}")" = "$tree" ]; then
-    group_writable
+    readable_only
     exit 0  # this release is in already
 fi
 new="$(g commit-tree "$tree" ${previous:+-p "$previous"} -m "release $(date -u +%FT%TZ)")"
-# A finished merge or cherry-pick by a citizen leaves .git/AUTO_MERGE, which git writes
-# in place and (unlike its other files) without the group's write bit: no merge is under
-# way (checked above), so the leftover goes.
+# A finished merge or cherry-pick leaves .git/AUTO_MERGE: no merge is under way
+# (checked above), so the leftover goes.
 rm -f "$baseline/.git/AUTO_MERGE"
 if ! g rev-parse -q --verify HEAD >/dev/null; then
     g merge --quiet --ff-only "$new"  # a new install: the release is the baseline
@@ -239,7 +280,7 @@ else
     fi
 fi
 g update-ref refs/heads/release "$new"
-group_writable
+readable_only
 echo "changed: baseline commit $(g rev-parse --short HEAD) (release $(g rev-parse --short "$new") merged)"
 SH
 )" || {
@@ -247,15 +288,24 @@ SH
     if grep -q '^conflict: ' <<<"$out"; then
         cat >&2 <<EOF
 setup_server: the upgrade stopped before changing the baseline or any citizen's code.
-  To resolve, merge the release by hand as user experience, then run this script again:
-    runuser -u experience -g citizens -- git -C $baseline merge release-next
-    (edit the files above as experience, then:)
-    runuser -u experience -g citizens -- git -C $baseline commit -a --no-edit
+  To resolve, merge the release by hand as the broker's user, then run this script again:
+    runuser -u $broker -g citizens -- git -C $baseline -c core.hooksPath=/dev/null merge release-next
+    (edit the files above as $broker, then:)
+    runuser -u $broker -g citizens -- git -C $baseline -c core.hooksPath=/dev/null commit -a --no-edit
   To keep the baseline as it is, do nothing.
 EOF
         exit 1
     fi
-    fail "updating the baseline as user experience"
+    if grep -q '^unreviewed: ' <<<"$out"; then
+        cat >&2 <<EOF
+setup_server: the upgrade stopped before changing the baseline or any citizen's code.
+  Look at the commits above (git -C $baseline show <commit>); to drop them, move main
+  back to the last reviewed commit as the broker's user, then run this script again:
+    runuser -u $broker -g citizens -- git -C $baseline -c core.hooksPath=/dev/null reset --hard <commit>
+EOF
+        exit 1
+    fi
+    fail "updating the baseline as the broker's user"
 }
 if [ -n "$out" ]; then
     printf '%s\n' "$out" | sed 's/^/    /'
@@ -309,7 +359,8 @@ current="systemd units"
 step "$current"
 reload=0
 for unit in citizen@.service citizens.target experience-backup.service \
-            experience-backup.timer experience-broker.service; do
+            experience-backup.timer experience-broker.service experience-disk.service \
+            experience-disk.timer; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
@@ -327,6 +378,11 @@ fi
 if ! systemctl is-enabled --quiet experience-backup.timer; then
     systemctl enable --quiet --now experience-backup.timer
     changed "experience-backup.timer enabled (daily snapshots: citizen backup list)"
+fi
+if ! systemctl is-enabled --quiet experience-disk.timer; then
+    # Root's check of each citizen's disk budget (citizen disk check --enforce).
+    systemctl enable --quiet --now experience-disk.timer
+    changed "experience-disk.timer enabled (each home against budget.max_home_mb)"
 fi
 
 current="citizens"
@@ -407,7 +463,7 @@ trap - ERR
 if [ "$changes" -eq 0 ]; then
     echo "setup_server: nothing changed - the server was already set up."
 else
-    echo "setup_server: done, $changes changes. Next: put ANTHROPIC_API_KEY (optional) in"
-    echo "/etc/experience/<citizen>.env (the broker's), the mailbox in <citizen>.mail.env, the"
+    echo "setup_server: done, $changes changes. Next: put ANTHROPIC_API_KEY (optional) and the"
+    echo "mailbox in /etc/experience/<citizen>.env (the broker's: it alone logs in), the"
     echo "operator's rules in /etc/experience/<citizen>.json, then: systemctl start citizens.target"
 fi

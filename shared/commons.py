@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from shared import doorbell
 
@@ -43,6 +43,10 @@ class Commons:
     approvals: int = 2  # peer approvals a library module or dynamic tool needs
     code_dirs: Mapping[str, Path] = field(default_factory=dict)  # citizen -> its ~/code
     medium_programs: frozenset[str] = frozenset()  # the operator's stakes allow-list
+    # The broker's repository steps (its user alone writes the baseline and the world,
+    # issue 28): (citizen, change id) -> merge, and the world's execute/revert requests.
+    merge_request: Any = None
+    world_request: Any = None
 
     @cached_property
     def framework(self) -> Framework:
@@ -85,7 +89,8 @@ class Commons:
     def evolution(self) -> Evolution:
         from shared.evolution import Evolution  # noqa: PLC0415
 
-        return Evolution(self.dir, self.citizens, self.enforce, code_dirs=self.code_dirs)
+        return Evolution(self.dir, self.citizens, self.enforce, code_dirs=self.code_dirs,
+                         merge_request=self.merge_request)
 
     @cached_property
     def dry(self) -> DryTracker:

@@ -5,22 +5,33 @@ commit from the announcer's repository, test it, and report an outcome; two matc
 peer reports verify it; peers adopt a verified-good change (cherry-pick); once 2/3 of
 the citizens have it (the author counts), it is merged into the baseline.
 
-Layout under `shared/changes/<change id>/`: `announce.json` (by the author),
-`reports/<citizen>.json`, `adoptions/<citizen>.json`, `merged.json`. Each record is a
-file of its own, so its Unix owner is its author (checked in server mode, see
+Layout under `shared/changes/<change id>/`: `announce.json` and `change.bundle` (the
+commit's objects, a `git bundle`) by the author, `reports/<citizen>.json`,
+`adoptions/<citizen>.json`; and `shared/merged/<change id>.json` by the broker. Each
+record is a file of its own, so its Unix owner is its author (checked in server mode, see
 `shared.identity`). The status of a change is derived from these files every time it
 is read - never stored, so it cannot disagree with them.
+
+The baseline belongs to the broker's user (issue 28, break 4): an adopter whose adoption
+brings a change to 2/3 asks the broker (`merge_request`), which re-derives all of this
+from the records - whose authorship the file system proves - and applies the commit from
+its author's bundle (`Evolution.merge`, `shared.baseline`). No citizen can write it.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+import os
+import pwd
+import stat
+import tempfile
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from shared import baseline as base_records
 from shared import clock, gitsafe, records
 from shared.atomic import read_json
 from shared.errors import Invalid, NotAllowed, NotFound
@@ -30,9 +41,10 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2
-
-
-
+BUNDLE = "change.bundle"  # the change's objects, by its author: the broker cannot read homes
+MAX_BUNDLE = 64 << 20  # bytes: a change, not a repository's worth of history
+# (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
+MergeRequest = Callable[[str, str], None]
 
 class AdoptConflict(NotAllowed):
     """A cherry-pick conflicted; it was aborted and the repository left as it was."""
@@ -85,9 +97,12 @@ class Evolution:
     """The change records of one civilization."""
 
     def __init__(self, shared_dir: Path, citizens: list[str], enforce_identity: bool, *,
-                 code_dirs: Mapping[str, Path] | None = None) -> None:
+                 code_dirs: Mapping[str, Path] | None = None,
+                 merge_request: MergeRequest | None = None) -> None:
+        self.shared = shared_dir
         self.dir = shared_dir / "changes"
         self.baseline = shared_dir / "baseline"
+        self.merge_request = merge_request
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
         # Where each citizen's repository is: the caller knows the homes' layout; the
@@ -118,8 +133,8 @@ class Evolution:
                 record = records.read(path, path.stem, self.enforce)
                 if record is not None:
                     getattr(change, kind)[path.stem] = record
-        if (base / "merged.json").exists():
-            change.merged = read_json(base / "merged.json")
+        # Only the broker's record counts (a merged.json in the change's folder is anyone's).
+        change.merged = base_records.read_merged(self.shared, change_id, self.enforce)
         return change
 
     def changes(self) -> list[Change]:
@@ -141,11 +156,30 @@ class Evolution:
         # Plumbing: no textconv or external diff; a root commit lists no files, as before.
         files = sorted(gitsafe.out(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
                                    "--no-renames", head).splitlines())
+        # First the objects, then the announcement that names them.
+        self._publish(repo, head, self.dir / change_id / BUNDLE)
         self._write(self.dir / change_id / "announce.json", {
             "id": change_id, "citizen": citizen, "commit": head, "files": files,
             "description": description, "expected_outcome": expected_outcome,
             "announced": _now()})
         return self.get(change_id)
+
+    def _publish(self, repo: Path, head: str, target: Path) -> None:
+        """Bundle `head` and what the baseline lacks of its history into `target`."""
+        records.make_dirs(target.parent, self.dir)
+        tmp = target.with_name(f".{target.name}.{os.getpid()}")
+        try:
+            # What the baseline already has stays out (read as data: git runs in `repo`).
+            not_base = ["--not", gitsafe.read_head(self.baseline)]
+            borrow = gitsafe.borrowing(self.baseline)
+        except (NotFound, Invalid):
+            not_base, borrow = [], {}
+        made = gitsafe.run(repo, "bundle", "create", "--quiet", str(tmp), "HEAD", *not_base,
+                           extra_env=borrow, check=False)
+        if made.returncode != 0:  # HEAD is in the baseline already: the whole history
+            gitsafe.run(repo, "bundle", "create", "--quiet", str(tmp), "HEAD")
+        os.chmod(tmp, records.RECORD_MODE)  # everyone (the broker too) reads; only we write
+        os.replace(tmp, target)
 
     def report(self, change_id: str, citizen: str, outcome: str, note: str) -> Change:
         """File (or replace) `citizen`'s report on a change."""
@@ -201,21 +235,79 @@ class Evolution:
         self._write(self.dir / change_id / "adoptions" / f"{citizen}.json",
                     {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
-        if len(change.holders()) >= math.ceil(len(self.citizens) * 2 / 3):
-            self.merge_into_baseline(change, citizen)
+        if not change.merged and self._held(change) >= self.quorum() and self.merge_request:
+            try:  # the broker merges it; the adoption stands either way
+                self.merge_request(citizen, change_id)
+            except (NotAllowed, NotFound) as exc:
+                log.warning("the broker did not merge %s: %s", change_id, exc)
             change = self.get(change_id)
         return change
 
-    def merge_into_baseline(self, change: Change, by: str) -> str:
-        """Apply the change to the baseline repository; returns the new baseline commit."""
+    def quorum(self) -> int:
+        """How many citizens must hold a change before it goes into the baseline (2/3)."""
+        return math.ceil(len(self.citizens) * 2 / 3)
+
+    def _held(self, change: Change) -> int:
+        return len(change.holders() & set(self.citizens))
+
+    def merge(self, change_id: str, by: str) -> str:
+        """The broker's step: apply a verified change that 2/3 of the citizens hold to the
+        baseline (from its author's bundle), record it; returns the new baseline commit.
+
+        :raises NotAllowed: not verified good, not held by enough citizens, or the
+            baseline's main carries commits no review put there.
+        :raises NotFound: no such change, or its bundle lacks the announced commit.
+        """
+        change = self.get(change_id)
         if change.merged:
             return str(change.merged["baseline_commit"])
-        self.fetch(change, self.baseline)
+        if change.status != "verified_good":
+            raise NotAllowed(f"{change_id} is {change.status}: only a change two peers "
+                             "reported as working goes into the baseline")
+        if self._held(change) < self.quorum():
+            raise NotAllowed(
+                f"{change_id} is held by {self._held(change)} of {len(self.citizens)} "
+                f"citizens; the baseline takes it at {self.quorum()} - more peers adopt it "
+                "first (code_adopt)")
+        stray = base_records.unreviewed(self.baseline, self.shared, self.enforce)
+        if stray:
+            raise NotAllowed(
+                f"the baseline's main carries {len(stray)} commit(s) no review put there "
+                f"({', '.join(c[:12] for c in stray[:5])}); nothing is merged on top until "
+                "the operator moves main back to the last reviewed commit")
+        self._unbundle(change)
         new_head = _cherry_pick(self.baseline, change, by)
-        self._write(self.dir / change.id / "merged.json",
-                    {"baseline_commit": new_head, "by": by, "ts": _now()})
+        base_records.write_merged(self.shared, change.id, {
+            "change": change.id, "baseline_commit": new_head, "by": by, "ts": _now(),
+            "holders": sorted(change.holders())})
         log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
         return new_head
+
+    def _unbundle(self, change: Change) -> None:
+        """Copy the author's bundle (its own plain file, opened without following links)
+        to a private file and take the change's objects from it into the baseline."""
+        path = self.dir / change.id / BUNDLE
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError as exc:
+            raise NotFound(f"{change.id} has no bundle of its commit ({exc.strerror}); "
+                           f"{change.citizen} announces it again") from exc
+        with os.fdopen(fd, "rb") as fh, tempfile.TemporaryDirectory() as tmp:
+            info = os.fstat(fh.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
+                    or info.st_size > MAX_BUNDLE:
+                raise NotAllowed(f"{path} is not a plain bundle file of at most "
+                                 f"{MAX_BUNDLE} bytes; {change.citizen} announces it again")
+            if self.enforce and info.st_uid != pwd.getpwnam(change.citizen).pw_uid:
+                raise NotAllowed(f"{path} is not {change.citizen}'s file; it is ignored")
+            copy = Path(tmp) / BUNDLE
+            copy.write_bytes(fh.read(MAX_BUNDLE + 1))
+            # unbundle: index-pack hashes every object it stores (a forged one fails).
+            gitsafe.run(self.baseline, "bundle", "unbundle", str(copy), umask=0o022)
+        if gitsafe.run(self.baseline, "cat-file", "-e", f"{change.commit}^{{commit}}",
+                       check=False).returncode != 0:
+            raise NotFound(f"the bundle of {change.id} lacks commit {change.commit[:12]}; "
+                           f"{change.citizen} announces it again")
 
     def status(self) -> dict[str, Any]:
         """Adoption rates and what is pending, for `code_status`."""
@@ -229,17 +321,17 @@ class Evolution:
 
 
 def _cherry_pick(repo: Path, change: Change, committer: str) -> str:
-    # A finished merge by another citizen (or the upgrade) leaves .git/AUTO_MERGE, which
-    # git rewrites in place without the group's write bit: nothing is under way here
+    # A finished merge (the upgrade's) leaves .git/AUTO_MERGE: nothing is under way here
     # (a cherry-pick is aborted on conflict), so the leftover goes.
     (repo / ".git" / "AUTO_MERGE").unlink(missing_ok=True)
     # The author stays the change's author; the one applying it commits it.
     who = {"GIT_COMMITTER_NAME": committer, "GIT_COMMITTER_EMAIL": f"{committer}@experience.local"}
+    # umask 022: what the broker writes into the baseline every citizen reads, none writes.
     picked = gitsafe.run(repo, "cherry-pick", "--allow-empty", "--keep-redundant-commits",
-                         change.commit, extra_env=who, check=False)
+                         change.commit, extra_env=who, check=False, umask=0o022)
     if picked.returncode != 0:
         conflicted = gitsafe.out(repo, "diff", "--name-only", "--diff-filter=U").split()
-        gitsafe.run(repo, "cherry-pick", "--abort")
+        gitsafe.run(repo, "cherry-pick", "--abort", umask=0o022)
         raise AdoptConflict(
             f"{change.id} conflicts with {repo} in {', '.join(conflicted) or '?'}; "
             "the cherry-pick was aborted and nothing changed - resolve by hand or skip it "
@@ -252,7 +344,7 @@ def divergence(repo_path: Path, baseline: Path, *, reader: Path | None = None) -
 
     git runs in `reader` (the caller's own repository; default `repo_path` itself) and
     reads `repo_path` and the baseline as object stores: a peer's repository or the
-    group-writable baseline is never opened by a git process (`shared.gitsafe`).
+    baseline is never opened by a git process (`shared.gitsafe`).
     """
     reader = reader or repo_path
     head = (gitsafe.out(reader, "rev-parse", "--verify", "HEAD") if repo_path == reader

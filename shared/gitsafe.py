@@ -1,9 +1,9 @@
 """The one way the daemon and the commons run git (DESIGN §11-12, issue 28).
 
 A citizen's sandbox can write its home (`~/.gitconfig`, `~/.config/git/`) and its own
-`~/code/.git` (config, hooks, info/attributes); any citizen can write the group-shared
-repositories (`shared/baseline`, `shared/world`). So whatever git reads from those places
-is data, never a command: every git call here runs with
+`~/code/.git` (config, hooks, info/attributes); a peer's repository is its peer's. So
+whatever git reads from those places is data, never a command: every git call here runs
+with
 
 - no system or global configuration (`GIT_CONFIG_NOSYSTEM`, `GIT_CONFIG_GLOBAL=/dev/null`),
 - a fixed command-line configuration (`GIT_CONFIG_COUNT`, which beats the repository's
@@ -39,9 +39,9 @@ sshCommand, pager, diff.external and filters planted in .git/config):
 - An explicit GIT_DIR skips git's ownership check altogether: that is why this module
   is never pointed at a peer's repository, and why no home needs a safe.directory entry.
 
-Left as it is: a citizen's daemon (its whole Unix user is untrusted, §12) can rewrite the
-group-shared repositories' config between our listing and the call; the broker owning
-them closes that (§12).
+The shared repositories (`shared/baseline`, `shared/world`) belong to the broker's user
+and nobody else writes them (issue 28, break 4): their config, hooks and refs are the
+broker's, and this module's settings are the second line.
 """
 
 from __future__ import annotations
@@ -144,8 +144,9 @@ def environment(repo: Path) -> dict[str, str]:
 
 def run(repo: Path | None, *args: str, cwd: Path | None = None,
         extra_env: dict[str, str] | None = None, input: bytes | None = None,
-        check: bool = True) -> subprocess.CompletedProcess[bytes]:
+        check: bool = True, umask: int = -1) -> subprocess.CompletedProcess[bytes]:
     """Run `git args` in `repo` (None: no repository yet, as for init and clone, in `cwd`).
+    `umask`: the file mode mask git creates files with (-1: this process's).
 
     :raises GitFailed: git exited non-zero (with check) or ran past TIMEOUT_S.
     """
@@ -155,7 +156,8 @@ def run(repo: Path | None, *args: str, cwd: Path | None = None,
     env.update(extra_env or {})
     try:
         done = subprocess.run(["git", *args], cwd=cwd or repo, env=env, input=input,
-                              capture_output=True, check=False, timeout=TIMEOUT_S)
+                              capture_output=True, check=False, timeout=TIMEOUT_S,
+                              umask=umask)
     except subprocess.TimeoutExpired as exc:
         raise GitFailed(f"git {args[0]} in {repo or cwd} ran past {TIMEOUT_S} s") from exc
     if check and done.returncode != 0:
@@ -224,6 +226,12 @@ def _objects(source: Path) -> str:
     if any(c in str(objects) for c in ':"\n'):  # the list separator and its quoting
         raise Invalid(f"cannot read objects from {objects}: ':' or quotes in the path")
     return str(objects)
+
+
+def borrowing(source: Path) -> dict[str, str]:
+    """The environment entry that lets a git in the caller's repository read `source`'s
+    objects (as data: no git process enters `source`)."""
+    return {"GIT_ALTERNATE_OBJECT_DIRECTORIES": _objects(source)}
 
 
 def _check_id(commit: str) -> None:

@@ -36,6 +36,7 @@ def evo(civ: Path) -> Path:
     with baseline.config_writer() as cw:
         cw.set_value("user", "name", "setup").set_value("user", "email", "setup@x")
     commit(baseline, {"app.py": APP, "tests/test_app.py": TEST}, "baseline")
+    baseline.git.update_ref("refs/heads/release", "HEAD")  # a release, as setup and init make
     for name in ("opus", "mira", "aria"):
         code = civ / name / "code"
         code.rmdir()

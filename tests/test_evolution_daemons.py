@@ -64,6 +64,9 @@ def clone(civ: Path, name: str) -> Path:
 def test_three_daemons_evolve_a_change_into_the_baseline(
         civ: Path, own_code: Path, messages_api: MessagesServer) -> None:
     messages_api.responder = citizen_model
+    # A release, as setup and `citizen init` make: the broker builds only on reviewed
+    # history (shared.baseline), and the release is where it starts.
+    git.Repo(civ / "shared" / "baseline").git.update_ref("refs/heads/release", "HEAD")
     codes = {name: clone(civ, name) for name in CITIZENS}
     opus = git.Repo(codes["opus"])
     (codes["opus"] / "README.md").write_text((codes["opus"] / "README.md").read_text()

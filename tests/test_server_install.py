@@ -91,7 +91,8 @@ def test_setup_creates_everything_and_a_second_run_changes_nothing(server: Serve
     assert "/etc/experience/opus.json 644 root:root" in modes  # rules: read, never written
     assert "/home/shared 3775 root:citizens" in modes  # sticky: nothing renamed or replaced
     assert "/home/shared/changes 3775 root:citizens" in modes
-    assert "/home/shared/baseline 2775 experience:citizens" in modes  # not root's
+    # The broker's, read by all, written by nobody else (issue 28): not root's either.
+    assert "/home/shared/baseline 2755 experience-broker:citizens" in modes
     assert "/opt/experience/release 755 root:root" in modes  # what root runs
     assert server.run("ls", "-A", "/home/opus").count(".env") == 0
     assert re.search(r"/home/opus/code 7[57][05] opus:citizens", modes)  # its own clone
@@ -306,23 +307,23 @@ def test_a_hostile_model_reaches_no_secret_and_leaves_nothing_running(
 
 
 def test_root_never_runs_code_a_citizen_planted(server: Server) -> None:
-    """A citizen writes the baseline (adoption merges there): a module, a git hook and an
-    fsmonitor it plants must not run as root - not at `citizen status`, not on upgrade."""
+    """A module, a git hook and an fsmonitor a citizen plants in the baseline must not run
+    as root - not at `citizen status`, not on upgrade. Since issue 28 the baseline is the
+    broker's and the plant fails outright (tests/test_hostile_repos_server.py tries each
+    part alone)."""
     plant = ("cd /home/shared/baseline && "
              "echo 'open(\"/tmp/ran-as-\" + str(__import__(\"os\").getuid()), \"w\")' "
              ">> citizen/__init__.py && "
              "printf '#!/bin/sh\\nid -u > /tmp/hook-ran-as-$(id -u)\\n' > .git/hooks/pre-commit"
              " && chmod +x .git/hooks/pre-commit && "
              "git config core.fsmonitor 'id -u > /tmp/fsmonitor-ran-as-$(id -u); false'")
-    server.run("runuser", "-u", "mira", "--", "sh", "-c", plant)
+    planted = server.box.run("runuser", "-u", "mira", "--", "sh", "-c", plant, check=False)
+    assert planted.returncode != 0 and "Permission denied" in planted.stderr, planted
     server.run("citizen", "status")
     server.run("citizen", "proposals")
     server.box.run(SETUP, env=PIP_ENV)
     ran = server.run("sh", "-c", "ls /tmp | grep -- '-ran-as-' || true").split()
     assert "ran-as-0" not in " ".join(ran) and all(not r.endswith("-as-0") for r in ran), ran
-    server.run("runuser", "-u", "experience", "--", "sh", "-c",
-               "cd /home/shared/baseline && git config --unset core.fsmonitor && "
-               "rm .git/hooks/pre-commit")
     assert "open(" not in server.run("tail", "-1", "/home/shared/baseline/citizen/__init__.py")
 
 
@@ -411,7 +412,7 @@ def test_upgrade_merges_and_removal(server: Server) -> None:
     # (test_code_evolution_…): a release touching other files merges - both survive, in
     # the baseline and in each citizen's code. The old setup overwrote the baseline.
     baseline = "/home/shared/baseline"
-    as_experience = ("runuser", "-u", "experience", "--", "git", "-C", baseline)
+    as_experience = ("runuser", "-u", "experience-broker", "--", "git", "-C", baseline)
     assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
     # As an install from before upgrades merged: no `release` branch yet.
     server.run(*as_experience, "update-ref", "-d", "refs/heads/release")
@@ -437,14 +438,14 @@ def test_upgrade_merges_and_removal(server: Server) -> None:
     assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
     assert "# evolved by opus" in server.run("tail", "-1", "/home/nova/code/DEPLOY.md")
     # Resolved by hand as the message says (both lines kept): the next run takes it.
-    hand = server.box.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C",
-                          baseline, "merge", "release-next", check=False)
+    hand = server.box.run("runuser", "-u", "experience-broker", "-g", "citizens", "--", "git",
+                          "-C", baseline, "merge", "release-next", check=False)
     assert "CONFLICT" in hand.stdout, (hand.stdout, hand.stderr)
-    server.run("runuser", "-u", "experience", "--", "sh", "-c",
+    server.run("runuser", "-u", "experience-broker", "--", "sh", "-c",
                f"cd {baseline} && git checkout --ours DEPLOY.md && "
                "echo '# the vendor disagrees' >> DEPLOY.md")
-    server.run("runuser", "-u", "experience", "-g", "citizens", "--", "git", "-C", baseline,
-               "commit", "-a", "--no-edit")
+    server.run("runuser", "-u", "experience-broker", "-g", "citizens", "--", "git", "-C",
+               baseline, "commit", "-a", "--no-edit")
     again = server.box.run("/root/experience-conflict/scripts/setup_server.sh", env=PIP_ENV)
     assert "the release merged by hand is the baseline's release" in again.stdout
     assert "/home/nova/code merged the new baseline" in again.stdout, again.stdout

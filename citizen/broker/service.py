@@ -15,7 +15,10 @@ from pathlib import Path
 
 import citizen.broker.mail  # noqa: F401 - its routes
 from citizen import config, paths
-from citizen.broker import onboarding  # noqa: F401 - registers its routes
+from citizen.broker import (
+    onboarding,  # noqa: F401 - registers its routes
+    repos,  # noqa: F401 - the shared repositories' routes
+)
 from citizen.broker.ledger import Ledger
 from citizen.broker.server import Broker, idle_watch, listen
 from citizen.notify import notify

@@ -1,0 +1,85 @@
+"""The shared repositories, written by the broker alone (issue 28, breaks 3 and 4).
+
+The baseline (`shared/baseline`) and the world (`shared/world`) belong to the broker's
+user: citizens read them, nobody else writes them - not their files, `.git/config`,
+hooks or refs - so nothing a citizen plants there runs as the next one to use them, and
+main moves only through these routes:
+
+- `POST /v1/experience/baseline/merge {change_id}`: the broker re-derives from the
+  commons' records (authorship = the file's owner) that the change is verified and held
+  by 2/3 of the citizens, takes its objects from the author's bundle and cherry-picks it
+  (`shared.evolution.Evolution.merge`), and refuses to build on commits no review put on
+  main (`shared.baseline.unreviewed`).
+
+Every git call is `shared.gitsafe`'s (hooks, fsmonitor, filters off; an explicit
+GIT_DIR, so no safe.directory). One step at a time: the broker is the only writer.
+"""
+
+from __future__ import annotations
+
+import grp
+import json
+import pwd
+import threading
+from typing import Any
+
+from citizen import paths
+from citizen.broker.refused import Refused
+from citizen.broker.server import Broker, route
+from shared.errors import Invalid, NotAllowed, NotFound, SharedError
+from shared.evolution import Evolution
+
+CITIZENS_GROUP = "citizens"
+_LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
+
+
+def citizens(server_mode: bool) -> list[str]:
+    """The citizens, as the broker can tell: on a server the users whose primary group
+    is `citizens` and who have a home (it cannot read inside the 0750 homes); in dev
+    mode every home with a config."""
+    if not server_mode:
+        from citizen import civilization  # noqa: PLC0415 - dev mode only
+
+        return civilization.citizens()
+    gid = grp.getgrnam(CITIZENS_GROUP).gr_gid
+    return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid
+                  and paths.NAME_RE.match(u.pw_name) and paths.civ_root().joinpath(
+                      u.pw_name).is_dir())
+
+
+def field(body: bytes, name: str) -> str:
+    """A string field of a JSON request body.
+
+    :raises Refused: not JSON, or no such string.
+    """
+    try:
+        value = json.loads(body or b"{}").get(name)
+    except (ValueError, AttributeError):
+        value = None
+    if not isinstance(value, str) or not value:
+        raise Refused(400, "invalid_request_error", f'send {{"{name}": "…"}} as JSON')
+    return value
+
+
+def refusal(exc: SharedError | OSError) -> Refused:
+    """The broker's answer to a step the records do not allow (its message says why)."""
+    if isinstance(exc, NotFound):
+        return Refused(404, "not_found_error", str(exc))
+    if isinstance(exc, NotAllowed):
+        return Refused(409, "invalid_request_error", str(exc))
+    if isinstance(exc, Invalid):
+        return Refused(400, "invalid_request_error", str(exc))
+    return Refused(500, "api_error", f"the step failed in the broker: {exc}")
+
+
+@route("POST", "/v1/experience/baseline/merge")
+def merge(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
+    change_id = field(body, "change_id")
+    evolution = Evolution(paths.shared_dir(), citizens(broker.server_mode),
+                          broker.server_mode)
+    with _LOCK:
+        try:
+            commit = evolution.merge(change_id, citizen)
+        except (SharedError, OSError) as exc:
+            raise refusal(exc) from exc
+    return 200, {"change": change_id, "baseline_commit": commit}
