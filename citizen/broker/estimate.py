@@ -11,6 +11,7 @@ cross a cap, the upstream's free count-tokens endpoint gives the exact input cou
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,18 @@ FORWARDED_KEYS = {"model", "messages", "system", "max_tokens", "tools", "tool_ch
                   "stop_sequences", "stream", "metadata", "temperature", "top_p", "top_k",
                   "thinking"}
 COUNT_KEYS = ("model", "messages", "system", "tools", "tool_choice", "thinking")
+# Betas forwarded: none changes what a call is billed per token. Any other is refused -
+# `context-1m-*` bills input past 200K tokens at 2x and output at 1.5x the prices here.
+ALLOWED_BETAS = frozenset({"interleaved-thinking-2025-05-14", "token-efficient-tools-2025-02-19",
+                           "fine-grained-tool-streaming-2025-05-14", "prompt-caching-2024-07-31",
+                           "output-128k-2025-02-19"})
+# What the API adds to a request with tools, beyond its bytes: a system prompt about
+# them (346 tokens on Claude 4 models, by Anthropic's pricing page) and each
+# definition's framing - counted generously, the worst case must never fall short.
+TOOL_PROMPT_TOKENS, PER_TOOL_TOKENS = 1024, 64
+# Parsed requests in memory at once: JSON of tiny values takes ~26 bytes of Python
+# objects per byte, so a few parsed at once would take the broker past its MemoryMax.
+_PARSING = threading.BoundedSemaphore(2)
 
 
 class Unbounded(ValueError):
@@ -32,16 +45,27 @@ class Unbounded(ValueError):
 
 @dataclass(frozen=True)
 class Call:
-    """A parsed request: its model, its output bound, and whether it streams."""
+    """A checked request: its model, its output bound, whether it streams, how many tools
+    it gives, and `wire` - the request as forwarded, encoded again from what was checked
+    (never the caller's bytes: with a key twice, parsers differ on which one counts)."""
 
     model: str
     max_tokens: int
     stream: bool
-    body: dict[str, Any] = field(repr=False)
+    tools: int = 0
+    wire: bytes = field(default=b"", repr=False)
 
 
 def parse(raw: bytes) -> Call:
     """:raises Unbounded: not a request whose worst case the broker can bound."""
+    with _PARSING:  # the parsed tree is dropped before the semaphore is let go
+        try:
+            return _parse(raw)
+        except RecursionError:  # nested past what json (or the checks) can recurse
+            raise Unbounded("the request is nested too deeply") from None
+
+
+def _parse(raw: bytes) -> Call:
     try:
         body = json.loads(raw)
     except (UnicodeDecodeError, ValueError) as exc:
@@ -56,14 +80,36 @@ def parse(raw: bytes) -> Call:
         raise Unbounded("the request names no model")
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise Unbounded("max_tokens must be a positive integer")
-    for tool in body.get("tools") or []:
+    tools = body.get("tools") or []
+    for tool in tools:
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             raise Unbounded("only the caller's own tools are forwarded, not server tools "
                             "(they bill per use)")
+        _check_cache(tool)
     for message in body.get("messages") or []:
         _check_blocks(message.get("content") if isinstance(message, dict) else None)
     _check_blocks(body.get("system"))
-    return Call(model, max_tokens, body.get("stream") is True, body)
+    return Call(model, max_tokens, body.get("stream") is True, len(tools),
+                json.dumps(body).encode())
+
+
+def check_betas(headers: list[str]) -> None:
+    """:raises Unbounded: an `anthropic-beta` named that may bill past the worst case."""
+    named = {b.strip() for value in headers for b in value.split(",") if b.strip()}
+    refused = sorted(named - ALLOWED_BETAS)
+    if refused:
+        raise Unbounded(f"the broker does not forward the beta {', '.join(refused)} (it may "
+                        "bill more than it prices; it forwards "
+                        f"{', '.join(sorted(ALLOWED_BETAS))})")
+
+
+def _check_cache(item: dict[str, Any]) -> None:
+    mark = item.get("cache_control")
+    # A 1-hour cache write costs 2x the input price, more than the 5-minute write price
+    # the worst case and the settlement count.
+    if mark is not None and (not isinstance(mark, dict) or mark.get("ttl", "5m") != "5m"):
+        raise Unbounded("only 5-minute cache_control is forwarded (a 1-hour cache write "
+                        "costs more than the broker prices)")
 
 
 def _check_blocks(content: Any) -> None:
@@ -76,6 +122,7 @@ def _check_blocks(content: Any) -> None:
         if kind not in _TEXT_BLOCKS:
             raise Unbounded(f"content blocks of type {kind!r} are not forwarded (their "
                             "tokens cannot be bounded from the request's size)")
+        _check_cache(block)
         if kind == "tool_result":
             _check_blocks(block.get("content"))
 
@@ -83,6 +130,8 @@ def _check_blocks(content: Any) -> None:
 def worst_usd(input_tokens: int, call: Call, price: ModelPrice) -> float:
     """The most a call with at most `input_tokens` of input can cost."""
     per_input = max(price.input, price.cache_write)
+    if call.tools:
+        input_tokens += TOOL_PROMPT_TOKENS + PER_TOOL_TOKENS * call.tools
     return (input_tokens * per_input + call.max_tokens * price.output) / 1e6
 
 
@@ -92,7 +141,9 @@ def cost_usd(usage: Usage, price: ModelPrice) -> float:
 
 def count_body(call: Call) -> bytes:
     """The count-tokens request for `call` (only the keys that endpoint takes)."""
-    return json.dumps({k: call.body[k] for k in COUNT_KEYS if k in call.body}).encode()
+    with _PARSING:
+        body = json.loads(call.wire)
+        return json.dumps({k: body[k] for k in COUNT_KEYS if k in body}).encode()
 
 
 def usage_of(body: bytes) -> Usage | None:

@@ -35,7 +35,13 @@ from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.errors import ConfigError
 
 log = logging.getLogger(__name__)
-MAX_BODY = 32 << 20  # bytes of one request: more is refused before it is read
+# Bytes of one request: more is refused before it is read. Text only (images and
+# documents are refused) and 200K tokens fit in ~2 MB; 32 MB of tiny JSON values parse
+# to ~800 MB, past the broker's MemoryMax.
+MAX_BODY = 4 << 20
+# One Unix user's open connections (server mode): each holds a thread and a descriptor,
+# and a citizen holding a thousand idle ones took them from every other citizen.
+MAX_CONNECTIONS_PER_UID = 32
 PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
 # Headers passed on each way; everything else (the caller's x-api-key above all) stays.
 _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
@@ -150,9 +156,9 @@ class Handler(BaseHTTPRequestHandler):
 
     def _count(self, citizen: str) -> None:
         rules = self.server.broker.rules_for(citizen)
-        raw = self._body()
         upstream = _upstream(rules, citizen)
         with self.server.broker.limiter.hold(citizen, rules):
+            raw = self._body()  # under the hold: a citizen's bodies in memory are bounded
             resp = self._send_up("/v1/messages/count_tokens", raw, upstream.api_key,
                                  upstream.base_url)
             try:
@@ -166,24 +172,26 @@ class Handler(BaseHTTPRequestHandler):
     def _messages(self, citizen: str) -> None:
         broker = self.server.broker
         rules = broker.rules_for(citizen)
-        raw = self._body()
-        try:
-            call = estimate.parse(raw)
-        except estimate.Unbounded as exc:
-            raise Refused(400, "invalid_request_error", f"{exc} - refused by the broker") \
-                from exc
-        price = rules.prices.get(call.model)
-        if price is None:
-            raise Refused(403, "permission_error",
-                          f"{call.model} is not one of {citizen}'s council models "
-                          f"({', '.join(sorted(rules.prices))}); the operator's "
-                          f"/etc/experience/{citizen}.json decides them")
-        upstream = _upstream(rules, citizen)
-        with broker.limiter.hold(citizen, rules):
+        with broker.limiter.hold(citizen, rules):  # before the body: see _count
+            raw = self._body()
+            try:
+                call = estimate.parse(raw)
+                estimate.check_betas(self.headers.get_all("anthropic-beta") or [])
+            except estimate.Unbounded as exc:
+                raise Refused(400, "invalid_request_error", f"{exc} - refused by the broker") \
+                    from exc
+            price = rules.prices.get(call.model)
+            if price is None:
+                raise Refused(403, "permission_error",
+                              f"{call.model} is not one of {citizen}'s council models "
+                              f"({', '.join(sorted(rules.prices))}); the operator's "
+                              f"/etc/experience/{citizen}.json decides them")
+            upstream = _upstream(rules, citizen)
             call_id = self._reserve(citizen, rules, call, raw, price)
             started = time.monotonic()
             try:
-                resp = self._send_up("/v1/messages", raw, upstream.api_key, upstream.base_url)
+                resp = self._send_up("/v1/messages", call.wire, upstream.api_key,
+                                     upstream.base_url)
             except Refused:
                 broker.ledger.release(call_id, 502)  # never reached the upstream: no bill
                 raise
@@ -324,7 +332,8 @@ class Handler(BaseHTTPRequestHandler):
         if 0 < length <= MAX_BODY:
             self.connection.settimeout(5.0)  # a caller that never sends it is not waited for
             with contextlib.suppress(OSError):
-                self.rfile.read(length)
+                while length > 0 and (got := len(self.rfile.read(min(length, 65536)))):
+                    length -= got  # in pieces: refused bodies are never held whole
 
     def _json(self, status: int, data: Any) -> None:
         self._reply(status, json.dumps(data).encode(), {"content-type": "application/json"})
@@ -366,8 +375,38 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
 
     def __init__(self, path: Path, broker: Broker, *, mode: int) -> None:
         self.broker = broker
+        self._open: dict[int, int] = {}  # uid -> connections open (server mode)
+        self._open_lock = threading.Lock()
         super().__init__(str(path), Handler)
         os.chmod(path, mode)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A thread for the connection - unless its user has MAX_CONNECTIONS_PER_UID open
+        already (server mode; dev mode is one user): then it is closed at once."""
+        uid = identity.peer_uid(request) if self.broker.server_mode else -1
+        with self._open_lock:
+            if uid >= 0 and self._open.get(uid, 0) >= MAX_CONNECTIONS_PER_UID:
+                self.shutdown_request(request)
+                return
+            self._open[uid] = self._open.get(uid, 0) + 1
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._closed(uid)
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        uid = identity.peer_uid(request) if self.broker.server_mode else -1  # before closing
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._closed(uid)
+
+    def _closed(self, uid: int) -> None:
+        with self._open_lock:
+            self._open[uid] -= 1
+            if not self._open[uid]:
+                del self._open[uid]
 
 
 def listen(path: Path, broker: Broker, *, server_mode: bool) -> Server:
