@@ -168,3 +168,22 @@ def test_no_citizen_process_holds_the_mailbox_password(
     for path in opus_mail.rglob("*"):  # nothing the citizen keeps has it either
         if path.is_file() and path.name != ".env":
             assert b"pw-opus" not in path.read_bytes(), path
+
+
+def test_setup_merges_an_older_installs_mailbox_file_back_into_the_brokers(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The split of issue 28's first step (`<c>.mail.env`, the daemon's credential) is
+    undone: its lines join `<c>.env`, where a value already set wins, and it is removed."""
+    from citizen.onboard import broker_secrets
+
+    monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path))
+    env, legacy = tmp_path / "opus.env", tmp_path / "opus.mail.env"
+    env.write_text("ANTHROPIC_API_KEY=sk-1\nEMAIL_USER=\nSMTP_SERVER=kept:587")
+    legacy.write_text("# Mailbox of citizen opus\nIMAP_SERVER=imap:993\nSMTP_SERVER=old:25\n"
+                      "EMAIL_USER=opus@x\nEMAIL_PASS=pw\n")
+    made = broker_secrets("opus", env)
+    assert any("merged back" in m for m in made) and not legacy.exists()
+    assert config.parse_env(env) == {"ANTHROPIC_API_KEY": "sk-1", "EMAIL_USER": "opus@x",
+                                     "SMTP_SERVER": "kept:587", "IMAP_SERVER": "imap:993",
+                                     "EMAIL_PASS": "pw"}
+    assert not any("merged" in m for m in broker_secrets("opus", env))  # once
