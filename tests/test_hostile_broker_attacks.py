@@ -489,3 +489,31 @@ def test_the_body_forwarded_is_the_body_priced(box: Container, api: RawMessagesS
     for data in api.raw:
         if b"max_tokens" in data:
             assert data.count(b'"model"') == 1 and data.count(b'"max_tokens"') == 1, data
+
+
+def test_an_answer_that_says_no_usage_costs_its_worst_case(
+        box: Container, api: MessagesServer) -> None:
+    """An answer without `usage` (or a cut one) is settled at its reservation, never at 0."""
+    before = spent_today(box, "opus")
+    answer = text("no usage")
+    del answer["usage"]
+    api.reply(answer)
+    body = call(max_tokens=1000)
+    out = raw_call(box, "opus", body)
+    assert out.startswith("200"), out
+    worst = (len(json.dumps(body)) * 6.25 + 1000 * 25.0) / 1e6  # Opus 4.6's prices
+    assert spent_today(box, "opus") - before == pytest.approx(worst, rel=1e-3)
+
+
+def test_a_request_nested_too_deeply_is_refused_not_dropped(
+        box: Container, api: MessagesServer) -> None:
+    """JSON nested past the parser's recursion raised RecursionError, which nothing caught:
+    the connection was dropped without an answer (and a traceback logged)."""
+    # Built inside: 200 KB is past the kernel's limit on one argument.
+    nested = RAW.replace("body = sys.argv[1].encode()",
+                         "body = ('{\"model\": \"claude-opus-4-6\", \"max_tokens\": 1, "
+                         "\"messages\": ' + '[' * 100_000 + ']' * 100_000 + '}').encode()")
+    assert nested != RAW
+    out = as_user(box, "opus", PYTHON, "-c", nested, "")
+    assert out.startswith("400"), out
+    assert forwarded(api) == []
