@@ -292,6 +292,10 @@ class Templates:
             )
         return _merge(self._configs["defaults"], {"name": name, **entry})
 
+    def default_budget(self) -> Budget:
+        """The budget every citizen starts from (the rules file's `defaults`)."""
+        return Budget(**self._configs["defaults"]["budget"])
+
     def citizen(self, name: str) -> CitizenConfig:
         """A template citizen's validated config."""
         return self.build_citizen(self.citizen_data(name), self.rules / "citizen_configs.json")

@@ -118,12 +118,14 @@ def test_a_rewritten_daemon_gets_nothing_past_the_rules(
         "a key the broker does not forward": raw(body(service_tier="priority")),
         "a worst case past the cap": raw(body(max_tokens=64000)),
         "a call for another citizen": raw(body(), citizen="../mira"),
+        "an API version it has not priced": raw(body(), **{"anthropic-version": "2099-01-01"}),
     }
     statuses = {why: r.status_code for why, r in refusals.items()}
     assert statuses == {
         "a model outside its council": 403, "an image (its tokens cannot be bounded)": 400,
         "a server tool that bills per use": 400, "a key the broker does not forward": 400,
-        "a worst case past the cap": 402, "a call for another citizen": 400}
+        "a worst case past the cap": 402, "a call for another citizen": 400,
+        "an API version it has not priced": 400}
     assert [r for r in messages_api.requests if "max_tokens" in r] == []  # none forwarded
     assert ledger_rows() == []
 
@@ -145,7 +147,9 @@ def test_kill_9_of_the_broker_loses_no_reservation(
     until(lambda: len(messages_api.requests) == 1)  # forwarded, so reserved before
     (row,) = ledger_rows()
     assert row["state"] == "reserved"
-    os.kill(int((service.state_dir() / "broker.pid").read_text()), signal.SIGKILL)
+    pid = int((service.state_dir() / "broker.pid").read_text())
+    os.kill(pid, signal.SIGKILL)
+    until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))  # gone, not dying
     worker.join(10)
     assert caught  # the caller saw its call fail
     client.ensure()  # a new broker, on the same ledger
@@ -235,6 +239,13 @@ def test_a_reservation_never_crosses_a_cap_under_concurrency(tmp_path: Path) -> 
 
 
 # ------------------------------------------------------------------ helpers
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1].startswith("Z")
+    except OSError:
+        return True
 
 
 def until(check: Any, timeout: float = 20.0) -> None:

@@ -103,6 +103,18 @@ def check_betas(headers: list[str]) -> None:
                         f"{', '.join(sorted(ALLOWED_BETAS))})")
 
 
+# The versions whose billing the worst case was made for: the API's long-standing one and
+# the one the SDK in use sends (anthropic 2.x: 2026-10-21).
+API_VERSIONS = {"2023-06-01", "2026-10-21"}
+
+
+def check_version(value: str | None) -> None:
+    """:raises Unbounded: an `anthropic-version` the broker has not priced."""
+    if value is not None and value.strip() not in API_VERSIONS:
+        raise Unbounded(f"the broker forwards anthropic-version "
+                        f"{', '.join(sorted(API_VERSIONS))} only, not {value.strip()[:40]!r}")
+
+
 def _check_cache(item: dict[str, Any]) -> None:
     mark = item.get("cache_control")
     # A 1-hour cache write costs 2x the input price, more than the 5-minute write price

@@ -98,7 +98,9 @@ def load(name: str) -> CallerRules:
     cfg = config.load_citizen(name, own=not config.server_mode())
     tpl = config.templates()
     prices = {s.model: tpl.prices[s.model] for s in cfg.council}
-    civ_day, civ_month = _civilization(cfg.budget.civilization_usd_per_day)
+    # The civilization's cap is one for everyone: broker.json, else the release's
+    # defaults - never a value one citizen's rules file could set for itself alone.
+    civ_day, civ_month = _civilization(tpl.default_budget().civilization_usd_per_day)
     caps = Caps(citizen_day=cfg.budget.max_usd_per_day,
                 citizen_month=cfg.budget.max_usd_per_month,
                 civilization_day=civ_day, civilization_month=civ_month)
@@ -144,8 +146,9 @@ class RuleCache:
     @staticmethod
     def _stamp(name: str) -> tuple[Any, ...]:
         files = [paths.operator_rules_file(name), paths.operator_secrets_file(name),
-                 operator_file(BROKER_FILE), paths.citizen_config_file(name),
-                 paths.citizen_env_file(name)]
+                 operator_file(BROKER_FILE)]
+        if not config.server_mode():  # on a server nothing in a home is a rule
+            files += [paths.citizen_config_file(name), paths.citizen_env_file(name)]
         out: list[Any] = []
         for path in files:
             try:

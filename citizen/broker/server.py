@@ -48,6 +48,14 @@ _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
 _DOWN_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
 
 
+@dataclass(frozen=True)
+class _Allowance:
+    calls_per_minute: int
+    concurrent: int
+
+
+ROUTE_ALLOWANCE = _Allowance(calls_per_minute=240, concurrent=8)  # per citizen, all routes
+
 # (method, path) -> handler(broker, citizen, request body) -> (status, JSON-able answer).
 # Modules that give the broker more to do (mail, onboarding, the shared repositories)
 # add theirs with `route` and are imported by citizen.broker.service.
@@ -76,6 +84,7 @@ class Broker:
     server_mode: bool
     rules: RuleCache = field(default_factory=RuleCache)
     limiter: Limiter = field(default_factory=Limiter)
+    route_limiter: Limiter = field(default_factory=Limiter)
     upstreams: Upstreams = field(default_factory=Upstreams)
     last_active: float = field(default_factory=time.monotonic)
 
@@ -121,8 +130,11 @@ class Handler(BaseHTTPRequestHandler):
             return None
 
         def serve(citizen: str) -> None:
-            body = self._body() if method == "POST" else b""
-            status, data = handler(self.server.broker, citizen, body)
+            # Their own bucket (not the model calls'): a mail long-poll must not take a
+            # model slot, and no citizen may flood these routes either.
+            with self.server.broker.route_limiter.hold(citizen, ROUTE_ALLOWANCE):
+                body = self._body() if method == "POST" else b""
+                status, data = handler(self.server.broker, citizen, body)
             self._json(status, data)
 
         return serve
@@ -177,6 +189,7 @@ class Handler(BaseHTTPRequestHandler):
             try:
                 call = estimate.parse(raw)
                 estimate.check_betas(self.headers.get_all("anthropic-beta") or [])
+                estimate.check_version(self.headers.get("anthropic-version"))
             except estimate.Unbounded as exc:
                 raise Refused(400, "invalid_request_error", f"{exc} - refused by the broker") \
                     from exc
