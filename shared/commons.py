@@ -59,7 +59,8 @@ class Commons:
         from shared.consensus import Consensus  # noqa: PLC0415 - lazy, like every protocol
 
         return Consensus(self.dir, self.framework, self.profiles, self.citizens, self.enforce,
-                         medium_programs=self.medium_programs)
+                         medium_programs=self.medium_programs,
+                         world_request=self.world_request)
 
     @cached_property
     def debates(self) -> Debates:

@@ -17,6 +17,7 @@ import pytest
 
 from citizen import paths
 from tests.nspawn import Container, unavailable
+from tests.thoughtworld import proposal, vote
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
@@ -117,3 +118,35 @@ def test_an_adopted_change_reaches_the_baseline_only_through_the_broker(box: Con
     again = box.run(SETUP, env=PIP_ENV).stdout
     assert "unreviewed" not in again
     assert "# evolved by opus" in box.run("tail", "-1", f"{BASELINE}/DEPLOY.md").stdout
+
+
+def test_an_approved_run_is_nobody_in_the_brokers_sandbox(box: Container) -> None:
+    """Break 3: an approved `run` ran unsandboxed as its executor, reading what that user
+    reads (a peer's files, /etc/experience) into the shared record."""
+    box.run("sh", "-c", "echo 'EMAIL_PASS=mira-canary-5d1c' >> /etc/experience/mira.env")
+    command = ("id -u; cat /etc/experience/mira.env; ls /home/mira /var/lib/experience-broker;"
+               " echo mira-canary-5d1c")
+    pid = box.run("citizen", "consensus", "start", "--by", "opus", "Run a check").stdout \
+        .split()[1].rstrip(":")
+    prelude = ("import json; from citizen import civilization, config; "
+               "c = civilization.consensus(config.templates()); ")
+
+    def step(name: str, code: str) -> str:
+        return box.run("runuser", "-u", name, "--", "env", f"PYTHONPATH=/home/{name}/code",
+                       PYTHON, "-c", prelude + code).stdout
+
+    roles = json.loads(step("opus", f"print(json.dumps(c.load('{pid}').roles))"))
+    body = json.dumps(proposal(tool="run", content=command))
+    step("opus", f"c.propose('{pid}', 'opus', json.loads({body!r}))")
+    approve = f"json.loads({json.dumps(vote())!r})"
+    step(roles["verifier"], f"c.verify('{pid}', '{roles['verifier']}', {approve})")
+    step(roles["integrator"], f"c.integrate('{pid}', '{roles['integrator']}', {approve})")
+    box.run("citizen", "proposal", "approve", pid, "--why", "looked at it")
+    step("opus", f"c.execute('{pid}', 'opus')")
+    record = box.run("cat", f"/home/shared/proposals/records/{pid}/execution.json").stdout
+    output = json.loads(record)["results"][0]["output"]
+    assert output.splitlines()[1:2] == ["65534"], record  # nobody: not opus, not the broker
+    assert "mira-canary-5d1c" not in record and "No such file" in output, output
+    # The run changed no file, so nothing was committed; the repository is the broker's.
+    assert box.run("stat", "-c", "%U %a", "/home/shared/world/.git/HEAD").stdout.strip() \
+        == "experience-broker 644"

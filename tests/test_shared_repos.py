@@ -15,10 +15,14 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen.broker import client
+from citizen import sandbox
+from citizen.broker import client, steps
 from shared import baseline as base_records
 from shared import gitsafe
+from shared.consensus import Consensus
 from shared.consensus.stakes import classify, command_stakes
+from shared.consensus.world import World
+from tests import thoughtworld
 from tests.test_evolution import APP, commit, evo, run
 
 __all__ = ["evo"]  # the fixture: a baseline with a tiny project, cloned by each citizen
@@ -87,3 +91,57 @@ def test_a_commit_straight_onto_main_stops_the_next_merge(evo: Path) -> None:
                                     {"change_id": cid})
     assert status == 409 and "no review put there" in answer["error"]["message"], answer
     assert stray[:12] in answer["error"]["message"]
+
+
+# ------------------------------------------------------------ the world (breaks 3, 4)
+
+def _approved(civ: Path, command: str) -> tuple[Consensus, str, dict[str, str]]:
+    """A proposal running `command`, approved (by a person too when its stakes say so),
+    its execution the broker's (citizen.broker.world) as through the daemons."""
+    c = thoughtworld.commons(civ / "shared")
+    c.world_request = steps.world
+    body = thoughtworld.proposal(tool="run", content=command)
+    pid = c.request(thoughtworld.HELLO, "opus", "operator").id
+    roles = c.load(pid).roles
+    c.propose(pid, "opus", body)
+    c.verify(pid, roles["verifier"], thoughtworld.vote())
+    c.integrate(pid, roles["integrator"], thoughtworld.vote())
+    if c.load(pid).phase == "human":
+        c.decide_human(pid, "root", "approve", "looked at it")
+    assert c.load(pid).phase == "execute"
+    return c, pid, roles
+
+
+@pytest.mark.skipif(sandbox.problem() != "", reason="bubblewrap cannot run here")
+def test_a_planted_fsmonitor_in_the_world_never_runs(civ: Path, tmp_path: Path) -> None:
+    """Break 4: on the code before, a citizen wrote the world's .git/config and the next
+    approved `git status` (low stakes) ran its fsmonitor as the executor."""
+    marker = tmp_path / "fsmonitor-ran"
+    World(civ / "shared").repo()
+    gitsafe.run(civ / "shared" / "world", "config", "core.fsmonitor", f"touch {marker}; false")
+    c, pid, _ = _approved(civ, "git status")
+    d = c.execute(pid, "opus")
+    assert d.execution is not None and d.execution["success"], d.execution
+    assert not marker.exists()
+
+
+@pytest.mark.skipif(sandbox.problem() != "", reason="bubblewrap cannot run here")
+def test_an_approved_run_is_nobody_without_secrets_and_its_output_redacted(civ: Path) -> None:
+    """Break 3: on the code before, an approved `run` ran unsandboxed as the executor
+    (reading a peer's secrets) and its output went into the shared record unredacted."""
+    with (civ / "mira" / ".env").open("a") as fh:
+        fh.write("EMAIL_PASS=mira-canary-7f3e91\n")
+    c, pid, _ = _approved(civ, "id -u; cat ../../mira/.env; ls /home; "
+                               "echo mira-canary-7f3e91 api_key=sk-ant-abcdefghijklmnopqrstu")
+    d = c.execute(pid, "opus")
+    record = (civ / "shared" / "proposals" / "records" / pid / "execution.json").read_text()
+    assert d.execution is not None
+    out = d.execution["results"][0]["output"]
+    assert out.splitlines()[1] == str(65534), out  # nobody, not the executor
+    assert "mira-canary-7f3e91" not in record and "sk-ant-abc" not in record, record
+    assert "No such file" in out  # the peer's home is not there at all
+    assert "[redacted]" in out
+    # Asked again, the broker runs nothing: the execution is recorded, the step moved on.
+    status, _ = client.request("opus", "POST", "/v1/experience/world/execute",
+                                   {"proposal": pid})
+    assert status == 409

@@ -30,7 +30,7 @@ from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.evolution import Evolution
 
 CITIZENS_GROUP = "citizens"
-_LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
+LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
 
 
 def citizens(server_mode: bool) -> list[str]:
@@ -77,7 +77,7 @@ def merge(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
     change_id = field(body, "change_id")
     evolution = Evolution(paths.shared_dir(), citizens(broker.server_mode),
                           broker.server_mode)
-    with _LOCK:
+    with LOCK:
         try:
             commit = evolution.merge(change_id, citizen)
         except (SharedError, OSError) as exc:

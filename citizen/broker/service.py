@@ -18,6 +18,7 @@ from citizen import config, paths
 from citizen.broker import (
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
+    world,  # noqa: F401 - the world's approved actions
 )
 from citizen.broker.ledger import Ledger
 from citizen.broker.server import Broker, idle_watch, listen

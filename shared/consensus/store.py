@@ -24,7 +24,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -46,13 +46,16 @@ from shared.consensus.rules import (
 )
 from shared.consensus.values import Framework, Weights
 from shared.consensus.view import Views, episode_record
-from shared.consensus.world import ActionError, World
+from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.threads import AUTHOR, PLACE, Threads, id_pattern
 
 log = logging.getLogger(__name__)
 
 REVISION = "revision"  # in a vote: the digest of the revision it judged
+# (citizen, "execute" | "revert", proposal) -> the broker's answer (citizen.broker.steps):
+# the world repository is the broker's, so the executor and the verifier ask it.
+WorldRequest = Callable[[str, str, str], dict[str, Any]]
 
 
 def revision_digest(rev: Mapping[str, Any]) -> str:
@@ -66,14 +69,16 @@ class Consensus:
 
     def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
                  citizens: Iterable[str], enforce_identity: bool, *,
-                 medium_programs: Iterable[str] = ()) -> None:
+                 medium_programs: Iterable[str] = (), world_request: WorldRequest | None = None,
+                 runner: Runner | None = None) -> None:
         self.shared = shared_dir
         self.dir = shared_dir / "proposals"
         self.records_dir = self.dir / "records"
         self.framework = framework
         self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched)
         self.episodes = Episodes(shared_dir)
-        self.world = World(shared_dir)
+        self.world = World(shared_dir, runner)
+        self.world_request = world_request
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
         self.medium_programs = frozenset(medium_programs)  # the operator's (stakes.json)
@@ -230,6 +235,13 @@ class Consensus:
                                 pid)
         return self.refresh(pid)
 
+    def owing(self, pid: str, me: str, *phases: str) -> Proposal:
+        """The proposal, if one of `phases` is its step now and `me` owes it.
+
+        :raises NotAllowed: it is at another step, or that step is someone else's.
+        """
+        return self._owe(pid, me, *phases)
+
     def _owe(self, pid: str, me: str, *phases: str) -> Proposal:
         d = self.load(pid)
         if d.phase not in phases:
@@ -312,29 +324,47 @@ class Consensus:
                     self.enforce, decided=lambda: self.load(pid).human is not None)
         return self.refresh(pid)
 
-    def execute(self, pid: str, me: str, env: Mapping[str, str]) -> Proposal:
-        """Carry out the approved revision's actions in the world repository and commit."""
+    def execute(self, pid: str, me: str, env: Mapping[str, str] | None = None) -> Proposal:
+        """The executor's step: the broker carries out the approved revision's actions in
+        the world repository and commits (`carry_out`); this records what it did. (`env`
+        is no longer used: commands run in the broker's sandbox, with nothing of ours.)"""
         d = self._owe(pid, me, "execute")
-        rev = d.revisions[-1]
         started = clock.now()
-        with self.world.lock:
-            self.world.repo()
-            results = self.world.run(list(rev.get("actions", [])), env)
-            success = all(r["ok"] for r in results)
-            commit = None
-            if success:
-                approvers = ", ".join(f"{c} ({p})" for c, p in
-                                      (d.consensus or {}).get("positions", {}).items())
-                commit = self.world.commit(f"{pid}: {rev.get('goal', '')[:60]}\n\n"
-                                           f"Proposal {pid}, round {d.round}, stakes "
-                                           f"{d.stakes}.\nVotes: {approvers}\n", me)
-            else:
-                self.world.discard()
-        error = "" if success else next(r["output"] for r in results if not r["ok"])
+        if self.world_request is not None:
+            done = self.world_request(me, "execute", pid)
+        else:  # no broker (the broker itself, a bare Consensus): run here, no command runs
+            with self.world.lock:
+                done = self.carry_out(pid, me)
         return self._write(pid, "execution.json", me,
                            {"round": d.round, "started": started, "completed": clock.now(),
-                            "success": success,
-                            "results": results, "commit": commit, "error": error[:2000]})
+                            "success": bool(done.get("success")),
+                            "results": list(done.get("results", [])),
+                            "commit": done.get("commit"),
+                            "error": str(done.get("error", ""))[:2000]})
+
+    def carry_out(self, pid: str, me: str) -> dict[str, Any]:
+        """The world's owner's step (the broker, which holds its own lock): run the
+        approved revision's actions, commit them (or throw them away), say what happened.
+
+        :raises NotAllowed: the execution is not `me`'s to ask for now.
+        """
+        d = self._owe(pid, me, "execute")
+        rev = d.revisions[-1]
+        self.world.repo()
+        results = self.world.run(list(rev.get("actions", [])))
+        success = all(r["ok"] for r in results)
+        commit = None
+        if success:
+            approvers = ", ".join(f"{c} ({p})" for c, p in
+                                  (d.consensus or {}).get("positions", {}).items())
+            commit = self.world.commit(f"{pid}: {rev.get('goal', '')[:60]}\n\n"
+                                       f"Proposal {pid}, round {d.round}, stakes "
+                                       f"{d.stakes}.\nVotes: {approvers}\n", me)
+        else:
+            self.world.discard()
+        error = "" if success else next(r["output"] for r in results if not r["ok"])
+        return {"round": d.round, "success": success, "results": results, "commit": commit,
+                "error": error[:2000]}
 
     def check(self, pid: str, me: str, verdict: Mapping[str, Any]) -> Proposal:
         """The verifier's outcome check: its judgement and the mechanical checks must agree;
@@ -347,9 +377,11 @@ class Consensus:
             reverted, revert_error = None, ""
             commit = (d.execution or {}).get("commit")
             if not verified and commit:
-                try:
-                    reverted = self.world.revert(str(commit), me)
-                except ActionError as exc:  # recorded; the operator sees it in the proposal
+                try:  # the broker's step: it reverts the commit it made for this round
+                    reverted = (str(self.world_request(me, "revert", pid)["reverted"])
+                                if self.world_request is not None
+                                else self.world.revert(str(commit), me))
+                except (ActionError, NotAllowed) as exc:  # recorded; the operator sees it
                     revert_error = str(exc)
         body = _clean(verdict, ("rationale", "checks"))
         body.update(outcomes_verified=verified, model_verdict=bool(

@@ -1,32 +1,38 @@
 """The Thought World repository (`shared/world/`): where approved proposals act.
 
-An approved proposal's actions run here, mechanically - the executor's daemon
-carries out exactly the actions that were voted on, nothing a model says later -
-and are committed with git in one commit naming the proposal, so any outcome can
-be inspected and reverted. Paths are confined to the repository.
+An approved proposal's actions run here, mechanically - exactly the actions that were
+voted on, nothing a model says later - and are committed with git in one commit naming
+the proposal, so any outcome can be inspected and reverted. Paths are confined to the
+repository.
+
+The repository belongs to the broker's user and nobody else writes it (issue 28, breaks
+3 and 4): the executor asks the broker (`citizen.broker.world`), which re-derives that
+the step is owed, runs the actions here and commits; a `run` action runs through the
+`runner` it gives (bubblewrap, an unprivileged user, no credentials, output capped and
+redacted) - without one, a command is refused, never run as whoever called.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
-
-import git
 
 from shared import gitsafe
 from shared.atomic import make_dirs
 from shared.documents import locked
 from shared.errors import Invalid
 
-FILE_MODE = 0o664  # the next executor may be another citizen (group `citizens`)
-DIR_MODE = 0o2775  # group-writable; setgid keeps group `citizens`
+FILE_MODE = 0o644  # the broker's user writes; every citizen reads (checks, reviews)
+DIR_MODE = 0o2755  # likewise; setgid keeps group `citizens` as setup made the top
+UMASK = 0o022  # what git makes here is readable by all, writable by the broker alone
 RUN_TIMEOUT_S = 120
 OUTPUT_CHARS = 4000
+# (command, world directory) -> the command's output; raises ActionError when it fails.
+Runner = Callable[[str, Path], str]
 
 
 class ActionError(Invalid):
@@ -39,46 +45,43 @@ def _who(citizen: str) -> dict[str, str]:
             "GIT_COMMITTER_EMAIL": f"{citizen}@localhost"}
 
 
-def _commit_index(repo: git.Repo, message: str, citizen: str, first: bool = False) -> str:
-    """Commit the index with plumbing (write-tree, commit-tree, update-ref).
-
-    Porcelain `git commit` writes .git/COMMIT_EDITMSG with the committer's umask, and
-    gitpython writes refs itself: either way the next executor - another Unix user -
-    could not commit. The plumbing honours core.sharedRepository=group throughout.
-    """
-    tree = repo.git.write_tree()
-    parents = [] if first else ["-p", "HEAD"]
-    sha = repo.git.commit_tree(tree, *parents, "-m", message, env=_who(citizen))
-    repo.git.update_ref("-m", f"commit: {message.splitlines()[0][:80]}", "HEAD", sha,
-                        env=_who(citizen))
-    return str(sha)
-
-
 class World:
-    def __init__(self, shared_dir: Path) -> None:
+    def __init__(self, shared_dir: Path, runner: Runner | None = None) -> None:
         self.dir = shared_dir / "world"
         self.lock_file = shared_dir / ".world.lock"
+        self.runner = runner
+
+    def git(self, *args: str, citizen: str = "", check: bool = True) -> str:
+        """git in the world repository (gitsafe: no hook, fsmonitor or filter runs)."""
+        done = gitsafe.run(self.dir, *args, extra_env=_who(citizen) if citizen else None,
+                           check=check, umask=UMASK)
+        return done.stdout.decode(errors="replace").strip()
+
+    def _commit_index(self, message: str, citizen: str, first: bool = False) -> str:
+        """Commit the index with plumbing (write-tree, commit-tree, update-ref)."""
+        tree = self.git("write-tree")
+        parents = [] if first else ["-p", "HEAD"]
+        sha = self.git("commit-tree", tree, *parents, "-m", message, citizen=citizen)
+        self.git("update-ref", "-m", f"commit: {message.splitlines()[0][:80]}", "HEAD", sha,
+                 citizen=citizen)
+        return sha
 
     @property
     def lock(self) -> contextlib.AbstractContextManager[float]:
         """One executor at a time: actions and their commit must not interleave."""
         return locked(self.dir, lock_file=self.lock_file)
 
-    def repo(self) -> git.Repo:
-        """The repository, created on first use."""
+    def repo(self) -> Path:
+        """The repository (the broker's), created on first use."""
         if not (self.dir / ".git").exists():
-            make_dirs(self.dir, self.dir, DIR_MODE)  # group-writable: the next executor
-            gitsafe.run(None, "init", "--quiet", "--shared=group", str(self.dir), cwd=self.dir)
-            # Every citizen may write this repository's config: gitsafe treats it as data
-            # (and its explicit GIT_DIR needs no safe.directory for another owner's repo).
-            repo = gitsafe.open_repo(self.dir)
+            make_dirs(self.dir, self.dir, DIR_MODE)
+            gitsafe.run(None, "init", "--quiet", str(self.dir), cwd=self.dir, umask=UMASK)
             readme = self.dir / "README.md"
             readme.write_text("# Thought World\n\nChanged only by approved proposals.\n")
             os.chmod(readme, FILE_MODE)
-            repo.git.add("README.md")
-            _commit_index(repo, "Thought World repository", "experience", first=True)
-            return repo
-        return gitsafe.open_repo(self.dir)
+            self.git("add", "README.md")
+            self._commit_index("Thought World repository", "experience", first=True)
+        return self.dir
 
     def path(self, rel: str) -> Path:
         """A path inside the repository.
@@ -92,12 +95,12 @@ class World:
             raise ActionError(f"path '{rel}' leaves the world repository")
         return full
 
-    def run(self, actions: list[Mapping[str, Any]], env: Mapping[str, str]) -> list[dict[str, Any]]:
+    def run(self, actions: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Carry out actions in order; stop at the first that fails. Returns one result each."""
         results = []
         for i, action in enumerate(actions):
             try:
-                out = self._one(action, env)
+                out = self._one(action)
                 results.append({"action": i, "tool": action.get("tool"), "ok": True,
                                 "output": out[:OUTPUT_CHARS]})
             except (ActionError, OSError) as exc:
@@ -106,11 +109,11 @@ class World:
                 break
         return results
 
-    def _one(self, action: Mapping[str, Any], env: Mapping[str, str]) -> str:  # noqa: PLR0911
+    def _one(self, action: Mapping[str, Any]) -> str:  # noqa: PLR0911
         tool = str(action.get("tool", ""))
         args = dict(action.get("args") or {})
         if tool in ("run", "run_tests"):
-            return self._command(str(args.get("command", "")), env)
+            return self._command(str(args.get("command", "")))
         target = self.path(str(args.get("path", "")))
         if tool == "read_file":
             return target.read_text(encoding="utf-8", errors="replace")
@@ -141,27 +144,22 @@ class World:
             return f"deleted {args['path']}"
         raise ActionError(f"unknown action '{tool}'")
 
-    def _command(self, command: str, env: Mapping[str, str]) -> str:
+    def _command(self, command: str) -> str:
         if not command.strip():
             raise ActionError("run: no command given")
-        try:
-            proc = subprocess.run(["bash", "-c", command], cwd=self.dir, env=dict(env),
-                                  capture_output=True, text=True, timeout=RUN_TIMEOUT_S,
-                                  check=False, stdin=subprocess.DEVNULL)
-        except subprocess.TimeoutExpired as exc:
-            raise ActionError(f"run: timed out after {RUN_TIMEOUT_S} s") from exc
-        out = f"exit code {proc.returncode}\n{proc.stdout}{proc.stderr}"
-        if proc.returncode != 0:
-            raise ActionError(out[:OUTPUT_CHARS])
-        return out
+        if self.runner is None:  # never as whoever called: only the broker's sandbox
+            raise ActionError("run: commands run only in the broker's sandbox (ask the "
+                              "broker: citizen.broker.world)")
+        return self.runner(command, self.dir)
 
     def commit(self, message: str, citizen: str) -> str | None:
         """Commit every change; None when nothing changed."""
-        repo = self.repo()
-        repo.git.add("--all")
-        if not repo.is_dirty(index=True, untracked_files=True):
+        self.repo()
+        self.git("add", "--all")
+        if self.git("diff", "--cached", "--name-only", "--no-ext-diff") == "" \
+                and self.git("rev-parse", "-q", "--verify", "HEAD", check=False):
             return None
-        return _commit_index(repo, message, citizen)
+        return self._commit_index(message, citizen)
 
     def revert(self, sha: str, citizen: str) -> str:
         """Undo one commit with a new commit.
@@ -169,27 +167,27 @@ class World:
         :raises ActionError: later commits changed the same lines (the revert is aborted,
             the repository left as it was; a human has to untangle it).
         """
-        repo = self.repo()
-        patch = repo.git.show(sha, "--format=", "--binary", "--no-ext-diff",
-                             "--no-textconv") + "\n"
+        self.repo()
+        patch = self.git("show", sha, "--format=", "--binary", "--no-ext-diff",
+                         "--no-textconv") + "\n"
         try:
             with tempfile.NamedTemporaryFile("w", suffix=".patch") as fh:
                 fh.write(patch)
                 fh.flush()
-                repo.git.apply("-R", "--index", fh.name)
-        except git.GitCommandError as exc:
-            with contextlib.suppress(git.GitCommandError):
-                repo.git.reset("--hard", "-q")
+                self.git("apply", "-R", "--index", fh.name)
+        except gitsafe.GitFailed as exc:
+            with contextlib.suppress(gitsafe.GitFailed):
+                self.git("reset", "--hard", "-q")
             raise ActionError(f"could not revert {sha[:12]}: later changes conflict "
-                              f"({str(exc.stderr).strip()[:300]})") from exc
-        return _commit_index(repo, f"Revert {sha[:12]}: its outcomes were not verified",
-                             citizen)
+                              f"({str(exc)[-300:]})") from exc
+        return self._commit_index(f"Revert {sha[:12]}: its outcomes were not verified",
+                                  citizen)
 
     def discard(self) -> None:
         """Throw away uncommitted changes (a failed execution leaves nothing behind)."""
-        repo = self.repo()
-        repo.git.reset("--hard")
-        repo.git.clean("-fd")
+        self.repo()
+        self.git("reset", "--hard", "-q")
+        self.git("clean", "-fdq")
 
     def check(self, actions: list[Mapping[str, Any]]) -> list[dict[str, Any]]:
         """Mechanical outcome checks: does each change's result exist as stated?"""
