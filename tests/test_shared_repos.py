@@ -120,7 +120,7 @@ def test_a_planted_fsmonitor_in_the_world_never_runs(civ: Path, tmp_path: Path) 
     World(civ / "shared").repo()
     gitsafe.run(civ / "shared" / "world", "config", "core.fsmonitor", f"touch {marker}; false")
     c, pid, _ = _approved(civ, "git status")
-    d = c.execute(pid, "opus")
+    d = c.execute(pid, "opus", thoughtworld.env())
     assert d.execution is not None and d.execution["success"], d.execution
     assert not marker.exists()
 
@@ -133,7 +133,7 @@ def test_an_approved_run_is_nobody_without_secrets_and_its_output_redacted(civ: 
         fh.write("EMAIL_PASS=mira-canary-7f3e91\n")
     c, pid, _ = _approved(civ, "id -u; cat ../../mira/.env; ls /home; "
                                "echo mira-canary-7f3e91 api_key=sk-ant-abcdefghijklmnopqrstu")
-    d = c.execute(pid, "opus")
+    d = c.execute(pid, "opus", thoughtworld.env())
     record = (civ / "shared" / "proposals" / "records" / pid / "execution.json").read_text()
     assert d.execution is not None
     out = d.execution["results"][0]["output"]
