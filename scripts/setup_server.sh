@@ -204,9 +204,10 @@ if [ -n "$(g config core.sharedRepository || true)" ]; then
 fi
 # Who a merge by hand is signed by (the operator resolving a conflicting upgrade, as
 # the broker's user); setup's own commits and the broker's merges name themselves.
-if [ -z "$(g config user.name || true)" ]; then
-    g config user.name "Experience operator"
-    g config user.email "experience@localhost"
+# (Not through g: its -c user.name would answer for the repository's own config.)
+if [ -z "$(git -C "$baseline" config --local user.name || true)" ]; then
+    git -C "$baseline" config --local user.name "Experience operator"
+    git -C "$baseline" config --local user.email "experience@localhost"
 fi
 if g rev-parse -q --verify MERGE_HEAD >/dev/null; then
     echo "conflict: a merge by hand is under way in the baseline - finish it (commit) or"
