@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 import re
 import smtplib
+from email import policy
 from email.message import EmailMessage
 from email.utils import formatdate, make_msgid
 from typing import Any
@@ -116,7 +117,9 @@ def send(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
         server = mailbox.connect_smtp(acct)
         try:
             # The envelope is the checked list, never a header the daemon wrote.
-            server.sendmail(str(msg["From"]), to, msg.as_bytes())
+            # CRLF line ends (policy.SMTP): smtplib sends bytes as they are, and a body of
+            # bare LFs is one line to the server, refused past 1000 characters.
+            server.sendmail(str(msg["From"]), to, msg.as_bytes(policy=policy.SMTP))
         finally:
             server.quit()
     except (MailboxError, smtplib.SMTPException, OSError) as exc:
