@@ -6,24 +6,29 @@ its command can reach, a bad wake will eventually reach. So a command sees
 - the system read-only (`--ro-bind / /`), a fresh /proc in its own PID namespace (the
   wake and the daemon, and their environments, are not there), its own IPC and UTS
   namespaces, an empty /tmp, and no network unless the citizen's config grants it;
-- of the civilization only its own home, READ-ONLY at its top level, with the daemon's
-  files masked (the secrets file, contexts, memory, logs, tasks, mail and state are
-  empty or absent); peers' homes and the commons are not mounted at all;
-- writable, only what the caller's `Trust` names. `Trust.OWN`, the citizen's own model
-  (its shell), gets back read-write every directory at the top of its home that is its
-  work: not a dotname, not the daemon's (`work/` always, `code/`, whatever it made with
-  its file tools). `Trust.PEER`, a peer's code (a dynamic tool, a tool review's tests,
-  `code_test` of a change), gets nothing of the home: its `~/code`, dotfiles and
-  everything its daemon reads later stay read-only; only the caller's scratch `binds`;
+- of the civilization only its own home, its daemon's files masked (the secrets file,
+  contexts, memory, logs, tasks, mail and state are empty or absent); peers' homes and
+  the commons are not mounted at all;
+- writable, only what the caller's `Trust` allows. `Trust.OWN`, the citizen's own model
+  (its shell), writes its home - new files and directories at its top level included -
+  except the names `reserved` for the daemon and for configuration: every dotname that
+  exists and every `KNOWN_DOTNAMES` entry (made empty first if missing, so a mount can
+  cover it) is read-only, the daemon's directories are empty tmpfs (made first if
+  missing: mail/ before the daemon ever made it), its config read-only. `Trust.PEER`, a
+  peer's code (a dynamic tool, a tool review's tests, `code_test` of a change), gets
+  the whole home read-only - its `~/code`, dotfiles and everything its daemon reads
+  later - and only the caller's scratch `binds` writable;
 - rlimits for CPU time, memory, file size and processes; and it dies with its call:
   bubblewrap is PID 1 of the namespace, so nothing it started outlives it.
 
-Why the top level is read-only rather than masking each daemon name (issue 28): a mount
-over a name that does not exist yet would have to create it in the real home first, and
-"every dotname" has no end - git reads ~/.gitconfig, Python ~/.local, bash ~/.bashrc, curl
-~/.netrc, and the next tool something else. A read-only top level makes every such name
-unplantable, existing or not, and the daemon pre-creates none of them; the price is that
-new work goes into a directory (`work/`), not next to config.json.
+Why a list of dotnames rather than every one (issue 28): a mount over a name that does
+not exist yet must create it in the real home first, and "every dotname" has no end. The
+list holds what git, Python, shells and network tools read as configuration; a dotname
+outside it is written freely and read by nothing of ours. The daemon never trusts what a
+sandbox could write anyway: git runs with a fixed configuration (shared.gitsafe) and
+Python ignores the user site (PYTHONNOUSERSITE in the unit). A first version made the
+whole top level read-only; it broke ordinary work ("write sorted.txt") - six of the 21
+corpus tasks (bench/tasks.py) - so the home stays the citizen's workplace.
 
 EXPERIENCE_SANDBOX says what happens when bubblewrap cannot run here (not installed, or
 namespaces forbidden): `required` (what the systemd unit sets, having allowed exactly
@@ -44,7 +49,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from citizen import paths
+from citizen import paths, state
 from citizen.paths import Home
 
 log = logging.getLogger(__name__)
@@ -55,8 +60,16 @@ MODE_ENV = "EXPERIENCE_SANDBOX"  # auto | required | off (see the module doc)
 HIDDEN_DIRS = ("contexts", "memory", "logs", "tasks", "mail")
 HIDDEN_FILES = (".env", "state.json", ".state.lock", ".daemon.lock")
 READ_ONLY = ("config.json",)  # the operator's rules: readable, never writable
-# The directory of the home every sandbox of the citizen's own may write, made before the
-# call: new work goes there, since the home's top level is read-only (the module doc).
+# What git, Python, shells, ssh and network tools read from a home as configuration:
+# made empty (files 0600, directories 0700) before a command of the citizen's own runs,
+# so each can be mounted read-only even before the citizen ever had one.
+KNOWN_DIRS = (".config", ".local", ".ssh", ".gnupg", ".docker", ".ipython", ".jupyter")
+KNOWN_FILES = (".gitconfig", ".git-credentials", ".netrc", ".bashrc", ".profile",
+               ".bash_profile", ".bash_login", ".bash_logout", ".zshrc", ".zshenv",
+               ".pythonrc.py", ".pypirc", ".pydistutils.cfg", ".npmrc", ".curlrc",
+               ".wgetrc", ".inputrc", ".editrc", ".selected_editor")
+KNOWN_DOTNAMES = KNOWN_DIRS + KNOWN_FILES
+# The directory a command of the citizen's own starts in when the caller names none.
 WORK_DIR = "work"
 
 
@@ -94,19 +107,44 @@ def reserved(name: str) -> bool:
     return name.startswith(".") or name in (*HIDDEN_DIRS, *HIDDEN_FILES, *READ_ONLY)
 
 
-def _work_dirs(home: Path) -> list[str]:
-    """The citizen's work directories, each re-bound read-write over the read-only home:
-    real directories at its top level, never a symlink (`--bind` would follow it to
-    whatever it names, a hidden directory included)."""
-    work = home / WORK_DIR
-    if not os.path.lexists(work):
-        # 0750 like the home: the citizen writes, its group (peer monitoring) may look.
-        work.mkdir(mode=0o750)
-    found = []
+def _prepare(h: Home) -> None:
+    """Make every name a mount must cover before a command of the citizen's own runs:
+    the daemon's directories and the known dotnames, empty. Never through a link: a name
+    that is a symlink is refused (a mount on it would follow it, out of the home).
+
+    :raises OSError: a reserved name is a link (`SandboxRefused`).
+    """
+    home = h.dir
+    state.ensure(h)  # the daemon's state file and its lock: present, so masked
+    for name in (*HIDDEN_DIRS, *KNOWN_DIRS, WORK_DIR):
+        path = home / name
+        if path.is_symlink():
+            raise SandboxRefused(f"{path} is a symbolic link: remove it (commands are not "
+                                 "run while a name the daemon reads leads elsewhere)")
+        if not path.exists():
+            # 0700 for configuration, 0750 (like the home) for the rest.
+            path.mkdir(mode=0o700 if name.startswith(".") else 0o750)
+    for name in (*KNOWN_FILES, ".daemon.lock"):
+        try:  # O_EXCL|O_NOFOLLOW: made only if absent, never through a planted link
+            os.close(os.open(home / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                             os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            if (home / name).is_symlink():
+                raise SandboxRefused(f"{home / name} is a symbolic link: remove it") from None
+
+
+class SandboxRefused(OSError):
+    """A command is not run: the home is not in a state the sandbox can cover."""
+
+
+def _read_only_dotnames(home: Path) -> list[str]:
+    """Every dotname of the home, read-only (the secrets file is masked instead)."""
+    out = []
     for entry in sorted(os.scandir(home), key=lambda e: e.name):
-        if not reserved(entry.name) and entry.is_dir(follow_symlinks=False):
-            found += ["--bind", entry.path, entry.path]
-    return found
+        if entry.name.startswith(".") and entry.name not in HIDDEN_FILES \
+                and not entry.is_symlink():
+            out += ["--ro-bind", entry.path, entry.path]
+    return out
 
 
 def _masks(home: Path) -> list[str]:
@@ -119,6 +157,9 @@ def _masks(home: Path) -> list[str]:
     for name in HIDDEN_FILES:
         if (home / name).exists():
             args += ["--ro-bind", "/dev/null", f"{h}/{name}"]
+    for name in READ_ONLY:
+        if (home / name).exists() and not (home / name).is_symlink():
+            args += ["--ro-bind", f"{h}/{name}", f"{h}/{name}"]  # readable, not writable
     # The interpreter a command may run (a peer's tool tests run sys.executable): when it
     # lives where the sandbox mounts an empty tmpfs (a checkout under /tmp), it comes
     # back read-only.
@@ -204,12 +245,14 @@ def wrap(home: Home, argv: list[str], *, trust: Trust, network: bool = False,
     if not confined() or binary is None:
         return [*limited, *argv]
     h = str(home.dir)
+    if trust is Trust.OWN:
+        _prepare(home)
     args = [*limited, binary, "--ro-bind", "/", "/",
             "--tmpfs", "/tmp",  # noqa: S108 - a private, empty /tmp inside the sandbox
             "--tmpfs", str(paths.civ_root()),  # peers' homes and the commons vanish ...
-            # ... and this home comes back read-only: no name at its top level can be
-            # created or changed, so nothing its daemon or git reads later can be planted.
-            "--ro-bind", h, h,
+            # ... and this home comes back: the citizen's own shell writes it (but what is
+            # reserved, below); a peer's code gets it read-only.
+            "--bind" if trust is Trust.OWN else "--ro-bind", h, h,
             "--proc", "/proc", "--dev", "/dev",
             # No host sockets: /run holds the system bus, Dovecot's and other services'
             # Unix sockets, which a read-only mount does not stop connect() to.
@@ -223,9 +266,10 @@ def wrap(home: Home, argv: list[str], *, trust: Trust, network: bool = False,
         # /etc/resolv.conf may point into /run: name resolution for permitted network
         args += ["--ro-bind", "/run/systemd/resolve", "/run/systemd/resolve"]
     if trust is Trust.OWN:
-        # Its own work, writable; a peer's code gets none of it: a change under review
-        # would otherwise land in ~/code, which the daemon imports at its next start.
-        args += _work_dirs(home.dir)
+        # What git, Python and the shells read later, read-only even to the citizen's
+        # own commands; a peer's code gets the whole home so: a change under review would
+        # otherwise land in ~/code, which the daemon imports at its next start.
+        args += _read_only_dotnames(home.dir)
     args += _masks(home.dir)
     for extra in binds:
         args += ["--bind", str(extra), str(extra)]  # the caller's scratch: the one writable

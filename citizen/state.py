@@ -51,3 +51,10 @@ def mark(home: Home, key: str, value: Any) -> None:
         data = load(home)
         data["marks"][key] = value
         write_json(home.state, data)
+
+
+def ensure(home: Home) -> None:
+    """Write the fresh state if there is none yet (so a sandbox can mask the file)."""
+    with _locked(home):
+        if not home.state.exists():
+            write_json(home.state, load(home))

@@ -72,12 +72,12 @@ def test_no_attack_reaches_a_secret_in_the_sandbox(env: ToolEnv) -> None:
     for what, command in ATTACKS.items():
         out = run(env, command.format(root=root))
         assert CANARY not in out, f"{what}: {out}"
-    # What the work needs still works: the home is the working directory, its work
-    # directories read-write; its top level is read-only (test_sandbox_peer.py says why).
-    assert "exit code 0" in run(env, "echo hi > work/notes.txt && cat work/notes.txt")
-    assert (paths.home("opus").dir / "work" / "notes.txt").read_text() == "hi\n"
+    # What the work needs still works: the home is the working directory and writable,
+    # but for what the daemon reads (test_sandbox_peer.py).
+    assert "exit code 0" in run(env, "echo hi > notes.txt && cat notes.txt")
+    assert (paths.home("opus").dir / "notes.txt").read_text() == "hi\n"
     assert "Read-only file system" in run(env, "echo x > config.json")
-    assert "Read-only file system" in run(env, "echo x > notes.txt")
+    assert "Read-only file system" in run(env, "echo x > .gitconfig")
     assert "Read-only file system" in run(env, "touch /usr/evil")
 
 

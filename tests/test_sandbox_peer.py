@@ -85,10 +85,13 @@ def test_the_citizens_own_shell_plants_nothing_its_daemon_reads(civ: Path) -> No
         "command": f"{sys.executable} -c {json.dumps(script)} && echo hi > work/notes.txt"})
     assert "exit code 0" in out, out
     own_code = ("code/citizen/evil.py", "code/sitecustomize.py", "code/.git/hooks/post-commit")
-    assert _landed(home, DAEMON_READS) == [*own_code, "work/evil.txt"]
+    # Its work lands - ~/code (its own to evolve), work/, a new file at the top level -
+    # and nothing its daemon, git, Python or a shell reads as configuration or state.
+    assert _landed(home, DAEMON_READS) == [*own_code, "planted.txt", "work/evil.txt"]
     assert (home / "work" / "notes.txt").read_text() == "hi\n"
     assert (home / ".profile").read_text() == "mine\n"
-    assert not (home / "mail").exists() and not (home / "state.json").exists()
+    assert list((home / "mail").iterdir()) == []  # made empty first, then masked
+    assert json.loads((home / "state.json").read_text())["wakes"] == 0  # the daemon's
 
 
 def test_a_peers_tool_review_writes_nothing_of_the_reviewer(civ: Path) -> None:

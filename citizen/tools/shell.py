@@ -37,8 +37,8 @@ def scrubbed_env(home_dir: str) -> dict[str, str]:
 
 @tool
 def shell_command(env: ToolEnv, command: str, timeout: int = 60) -> str:
-    """Run a shell command (bash) in your home directory and return its output. The home's
-    top level and dotfiles are read-only here: write in work/, code/ or another directory.
+    """Run a shell command (bash) in your home directory and return its output. Dotfiles
+    and the daemon's own files (config.json, mail/, tasks/ ...) are read-only here.
 
     :param command: the command line to run
     :param timeout: seconds before the command is killed (at most 600)
@@ -62,9 +62,13 @@ def run(env: ToolEnv, command: str, timeout: int = 60, cwd: str = "") -> tuple[i
         raise ToolFailure(f"{cwd!r} is not a directory in your home")
     network = bool(env.config.permissions.get("can_use_network", False))
     script = command if not cwd else f"cd {shlex.quote(str(where))} && {command}"
+    try:
+        argv = sandbox.wrap(env.home, ["bash", "-c", script], trust=sandbox.Trust.OWN,
+                            network=network, limits=sandbox.Limits(cpu_s=timeout + 5))
+    except sandbox.SandboxRefused as exc:
+        raise ToolFailure(str(exc)) from exc
     proc = subprocess.Popen(
-        sandbox.wrap(env.home, ["bash", "-c", script], trust=sandbox.Trust.OWN, network=network,
-                     limits=sandbox.Limits(cpu_s=timeout + 5)),
+        argv,
         cwd=env.home.dir, env=scrubbed_env(str(env.home.dir)),
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
         start_new_session=True,  # its own process group, so a timeout kills all it started
