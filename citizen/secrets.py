@@ -35,6 +35,9 @@ class Secrets:
     """
 
     values: Mapping[str, str] = field(default_factory=dict)
+    # BROKER_ONLY values a dev-mode process could read anyway (one Unix user): never
+    # handed out by `get`, only redacted. On a server the file is unreadable: none.
+    redact_only: Mapping[str, str] = field(default_factory=dict)
 
     def get(self, key: str) -> str:
         """The secret's value, or "" when it is not set."""
@@ -48,7 +51,7 @@ class Secrets:
         for what reaches a model, a log or a mail (a hard link to `.env`, a tool that
         prints its environment)."""
         for key in SECRET_KEYS:
-            value = self.values.get(key, "")
+            value = self.values.get(key, "") or self.redact_only.get(key, "")
             if len(value) >= MIN_SECRET and value in text:
                 text = text.replace(value, f"[{key} redacted]")
         return text
@@ -104,7 +107,9 @@ def values(name: str | None = None) -> dict[str, str]:
 
 def load_secrets(name: str | None = None) -> Secrets:
     """A citizen's secrets (`values`) without what only the broker reads (`BROKER_ONLY`)."""
-    return Secrets({k: v for k, v in values(name).items() if k not in BROKER_ONLY})
+    found = values(name)
+    return Secrets({k: v for k, v in found.items() if k not in BROKER_ONLY},
+                   {k: v for k, v in found.items() if k in BROKER_ONLY})
 
 
 _ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS", "SMTP_TLS",

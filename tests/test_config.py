@@ -193,7 +193,8 @@ def test_env_file_parsing_and_environment_override(civ_root: Path,
         'EMAIL_PASS="p w"\n')
     secrets = config.load_secrets("opus")
     assert secrets.get("ANTHROPIC_API_KEY") == "sk-file"
-    assert secrets.get("EMAIL_PASS") == "p w"
+    assert secrets.get("EMAIL_PASS") == ""  # the broker's alone (it logs in, not the daemon)
+    assert secrets.redact("pass: p w") == "pass: p w"  # too short to redact safely
     assert "sk-file" not in repr(secrets)  # never leaks into a log line
     monkeypatch.setenv("ANTHROPIC_API_KEY", "sk-env")
     assert config.load_secrets("opus").get("ANTHROPIC_API_KEY") == "sk-env"
