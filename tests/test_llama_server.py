@@ -12,6 +12,7 @@ and that the server's errors turn into messages that name the fix.
 from __future__ import annotations
 
 import json
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -97,7 +98,7 @@ def test_a_task_wake_through_the_sdk(sdk_env: str, civ: Path) -> None:
     result = run_wake("opus", wake_type="TASK")
     log = wakelog.read(result.log_path)
     assert next(e for e in log if e["event"] == "provider")["provider"].startswith(
-        f"anthropic (claude-opus-4-6 via {sdk_env}")
+        "anthropic (claude-opus-4-6 via the broker")  # which forwards to llama-server
     calls = [e for e in log if e["event"] == "llm_call"]
     answered = [c for c in calls if "reply" in c]
     # A reply that broke its schema is logged with the problem (and the raw text) and
@@ -106,6 +107,13 @@ def test_a_task_wake_through_the_sdk(sdk_env: str, civ: Path) -> None:
     assert answered and {c["reply"]["provider"] for c in answered} == {"anthropic"}
     assert all(c["tokens_in"] > 0 and c["cost_usd"] > 0 for c in calls)
     assert result.cost_usd == pytest.approx(sum(c["cost_usd"] for c in calls), abs=1e-5)
+    # Every call went through the broker, which settled it from llama-server's usage.
+    from citizen.broker import service
+
+    ledger = sqlite3.connect(service.ledger_path())
+    states = [r[0] for r in ledger.execute("SELECT state FROM calls")]
+    ledger.close()
+    assert states == ["settled"] * len(calls)
     made = (civ / "opus" / "notes" / "hi.md").is_file()
     assert tasks.where(task.id) != "done" or made
 

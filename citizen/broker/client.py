@@ -21,7 +21,7 @@ from citizen.broker import service
 from citizen.errors import ProviderUnavailable
 from shared.documents import locked
 
-BASE_URL = "http://broker"  # the host part is never resolved: the transport is the socket
+BASE_URL = "http://broker"  # never resolved: the transport is the socket (and see describe)
 PLACEHOLDER_KEY = "held-by-the-broker"
 CITIZEN_HEADER = "X-Experience-Citizen"
 DEV_IDLE_EXIT_S = 600.0  # a dev-mode broker nobody calls for 10 minutes goes away

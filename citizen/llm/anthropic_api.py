@@ -24,6 +24,7 @@ from citizen.spend import DailyCapReached
 RESPOND_TOOL = "respond"
 DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
 BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never retried)
+BROKER_URL = "http://broker"  # citizen.broker.client.BASE_URL: the socket, not a host
 
 _STATUS_FIX = {
     400: "the request was malformed - this is a bug in Experience; report it with the wake log",
@@ -71,7 +72,8 @@ class AnthropicProvider(Provider):
         )
 
     def describe(self) -> str:
-        where = self.base_url or "api.anthropic.com"
+        where = "the broker" if self.base_url == BROKER_URL else (
+            self.base_url or "api.anthropic.com")
         return f"anthropic ({self.config.seat('primary').model} via {where})"
 
     def price(self, tier: str) -> ModelPrice:
