@@ -115,8 +115,11 @@ def corpus_ratios() -> list[float]:
 
     ratios: list[float] = []
 
-    def collect(_home: Path) -> None:
-        db = sqlite3.connect(service.ledger_path())
+    def collect(home: Path) -> None:
+        ledger = home.parent / ".broker" / service.LEDGER  # this task's civilization
+        if not ledger.is_file():
+            return
+        db = sqlite3.connect(ledger)
         try:
             ratios.extend(r / c for r, c in db.execute(
                 "SELECT reserved_usd, cost_usd FROM calls WHERE state = 'settled' "
