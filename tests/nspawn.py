@@ -10,6 +10,8 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 ROOTFS = Path(os.environ.get("EXPERIENCE_ROOTFS", "/var/cache/experience/rootfs-bookworm"))
@@ -17,6 +19,10 @@ PACKAGES = ("systemd,systemd-sysv,dbus,procps,libpam-systemd,python3,python3-ven
             "git,ca-certificates,bubblewrap,restic")
 STAMP = ".experience-packages"  # what the cached root filesystem was built with
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a root login shell's PATH
+SETUP = "/srv/project/scripts/setup_server.sh"  # the checkout, bound read-only
+# pip inside the container trusts the host's CA bundle (copied into the root filesystem).
+PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
+PYTHON = "/opt/experience/venv/bin/python"  # the server's venv, as the units run it
 
 
 def unavailable() -> str:
@@ -115,3 +121,27 @@ class Container:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@contextmanager
+def set_up_server(project: Path, name: str = "experience-test") -> Iterator[tuple[Container, str]]:
+    """A fresh server: booted, `scripts/setup_server.sh` run; (the container, setup's
+    output). Shut down at the end, whatever happened."""
+    box = Container(project, name=name)
+    box.boot()
+    try:
+        yield box, box.run(SETUP, env=PIP_ENV, timeout=900).stdout
+    finally:
+        box.shutdown()
+
+
+def until(check: Callable[[], object], timeout: float = 120.0, every: float = 0.2) -> None:
+    """Wait until `check()` holds (polling a server we do not control).
+
+    :raises AssertionError: it did not within `timeout` seconds.
+    """
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not reached within {timeout} s")
+        time.sleep(every)

@@ -16,7 +16,7 @@ import json
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,13 +24,10 @@ import pytest
 from citizen import paths
 from citizen.broker import server as broker_server
 from tests.anthropic_server import MessagesServer, text
-from tests.nspawn import Container, unavailable
+from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
-SETUP = "/srv/project/scripts/setup_server.sh"
-PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
-PYTHON = "/opt/experience/venv/bin/python"
 SOCK = "/run/experience-broker/broker.sock"
 KEY = f"sk-ant-attack-{secrets.token_hex(12)}"  # made at run time (see test_hostile_server)
 CITIZENS = ("opus", "mira", "aria")
@@ -162,13 +159,6 @@ s.send(b"x")
 """
 
 
-def until(check: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
-        time.sleep(0.2)
-
 
 class RawMessagesServer(MessagesServer):
     """The Messages API stand-in, also keeping each request's bytes as they came."""
@@ -201,17 +191,12 @@ def upstream() -> Iterator[RawMessagesServer]:
 
 @pytest.fixture(scope="module")
 def box(upstream: RawMessagesServer) -> Iterator[Container]:
-    box = Container(paths.project_dir(), name="experience-attack")
-    box.boot()
-    try:
-        box.run(SETUP, env=PIP_ENV, timeout=900)
+    with set_up_server(paths.project_dir(), "experience-attack") as (box, _):
         for name in CITIZENS:
             box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
                     f"{upstream.url}\\n' > /etc/experience/{name}.env")
         # The citizens' daemons stay stopped: every call in this module is the attack's.
         yield box
-    finally:
-        box.shutdown()
 
 
 @pytest.fixture

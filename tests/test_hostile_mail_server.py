@@ -22,8 +22,8 @@ import pytest
 from citizen import paths
 from tests.mailserver import MailSystem, new_mail_system
 from tests.mailserver import unavailable as no_mail
-from tests.nspawn import Container, unavailable
-from tests.test_hostile_server import PIP_ENV, PYTHON, SETUP, as_user, until
+from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
+from tests.test_hostile_server import as_user
 from tests.test_mail import OPERATOR, OPUS, folder, mail
 
 pytestmark = pytest.mark.skipif(bool(unavailable() or no_mail()),
@@ -50,10 +50,7 @@ def mx() -> Iterator[MailSystem]:
 
 @pytest.fixture(scope="module")
 def box(mx: MailSystem) -> Iterator[Container]:
-    box = Container(paths.project_dir(), name="experience-mail")
-    box.boot()
-    try:
-        box.run(SETUP, env=PIP_ENV, timeout=900)
+    with set_up_server(paths.project_dir(), "experience-mail") as (box, _):
         for name, address in (("opus", OPUS), ("mira", MIRA)):
             # The operator's files: the mailbox in the broker's secrets, the rules beside.
             box.run("sh", "-c", f"cat >> /etc/experience/{name}.env", input=mx.env(address))
@@ -62,8 +59,6 @@ def box(mx: MailSystem) -> Iterator[Container]:
             data["mail"] = {"allowed_senders": [OPERATOR], "max_sends_per_hour": 2}
             box.run("sh", "-c", f"cat > {rules}", input=json.dumps(data))
         yield box
-    finally:
-        box.shutdown()
 
 
 def received(mx: MailSystem) -> list[EmailMessage]:

@@ -12,19 +12,15 @@ systemd-nspawn needed, skipped with the reason elsewhere.
 from __future__ import annotations
 
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from citizen import paths
-from tests.nspawn import Container, unavailable
+from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
-SETUP = "/srv/project/scripts/setup_server.sh"
-PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
-PYTHON = "/opt/experience/venv/bin/python"
 # What a daemon rewritten to call the broker itself runs (argv: the JSON body).
 ASK = """
 import sys, httpx2
@@ -36,24 +32,12 @@ print(r.status_code, r.text[:300])
 """
 
 
-def until(check: Callable[[], object], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
-        time.sleep(0.3)
-
 
 @pytest.fixture(scope="module")
 def box() -> Iterator[Container]:
-    box = Container(paths.project_dir(), name="experience-onboard")
-    box.boot()
-    try:
-        box.run(SETUP, env=PIP_ENV, timeout=900)
+    with set_up_server(paths.project_dir(), "experience-onboard") as (box, _):
         box.run("systemctl", "start", "citizens.target")
         yield box
-    finally:
-        box.shutdown()
 
 
 def as_user(box: Container, user: str, *cmd: str) -> str:

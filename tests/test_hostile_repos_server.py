@@ -16,15 +16,12 @@ from collections.abc import Iterator
 import pytest
 
 from citizen import paths
-from tests.nspawn import Container, unavailable
+from tests.nspawn import PIP_ENV, PYTHON, SETUP, Container, set_up_server, unavailable
 from tests.thoughtworld import proposal, vote
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
-SETUP = "/srv/project/scripts/setup_server.sh"
-PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
 BASELINE = "/home/shared/baseline"
-PYTHON = "/opt/experience/venv/bin/python"
 # What a rewritten daemon runs to ask the broker itself (argv: route, JSON body).
 ASK = """
 import sys, httpx2
@@ -37,13 +34,8 @@ print(r.status_code, r.text[:400])
 
 @pytest.fixture(scope="module")
 def box() -> Iterator[Container]:
-    box = Container(paths.project_dir(), name="experience-repos")
-    box.boot()
-    try:
-        box.run(SETUP, env=PIP_ENV, timeout=900)
+    with set_up_server(paths.project_dir(), "experience-repos") as (box, _):
         yield box
-    finally:
-        box.shutdown()
 
 
 def as_user(box: Container, user: str, *cmd: str) -> tuple[int, str]:

@@ -13,20 +13,16 @@ from __future__ import annotations
 import json
 import secrets
 import threading
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 
 import pytest
 
 from citizen import paths
 from tests.anthropic_server import MessagesServer, text
-from tests.nspawn import Container, unavailable
+from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
-SETUP = "/srv/project/scripts/setup_server.sh"
-PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
-PYTHON = "/opt/experience/venv/bin/python"
 # Made at run time: this file is in every citizen's code, so a literal key here would be
 # found by the search for it.
 KEY = f"sk-ant-hostile-{secrets.token_hex(12)}"
@@ -43,27 +39,15 @@ print(r.status_code, r.text[:300])
 """
 
 
-def until(check: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
-        time.sleep(0.2)
-
 
 @pytest.fixture(scope="module")
 def box(messages_api_module: MessagesServer) -> Iterator[Container]:
-    box = Container(paths.project_dir(), name="experience-hostile")
-    box.boot()
-    try:
-        box.run(SETUP, env=PIP_ENV, timeout=900)
+    with set_up_server(paths.project_dir(), "experience-hostile") as (box, _):
         for name in ("opus", "mira", "aria"):
             box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
                     f"{messages_api_module.url}\\n' > /etc/experience/{name}.env")
         box.run("systemctl", "start", "citizens.target")
         yield box
-    finally:
-        box.shutdown()
 
 
 @pytest.fixture(scope="module")

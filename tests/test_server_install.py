@@ -20,15 +20,12 @@ import pytest
 
 from citizen import paths
 from tests.anthropic_server import API_KEY, MessagesServer, no_deliverables, text, tool_use
-from tests.nspawn import Container, unavailable
+from tests.nspawn import PIP_ENV, SETUP, Container, unavailable, until
 from tests.thoughtworld import proposal, vote
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
 CITIZENS = ("opus", "mira", "aria")
-SETUP = "/srv/project/scripts/setup_server.sh"
-# pip inside the container trusts the host's CA bundle (copied into the root filesystem).
-PIP_ENV = {"PIP_CERT": "/etc/ssl/certs/ca-certificates.crt"}
 
 
 @dataclass
@@ -49,12 +46,6 @@ class Server:
         return f"citizen:{name} sleeping" in status
 
 
-def until(check: Callable[[], object], timeout: float = 60.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not reached within {timeout} s")
-        time.sleep(0.3)
 
 
 @pytest.fixture(scope="module")
