@@ -17,7 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from citizen import civilization, config, paths, quiesce
+from citizen import civilization, config, network, paths, quiesce
 from citizen.errors import CitizenError
 from shared.atomic import make_dirs
 
@@ -247,6 +247,10 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True, *,
         os.chown(doorbell, user.pw_uid, gid, follow_symlinks=False)
         changed.append(str(doorbell))
     if enable and shutil.which("systemctl"):
+        dropped = network.apply(name)  # the operator's network rule, in the unit itself
+        if dropped:
+            _run("systemctl", "daemon-reload")
+            changed += dropped
         unit = f"citizen@{name}.service"
         enabled = subprocess.run(["systemctl", "is-enabled", "--quiet", unit], check=False)
         if enabled.returncode != 0:

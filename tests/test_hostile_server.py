@@ -209,3 +209,23 @@ def _model(box: Container, name: str) -> str:
                               ).stdout)
     seats = data["citizens"].get(name, {}).get("council") or data["defaults"]["council"]
     return str(seats[0]["model"])
+
+
+def test_a_citizen_without_the_network_permission_has_none(
+        box: Container, api: MessagesServer) -> None:
+    """Item 3: `can_use_network` was kept only by the daemon's own sandbox, which a
+    citizen may rewrite. Now its unit has a private network namespace: the daemon - and
+    anything it runs, rewritten or not - sees only loopback (the model and mail come
+    through the broker's socket)."""
+    until(lambda: "sleeping" in box.run("systemctl", "show", "-p", "StatusText", "--value",
+                                        "citizen@opus").stdout)
+    pid = box.run("systemctl", "show", "-p", "MainPID", "--value", "citizen@opus").stdout
+    interfaces = [line.split(":")[0].strip() for line in
+                  box.run("cat", f"/proc/{pid.strip()}/net/dev").stdout.splitlines()[2:]]
+    assert interfaces == ["lo"]
+    port = api.url.rsplit(":", 1)[1].strip("/")
+    uid = box.run("id", "-u", "opus").stdout.strip()
+    reach = box.run("nsenter", "-t", pid.strip(), "-n", "-S", uid, PYTHON, "-c",
+                    f"import socket; socket.create_connection(('127.0.0.1', {port}), 3)",
+                    check=False)
+    assert reach.returncode != 0 and "refused" in reach.stderr.lower()
