@@ -12,9 +12,10 @@ the review test checks that the planted test ran (it passed, having written its 
 
 The tools run with EXPERIENCE_SANDBOX=required, as the unit runs them (outside a unit the
 default, `auto`, would run a command unconfined where bubblewrap cannot start), and with
-the server's venv first on PATH: `code_test` runs `python -m pytest` and the box (like a
-Debian server) has no `python`. Boots its own container (tests/nspawn.py); root and
-systemd-nspawn needed, skipped with the reason elsewhere.
+the box's plain PATH, as a unit has it: `code_test` runs the daemon's interpreter by path
+(it ran `python`, which a Debian server does not have - every review failed with 127).
+Boots its own container (tests/nspawn.py); root and systemd-nspawn needed, skipped with
+the reason elsewhere.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "av
 
 MARKS = "/tmp/marks"  # inside the box, 1777: every user's traps touch here
 BASELINE = "/home/shared/baseline"
-TOOL_ENV = ("EXPERIENCE_SANDBOX=required", f"PATH=/opt/experience/venv/bin:{PATH}")
+TOOL_ENV = ("EXPERIENCE_SANDBOX=required", f"PATH={PATH}")
 # A change's test run is the project's whole suite (TEST_COMMAND in citizen/tools/code.py);
 # the change brings a root conftest.py that lets pytest collect only its own test_zz_*
 # files, so a review takes seconds. The attack itself is an ordinary collected test.

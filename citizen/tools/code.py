@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shlex
 import subprocess
+import sys
 import tempfile
 from pathlib import Path
 from typing import Literal
@@ -17,8 +19,11 @@ from shared.evolution import Evolution, divergence
 TEST_TIMEOUT_S = 900
 # What "test it" runs in a scratch worktree of the change: the project's own tests,
 # without the slow integration suites (containers, mail servers, the model).
-TEST_COMMAND = ("python -m pytest -q -x -m 'not model' --ignore=tests/test_server_install.py "
-                "--ignore=tests/test_mail.py --ignore=tests/test_crash.py")
+# The daemon's own interpreter, by path: a server has no `python` on the unit's PATH
+# (Debian ships python3 only; the venv is not on it), and every review failed with 127.
+TEST_COMMAND = (f"{shlex.quote(sys.executable)} -m pytest -q -x -m 'not model' "
+                "--ignore=tests/test_server_install.py --ignore=tests/test_mail.py "
+                "--ignore=tests/test_crash.py")
 
 
 def evolution() -> Evolution:
