@@ -16,15 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
-import os
-import socketserver
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from citizen.broker import estimate, identity
 from citizen.broker.ledger import CapExceeded, Ledger
@@ -34,14 +30,14 @@ from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.errors import ConfigError
 
+if TYPE_CHECKING:
+    from citizen.broker.listener import Server
+
 log = logging.getLogger(__name__)
 # Bytes of one request: more is refused before it is read. Text only (images and
 # documents are refused) and 200K tokens fit in ~2 MB; 32 MB of tiny JSON values parse
 # to ~800 MB, past the broker's MemoryMax.
 MAX_BODY = 4 << 20
-# One Unix user's open connections (server mode): each holds a thread and a descriptor,
-# and a citizen holding a thousand idle ones took them from every other citizen.
-MAX_CONNECTIONS_PER_UID = 32
 PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
 # Headers passed on each way; everything else (the caller's x-api-key above all) stays.
 _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
@@ -377,70 +373,3 @@ def _upstream(rules: CallerRules, citizen: str) -> Any:
                       f"ANTHROPIC_API_KEY in /etc/experience/{citizen}.env (dev mode: its "
                       ".env)")
     return rules.upstream
-
-
-class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
-    """The listening socket; one thread per connection, none outliving the broker."""
-
-    daemon_threads = True
-    request_queue_size = 512  # 100 citizens connecting at once must not see ECONNREFUSED
-    broker: Broker
-
-    def __init__(self, path: Path, broker: Broker, *, mode: int) -> None:
-        self.broker = broker
-        self._open: dict[int, int] = {}  # uid -> connections open (server mode)
-        self._open_lock = threading.Lock()
-        super().__init__(str(path), Handler)
-        os.chmod(path, mode)
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        """A thread for the connection - unless its user has MAX_CONNECTIONS_PER_UID open
-        already (server mode; dev mode is one user): then it is closed at once."""
-        uid = identity.peer_uid(request) if self.broker.server_mode else -1
-        with self._open_lock:
-            if uid >= 0 and self._open.get(uid, 0) >= MAX_CONNECTIONS_PER_UID:
-                self.shutdown_request(request)
-                return
-            self._open[uid] = self._open.get(uid, 0) + 1
-        try:
-            super().process_request(request, client_address)
-        except BaseException:
-            self._closed(uid)
-            raise
-
-    def process_request_thread(self, request: Any, client_address: Any) -> None:
-        uid = identity.peer_uid(request) if self.broker.server_mode else -1  # before closing
-        try:
-            super().process_request_thread(request, client_address)
-        finally:
-            self._closed(uid)
-
-    def _closed(self, uid: int) -> None:
-        with self._open_lock:
-            self._open[uid] -= 1
-            if not self._open[uid]:
-                del self._open[uid]
-
-
-def listen(path: Path, broker: Broker, *, server_mode: bool) -> Server:
-    """Bind the socket at `path`, replacing a dead broker's socket (the caller holds the
-    broker's lock, so no live broker owns it)."""
-    try:
-        if path.is_socket() and not path.is_symlink():
-            path.unlink()
-    except FileNotFoundError:
-        pass
-    # Server: anyone may connect - identity comes from SO_PEERCRED and only citizens and
-    # root are served. Dev mode: the developer alone.
-    return Server(path, broker, mode=0o666 if server_mode else 0o600)
-
-
-def idle_watch(server: Server, idle_s: float, stop: threading.Event, state: Path) -> None:
-    """Shut the server down after `idle_s` seconds without a request, or once its state
-    directory is gone (a dev-mode civilization deleted under it)."""
-    while not stop.wait(min(idle_s, 1.0)):
-        idle = time.monotonic() - server.broker.last_active > idle_s
-        if (idle or not state.is_dir()) and server.broker.limiter.idle():
-            server.shutdown()
-            return
-

@@ -21,7 +21,8 @@ from citizen.broker import (
     world,  # noqa: F401 - the world's approved actions
 )
 from citizen.broker.ledger import Ledger
-from citizen.broker.server import Broker, idle_watch, listen
+from citizen.broker.listener import idle_watch, listen
+from citizen.broker.server import Broker
 from citizen.notify import notify
 from shared.documents import locked
 
