@@ -20,6 +20,10 @@ fi
 # (tests/test_llama_server.py): built once from the wheel's llama.cpp sources, cached.
 "$here/scripts/llama_server.sh" >/dev/null
 cd "$here"
+# The house rules CI holds: ruff's rule set and mypy on citizen/ and shared/ (seconds).
+echo "==> ruff and mypy"
+"$here/.venv/bin/ruff" check citizen shared tests bench scripts
+"$here/.venv/bin/mypy"
 set +e
 "$here/.venv/bin/python" -m pytest "$@"
 rc=$?
