@@ -102,6 +102,10 @@ class MessagesServer:
         bearer = headers.get("authorization", "")
         return headers.get("x-api-key") or bearer.removeprefix("Bearer ")
 
+    def forwarded(self) -> list[dict[str, Any]]:
+        """The message requests it received (count-tokens requests carry no max_tokens)."""
+        return [r for r in self.requests if "max_tokens" in r]
+
     def start(self) -> MessagesServer:
         self.thread.start()
         return self

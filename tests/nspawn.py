@@ -6,6 +6,7 @@ a throw-away copy of it (`--ephemeral`), so every run starts from a fresh server
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -145,3 +146,11 @@ def until(check: Callable[[], object], timeout: float = 120.0, every: float = 0.
         if time.monotonic() > deadline:
             raise AssertionError(f"not reached within {timeout} s")
         time.sleep(every)
+
+
+def operator_budget(box: Container, name: str, **budget: float) -> None:
+    """Set budget keys in the operator's rules for citizen `name` (root's file)."""
+    path = f"/etc/experience/{name}.json"
+    data = json.loads(box.run("cat", path).stdout)
+    data["budget"] = {**data.get("budget", {}), **budget}
+    box.run("sh", "-c", f"cat > {path}", input=json.dumps(data))

@@ -24,7 +24,7 @@ import pytest
 from citizen import paths
 from citizen.broker import server as broker_server
 from tests.anthropic_server import MessagesServer, text
-from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
+from tests.nspawn import PYTHON, Container, operator_budget, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
@@ -236,15 +236,6 @@ def model_of(box: Container, name: str) -> tuple[str, dict[str, float]]:
     return model, prices["prices_usd_per_mtok"][model]
 
 
-def forwarded(api: MessagesServer) -> list[dict[str, Any]]:
-    return [r for r in api.requests if "max_tokens" in r]
-
-
-def operator_budget(box: Container, name: str, **budget: float) -> None:
-    path = f"/etc/experience/{name}.json"
-    data = json.loads(box.run("cat", path).stdout)
-    data["budget"] = {**data.get("budget", {}), **budget}
-    box.run("sh", "-c", f"cat > {path}", input=json.dumps(data))
 
 
 def spent_today(box: Container, name: str) -> float:
@@ -296,7 +287,7 @@ def test_a_user_namespace_root_is_still_the_citizen(box: Container, api: Message
     out = as_user(box, "opus", "unshare", "-r", PYTHON, "-c", RAW, json.dumps(call()),
                   "x-experience-citizen: mira")
     assert out.startswith("403"), out
-    assert forwarded(api) == []
+    assert api.forwarded() == []
 
 
 def test_a_passed_connection_is_charged_to_whoever_connected(box: Container) -> None:
@@ -337,7 +328,7 @@ def test_racing_calls_never_reserve_past_the_cap(box: Container, api: MessagesSe
             "print(sorted(out))\n")
     out = as_user(box, "aria", PYTHON, "-c", race, json.dumps(body))
     assert out.strip() == str([200] * 3 + [402] * 17), out
-    assert len(forwarded(api)) == 3
+    assert len(api.forwarded()) == 3
 
 
 def test_control_characters_in_the_purpose_never_reach_the_ledger(
@@ -370,7 +361,7 @@ def test_content_the_bytes_cannot_bound_is_refused(box: Container, api: Messages
     for body in bodies:
         out = raw_call(box, "opus", body)
         assert out.startswith("400"), (body, out)
-    assert forwarded(api) == []
+    assert api.forwarded() == []
 
 
 # ---------------------------------------------------------------- what broke
@@ -435,7 +426,7 @@ def test_a_one_hour_cache_write_is_not_priced_as_a_five_minute_one(
                          "cache_control": {"type": "ephemeral", "ttl": "1h"}}])
     out = raw_call(box, "opus", body)
     assert out.startswith("400"), out
-    assert forwarded(api) == []
+    assert api.forwarded() == []
 
 
 def test_the_tool_use_system_prompt_is_in_the_worst_case(
@@ -501,4 +492,4 @@ def test_a_request_nested_too_deeply_is_refused_not_dropped(
     assert nested != RAW
     out = as_user(box, "opus", PYTHON, "-c", nested, "")
     assert out.startswith("400"), out
-    assert forwarded(api) == []
+    assert api.forwarded() == []

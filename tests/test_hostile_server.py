@@ -19,7 +19,7 @@ import pytest
 
 from citizen import paths
 from tests.anthropic_server import MessagesServer, text
-from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
+from tests.nspawn import PYTHON, Container, operator_budget, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
@@ -85,15 +85,6 @@ def call(model: str = "claude-opus-4-6", max_tokens: int = 50) -> dict[str, obje
             "messages": [{"role": "user", "content": "hi"}]}
 
 
-def forwarded(api: MessagesServer) -> list[dict[str, object]]:
-    return [r for r in api.requests if "max_tokens" in r]
-
-
-def operator_budget(box: Container, name: str, **budget: float) -> None:
-    path = f"/etc/experience/{name}.json"
-    data = json.loads(box.run("cat", path).stdout)
-    data["budget"] = {**data.get("budget", {}), **budget}
-    box.run("sh", "-c", f"cat > {path}", input=json.dumps(data))
 
 
 def test_no_process_of_a_citizen_can_read_the_model_key(box: Container) -> None:
@@ -129,7 +120,7 @@ def test_identity_comes_from_the_kernel_not_the_caller(
     assert direct(box, "opus", call(), claim="mira").startswith("403")
     assert direct(box, "nobody", call(), claim="opus").startswith("403")
     assert direct(box, "experience", call(), claim="opus").startswith("403")  # baseline owner
-    assert forwarded(api) == []
+    assert api.forwarded() == []
 
 
 def test_a_rewritten_daemon_spends_nothing_past_the_operators_cap(
@@ -149,7 +140,7 @@ def test_a_rewritten_daemon_spends_nothing_past_the_operators_cap(
     model = _model(box, "mira")
     refused = [direct(box, "mira", call(model=model, max_tokens=4000)) for _ in range(3)]
     assert all(r.startswith("402") for r in refused), refused
-    assert forwarded(api) == []  # not one call went out
+    assert api.forwarded() == []  # not one call went out
     operator_budget(box, "mira", max_usd_per_day=10)
     api.reply(text("priced", input_tokens=1000, output_tokens=100))
     assert direct(box, "mira", call(model=model)).startswith("200")
@@ -160,11 +151,11 @@ def test_a_rewritten_daemon_spends_nothing_past_the_operators_cap(
 
 def test_a_killed_broker_loses_no_reservation(box: Container, api: MessagesServer) -> None:
     api.reply(text("slow"), delay_s=30)
-    before = len(forwarded(api))
+    before = len(api.forwarded())
     worker = threading.Thread(target=direct, args=(box, "aria", call(
         model=_model(box, "aria"))))
     worker.start()
-    until(lambda: len(forwarded(api)) > before)
+    until(lambda: len(api.forwarded()) > before)
     pid = box.run("systemctl", "show", "-p", "MainPID", "--value", "experience-broker").stdout
     box.run("kill", "-9", pid.strip())
     worker.join(60)
@@ -197,7 +188,7 @@ def test_one_citizens_flood_does_not_starve_another(box: Container, api: Message
     worker = threading.Thread(target=lambda: result.append(
         as_user(box, "opus", PYTHON, "-c", flood, json.dumps(call()))))
     worker.start()
-    until(lambda: len(forwarded(api)) >= 2)
+    until(lambda: len(api.forwarded()) >= 2)
     api.reply(text("mira's"))
     assert direct(box, "mira", call(model=_model(box, "mira"))).startswith("200")
     worker.join(60)
