@@ -18,10 +18,22 @@ __all__ = ["Choice", "Provider", "Reply", "Request", "ToolCall", "ToolSpec", "Us
 
 
 class Choice(NamedTuple):
-    """Which provider a citizen uses, and why - said to the operator."""
+    """Which provider a citizen uses, and why - said to the operator. `keyed`: a model
+    key is known to be there (`auto` asked already; no second question to the broker)."""
 
     name: str
     reason: str
+    keyed: bool = False
+
+
+def _has_key(config: cfg.CitizenConfig, secrets: cfg.Secrets) -> bool:
+    """A model key is configured for the citizen: the broker says so on a server (the key
+    is its alone); in dev mode the secrets every process reads."""
+    if cfg.server_mode():
+        from citizen.broker import client  # noqa: PLC0415
+
+        return client.whoami(config.name).get("provider") == "anthropic"
+    return bool(secrets.get("ANTHROPIC_API_KEY"))
 
 
 def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") -> Choice:
@@ -38,17 +50,12 @@ def choose(config: cfg.CitizenConfig, secrets: cfg.Secrets, override: str = "") 
         how = "--provider" if override else (
             "EXPERIENCE_PROVIDER" if secrets.get("EXPERIENCE_PROVIDER") else "llm.provider")
         return Choice(name, f"set by {how}")
-    if cfg.server_mode():
-        # The key is the broker's, never the citizen's: ask it whether one is set.
-        from citizen.broker import client  # noqa: PLC0415
-
-        if client.whoami(config.name).get("provider") == "anthropic":
-            return Choice("anthropic", "auto: the broker holds a model key for it")
-        return Choice("local", "auto: the broker holds no model key for it, so the "
-                      "embedded local model")
-    if secrets.get("ANTHROPIC_API_KEY"):
-        return Choice("anthropic", "auto: ANTHROPIC_API_KEY is set")
-    return Choice("local", "auto: no ANTHROPIC_API_KEY, so the embedded local model")
+    if _has_key(config, secrets):
+        return Choice("anthropic", "auto: the broker holds a model key for it"
+                      if cfg.server_mode() else "auto: ANTHROPIC_API_KEY is set", keyed=True)
+    return Choice("local", "auto: the broker holds no model key for it, so the embedded "
+                  "local model" if cfg.server_mode()
+                  else "auto: no ANTHROPIC_API_KEY, so the embedded local model")
 
 
 def make_provider(
@@ -69,9 +76,7 @@ def make_provider(
         # prices and the caps: the SDK is real, only its transport is the broker's socket.
         from citizen.broker import client  # noqa: PLC0415
 
-        has_key = (client.whoami(config.name).get("provider") == "anthropic"
-                   if cfg.server_mode() else bool(secrets.get("ANTHROPIC_API_KEY")))
-        if not has_key:
+        if not choice.keyed and not _has_key(config, secrets):
             where = (f"/etc/experience/{config.name}.env (the broker's)" if cfg.server_mode()
                      else f"{config.source.parent / '.env'} or the environment")
             raise ProviderUnavailable(f"provider 'anthropic' needs an API key - put "
