@@ -61,6 +61,14 @@ def _screen(info: dict[bytes, Any], permitted: set[str], cap: int) -> tuple[str,
     return message_id, sender, ""
 
 
+def _connect(acct: Account) -> Any:
+    """An IMAP login for the broker's own use. :raises Refused: 502 - it failed."""
+    try:
+        return mailbox.connect_imap(acct)
+    except MailboxError as exc:
+        raise Refused(502, "mail_error", str(exc)) from exc
+
+
 @route("POST", "/v1/experience/mail/inbox")
 def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """The INBOX, screened: strangers and over-size mail quarantined here, the rest as
@@ -73,10 +81,7 @@ def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     permitted = allowed(citizen, cfg, acct.user)
     cap = int(cfg.mail.max_message_mb * MB)
     state = mailstate.state(service.state_dir())
-    try:
-        client = mailbox.connect_imap(acct)
-    except MailboxError as exc:
-        raise Refused(502, "mail_error", str(exc)) from exc
+    client = _connect(acct)
     messages: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
     more, budget = False, BATCH_BYTES
@@ -132,10 +137,7 @@ def ack(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     cfg = config_of(citizen)
     acct = account_of(citizen, data)
     state = mailstate.state(service.state_dir())
-    try:
-        client = mailbox.connect_imap(acct)
-    except MailboxError as exc:
-        raise Refused(502, "mail_error", str(exc)) from exc
+    client = _connect(acct)
     try:
         validity = int(client.select_folder("INBOX")[b"UIDVALIDITY"])
         if validity != data.get("uidvalidity"):
@@ -170,10 +172,7 @@ def wait(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     span = data.get("wait_s", 60.0)
     span = min(max(float(span), 0.0), MAX_WAIT_S) if isinstance(span, int | float) else 60.0
     acct = account_of(citizen, data)
-    try:
-        client = mailbox.connect_imap(acct)
-    except MailboxError as exc:
-        raise Refused(502, "mail_error", str(exc)) from exc
+    client = _connect(acct)
     try:
         uidnext = int(client.select_folder("INBOX")[b"UIDNEXT"])
         if not isinstance(seen, int) or uidnext > seen:
