@@ -20,10 +20,8 @@ from __future__ import annotations
 import sqlite3
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from citizen.llm.base import Usage  # what the upstream said a call used
 from shared import clock
@@ -156,16 +154,6 @@ class Ledger:
         """Dollars spent or reserved by `citizen` (CIVILIZATION: everyone) on `day`."""
         with self._lock:
             return self._totals[(day or clock.today().isoformat(), citizen)]
-
-    def rows(self, since_day: str = "") -> Iterator[dict[str, Any]]:
-        """Every call from `since_day` on, oldest first."""
-        with self._lock:
-            cur = self._db.execute("SELECT * FROM calls WHERE day >= ? ORDER BY id",
-                                   (since_day,))
-            names = [d[0] for d in cur.description]
-            found = cur.fetchall()
-        for values in found:
-            yield dict(zip(names, values, strict=True))
 
     # ------------------------------------------------------------ internals
 

@@ -13,6 +13,7 @@ from typing import Any
 import click
 
 from citizen.broker import service
+from citizen.broker.ledger import open_readonly
 from citizen.cli.options import json_option
 from shared import clock
 from shared.errors import LockTimeout
@@ -68,7 +69,7 @@ def ledger_rows(days: int) -> list[dict[str, Any]]:
     path = service.ledger_path()
     since = (clock.today() - timedelta(days=days - 1)).isoformat()
     try:
-        db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+        db = open_readonly(path)
         try:
             cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd FROM calls "
                              "WHERE day >= ? ORDER BY id", (since,))
