@@ -173,12 +173,12 @@ def loaded(socket: str, url: str, names: list[str], each: int, pid: int) -> floa
 
 
 def make_citizens(root: str, n: int, url: str) -> list[str]:
-    from citizen import civilization
+    from citizen.admin import founding
     from tests.anthropic_server import API_KEY
 
     names = [f"c{i:03d}" for i in range(n)]
     for name in names:
-        civilization.init_citizen(name, {"email": f"{name}@bench", "focus": "bench"})
+        founding.init_citizen(name, {"email": f"{name}@bench", "focus": "bench"})
         home = Path(root) / name
         (home / ".env").write_text(f"ANTHROPIC_API_KEY={API_KEY}\nANTHROPIC_BASE_URL={url}\n")
         cfg = json.loads((home / "config.json").read_text())
@@ -196,7 +196,9 @@ def main() -> None:
     parser.add_argument("--no-corpus", action="store_true")
     args = parser.parse_args()
 
-    from citizen.broker import client, service
+    from citizen.access import client
+    from citizen.broker import service
+    from citizen.config import paths
     from tests.anthropic_server import MessagesServer
 
     api = MessagesServer().start()
@@ -205,7 +207,7 @@ def main() -> None:
         os.environ["CIV_ROOT"] = root
         names = make_citizens(root, args.citizens, api.url)
         socket = str(client.ensure())
-        pid = int((service.state_dir() / "broker.pid").read_text())
+        pid = int((paths.broker_state() / "broker.pid").read_text())
         alternate(socket, api.url, names[0], 20)  # warm both paths
         rest = rss_mb(pid)
         single(socket, api.url, names[0], args.calls)

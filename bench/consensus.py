@@ -27,14 +27,14 @@ from bench.stats import show  # noqa: E402
 
 
 def daemons(proposals: int) -> None:
-    from citizen import civilization
+    from citizen.admin import founding
     from tests.anthropic_server import MessagesServer
     from tests.daemons import daemon_env, start, wait_for
     from tests.thoughtworld import CITIZENS, HELLO, scripted_council
 
     root = Path(tempfile.mkdtemp(prefix="bench-consensus-"))
     os.environ["CIV_ROOT"] = str(root)
-    civilization.init(list(CITIZENS))
+    founding.init(list(CITIZENS))
     api = MessagesServer().start()
     api.responder = scripted_council
     env = daemon_env(root, api)
@@ -65,13 +65,14 @@ def daemons(proposals: int) -> None:
 
 def local() -> None:
     from citizen import civilization, config
+    from citizen.admin import founding
     from citizen.llm.local import LocalProvider
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
     from tests.thoughtworld import CITIZENS, HELLO
 
     root = Path(tempfile.mkdtemp(prefix="bench-consensus-local-"))
     os.environ["CIV_ROOT"] = str(root)
-    civilization.init(list(CITIZENS))
+    founding.init(list(CITIZENS))
     tpl = config.templates()
     llm = LocalProvider(tpl.citizen("opus"), tpl.local, tpl.prices)
     commons = civilization.consensus(tpl)

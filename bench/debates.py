@@ -27,7 +27,7 @@ from bench.stats import show  # noqa: E402
 
 
 def daemons(count: int) -> None:
-    from citizen import civilization
+    from citizen.admin import founding
     from tests.anthropic_server import MessagesServer
     from tests.daemons import daemon_env, start, wait_for
     from tests.debating import scripted_debater
@@ -35,7 +35,7 @@ def daemons(count: int) -> None:
     root = Path(tempfile.mkdtemp(prefix="bench-debates-"))
     os.environ["CIV_ROOT"] = str(root)
     names = ["opus", "mira", "aria"]
-    civilization.init(names)
+    founding.init(names)
     api = MessagesServer().start()
     api.responder = scripted_debater
     env = daemon_env(root, api)
@@ -73,12 +73,13 @@ def daemons(count: int) -> None:
 
 def local() -> None:
     from citizen import civilization, config
+    from citizen.admin import founding
     from citizen.llm.local import LocalProvider
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
 
     root = Path(tempfile.mkdtemp(prefix="bench-debates-local-"))
     os.environ["CIV_ROOT"] = str(root)
-    civilization.init(["opus", "mira"])
+    founding.init(["opus", "mira"])
     tpl = config.templates()
     llm = LocalProvider(tpl.citizen("opus"), tpl.local, tpl.prices)
     debates = civilization.debates()

@@ -24,7 +24,9 @@ from bench.stats import show  # noqa: E402
 
 
 def measure(idle: bool, poll_seconds: float, mails: int) -> list[float]:
-    from citizen import civilization, paths, wakelog
+    from citizen.admin import founding
+    from citizen.config import paths
+    from citizen.home import wakelog
     from tests.anthropic_server import MessagesServer
     from tests.daemons import daemon_env, heartbeat, start, wait_for, worker
     from tests.mailserver import new_mail_system
@@ -32,7 +34,7 @@ def measure(idle: bool, poll_seconds: float, mails: int) -> list[float]:
 
     root = Path(tempfile.mkdtemp(prefix="bench-mail-"))
     os.environ["CIV_ROOT"] = str(root)
-    civilization.init(["opus"])
+    founding.init(["opus"])
     mx = new_mail_system()
     api = MessagesServer().start()
     api.responder = worker

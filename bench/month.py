@@ -160,11 +160,12 @@ class Model:
 
 def setup(root: Path, mature: bool, code: bool) -> None:
     from bench.wake_cycle import fill_contexts
-    from citizen import civilization, paths
+    from citizen.admin import founding
+    from citizen.config import paths
 
     os.environ["CIV_ROOT"] = str(root)
-    civilization.init(list(CITIZENS))
-    civilization.init_citizen(RUNAWAY, {"email": f"{RUNAWAY}@example.org",
+    founding.init(list(CITIZENS))
+    founding.init_citizen(RUNAWAY, {"email": f"{RUNAWAY}@example.org",
                                         "focus": "operations"})
     for name in (*CITIZENS, RUNAWAY):
         cfg = paths.home(name).config
@@ -174,12 +175,12 @@ def setup(root: Path, mature: bool, code: bool) -> None:
         if mature:  # a citizen months into its life: every context at 90 % of its cap
             fill_contexts(name, 0.9)
     if code:
-        civilization.init_code([*CITIZENS, RUNAWAY])
+        founding.init_code([*CITIZENS, RUNAWAY])
 
 
 def backup() -> dict[str, float]:
     """`citizen backup now` as the timer runs it: wall seconds, bytes added, repo size."""
-    from citizen import paths
+    from citizen.config import paths
 
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "citizen", "backup", "now", "--json"],
@@ -229,20 +230,22 @@ def disk(root: Path) -> int:
 
 
 def contexts(name: str) -> int:
-    from citizen import paths
+    from citizen.config import paths
 
     return sum(f.stat().st_size for f in paths.home(name).contexts.glob("*") if f.is_file())
 
 
 def ledger(name: str, day: date) -> list[dict[str, Any]]:
-    from citizen import paths, spend
+    from citizen.config import paths
+    from citizen.home import spend
 
     return spend.lines(paths.home(name), day)
 
 
 def refusals(name: str) -> list[tuple[str, str, str]]:
     """(world date, wake type, reason) of every wake that ended refused for budget."""
-    from citizen import paths, wakelog
+    from citizen.config import paths
+    from citizen.home import wakelog
 
     out = []
     for path in sorted(paths.home(name).wake_logs.glob("*.jsonl")):
@@ -256,7 +259,8 @@ def refusals(name: str) -> list[tuple[str, str, str]]:
 
 def debates(name: str) -> tuple[dict[str, int], dict[str, int]]:
     """Per world date: the debates `name` opened, and its debate_start calls refused."""
-    from citizen import paths, wakelog
+    from citizen.config import paths
+    from citizen.home import wakelog
 
     home = paths.home(name)
     opened = {p.stem: len(p.read_text().splitlines())
@@ -272,8 +276,8 @@ def debates(name: str) -> tuple[dict[str, int], dict[str, int]]:
 
 def tasks_done(name: str, day: date) -> int:
     """How many of the tasks `name` was given on `day` are done."""
-    from citizen import paths
-    from citizen.tasks import TaskQueue
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
 
     queue = TaskQueue(paths.home(name).tasks)
     return sum(1 for tid in queue.ids("done")
@@ -466,7 +470,7 @@ def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str,
 
 
 def report_backups(root: Path, backups: dict[int, dict[str, float]]) -> None:
-    from citizen import paths
+    from citizen.config import paths
 
     logs = {n: disk(paths.home(n).dir / "logs") for n in (*CITIZENS, RUNAWAY)}
     print("\nbackups (`citizen backup now` at the end of each world day, daemons running):")

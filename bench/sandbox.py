@@ -33,15 +33,17 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-sandbox-") as root:
         os.environ["CIV_ROOT"] = root
-        from citizen import civilization, config, paths, sandbox
-        from citizen.contexts import ContextStore
+        from citizen import config
+        from citizen.admin import founding
+        from citizen.config import paths
+        from citizen.home.contexts import ContextStore
+        from citizen.home.memory import Memory
+        from citizen.home.tasks import TaskQueue
         from citizen.llm.base import estimate_tokens
-        from citizen.memory import Memory
-        from citizen.tasks import TaskQueue
-        from citizen.tools import core_tools
+        from citizen.tools import core_tools, sandbox
         from citizen.tools.base import ToolEnv
 
-        civilization.init(["opus", "mira", "aria"])
+        founding.init(["opus", "mira", "aria"])
         home = paths.home("opus")
         cfg = config.load_citizen("opus")
         contexts = ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all()

@@ -72,14 +72,14 @@ def model_server() -> tuple[subprocess.Popen[bytes], str]:
 
 def civilization_of(n: int, url: str, bids: str) -> tuple[Path, list[str]]:
     """A fresh civilization of N citizens on the model server, bidding as asked."""
-    from citizen import civilization
+    from citizen.admin import founding
 
     root = Path(tempfile.mkdtemp(prefix=f"bench-streams-{n}-"))
     os.environ["CIV_ROOT"] = str(root)
     names = [f"c{i}" for i in range(n)]
-    civilization.init_shared()
+    founding.init_shared()
     for i, name in enumerate(names):
-        civilization.init_citizen(name, {"email": f"{name}@experience.local",
+        founding.init_citizen(name, {"email": f"{name}@experience.local",
                                          "focus": ["Storage", "Testing", "Mail",
                                                    "Security", "Git"][i % 5]})
         cfg = root / name / "config.json"
@@ -106,7 +106,7 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
     answers, decisions, depth, tokens, late = [], [], 0, 0, 0
     try:
         time.sleep(3)
-        from citizen.wakes.stream import say
+        from citizen.wake.types.stream import say
 
         for q in QUESTIONS[:questions]:
             sid = say(q, room="bench", sender="bench")

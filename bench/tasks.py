@@ -366,7 +366,7 @@ class Mailed:
         from email.message import EmailMessage
         from email.utils import make_msgid
 
-        from citizen import paths
+        from citizen.config import paths
         from tests.mailserver import new_mail_system
 
         self.mx = new_mail_system()
@@ -385,7 +385,8 @@ class Mailed:
 
     def take(self) -> str:
         """The task id the intake made of the mail."""
-        from citizen import config, paths
+        from citizen import config
+        from citizen.config import paths
         from citizen.mail.intake import Intake
 
         intake = Intake(paths.home("opus"), config.load_citizen("opus"), {})
@@ -426,7 +427,7 @@ def mail_unavailable() -> str:
 
 def _metered(out: Outcome, log_path: Path) -> None:
     """Calls, tokens and dollars as the wake log recorded them (the provider's figures)."""
-    from citizen import wakelog
+    from citizen.home import wakelog
 
     calls = [e for e in wakelog.read(log_path) if e["event"] == "llm_call"]
     out.calls += len(calls)
@@ -438,7 +439,7 @@ def _metered(out: Outcome, log_path: Path) -> None:
 
 def _configure(provider: str, url: str, api: Any) -> None:
     """Point opus's wakes at the provider under test."""
-    from citizen import paths
+    from citizen.config import paths
 
     if provider == "local":
         # The demo's small limits: the embedded model writes ≈12 tokens/s under a grammar.
@@ -459,7 +460,7 @@ def _configure(provider: str, url: str, api: Any) -> None:
 
 def _wake(provider: str, steps: list[Step | Reply], api: Any, out: Outcome) -> None:
     """One TASK wake, its calls and tokens added to `out`."""
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
 
     if provider == "scripted":
         agent = Competent(steps)
@@ -483,8 +484,9 @@ def run_task(task: Task, provider: str, url: str = "", api: Any = None,
     """One task in a fresh civilization. provider: "scripted" (the competent agent,
     in-process), "api" (the same agent behind the Messages API server `api`, reached by
     the real SDK), or "local" (the embedded model, or the server at `url`)."""
-    from citizen import civilization, paths
-    from citizen.tasks import TaskQueue
+    from citizen.admin import founding
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
 
     if task.mail and mail_unavailable():
         return Outcome(task.name, False, False, "", skipped=mail_unavailable())
@@ -492,7 +494,7 @@ def run_task(task: Task, provider: str, url: str = "", api: Any = None,
     mailed: Mailed | None = None
     with tempfile.TemporaryDirectory(prefix=f"bench-task-{task.name}-") as root:
         os.environ["CIV_ROOT"] = root
-        civilization.init(["opus", "mira", "aria"])
+        founding.init(["opus", "mira", "aria"])
         home = paths.home("opus").dir
         _configure(provider, url, api)
         task.setup(home)

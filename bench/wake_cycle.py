@@ -31,8 +31,9 @@ def written_bytes() -> int:
 
 def fill_contexts(name: str, share: float = 0.95) -> int:
     """Every context at ≈`share` of its cap; returns the bytes on disk."""
-    from citizen import config, paths
-    from citizen.contexts import ContextStore
+    from citizen import config
+    from citizen.config import paths
+    from citizen.home.contexts import ContextStore
     from citizen.llm.base import estimate_tokens
 
     cfg = config.load_citizen(name)
@@ -49,9 +50,9 @@ def fill_contexts(name: str, share: float = 0.95) -> int:
 
 
 def bench_wake_overhead(wakes: int) -> None:
-    from citizen import paths
-    from citizen.tasks import TaskQueue
-    from citizen.wake import run_wake
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
+    from citizen.wake.flow import run_wake
     from tests.scripts import Actor, call
 
     print("\n# one TASK wake with a zero-latency scripted model, 8 contexts near their caps")
@@ -93,7 +94,7 @@ def _env() -> dict[str, str]:
 def bench_daemon(seconds: float, status_runs: int) -> None:
     import psutil
 
-    from citizen import paths
+    from citizen.config import paths
     from shared import doorbell
 
     print("\n# a sleeping daemon (real process)")
@@ -148,9 +149,9 @@ def main() -> None:
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-civ-") as root:
         os.environ["CIV_ROOT"] = root
-        from citizen import civilization
+        from citizen.admin import founding
 
-        civilization.init(["opus", "mira", "aria"])
+        founding.init(["opus", "mira", "aria"])
         bench_wake_overhead(args.wakes)
         bench_daemon(args.sleep_seconds, 10)
         print(json.dumps({"civ_root": root}))

@@ -1,29 +1,22 @@
-"""Creating a civilization's tree: the commons and one home per citizen.
+"""The one door from a citizen's code to the commons: who the citizens are, and the
+protocols over the shared directory - evolution and review (`commons`), Thought World
+(`consensus`), debates (`debates`), ThoughtStream (`streams`) - built once per process.
 
-Dev mode (`citizen init`, no root): everything is owned by the current user. The
-server install (scripts/setup_server.sh) creates users and groups and then uses the
-same layout. Creation never overwrites: running it again fills only what is missing.
+Everything in `citizen` that reaches a shared protocol comes through here; the shared
+package's plain helpers (atomic writes, the one lock, the clock) it may import directly.
+Creating the commons' tree is the operator's (`citizen.admin.founding`).
 """
 
 from __future__ import annotations
 
-import json
+import grp
 import logging
-import os
-import shutil
-import tempfile
-from pathlib import Path
-from typing import Any
+import pwd
 
-from citizen import config, paths
-from citizen.broker import steps
-from citizen.contexts import ContextStore
-from citizen.errors import CitizenError
-from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
-from shared import clock, gitsafe
-from shared.atomic import make_dirs
+from citizen import config
+from citizen.access import steps
+from citizen.config import paths
+from shared import clock
 from shared.commons import Commons
 from shared.consensus import Consensus
 from shared.debates import Debates
@@ -32,95 +25,7 @@ from shared.identity import server_mode
 from shared.streams import Streams
 
 log = logging.getLogger(__name__)
-
-SHARED_DIRS = (
-    "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
-    "tools/tests", "proposals/records", "proposals/pending", "proposals/approved",
-    "proposals/rejected", "debates",
-    "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
-)
-REWRITTEN = ("baseline", "proposals/pending", "proposals/approved", "proposals/rejected")
-ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
-# Leave ANTHROPIC_API_KEY empty to use the embedded local model.
-ANTHROPIC_API_KEY=
-IMAP_SERVER=
-SMTP_SERVER=
-EMAIL_USER={email}
-EMAIL_PASS=
-"""
-
-
-def _mkdir(path: Path, mode: int) -> bool:
-    return bool(make_dirs(path, mode=mode))  # explicit mode: mkdir's is filtered by the umask
-
-
-def init_shared() -> list[str]:
-    """Create the commons; returns what was created."""
-    made = []
-    root = paths.shared_dir()
-    # 3775: group `citizens` adds to the commons, setgid keeps new files in that group,
-    # sticky: nobody removes, renames or replaces what another made (as setup_server.sh).
-    # The baseline and the proposal views are 2775: adoption merges rewrite files other
-    # citizens wrote, and a view is rewritten by whoever acts next (shared.consensus).
-    if _mkdir(root, 0o3775):
-        made.append(str(root))
-    for sub in SHARED_DIRS:
-        if _mkdir(root / sub, 0o2775 if sub in REWRITTEN else 0o3775):
-            made.append(str(root / sub))
-    return made
-
-
-def create_file(path: Path, text: str, mode: int) -> None:
-    """Write a new file, never through a symlink: setup runs as root, and a citizen could
-    have left a link at the name pointing anywhere (O_EXCL|O_NOFOLLOW refuse it)."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-    os.fchmod(fd, mode)  # exactly `mode`: open's is filtered by whatever umask we run under
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-
-
-def init_citizen(name: str, new: dict[str, Any] | None = None, *,
-                 secrets_in_home: bool = True, identity: str = "") -> list[str]:
-    """Create a citizen's home from its template; returns what was created.
-
-    `new` gives email and focus for a citizen the templates do not know (onboarding).
-    `secrets_in_home`: dev mode keeps the secrets in `~/.env`; a server keeps them (and
-    the operator's rules) in /etc/experience, and the home's config holds only what the
-    citizen may set for itself (config.CITIZEN_KEYS). `identity`: its first identity
-    (default: its template's; citizen.newcomer adds who asked for it).
-    """
-    tpl = config.templates()
-    home = paths.home(name)
-    made = []
-    # 0750: the citizen owns its home; group `citizens` may look in (peer monitoring).
-    if _mkdir(home.dir, 0o750):
-        made.append(str(home.dir))
-    for sub in (home.wake_logs, home.code):
-        _mkdir(sub, 0o750)
-    if not os.path.lexists(home.config):
-        data = tpl.citizen_data(name) if name in tpl.citizen_names() else dict(new or {})
-        # Validate before writing: a bad onboarding leaves no half-made config behind.
-        tpl.build_citizen({**data, "name": name}, home.config)
-        if not secrets_in_home:
-            data = {k: v for k, v in data.items() if k in config.CITIZEN_KEYS}
-        create_file(home.config, json.dumps({**data, "name": name}, indent=2) + "\n", 0o640)
-        made.append(str(home.config))
-    cfg = config.load_citizen(name)
-    if secrets_in_home and not os.path.lexists(home.env):
-        # O_EXCL + 0600 at creation: the secrets file is never readable by others, not even
-        # for the moment between creating it and a chmod.
-        create_file(home.env, ENV_TEMPLATE.format(name=name, email=cfg.email), 0o600)
-        made.append(str(home.env))
-    TaskQueue(home.tasks).init()
-    Memory(home.memory).init()
-    store = ContextStore(home.contexts, cfg.context_limits, estimate_tokens)
-    before = {p.name for p in home.contexts.glob("*.json")} if home.contexts.exists() else set()
-    store.init(identity or tpl.identity(name, cfg.focus))
-    made += [str(home.contexts / n) for n in
-             sorted({p.name for p in home.contexts.glob("*.json")} - before)]
-    # 2770: peers ring each other's doorbell (group write); nobody else looks in.
-    _mkdir(home.doorbell, 0o2770)
-    return made
+CITIZENS_GROUP = "citizens"  # every citizen's primary group on a server (setup_server.sh)
 
 
 def citizens() -> list[str]:
@@ -131,6 +36,16 @@ def citizens() -> list[str]:
     # Only names a citizen can have: a restore's hidden copy of a home is no citizen.
     return sorted(p.name for p in root.iterdir()
                   if paths.NAME_RE.match(p.name) and (p / "config.json").is_file())
+
+
+def citizen_users() -> list[str]:
+    """Every Unix user whose primary group is `citizens` - the citizens of a server,
+    whatever their homes hold (a citizen can delete its own config.json)."""
+    try:
+        gid = grp.getgrnam(CITIZENS_GROUP).gr_gid
+    except KeyError:
+        return []
+    return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid)
 
 
 _COMMONS: dict[tuple[str, str], Commons] = {}
@@ -192,62 +107,3 @@ def persona(tpl: config.Templates, name: str) -> str:
     """A debater's persona, drawn from its identity template (the default one for a
     citizen the templates do not name)."""
     return tpl.identity(name)[:400]
-
-
-def init(names: list[str]) -> list[str]:
-    """Create the commons and the homes of `names`."""
-    made = init_shared()
-    for name in names:
-        made += init_citizen(name)
-    return made
-
-
-def init_code(names: list[str]) -> list[str]:
-    """Dev mode: `shared/baseline` a git repository of this checkout and each citizen's
-    `~/code` a clone of it, as on a server (so code evolution has repositories and
-    daemons run their own code). The checkout enters as setup_server.sh's releases do:
-    a commit on branch `release` (its tree, minus what .gitignore leaves out), merged
-    into `main`. Never overwrites: an existing repository or clone is left as it is."""
-    made = []
-    baseline = paths.shared_dir() / "baseline"
-    if not _has_commit(baseline):  # also a repository a failed run left without one
-        _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
-        with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree
-            env = {"GIT_INDEX_FILE": str(Path(tmp) / "index")}
-            _git(baseline, f"--work-tree={paths.project_dir()}", "add", "-A", env=env)
-            tree = _git(baseline, "write-tree", env=env)
-        commit = _git(baseline, "commit-tree", tree, "-m", f"release from {paths.project_dir()}")
-        _git(baseline, "merge", "--quiet", "--ff-only", commit)
-        _git(baseline, "update-ref", "refs/heads/release", commit)
-        made.append(f"{baseline} (a git repository of {paths.project_dir()})")
-    for name in names:
-        code = paths.home(name).code
-        if _has_commit(code):
-            continue
-        if (code / ".git").exists():  # a clone a failed run left half-made
-            shutil.rmtree(code)
-        if code.exists() and not any(code.iterdir()):
-            code.rmdir()
-        _git(baseline.parent, "clone", "--quiet", str(baseline), str(code))
-        for key, value in (("user.name", name), ("user.email", config.load_citizen(name).email)):
-            _git(code, "config", key, value)
-        made.append(f"{code} (clone of {baseline})")
-    return made
-
-
-def _has_commit(repo: Path) -> bool:
-    return (repo / ".git").is_dir() and gitsafe.run(
-        repo, "rev-parse", "-q", "--verify", "HEAD", check=False).returncode == 0
-
-
-def _git(where: Path, *args: str, env: dict[str, str] | None = None) -> str:
-    # gitsafe: setup never runs what a home or a repository's config names (DESIGN §11);
-    # `where` is a repository unless it has none yet (init and clone run beside it).
-    repo = where if (where / ".git").is_dir() else None
-    try:
-        done = gitsafe.run(repo, "-c", "user.name=Experience setup",
-                           "-c", "user.email=experience@localhost", *args, cwd=where,
-                           extra_env=env)
-    except gitsafe.GitFailed as exc:
-        raise CitizenError(str(exc)) from exc
-    return done.stdout.decode().strip()

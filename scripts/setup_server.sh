@@ -37,8 +37,8 @@ current="checking we are root"
 current="system packages"
 step "$current"
 missing=()
-# bubblewrap: the sandbox of every command a citizen's model runs (citizen/sandbox.py).
-# restic: the snapshots of `citizen backup` (citizen/backup.py).
+# bubblewrap: the sandbox of every command a citizen's model runs (citizen/tools/sandbox.py).
+# restic: the snapshots of `citizen backup` (citizen/admin/backup.py).
 for pkg in python3-venv git passwd util-linux bubblewrap restic; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
@@ -99,7 +99,7 @@ for d in "" library library/modules library/pending tools tools/impl tools/regis
     fi
 done
 
-# The quiescent point (citizen/quiesce.py) is one lock per citizen, made at onboarding
+# The quiescent point (citizen/home/quiesce.py) is one lock per citizen, made at onboarding
 # in shared/monitor/quiesce/ (root's dir, the citizen's 0600 file); the single lock of
 # an earlier release let any citizen freeze every daemon - it goes.
 rm -f "$shared/monitor/quiesce.lock"
@@ -425,7 +425,7 @@ step "$current"
 for home in /home/*/; do
     name="$(basename "$home")"
     [ -f "$home/config.json" ] && id -nG "$name" 2>/dev/null | grep -qw citizens || continue
-    # Its quiescent-point lock (citizen/quiesce.py), for citizens onboarded before locks
+    # Its quiescent-point lock (citizen/home/quiesce.py), for citizens onboarded before locks
     # were per citizen: root's directory, the citizen's 0600 file.
     lock="$shared/monitor/quiesce/$name.lock"
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then

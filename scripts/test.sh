@@ -6,7 +6,7 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The server-install test boots a real systemd in a container: as root, install what it
 # needs (it debootstraps and caches a Debian root filesystem on first use, ≈2.5 min).
 # The mail tests run a real Dovecot (IMAP + LMTP) on loopback; shell commands run in
-# bubblewrap (citizen/sandbox.py); backups are restic snapshots (citizen/backup.py).
+# bubblewrap (citizen/tools/sandbox.py); backups are restic snapshots (citizen/admin/backup.py).
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
         && ! { command -v systemd-nspawn && command -v debootstrap && command -v dovecot \
                && command -v bwrap && command -v restic; } >/dev/null; then

@@ -31,7 +31,7 @@ TEST_TIMEOUT_S = 120
 CALL_TIMEOUT_S = 60
 # Runs one tool call in a fresh interpreter: arguments in on stdin, result out on stdout.
 # How a caller confines what runs a tool's code: (argv, the private directory it needs)
-# -> the argv to run. The daemon passes its sandbox (citizen.sandbox.wrap); the commons
+# -> the argv to run. The daemon passes its sandbox (citizen.tools.sandbox.wrap); the commons
 # cannot import it (`shared` never imports `citizen`). Unconfined when none is given.
 Wrap = Callable[[list[str], Path], list[str]]
 RUNNER = (

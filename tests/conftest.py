@@ -14,7 +14,7 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.anthropic_server import MessagesServer
 
 _ISOLATED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
@@ -37,7 +37,7 @@ def civ_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
 
 
 def stop_broker(root: Path) -> None:
-    """End the dev-mode broker a test's model call started (citizen.broker.client)."""
+    """End the dev-mode broker a test's model call started (citizen.access.client)."""
     pidfile = root / ".broker" / "broker.pid"
     with contextlib.suppress(OSError, ValueError):  # none was started, or it has gone
         os.kill(int(pidfile.read_text(encoding="utf-8")), signal.SIGTERM)
@@ -54,9 +54,9 @@ def messages_api() -> Iterator[MessagesServer]:
 @pytest.fixture
 def civ(civ_root: Path) -> Path:
     """A dev-mode civilization with opus, mira and aria."""
-    from citizen import civilization
+    from citizen.admin import founding
 
-    civilization.init(["opus", "mira", "aria"])
+    founding.init(["opus", "mira", "aria"])
     return civ_root
 
 

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from citizen import paths
+from citizen.config import paths
 from citizen.llm.model_file import ensure_model
 from tests.mailserver import free_port
 

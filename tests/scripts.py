@@ -23,11 +23,12 @@ def say(text: str) -> Reply:
 
 def tool_env(name: str) -> Any:
     """The ToolEnv a tool of citizen `name` gets in a wake."""
-    from citizen import config, paths
-    from citizen.contexts import ContextStore
+    from citizen import config
+    from citizen.config import paths
+    from citizen.home.contexts import ContextStore
+    from citizen.home.memory import Memory
+    from citizen.home.tasks import TaskQueue
     from citizen.llm.base import estimate_tokens
-    from citizen.memory import Memory
-    from citizen.tasks import TaskQueue
     from citizen.tools.base import ToolEnv
 
     home = paths.home(name)

@@ -15,7 +15,7 @@ from citizen.llm.base import Reply, ToolCall, Usage
 from citizen.llm.local import _as_action, action_schema
 from citizen.llm.structured import fit_schema
 from citizen.tools import core_tools
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from tests.scripts import Actor, call
 from tests.test_wake import events, queue
 

@@ -20,8 +20,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from citizen import backup, civilization, paths, quiesce
-from citizen.tasks import TaskQueue
+from citizen import civilization
+from citizen.admin import backup
+from citizen.config import paths
+from citizen.home import quiesce
+from citizen.home.tasks import TaskQueue
 from shared import clock
 
 pytestmark = pytest.mark.skipif(shutil.which("restic") is None,
@@ -67,7 +70,7 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon holds the quiescent-point lock through each wake; the backup reads
     only once it is let go (and, past --wait, reads anyway and says so)."""
-    from citizen.daemon import Daemon, WakeRequest
+    from citizen.daemon.process import Daemon, WakeRequest
 
     daemon = Daemon("opus")
     seen: list[list[str]] = []

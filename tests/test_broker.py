@@ -25,11 +25,13 @@ import httpx2
 import pytest
 
 from citizen import config
-from citizen.broker import client, service
+from citizen.access import client
+from citizen.broker import service
 from citizen.broker.ledger import CapExceeded, Caps, Ledger
+from citizen.config import paths
+from citizen.home.spend import DailyCapReached
 from citizen.llm import make_provider
 from citizen.llm.base import Request, Usage
-from citizen.spend import DailyCapReached
 from tests.anthropic_server import API_KEY, MessagesServer, text
 
 pytestmark = pytest.mark.usefixtures("civ")
@@ -147,7 +149,7 @@ def test_kill_9_of_the_broker_loses_no_reservation(
     until(lambda: len(messages_api.requests) == 1)  # forwarded, so reserved before
     (row,) = ledger_rows()
     assert row["state"] == "reserved"
-    pid = int((service.state_dir() / "broker.pid").read_text())
+    pid = int((paths.broker_state() / "broker.pid").read_text())
     os.kill(pid, signal.SIGKILL)
     until(lambda: not Path(f"/proc/{pid}").exists() or _zombie(pid))  # gone, not dying
     worker.join(10)

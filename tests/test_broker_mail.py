@@ -20,9 +20,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from citizen import config, paths
-from citizen.broker import client, service
+from citizen import config
+from citizen.access import client
 from citizen.cli import cli
+from citizen.config import paths
 from citizen.mail import link
 from tests.daemons import wait_for
 from tests.mailserver import MailSystem, unavailable
@@ -108,7 +109,7 @@ def test_a_rewritten_daemon_asking_the_broker_directly_gets_the_same_checks(
 def _stop_broker(root: Path) -> None:
     pid = int((root / ".broker" / "broker.pid").read_text())
     os.kill(pid, signal.SIGKILL)  # the worst case: no clean shutdown
-    wait_for(lambda: not client.reachable(service.socket_path()), timeout=10)
+    wait_for(lambda: not client.reachable(paths.broker_socket()), timeout=10)
 
 
 def test_the_rate_limit_is_the_brokers_and_holds_across_its_restarts(
@@ -174,7 +175,7 @@ def test_setup_merges_an_older_installs_mailbox_file_back_into_the_brokers(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The split of issue 28's first step (`<c>.mail.env`, the daemon's credential) is
     undone: its lines join `<c>.env`, where a value already set wins, and it is removed."""
-    from citizen.onboard import broker_secrets
+    from citizen.admin.onboard import broker_secrets
 
     monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path))
     env, legacy = tmp_path / "opus.env", tmp_path / "opus.mail.env"

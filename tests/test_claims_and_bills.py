@@ -9,15 +9,17 @@ from types import SimpleNamespace
 
 import pytest
 
-from citizen import config, evidence, paths, spend
-from citizen.config import ModelPrice
+from citizen import config
+from citizen.config import ModelPrice, paths
 from citizen.errors import StructuredOutputError
+from citizen.home import spend
+from citizen.home.tasks import TaskQueue
+from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Provider, Reply, Request, ToolSpec
-from citizen.loop import Meter
-from citizen.prompt import bound_conversation, system_blocks
-from citizen.tasks import TaskQueue
-from citizen.wake import run_wake
-from citizen.wakelog import WakeLog
+from citizen.tools import evidence
+from citizen.wake.flow import run_wake
+from citizen.wake.loop import Meter
+from citizen.wake.prompt import bound_conversation, system_blocks
 from tests.scripts import Actor, call
 from tests.test_daily_caps import OPUS_PRICE, caps, spent_already
 
@@ -156,8 +158,8 @@ def test_only_quoted_commands_are_run() -> None:
 
 
 def test_a_long_tasks_working_state_keeps_the_task_and_its_newest_lines(civ: Path) -> None:
-    from citizen import working
-    from citizen.contexts import ContextStore
+    from citizen.home import working
+    from citizen.home.contexts import ContextStore
     from citizen.llm.base import estimate_tokens
 
     tasks = TaskQueue(paths.home("opus").tasks)
@@ -255,7 +257,7 @@ def test_a_negative_debate_cap_is_refused(tmp_path: Path) -> None:
 
 
 def test_an_identity_larger_than_the_budget_is_cut_in_the_prompt_only(civ: Path) -> None:
-    from citizen.contexts import ContextStore
+    from citizen.home.contexts import ContextStore
     from citizen.llm.base import estimate_tokens
 
     cfg = config.load_citizen("opus")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from citizen import paths
 from citizen.cli import cli
+from citizen.config import paths
 from tests.anthropic_server import API_KEY, MessagesServer, text
 
 

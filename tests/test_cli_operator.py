@@ -9,9 +9,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from citizen import paths
 from citizen.cli import cli
-from citizen.tasks import TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 
 
 def invoke(*args: str) -> str:

@@ -9,7 +9,7 @@ import git
 import pytest
 
 from citizen.tools import core_tools
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from shared.errors import Invalid, NotFound
 from tests.scripts import Actor, call, tool_env
 

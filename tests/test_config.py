@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 import yaml
 
-from citizen import config, paths
+from citizen import config
+from citizen.config import paths
 from citizen.errors import ConfigError
 
 

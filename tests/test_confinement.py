@@ -18,12 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from citizen import config, paths, sandbox
-from citizen.contexts import ContextStore
+from citizen import config
+from citizen.config import paths
+from citizen.home.contexts import ContextStore
+from citizen.home.memory import Memory
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import ToolFailure, core_tools, sandbox
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
 from shared import records
@@ -44,7 +45,7 @@ def rules_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _server(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(config, "_commons_owned", lambda _shared: True)
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)
 
 
 def _env() -> ToolEnv:

@@ -183,10 +183,11 @@ def test_converged_weights_are_spread_again_once_a_day(tmp_path: Path,
     (σ under its floor), the daily job steps each away from the mean - within bounds, at
     most 0.05, recorded as an adjustment - once a day; values still spread are left."""
     from citizen import civilization
+    from citizen.admin import founding
     from shared.consensus import diversity
 
     monkeypatch.setenv("CIV_ROOT", str(tmp_path / "civ"))
-    civilization.init(["opus", "mira", "aria"])
+    founding.init(["opus", "mira", "aria"])
     c = civilization.commons().consensus
     w = c.weights
     w.vouch = None  # the converging episodes below stand for real ones (no proposals here)

@@ -11,7 +11,7 @@ import pytest
 
 from citizen import civilization, config
 from citizen.llm.local import LocalProvider
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from shared.consensus import Consensus, Proposal
 from tests.thoughtworld import HELLO, proposal
 

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from citizen import civilization, config, paths
+from citizen import civilization, config
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 from citizen.llm.scripted import ScriptedProvider
 from citizen.mail import routes
-from citizen.tasks import TaskQueue
 from citizen.tools import core_tools
-from citizen.wake import run_wake
-from citizen.wakes.consensus import ConsensusWake
+from citizen.wake.flow import run_wake
+from citizen.wake.types.consensus import ConsensusWake
 from tests.scripts import say, tool_env
 from tests.thoughtworld import HELLO, council_provider, proposal
 

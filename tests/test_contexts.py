@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from citizen.config import templates
-from citizen.contexts import ORDER, STRATEGIES, ContextStore
+from citizen.home.contexts import ORDER, STRATEGIES, ContextStore
 from citizen.llm.base import estimate_tokens
 from shared.atomic import CorruptFile
 

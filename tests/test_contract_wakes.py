@@ -14,10 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from citizen import paths, wakes
+from citizen.config import paths
 from citizen.llm.base import Reply
 from citizen.llm.scripted import ScriptedProvider
-from citizen.wake import run_wake
+from citizen.wake import types as wakes
+from citizen.wake.flow import run_wake
 from shared import clock
 from shared.atomic import write_json
 from tests.scripts import say
@@ -61,7 +62,7 @@ def test_an_idle_wake_calls_no_model_and_writes_only_its_log(civ: Path, wake_typ
 
 def test_the_contract_fails_a_wake_with_work(civ: Path) -> None:
     """The check above can fail: a queued task is work, and its wake calls the model."""
-    from citizen.tasks import TaskQueue
+    from citizen.home.tasks import TaskQueue
 
     TaskQueue(paths.home("opus").tasks).add("Say hello", source="test")
     calls: list[object] = []

@@ -10,8 +10,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from citizen import paths
-from citizen.tasks import STATES, TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import STATES, TaskQueue
 from tests.anthropic_server import MessagesServer
 from tests.daemons import daemon_env, start, worker
 

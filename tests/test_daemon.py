@@ -9,8 +9,10 @@ import sys
 import time
 from pathlib import Path
 
-from citizen import config, paths, wakelog
-from citizen.tasks import TaskQueue
+from citizen import config
+from citizen.config import paths
+from citizen.home import wakelog
+from citizen.home.tasks import TaskQueue
 from tests.anthropic_server import MessagesServer, no_deliverables, tool_use
 from tests.daemons import daemon_env, heartbeat, start, wait_for, worker
 

@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from citizen import config, paths, spend, wakelog
-from citizen.config import ModelPrice
-from citizen.tasks import TaskQueue
-from citizen.wake import run_wake
+from citizen import config
+from citizen.config import ModelPrice, paths
+from citizen.home import spend, wakelog
+from citizen.home.tasks import TaskQueue
+from citizen.wake.flow import run_wake
 from tests.anthropic_server import MessagesServer
 from tests.scripts import Actor, call
 
@@ -115,7 +116,7 @@ def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
     from click.testing import CliRunner
 
     from citizen.cli import cli
-    from citizen.memory import Memory
+    from citizen.home.memory import Memory
     from tests.anthropic_server import API_KEY, text
 
     server: MessagesServer = messages_api  # type: ignore[assignment]
@@ -198,7 +199,7 @@ def test_a_task_ends_at_its_call_cap_saying_so(civ: Path) -> None:
 
 
 def test_doorbell_wakes_past_the_hours_limit_wait_for_the_window(civ: Path) -> None:
-    from citizen.daemon import Daemon, WakeRequest
+    from citizen.daemon.process import Daemon, WakeRequest
 
     limits("opus", max_doorbell_wakes_per_hour=2)
     daemon = Daemon("opus")
@@ -220,7 +221,7 @@ def test_a_simulated_day_is_the_ledgers_day_and_the_schedulers_interval(
     import time
     from datetime import date
 
-    from citizen.daemon import Daemon
+    from citizen.daemon.process import Daemon
     from shared import clock, monitor
 
     monkeypatch.setenv(clock.CLOCK_ENV, f"{MONDAY},{time.time()},1440")  # a day a minute

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from citizen import civilization, config
 from citizen.llm.local import LocalProvider
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 
 BUDGETS = {"DISCOVERY": (1, 2), "CRUX_LOCK": (2, 4), "EVIDENCE": (1, 2)}
 

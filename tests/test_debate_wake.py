@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from citizen import civilization, paths
+from citizen import civilization
+from citizen.config import paths
 from citizen.llm.scripted import ScriptedProvider
-from citizen.wake import run_wake
-from citizen.wakes.debate import DebateWake
+from citizen.wake.flow import run_wake
+from citizen.wake.types.debate import DebateWake
 from tests.scripts import say
 
 

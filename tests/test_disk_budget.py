@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from citizen import config, disk
+from citizen import config
+from citizen.admin import disk
 from citizen.cli import cli
 
 pytestmark = pytest.mark.usefixtures("civ")
@@ -86,7 +87,7 @@ def test_on_a_server_the_citizens_own_config_sets_no_budget(
     rules = tmp_path / "etc"
     rules.mkdir()
     monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(rules))
-    monkeypatch.setattr(config, "_commons_owned", lambda _shared: True)  # server mode
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)  # server mode
     monkeypatch.setenv(disk.STATE_ENV, str(tmp_path / "disk-state"))
     (rules / "opus.json").write_text(json.dumps({"budget": {"max_home_mb": 2}}))
     budget(civ, "opus", 100000)  # its own file: ignored on a server
@@ -107,7 +108,7 @@ def test_enforcing_stops_the_unit_of_a_citizen_past_its_budget(
     stand_in.write_text(f'#!/bin/sh\necho "$*" >> {calls}\n')
     stand_in.chmod(0o755)
     monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
-    monkeypatch.setattr(config, "_commons_owned", lambda _shared: True)
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)
     monkeypatch.setenv(disk.STATE_ENV, str(tmp_path / "disk-state"))
     monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path / "etc"))
     (tmp_path / "etc").mkdir()

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen import sandbox
-from citizen.tools import core_tools
+from citizen.tools import core_tools, sandbox
 from citizen.tools.dynamic import dynamic_tools
 from shared.errors import Invalid, NotAllowed
 from tests.scripts import tool_env

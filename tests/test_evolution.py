@@ -9,9 +9,8 @@ import git
 import pytest
 from click.testing import CliRunner
 
-from citizen import sandbox
 from citizen.cli import cli
-from citizen.tools import core_tools
+from citizen.tools import core_tools, sandbox
 from shared.errors import NotAllowed
 from shared.evolution import AdoptConflict
 from tests.scripts import tool_env

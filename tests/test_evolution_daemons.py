@@ -16,8 +16,8 @@ from typing import Any
 
 import git
 
-from citizen import paths
-from citizen.tasks import TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer, tool_use
 from tests.daemons import daemon_env, routing, wait_for

@@ -25,7 +25,8 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen import paths, rollback, state
+from citizen.config import paths
+from citizen.home import rollback, state
 from citizen.tools import core_tools
 from shared.consensus.world import World
 from shared.evolution import Evolution

@@ -21,8 +21,8 @@ from typing import Any
 
 import pytest
 
-from citizen import paths
 from citizen.broker import server as broker_server
+from citizen.config import paths
 from tests.anthropic_server import MessagesServer, text
 from tests.nspawn import PYTHON, Container, operator_budget, set_up_server, unavailable, until
 

@@ -19,7 +19,7 @@ from email.message import EmailMessage
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.mailserver import MailSystem, new_mail_system
 from tests.mailserver import unavailable as no_mail
 from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.nspawn import PYTHON, Container, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")

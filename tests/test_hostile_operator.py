@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from citizen import paths
 from citizen.cli import cli
-from citizen.tasks import TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 from shared.consensus import Consensus
 from tests.thoughtworld import HELLO, commons, proposal, vote
 
@@ -127,7 +127,7 @@ def test_root_adding_a_task_never_follows_a_planted_link(
     planted = queue / "t-20260101T000000.000000-abcdef.json"
     planted.symlink_to(target)
     with monkeypatch.context() as m:
-        m.setattr("citizen.tasks.new_id", lambda: planted.stem)
+        m.setattr("citizen.home.tasks.new_id", lambda: planted.stem)
         out = CliRunner().invoke(cli, ["task", "add", "opus", "hello"])
     assert out.exit_code != 0 and "exists already" in out.output, out.output
     assert target.read_text() == "untouched"

@@ -25,7 +25,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.nspawn import PATH, Container, set_up_server, unavailable
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.nspawn import PIP_ENV, PYTHON, SETUP, Container, set_up_server, unavailable
 from tests.thoughtworld import proposal, vote
 

@@ -17,7 +17,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.anthropic_server import MessagesServer, text
 from tests.nspawn import PYTHON, Container, operator_budget, set_up_server, unavailable, until
 

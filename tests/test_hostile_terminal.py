@@ -10,9 +10,9 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from citizen import paths
 from citizen.cli import cli
-from citizen.tasks import TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 
 # Retitle the window, clear the screen, set the clipboard (OSC 52), a one-byte CSI, a DCS.
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\x1b]52;c;cm0gLXJmIH4=\x07\x9b31m\x1bPq#0\x1b\\\r\x08"

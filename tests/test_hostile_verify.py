@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from citizen.errors import ProviderError
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request
-from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from tests.scripts import Actor, call, tool_env
 
 

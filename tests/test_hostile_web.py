@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
 from tests.scripts import tool_env

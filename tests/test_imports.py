@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from citizen import paths
+from citizen.config import paths
 
 
 def test_every_module_imports_first() -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from citizen.tools import core_tools
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from shared.errors import Invalid, NotAllowed, NotFound
 from tests.scripts import tool_env
 

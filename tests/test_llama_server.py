@@ -20,13 +20,15 @@ import jsonschema
 import pytest
 from click.testing import CliRunner
 
-from citizen import config, paths, wakelog
+from citizen import config
 from citizen.cli import cli
+from citizen.config import paths
 from citizen.errors import ProviderError
+from citizen.home import wakelog
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Request
-from citizen.tasks import TaskQueue
 from citizen.tools import core_tools
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from tests.llama_server import running
 from tests.mailserver import free_port
 

@@ -23,13 +23,14 @@ import pytest
 from click.testing import CliRunner
 from imapclient import IMAPClient
 
-from citizen import config, paths
+from citizen import config
 from citizen.cli import cli
-from citizen.daemon import Daemon
+from citizen.config import paths
+from citizen.daemon.process import Daemon
+from citizen.home.tasks import TaskQueue
 from citizen.mail import MailError
 from citizen.mail.intake import Intake
-from citizen.tasks import TaskQueue
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from tests.mailserver import USERS, MailSystem, new_mail_system, unavailable
 from tests.scripts import Actor, call
 
@@ -290,9 +291,9 @@ def test_a_daemon_answers_mail_end_to_end(opus_mail: Path, mx: MailSystem,
 
 def test_send_email_goes_only_to_operators_and_citizens_and_is_rate_limited(
         opus_mail: Path, mx: MailSystem) -> None:
-    from citizen.contexts import ContextStore
+    from citizen.home.contexts import ContextStore
+    from citizen.home.memory import Memory
     from citizen.llm.base import estimate_tokens
-    from citizen.memory import Memory
     from citizen.tools import ToolFailure, core_tools
     from citizen.tools.base import ToolEnv
 
@@ -323,9 +324,9 @@ def test_a_crlf_in_an_encoded_subject_is_no_header_injection(tmp_path: Path) -> 
     would carry a Bcc of the sender's choosing (or raise ValueError and end the wake)."""
     from citizen.broker import mailbox
     from citizen.broker.mail import compose
+    from citizen.home.tasks import Task
     from citizen.mail.message import parse
     from citizen.mail.outbox import reply_to_task
-    from citizen.tasks import Task
 
     raw = (b"From: boss@example.org\r\nTo: opus@experience.local\r\n"
            b"Subject: =?utf-8?q?hi=0D=0ABcc:_evil@example.net=09=00x?=\r\n"
@@ -352,7 +353,7 @@ def test_the_operator_is_mailed_once_when_a_citizen_passes_80_percent(
         opus_mail: Path, mx: MailSystem) -> None:
     """The daily cap's notice goes to the operators (mail.allowed_senders) by real mail,
     once a day, with the money spent and what to run."""
-    from citizen import spend
+    from citizen.home import spend
 
     cfg = json.loads((opus_mail / "config.json").read_text())
     cfg["budget"] = {**cfg.get("budget", {}), "max_usd_per_day": 1.0}
@@ -375,7 +376,7 @@ def test_the_peer_monitor_mails_the_operators_about_a_peer_in_trouble(
     """Issue 19: the peer monitor's operator mail was never tested. aria's task is stuck;
     once opus has reported her OPERATOR_THRESHOLD times in a day, the operators (its
     allowed senders) get one mail naming her, sent through the real SMTP hub."""
-    from citizen.wakes.peer_monitor import OPERATOR_THRESHOLD
+    from citizen.wake.types.peer_monitor import OPERATOR_THRESHOLD
     from shared.atomic import write_json
     from tests.scripts import say
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from citizen.memory import Memory
+from citizen.home.memory import Memory
 
 
 def test_rollups_daily_then_weekly_then_monthly(tmp_path: Path) -> None:

@@ -7,9 +7,9 @@ import os
 import time
 from pathlib import Path
 
-from citizen import paths
-from citizen.tasks import TaskQueue
-from citizen.wake import run_wake
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
+from citizen.wake.flow import run_wake
 from shared.atomic import write_json
 from shared.monitor import check_heartbeat, check_nonsense, check_task, check_wakes
 from tests.scripts import Actor, say

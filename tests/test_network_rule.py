@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen import network
+from citizen.admin import network
 
 
 @pytest.fixture

@@ -18,9 +18,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from citizen import paths
-from citizen.broker import client, onboarding
+from citizen.access import client
+from citizen.broker import onboarding
 from citizen.cli import cli
+from citizen.config import paths
 
 pytestmark = pytest.mark.usefixtures("civ")
 REQUEST = "/v1/experience/citizens/request"

@@ -9,12 +9,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from citizen import config, paths
-from citizen.contexts import ContextStore
+from citizen import config
+from citizen.config import paths
+from citizen.home.contexts import ContextStore
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from citizen.tasks import TaskQueue
 from citizen.tools.base import RESULT_CHARS
-from citizen.wake import run_wake
+from citizen.wake.flow import run_wake
 from tests.scripts import Actor, call
 
 FULL = ("history", "goals", "relationships", "skills", "dreams", "peer_monitor")
@@ -59,7 +60,7 @@ def test_a_full_memory_does_not_ride_on_every_call(civ: Path) -> None:
 
 def test_a_vote_carries_a_small_prompt(civ: Path) -> None:
     from citizen.llm.base import Reply, Request
-    from citizen.wakes.base import Ask
+    from citizen.wake.types.base import Ask
 
     fill("opus")
     seen: list[Request] = []
@@ -68,10 +69,10 @@ def test_a_vote_carries_a_small_prompt(civ: Path) -> None:
         seen.append(request)
         return Reply(text="", model="m", provider="scripted", data={"ok": True})
 
+    from citizen.home.wakelog import WakeLog
     from citizen.llm.scripted import ScriptedProvider
-    from citizen.loop import Meter
-    from citizen.prompt import system_blocks
-    from citizen.wakelog import WakeLog
+    from citizen.wake.loop import Meter
+    from citizen.wake.prompt import system_blocks
 
     cfg = config.load_citizen("opus")
     store = ContextStore(paths.home("opus").contexts, cfg.context_limits, estimate_tokens)
@@ -116,7 +117,7 @@ def test_the_conversation_is_bounded(civ: Path) -> None:
 def test_the_memory_relevant_to_the_work_is_recalled(civ: Path) -> None:
     """History and memory enter by relevance too: the FTS5 search over the citizen's
     memory, for the words of the work, within the budget."""
-    from citizen.memory import Memory
+    from citizen.home.memory import Memory
 
     mem = Memory(paths.home("opus").memory)
     mem.record(1, "TASK", "the lighthouse ledger lives in notes/lighthouse.csv")

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 
 PURE = ["shared/consensus/rules.py", "shared/consensus/stakes.py", "shared/consensus/gaming.py",
         "shared/debates/rules.py", "shared/debates/moves.py", "shared/streams/decision.py"]

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from citizen import paths, retention, wakelog
-from citizen.wakelog import WakeLog
+from citizen.config import paths
+from citizen.home import retention, wakelog
+from citizen.home.wakelog import WakeLog
 from shared import clock
 
 MONDAY = 1767571200.0  # 2026-01-05T00:00:00Z
@@ -107,7 +108,7 @@ def test_a_sweep_killed_mid_compression_loses_nothing(
 def test_the_daemon_sweeps_with_the_operators_settings_and_status_shows_disk(
         civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from citizen.cli.status import citizen_status
-    from citizen.daemon import Daemon
+    from citizen.daemon.process import Daemon
 
     home = paths.home("opus")
     data = json.loads(home.config.read_text())

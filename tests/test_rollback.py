@@ -11,7 +11,7 @@ from pathlib import Path
 
 import git
 
-from citizen import paths
+from citizen.config import paths
 from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer
 from tests.daemons import daemon_env, wait_for, worker
@@ -43,7 +43,7 @@ def test_three_crashed_wakes_roll_the_code_back(civ: Path, own_code: Path,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
         wait_for(lambda: marks(civ).get("last_known_good") == good, timeout=60)
-        broken = break_it(own_code, "citizen/wakes/__init__.py",
+        broken = break_it(own_code, "citizen/wake/types/__init__.py",
                           'raise RuntimeError("deliberately broken self-edit")')
         evolution = Evolution(civ / "shared", ["opus", "mira", "aria"], False)
         change = evolution.announce("opus", own_code, "break wakes", "nothing good")
@@ -67,7 +67,7 @@ def test_three_failed_starts_roll_the_code_back_and_report_the_change_failed(
     good = str(git.Repo(own_code).head.commit.hexsha)
     (home / "state.json").write_text(json.dumps(
         {"schema_version": 1, "wakes": 0, "slots": 0, "marks": {"last_known_good": good}}))
-    broken = break_it(own_code, "citizen/daemon.py",
+    broken = break_it(own_code, "citizen/daemon/process.py",
                       'raise RuntimeError("deliberately broken daemon")')
     evolution = Evolution(civ / "shared", ["opus", "mira", "aria"], False)
     change = evolution.announce("opus", own_code, "break the daemon", "nothing good")

@@ -14,12 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from citizen import config, paths, sandbox
-from citizen.contexts import ContextStore
+from citizen import config
+from citizen.config import paths
+from citizen.home.contexts import ContextStore
+from citizen.home.memory import Memory
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
-from citizen.tools import ToolFailure, core_tools
+from citizen.tools import ToolFailure, core_tools, sandbox
 from citizen.tools.base import ToolEnv
 
 CANARY = "canary-7f3e9b"

@@ -19,8 +19,7 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen import sandbox
-from citizen.tools import core_tools
+from citizen.tools import core_tools, sandbox
 from citizen.tools.dynamic import dynamic_tools
 from tests.scripts import tool_env
 from tests.test_evolution import commit, evo  # noqa: F401 - evo: the fixture, used below

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from citizen import config, paths
+from citizen import config
+from citizen.config import paths
 from citizen.errors import ProviderError
+from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Request
 from citizen.llm.scripted import ScriptedProvider
-from citizen.loop import Meter
-from citizen.selection import rank, select_tools
 from citizen.tools import core_tools
-from citizen.wakelog import WakeLog
+from citizen.wake.loop import Meter
+from citizen.wake.selection import rank, select_tools
 
 WORK = "Write a file notes/hello.md saying hello to mira"
 REQUIRED = ("task_progress", "task_complete", "task_stuck")

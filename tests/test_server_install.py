@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 from tests.anthropic_server import API_KEY, MessagesServer, no_deliverables, text, tool_use
 from tests.nspawn import PIP_ENV, SETUP, Container, unavailable, until
 from tests.thoughtworld import proposal, vote

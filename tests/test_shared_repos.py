@@ -15,8 +15,8 @@ from pathlib import Path
 import git
 import pytest
 
-from citizen import sandbox
-from citizen.broker import client, steps
+from citizen.access import client, steps
+from citizen.tools import sandbox
 from shared import baseline as base_records
 from shared import gitsafe
 from shared.consensus import Consensus

@@ -48,7 +48,7 @@ def test_shell_commands(command: str, level: str) -> None:
     ({"tool": "edit_file", "args": {"path": "notes/a.md"}}, "medium"),
     ({"tool": "run_tests", "args": {"command": "pytest -q"}}, "medium"),
     ({"tool": "delete_file", "args": {"path": "hello.md"}}, "high"),
-    ({"tool": "write_file", "args": {"path": "baseline/citizen/wake.py"}}, "high"),
+    ({"tool": "write_file", "args": {"path": "baseline/citizen/wake/flow.py"}}, "high"),
     ({"tool": "write_file", "args": {"path": "templates/values.yaml"}}, "high"),
     ({"tool": "write_file", "args": {"path": "docs/DESIGN.md"}}, "high"),
     ({"tool": "run_tests", "args": {"command": "rm -rf tests"}}, "high"),
@@ -100,13 +100,14 @@ def test_the_operators_list_reaches_every_reader(tmp_path: Path, monkeypatch: py
     malformed one counts as empty (the safe side) and says what to write - it stops no
     reader (an adversarial review found one typo stopped every wake)."""
     from citizen import civilization, config
+    from citizen.admin import founding
 
     monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(tmp_path))
     assert config.medium_programs() == frozenset()
     (tmp_path / "stakes.json").write_text('{"medium_programs": ["make"]}')
     assert config.medium_programs() == frozenset({"make"})
     monkeypatch.setenv("CIV_ROOT", str(tmp_path / "civ"))
-    civilization.init(["opus", "mira", "aria"])
+    founding.init(["opus", "mira", "aria"])
     c = civilization.commons().consensus
     pid = c.request("build", "opus", "operator").id
     body = {"goal": "build it", "actions": [{"tool": "run", "args": {"command": "make"}}],

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from citizen.tasks import TaskQueue
+from citizen.home.tasks import TaskQueue
 from tests.anthropic_server import MessagesServer, tool_use
 from tests.daemons import cli, daemon_env, heartbeat, routing, start, wait_for
 from tests.mailserver import MailSystem, unavailable
@@ -96,10 +96,11 @@ def test_mail_to_three_citizens_is_answered_once(civ: Path, mx: MailSystem,  # n
 
 def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
         opus_mail: Path, mx: MailSystem) -> None:  # noqa: F811
-    from citizen import config, paths
+    from citizen import config
+    from citizen.config import paths
     from citizen.mail import citizen_directory
     from citizen.mail.intake import Intake
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
     from tests.scripts import Actor
 
     def send(subject: str, sender: str = OPERATOR, to: str = "opus, mira") -> str:
@@ -138,7 +139,8 @@ def test_which_mail_opens_a_stream_and_a_lost_stream_loses_no_mail(
 
 def test_a_stream_that_cannot_open_leaves_an_ordinary_task(opus_mail: Path,  # noqa: F811
                                                            mx: MailSystem) -> None:  # noqa: F811
-    from citizen import config, paths
+    from citizen import config
+    from citizen.config import paths
     from citizen.mail import citizen_directory
     from citizen.mail.intake import Intake
 

@@ -322,7 +322,7 @@ def claimer(confidence: float, answer: Callable[[], object]) -> Any:
 def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path) -> None:
     from citizen import civilization
     from citizen.errors import ProviderError
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
 
     def down() -> object:
         raise ProviderError("the model server is down")
@@ -346,9 +346,9 @@ def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path)
 
 
 def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
-    from citizen import paths
-    from citizen.daemon import Daemon
-    from citizen.tasks import TaskQueue
+    from citizen.config import paths
+    from citizen.daemon.process import Daemon
+    from citizen.home.tasks import TaskQueue
 
     daemon = Daemon("opus", interval_s=3600)
     daemon.slot_due()
@@ -363,7 +363,7 @@ def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
 
 def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
     from citizen import civilization
-    from citizen.wake import run_wake
+    from citizen.wake.flow import run_wake
     from tests.scripts import say
 
     streams = civilization.streams()
@@ -470,11 +470,12 @@ def test_a_decision_record_keeps_what_the_bidder_saw_and_a_replay_sends_it(
     from click.testing import CliRunner
 
     import citizen.llm
-    from citizen import civilization, paths
+    from citizen import civilization
     from citizen.cli import cli
+    from citizen.config import paths
+    from citizen.home.wakelog import WakeLog
     from citizen.llm.scripted import ScriptedProvider
-    from citizen.wake import run_wake
-    from citizen.wakelog import WakeLog
+    from citizen.wake.flow import run_wake
     from tests.scripts import say
 
     streams = civilization.streams()

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen.tasks import TaskError, TaskQueue
+from citizen.home.tasks import TaskError, TaskQueue
 from shared.atomic import CorruptFile
 
 

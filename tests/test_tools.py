@@ -9,11 +9,12 @@ from typing import Literal
 
 import pytest
 
-from citizen import config, paths
-from citizen.contexts import ContextStore
+from citizen import config
+from citizen.config import paths
+from citizen.home.contexts import ContextStore
+from citizen.home.memory import Memory
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools, tool
 from citizen.tools.base import ToolEnv
 
@@ -166,7 +167,7 @@ def test_a_commons_refusal_is_an_observation_and_other_errors_are_not(env: ToolE
     """The loop hands any SharedError (NotFound, NotAllowed, Invalid …) back to the model as
     an error observation - no per-tool wrapper needed - while a bug still surfaces."""
     from citizen.llm.base import ToolCall
-    from citizen.loop import _dispatch
+    from citizen.wake.loop import _dispatch
     from shared.errors import NotFound
 
     @tool

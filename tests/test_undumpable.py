@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from citizen import paths
+from citizen.config import paths
 
 CANARY = "key-canary-90c1"
 HOLDER = """

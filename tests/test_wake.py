@@ -8,12 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from citizen import config, paths, wakelog
+from citizen import config
 from citizen.cli.demo import _summary
+from citizen.config import paths
+from citizen.home import wakelog
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request
 from citizen.llm.replay import ReplayProvider
-from citizen.tasks import TaskQueue
-from citizen.wake import WakeRefused, run_wake
+from citizen.wake.flow import WakeRefused, run_wake
 from tests.scripts import Actor, call, say
 
 

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from citizen import paths
+from citizen.config import paths
 from shared.consensus import Consensus, Proposal
 from shared.consensus.values import Framework
 

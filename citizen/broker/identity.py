@@ -14,12 +14,13 @@ import pwd
 import socket
 import struct
 
-from citizen import config, paths
+from citizen import config
 from citizen.broker.refused import Refused
+from citizen.civilization import CITIZENS_GROUP
+from citizen.config import paths
 from citizen.errors import ConfigError
 
 CITIZEN_HEADER = "x-experience-citizen"  # counts only from root or, in dev mode, ourselves
-CITIZENS_GROUP = "citizens"
 
 
 def peer_uid(conn: socket.socket) -> int:
@@ -45,7 +46,7 @@ def caller(uid: int, claimed: str | None, *, server_mode: bool) -> str:
         group = grp.getgrnam(CITIZENS_GROUP)
     except KeyError as exc:
         raise Refused(403, "permission_error", f"uid {uid} is not a citizen") from exc
-    # A citizen's primary group is `citizens` (citizen.onboard); a member by a
+    # A citizen's primary group is `citizens` (citizen.admin.onboard); a member by a
     # supplementary group only (the baseline's owner, `experience`) is not one.
     if user.pw_gid != group.gr_gid:
         raise Refused(403, "permission_error", f"{user.pw_name} is not a citizen")
@@ -64,13 +65,3 @@ def known(name: str, *, templates_too: bool = False) -> str:
     if home.is_dir() or (templates_too and name in config.templates().citizen_names()):
         return name
     raise Refused(403, "permission_error", f"no citizen named {name}")
-
-
-def citizen_users() -> list[str]:
-    """Every Unix user whose primary group is `citizens` - the citizens of a server,
-    whatever their homes hold (a citizen can delete its own config.json)."""
-    try:
-        gid = grp.getgrnam(CITIZENS_GROUP).gr_gid
-    except KeyError:
-        return []
-    return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid)

@@ -17,7 +17,7 @@ import logging
 import time
 from typing import Any
 
-from citizen.broker import mailbox, mailstate, service
+from citizen.broker import mailbox, mailstate
 from citizen.broker.mailbox import Account, MailboxError
 from citizen.broker.mailrules import (
     MB,
@@ -30,6 +30,7 @@ from citizen.broker.mailrules import (
 )
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
+from citizen.config import paths
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 16 * MB  # raw mail per inbox answer (at least one message): a bounded JSON
@@ -80,7 +81,7 @@ def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     acct = account_of(citizen, data)
     permitted = allowed(citizen, cfg, acct.user)
     cap = int(cfg.mail.max_message_mb * MB)
-    state = mailstate.state(service.state_dir())
+    state = mailstate.state(paths.broker_state())
     client = _connect(acct)
     messages: list[dict[str, Any]] = []
     refused: list[dict[str, Any]] = []
@@ -136,7 +137,7 @@ def ack(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
                       'acks: a list of {"uid": N, "to": "processed" | "quarantine"}')
     cfg = config_of(citizen)
     acct = account_of(citizen, data)
-    state = mailstate.state(service.state_dir())
+    state = mailstate.state(paths.broker_state())
     client = _connect(acct)
     try:
         validity = int(client.select_folder("INBOX")[b"UIDVALIDITY"])

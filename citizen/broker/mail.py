@@ -32,7 +32,6 @@ from citizen.broker import (
     inbox,  # noqa: F401 - the intake's routes
     mailbox,
     mailstate,
-    service,
 )
 from citizen.broker.mailbox import Account, MailboxError
 from citizen.broker.mailrules import (
@@ -48,6 +47,7 @@ from citizen.broker.mailrules import (
 )
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
+from citizen.config import paths
 
 log = logging.getLogger(__name__)
 _MSGID = re.compile(r"<[^<>\s]{1,250}>")
@@ -101,7 +101,7 @@ def send(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
                           "goes only to those (the operator's mail.allowed_senders)")
     msg = compose(acct, cfg, to, data)
     request_id = text_field(data, "id", 200) or None
-    state = mailstate.state(service.state_dir())
+    state = mailstate.state(paths.broker_state())
     try:
         if request_id is not None and (done := state.sent(citizen, request_id)):
             return 200, done  # sent before: the daemon lost our answer, not the mail
@@ -135,7 +135,7 @@ def send(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("GET", "/v1/experience/mail/quarantine")
 def quarantine(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    return 200, {"rows": mailstate.state(service.state_dir()).quarantined(citizen)}
+    return 200, {"rows": mailstate.state(paths.broker_state()).quarantined(citizen)}
 
 
 @route("POST", "/v1/experience/mail/check")
@@ -149,7 +149,7 @@ def check(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
         mailbox.connect_smtp(acct).quit()
     except (MailboxError, smtplib.SMTPException, OSError) as exc:
         raise Refused(502, "mail_error", str(exc)) from exc
-    state = mailstate.state(service.state_dir())
+    state = mailstate.state(paths.broker_state())
     return 200, {"address": acct.user, "imap": str(acct.imap), "smtp": str(acct.smtp),
                  "operators": len(cfg.mail.allowed_senders),
                  "can_send": bool(cfg.permissions.get("can_send_email", False)),

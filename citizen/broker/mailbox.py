@@ -17,7 +17,8 @@ import ssl
 from dataclasses import dataclass
 from typing import Any
 
-from citizen import config, paths, secrets
+from citizen import config
+from citizen.config import paths, secrets
 from citizen.errors import CitizenError
 
 TLS_MODES = ("implicit", "starttls", "plain")

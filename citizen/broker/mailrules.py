@@ -55,7 +55,7 @@ def citizen_names() -> list[str]:
     import grp  # noqa: PLC0415
     import pwd  # noqa: PLC0415
 
-    from citizen.broker.identity import CITIZENS_GROUP  # noqa: PLC0415
+    from citizen.civilization import CITIZENS_GROUP  # noqa: PLC0415
 
     # The users whose primary group is `citizens` (identity.caller's test): root makes
     # them; the broker's user cannot read a home to list them any other way.

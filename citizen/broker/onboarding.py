@@ -8,7 +8,7 @@ open request), the operator's cap on citizens (`max_citizens` in broker.json; op
 requests count) and the author's rate (`onboard_requests_per_day`), and records the
 request, with its author, in its own state directory. Nothing runs: the operator
 lists the requests and approves or rejects each (`citizen onboard --list|--approve|
---reject`, citizen.newcomer), so no privileged automation acts on what a citizen wrote.
+--reject`, citizen.broker.newcomer), so no privileged automation acts on what a citizen wrote.
 
 Everything in a request is data: it is stored as JSON text, and shown through
 `citizen.cli.terminal.clean`; no field reaches a shell.
@@ -31,11 +31,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from citizen import config, paths
-from citizen.broker import identity
+from citizen import civilization, config
 from citizen.broker.refused import Refused
 from citizen.broker.rules import broker_settings
 from citizen.broker.server import Broker, route
+from citizen.config import paths
 from citizen.errors import ConfigError
 from shared import clock
 from shared.atomic import CorruptFile, create_json, read_json
@@ -62,15 +62,14 @@ _lock = threading.Lock()  # one request at a time in this broker (the file lock:
 def requests_dir() -> Path:
     """Where the requests live: the broker's state directory (its user's alone, 0700;
     root reads and decides there)."""
-    from citizen.broker import service  # noqa: PLC0415 - service imports this module
 
-    return service.state_dir() / "onboarding"
+    return paths.broker_state() / "onboarding"
 
 
 @contextmanager
 def held() -> Iterator[Path]:
     """The requests directory, locked against the broker's other threads and root's
-    decisions (citizen.newcomer)."""
+    decisions (citizen.broker.newcomer)."""
     folder = requests_dir()
     # 0700/0600: the requests are the broker's; root reads them anyway, no citizen can.
     folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -173,9 +172,7 @@ def citizens_now() -> int:
     """How many citizens this civilization has: on a server the users whose primary
     group is `citizens` (the broker cannot read homes), in dev mode the homes."""
     if config.server_mode():
-        return len(identity.citizen_users())
-    from citizen import civilization  # noqa: PLC0415 - heavy; dev mode only
-
+        return len(civilization.citizen_users())
     return len(civilization.citizens())
 
 

@@ -23,13 +23,13 @@ import pwd
 import threading
 from typing import Any
 
-from citizen import paths
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
+from citizen.civilization import CITIZENS_GROUP
+from citizen.config import paths
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.evolution import Evolution
 
-CITIZENS_GROUP = "citizens"
 LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
 
 

@@ -18,11 +18,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from citizen import config, paths
+from citizen import config
 from citizen.broker.ledger import Caps
-from citizen.config import ModelPrice
+from citizen.config import ModelPrice, paths
+from citizen.config.secrets import load_secrets, parse_env
 from citizen.errors import ConfigError
-from citizen.secrets import load_secrets, parse_env
 
 BROKER_FILE = "broker.json"  # civilization-wide rules: {"civilization_usd_per_month": …}
 MONTH_DAYS = 30  # a civilization monthly cap not set: 30 of its days

@@ -1,20 +1,17 @@
-"""Where the broker lives, and running it (`citizen broker run`).
+"""Running the broker (`citizen broker run`): its routes, its ledger, its socket.
 
-Server: the socket is `/run/experience-broker/broker.sock` (systemd's RuntimeDirectory
-for the broker's user), the ledger `/var/lib/experience-broker/ledger.db` (its
-StateDirectory, 0700). Dev mode: both under `CIV_ROOT/.broker/`. The environment
-variables EXPERIENCE_BROKER_SOCKET and EXPERIENCE_BROKER_STATE override either.
+Where the socket and the state live is `citizen.config.paths` (`broker_socket`,
+`broker_state`): the citizen's side needs them too.
 """
 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 from pathlib import Path
 
 import citizen.broker.mail  # noqa: F401 - its routes
-from citizen import config, paths
+from citizen import config
 from citizen.broker import (
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
@@ -23,32 +20,16 @@ from citizen.broker import (
 from citizen.broker.ledger import Ledger
 from citizen.broker.listener import idle_watch, listen
 from citizen.broker.server import Broker
-from citizen.notify import notify
+from citizen.config import paths
+from citizen.daemon.notify import notify
 from shared.documents import locked
 
 log = logging.getLogger(__name__)
-SOCKET_ENV, STATE_ENV = "EXPERIENCE_BROKER_SOCKET", "EXPERIENCE_BROKER_STATE"
-SERVER_SOCKET = Path("/run/experience-broker/broker.sock")
-SERVER_STATE = Path("/var/lib/experience-broker")
 LEDGER = "ledger.db"
 
 
-def state_dir() -> Path:
-    override = os.environ.get(STATE_ENV)
-    if override:
-        return Path(override)
-    return SERVER_STATE if config.server_mode() else paths.civ_root() / ".broker"
-
-
-def socket_path() -> Path:
-    override = os.environ.get(SOCKET_ENV)
-    if override:
-        return Path(override)
-    return SERVER_SOCKET if config.server_mode() else paths.civ_root() / ".broker" / "broker.sock"
-
-
 def ledger_path() -> Path:
-    return state_dir() / LEDGER
+    return paths.broker_state() / LEDGER
 
 
 def serve(idle_exit_s: float | None = None) -> None:
@@ -56,7 +37,7 @@ def serve(idle_exit_s: float | None = None) -> None:
 
     :raises LockTimeout: another broker already serves this ledger.
     """
-    state, sock = state_dir(), socket_path()
+    state, sock = paths.broker_state(), paths.broker_socket()
     # 0700: the ledger is the broker's alone (its user on a server, the developer's).
     state.mkdir(mode=0o700, parents=True, exist_ok=True)
     sock.parent.mkdir(mode=0o755, parents=True, exist_ok=True)

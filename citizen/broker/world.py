@@ -24,11 +24,13 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from citizen import config, paths, sandbox
-from citizen.broker import repos, service
+from citizen import config
+from citizen.broker import repos
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
-from citizen.secrets import MIN_SECRET, parse_env, secrets_file
+from citizen.config import paths
+from citizen.config.secrets import MIN_SECRET, parse_env, secrets_file
+from citizen.tools import sandbox
 from shared import gitsafe
 from shared.atomic import CorruptFile, read_json, write_json
 from shared.commons import Commons
@@ -65,7 +67,7 @@ def redact(text: str, server_mode: bool) -> str:
 
 def _hidden() -> list[str]:
     """What a command must not see: secrets, the broker's state, the homes, sockets."""
-    places = ["/tmp", "/run", "/home", str(paths.civ_root()), str(service.state_dir()),  # noqa: S108
+    places = ["/tmp", "/run", "/home", str(paths.civ_root()), str(paths.broker_state()),  # noqa: S108
               "/etc/experience", str(paths.operator_dir()),
               os.environ.get("CREDENTIALS_DIRECTORY", "")]
     args: list[str] = []
@@ -131,7 +133,7 @@ def consensus(broker: Broker) -> Consensus:
 
 
 def _done_path(pid: str, round_: int) -> Path:
-    return service.state_dir() / "world" / f"{pid}-{round_:02d}.json"
+    return paths.broker_state() / "world" / f"{pid}-{round_:02d}.json"
 
 
 def _recalled(path: Path) -> dict[str, Any] | None:

@@ -40,7 +40,7 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
                                          max_iterations=cfg.budget.max_iterations)]
     request = Request(messages=[{"role": "user", "content": prompt}], system=system,
                       max_tokens=max_tokens, tier=tier, purpose="ask")
-    from citizen.wake import call_outside_wake  # noqa: PLC0415 - only for a metered call
+    from citizen.wake.flow import call_outside_wake  # noqa: PLC0415 - only for a metered call
 
     # The citizen's own key and budget: in its ledger and under its daily caps.
     reply = call_outside_wake(name, "ASK", llm, request)

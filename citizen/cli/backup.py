@@ -8,9 +8,9 @@ import pwd
 
 import click
 
-from citizen import backup as snapshots_
-from citizen import paths
+from citizen.admin import backup as snapshots_
 from citizen.cli.options import json_option
+from citizen.config import paths
 
 
 @click.group("backup")

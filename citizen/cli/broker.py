@@ -15,6 +15,7 @@ import click
 from citizen.broker import service
 from citizen.broker.ledger import open_readonly
 from citizen.cli.options import json_option
+from citizen.config import paths
 from shared import clock
 from shared.errors import LockTimeout
 
@@ -50,10 +51,10 @@ def run(idle_exit: float | None) -> None:
 @json_option
 def status(as_json: bool) -> None:
     """Whether the broker answers, and where its socket and ledger are."""
-    from citizen.broker.client import reachable  # noqa: PLC0415
+    from citizen.access.client import reachable  # noqa: PLC0415
 
-    info = {"socket": str(service.socket_path()), "ledger": str(service.ledger_path()),
-            "answering": reachable(service.socket_path())}
+    info = {"socket": str(paths.broker_socket()), "ledger": str(service.ledger_path()),
+            "answering": reachable(paths.broker_socket())}
     if as_json:
         click.echo(json.dumps(info))
         return

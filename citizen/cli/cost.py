@@ -8,8 +8,10 @@ from typing import Any
 
 import click
 
-from citizen import civilization, paths, spend
+from citizen import civilization
 from citizen.cli.options import json_option
+from citizen.config import paths
+from citizen.home import spend
 
 GROUPS = {"citizen": "citizen", "wake-type": "wake_type", "model": "model",
           "purpose": "purpose", "day": "day"}

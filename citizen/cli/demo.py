@@ -15,8 +15,12 @@ from pathlib import Path
 
 import click
 
-from citizen import civilization, evidence, paths, wakelog
-from citizen.tasks import TaskQueue
+from citizen import civilization
+from citizen.admin import founding
+from citizen.config import paths
+from citizen.home import wakelog
+from citizen.home.tasks import TaskQueue
+from citizen.tools import evidence
 
 CITIZENS = ("opus", "mira", "aria")
 TASKS = {
@@ -90,8 +94,8 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     base = Path(root or tempfile.mkdtemp(prefix="experience-demo-"))
     os.environ["CIV_ROOT"] = str(base)
     os.environ["EXPERIENCE_PROVIDER"] = "local"  # the demo never spends API money
-    civilization.init(list(CITIZENS))
-    civilization.init_code(list(CITIZENS))  # the baseline and each ~/code, as on a server
+    founding.init(list(CITIZENS))
+    founding.init_code(list(CITIZENS))  # the baseline and each ~/code, as on a server
     for name in CITIZENS:
         cfg_path = paths.home(name).config
         data = json.loads(cfg_path.read_text())

@@ -1,4 +1,4 @@
-"""`citizen disk check`: each citizen's home against its disk budget (citizen.disk)."""
+"""`citizen disk check`: each citizen's home against its disk budget (citizen.admin.disk)."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def disk() -> None:
 def check(names: tuple[str, ...], enforce: bool, timeout_s: float, as_json: bool) -> None:
     """Measure each citizen's home (links not followed) against its budget, record the
     verdict where `citizen status` shows it, and with --enforce stop those past it."""
-    from citizen import disk as diskmod  # noqa: PLC0415
+    from citizen.admin import disk as diskmod  # noqa: PLC0415
 
     try:
         verdicts = diskmod.check(list(names) or None, enforce=enforce, timeout_s=timeout_s)

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import click
 
-from citizen import config, paths, sandbox
+from citizen import config
+from citizen.admin.onboard import BROKER_USER
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
+from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
-from citizen.onboard import BROKER_USER
+from citizen.tools import sandbox
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -145,9 +147,10 @@ def _mail_check(name: str, secrets: config.Secrets) -> Check:
 
 def _broker_check() -> Check:
     """The broker holds the keys and the caps: every model call goes through it."""
-    from citizen.broker import client, service  # noqa: PLC0415
+    from citizen.access import client  # noqa: PLC0415
+    from citizen.broker import service  # noqa: PLC0415
 
-    sock = service.socket_path()
+    sock = paths.broker_socket()
     if client.reachable(sock):
         return Check("broker", OK, f"answering at {sock}; ledger {service.ledger_path()}")
     if config.server_mode():
@@ -183,7 +186,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         llm = make_provider(cfg, secrets, provider or "")
         checks.append(Check("model", OK, llm.describe()))
         prompt = tpl.prompt("doctor")
-        from citizen.wake import call_outside_wake  # noqa: PLC0415 - only for the call
+        from citizen.wake.flow import call_outside_wake  # noqa: PLC0415 - only for the call
 
         reply = call_outside_wake(name, "DOCTOR", llm, Request(
             messages=[{"role": "user", "content": prompt}], max_tokens=8, tier="fast",

@@ -6,7 +6,9 @@ import os
 
 import click
 
-from citizen import civilization, config, paths
+from citizen import config
+from citizen.admin import founding
+from citizen.config import paths
 
 
 @click.command()
@@ -42,10 +44,10 @@ def init(names: tuple[str, ...], root: str | None, focus: str | None,
             f"{new[0]} is not in the templates ({', '.join(known)}): give it --focus and "
             f"--email, e.g. citizen init {new[0]} --focus Testing --email "
             f"{new[0]}@example.org")
-    made = civilization.init_shared()
+    made = founding.init_shared()
     for name in chosen:
-        made += civilization.init_citizen(
+        made += founding.init_citizen(
             name, {"focus": focus, "email": email} if focus and email else None)
-    made += civilization.init_code(chosen)
+    made += founding.init_code(chosen)
     click.echo(f"civilization at {paths.civ_root()}: citizens {', '.join(chosen)}; "
                f"{len(made)} paths created" + ("" if made else " (already complete)"))

@@ -9,9 +9,10 @@ from typing import Any
 
 import click
 
-from citizen import paths, wakelog
 from citizen.cli.options import json_option
 from citizen.cli.terminal import clean
+from citizen.config import paths
+from citizen.home import wakelog
 
 
 def _line(e: dict[str, Any]) -> str:  # noqa: PLR0911 - one readable line per event kind

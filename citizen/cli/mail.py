@@ -7,8 +7,9 @@ import json
 
 import click
 
-from citizen import config, mail, paths
+from citizen import config, mail
 from citizen.cli.options import json_option
+from citizen.config import paths
 from citizen.mail import link
 from citizen.mail.intake import Intake
 from citizen.mail.outbox import flush

@@ -6,9 +6,10 @@ import json
 
 import click
 
-from citizen import config, paths
+from citizen import config
+from citizen.config import paths
+from citizen.home.memory import Memory
 from citizen.llm.base import Request
-from citizen.memory import Memory
 
 
 @click.group()
@@ -27,7 +28,7 @@ def rollup(name: str) -> None:
         click.echo("nothing to roll up")
         return
     from citizen.llm import make_provider  # noqa: PLC0415 - only when there is work
-    from citizen.wake import outside_wake  # noqa: PLC0415
+    from citizen.wake.flow import outside_wake  # noqa: PLC0415
 
     cfg = config.load_citizen(name)
     llm = make_provider(cfg, config.load_secrets(name))

@@ -51,7 +51,7 @@ def onboard(*, name: str | None, email: str, focus: str, no_enable: bool, listin
     elif reject:
         _reject(reject, why)
     else:
-        from citizen.onboard import onboard as do_onboard  # noqa: PLC0415
+        from citizen.admin.onboard import onboard as do_onboard  # noqa: PLC0415
 
         changed = do_onboard(str(name), email=email, focus=focus, enable=not no_enable)
         for item in changed:
@@ -61,7 +61,7 @@ def onboard(*, name: str | None, email: str, focus: str, no_enable: bool, listin
 
 
 def _list(as_json: bool) -> None:
-    from citizen.newcomer import requests  # noqa: PLC0415
+    from citizen.broker.newcomer import requests  # noqa: PLC0415
 
     found = sorted(requests(), key=lambda r: (r["status"] != "pending", r["id"]))
     if as_json:
@@ -81,7 +81,7 @@ def _list(as_json: bool) -> None:
 
 
 def _approve(ref: str, *, enable: bool) -> None:
-    from citizen.newcomer import approve  # noqa: PLC0415
+    from citizen.broker.newcomer import approve  # noqa: PLC0415
 
     record, changed = approve(ref, enable=enable)
     for item in changed:
@@ -92,7 +92,7 @@ def _approve(ref: str, *, enable: bool) -> None:
 
 
 def _reject(ref: str, why: str) -> None:
-    from citizen.newcomer import reject  # noqa: PLC0415
+    from citizen.broker.newcomer import reject  # noqa: PLC0415
 
     if not why.strip():
         raise click.UsageError("say why with --why (the citizen who asked reads it)")

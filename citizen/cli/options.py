@@ -51,7 +51,8 @@ def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
     """Ring citizen NAME's doorbell from the shell."""
     import os  # noqa: PLC0415
 
-    from citizen import civilization, paths  # noqa: PLC0415
+    from citizen import civilization  # noqa: PLC0415
+    from citizen.config import paths  # noqa: PLC0415
 
     home = paths.home(name)
     # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.

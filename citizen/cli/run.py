@@ -7,7 +7,7 @@ import sys
 
 import click
 
-from citizen.daemon import Daemon
+from citizen.daemon.process import Daemon
 
 
 @click.command()

@@ -9,11 +9,13 @@ from typing import Any
 
 import click
 
-from citizen import civilization, config, paths, retention, spend, wakelog
+from citizen import civilization, config
 from citizen.cli.options import json_option
 from citizen.cli.terminal import clean
+from citizen.config import paths
 from citizen.errors import CitizenError
-from citizen.tasks import TaskQueue
+from citizen.home import retention, spend, wakelog
+from citizen.home.tasks import TaskQueue
 from shared.atomic import read_json
 from shared.monitor import alive
 
@@ -68,9 +70,9 @@ def citizen_status(name: str) -> dict[str, Any]:
 
 
 def _disk(name: str) -> dict[str, Any] | None:
-    """Root's last disk check of this citizen (citizen.disk), when it is past or near
+    """Root's last disk check of this citizen (citizen.admin.disk), when it is past or near
     its budget or was stopped for it."""
-    from citizen import disk  # noqa: PLC0415
+    from citizen.admin import disk  # noqa: PLC0415
 
     verdict = disk.last(name)
     if verdict is None or (verdict.state == "ok" and not verdict.stopped_at):

@@ -9,10 +9,11 @@ from typing import Any
 
 import click
 
-from citizen import civilization, config, paths
+from citizen import civilization, config
 from citizen.cli.options import json_option, operator
+from citizen.config import paths
 from citizen.errors import CitizenError
-from citizen.wakelog import WakeLog
+from citizen.home.wakelog import WakeLog
 from shared.streams import PRESETS, Streams
 
 
@@ -29,7 +30,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
     Example:
       citizen stream say "Who can explain file locks? @mira"
     """
-    from citizen.wakes.stream import say  # noqa: PLC0415 - the wake machinery is heavier
+    from citizen.wake.types.stream import say  # noqa: PLC0415 - the wake machinery is heavier
 
     names = [n.strip() for n in to.split(",") if n.strip()] or None
     sid = say(text, room=room, to=names, sender=operator())
@@ -198,7 +199,7 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     """
     from citizen.llm import make_provider  # noqa: PLC0415 - only here is a model needed
     from citizen.llm.base import Request  # noqa: PLC0415
-    from citizen.wakes.stream import BID_SCHEMA  # noqa: PLC0415
+    from citizen.wake.types.stream import BID_SCHEMA  # noqa: PLC0415
 
     streams = civilization.streams()
     rec = streams.read_record(sid, name)

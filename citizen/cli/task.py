@@ -7,10 +7,10 @@ import os
 
 import click
 
-from citizen import paths
 from citizen.cli.options import json_option, ring_as_operator
 from citizen.cli.terminal import clean
-from citizen.tasks import STATES, TASK_KINDS, TaskQueue
+from citizen.config import paths
+from citizen.home.tasks import STATES, TASK_KINDS, TaskQueue
 
 
 @click.group()

@@ -6,11 +6,12 @@ import json
 
 import click
 
-from citizen import config, paths
-from citizen.contexts import ContextStore
+from citizen import config
+from citizen.config import paths
+from citizen.home.contexts import ContextStore
+from citizen.home.memory import Memory
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from citizen.memory import Memory
-from citizen.tasks import TaskQueue
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools

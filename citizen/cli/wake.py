@@ -10,8 +10,8 @@ import signal
 import click
 
 from citizen.cli.options import json_option
-from citizen.notify import DAEMON_PID_ENV
-from citizen.wake import run_wake
+from citizen.daemon.notify import DAEMON_PID_ENV
+from citizen.wake.flow import run_wake
 
 PR_SET_PDEATHSIG = 1
 

@@ -30,7 +30,7 @@ def _has_key(config: cfg.CitizenConfig, secrets: cfg.Secrets) -> bool:
     """A model key is configured for the citizen: the broker says so on a server (the key
     is its alone); in dev mode the secrets every process reads."""
     if cfg.server_mode():
-        from citizen.broker import client  # noqa: PLC0415
+        from citizen.access import client  # noqa: PLC0415
 
         return client.whoami(config.name).get("provider") == "anthropic"
     return bool(secrets.get("ANTHROPIC_API_KEY"))
@@ -74,7 +74,7 @@ def make_provider(
     if choice.name == "anthropic":
         # Every call goes through the broker (citizen.broker), which holds the key, the
         # prices and the caps: the SDK is real, only its transport is the broker's socket.
-        from citizen.broker import client  # noqa: PLC0415
+        from citizen.access import client  # noqa: PLC0415
 
         if not choice.keyed and not _has_key(config, secrets):
             where = (f"/etc/experience/{config.name}.env (the broker's)" if cfg.server_mode()

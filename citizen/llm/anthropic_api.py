@@ -16,15 +16,15 @@ import anthropic
 
 from citizen.config import CitizenConfig, ModelPrice
 from citizen.errors import ProviderError, StructuredOutputError
+from citizen.home.spend import DailyCapReached
 from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.structured import schema_problem
-from citizen.spend import DailyCapReached
 
 # The forced tool through which structured output is requested.
 RESPOND_TOOL = "respond"
 DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
 BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never retried)
-BROKER_URL = "http://broker"  # citizen.broker.client.BASE_URL: the socket, not a host
+BROKER_URL = "http://broker"  # citizen.access.client.BASE_URL: the socket, not a host
 
 _STATUS_FIX = {
     400: "the request was malformed - this is a bug in Experience; report it with the wake log",
@@ -64,7 +64,7 @@ class AnthropicProvider(Provider):
         self.max_retries = max_retries
         # The key is passed explicitly so the SDK never falls back to ambient
         # credentials (profiles, other environment variables) of whoever runs us.
-        # `http_client`: the broker's transport (citizen.broker.client), which holds the
+        # `http_client`: the broker's transport (citizen.access.client), which holds the
         # real key; the SDK itself is never patched.
         self.client = anthropic.Anthropic(
             api_key=api_key, base_url=base_url or None, max_retries=max_retries, timeout=timeout_s,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from citizen import paths
+from citizen.config import paths
 from citizen.errors import ProviderUnavailable
 from shared.documents import locked
 

@@ -40,7 +40,7 @@ class ReplayProvider(Provider):
         """
         records = []
         if not path.exists() and path.with_name(path.name + ".gz").exists():
-            path = path.with_name(path.name + ".gz")  # compressed by citizen.retention
+            path = path.with_name(path.name + ".gz")  # compressed by citizen.home.retention
         if path.name.endswith(".gz"):
             with gzip.open(path, "rt", encoding="utf-8") as fh:
                 text = fh.read()

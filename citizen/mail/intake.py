@@ -30,11 +30,11 @@ from typing import Any
 
 from citizen import civilization
 from citizen.config import CitizenConfig
+from citizen.config.paths import Home
+from citizen.home.tasks import TaskQueue, now_iso
 from citizen.mail import link, routes
 from citizen.mail.link import MailError, MailNotConfigured
 from citizen.mail.message import BadMail, headers, parse, sender_of
-from citizen.paths import Home
-from citizen.tasks import TaskQueue, now_iso
 from shared.atomic import append_line, write_bytes
 from shared.errors import SharedError
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from citizen.broker import client
+from citizen.access import client
 from citizen.errors import CitizenError, ProviderUnavailable
 
 PREFIX = "/v1/experience/mail"

@@ -15,7 +15,7 @@ from email.parser import BytesParser
 from email.utils import getaddresses
 
 from citizen.errors import CitizenError
-from citizen.tools.web import html_to_text
+from shared.webtext import html_to_text
 
 # Defects after which the structure cannot be trusted (the text may be cut or mixed up).
 _FATAL_DEFECTS = {"StartBoundaryNotFoundDefect", "CloseBoundaryNotFoundDefect",

@@ -24,9 +24,9 @@ from email.utils import getaddresses
 from pathlib import Path
 from typing import Any
 
+from citizen.config.paths import Home
+from citizen.home.tasks import Task, now_iso
 from citizen.mail import link
-from citizen.paths import Home
-from citizen.tasks import Task, now_iso
 from shared.atomic import append_line, write_bytes
 
 log = logging.getLogger(__name__)

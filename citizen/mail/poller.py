@@ -12,10 +12,11 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.base import BaseScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
-from citizen import config, mail, quiesce
+from citizen import config, mail
+from citizen.config.paths import Home
+from citizen.home import quiesce
 from citizen.mail.intake import Intake
 from citizen.mail.outbox import flush
-from citizen.paths import Home
 
 log = logging.getLogger(__name__)
 MAX_BACKOFF_S = 3600.0

@@ -24,13 +24,13 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from citizen.config import CitizenConfig, Secrets
-from citizen.contexts import Context
+from citizen.config.paths import Home
 from citizen.errors import CitizenError
+from citizen.home.contexts import Context
+from citizen.home.memory import Memory
+from citizen.home.tasks import Task, TaskQueue
+from citizen.home.wakelog import WakeLog
 from citizen.llm.base import ToolSpec
-from citizen.memory import Memory
-from citizen.paths import Home
-from citizen.tasks import Task, TaskQueue
-from citizen.wakelog import WakeLog
 
 RESULT_CHARS = 8000  # what a tool result may put into the conversation
 # The operator's permissions (config `permissions`), checked where the action happens:
@@ -55,7 +55,7 @@ class ToolFailure(CitizenError, RuntimeError):
 
 class Judge(Protocol):
     """Someone other than the worker who fixes what a task must leave behind and says
-    whether a claim of "done" holds (citizen.verifier.Verifier)."""
+    whether a claim of "done" holds (citizen.wake.verifier.Verifier)."""
 
     def __call__(self, task: str, summary: str, evidence: list[str],
                  files: list[Path]) -> tuple[str, str]:
@@ -80,7 +80,7 @@ class ToolEnv:
     task: Task | None = None
     task_outcome: tuple[str, str] | None = None  # (status, result) once a task tool ends it
     log: WakeLog | None = None
-    # A second opinion on "done" from someone other than the worker (citizen.verifier).
+    # A second opinion on "done" from someone other than the worker (citizen.wake.verifier).
     # None: none in this call.
     verify: Judge | None = None
 

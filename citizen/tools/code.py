@@ -10,7 +10,9 @@ import tempfile
 from pathlib import Path
 from typing import Literal
 
-from citizen import civilization, paths, sandbox
+from citizen import civilization
+from citizen.config import paths
+from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
 from shared import gitsafe

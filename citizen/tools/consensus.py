@@ -3,7 +3,8 @@ before anything runs (`shared.consensus`)."""
 
 from __future__ import annotations
 
-from citizen import civilization, config, spend
+from citizen import civilization, config
+from citizen.home import spend
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 

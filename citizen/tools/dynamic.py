@@ -6,8 +6,9 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from citizen import civilization, sandbox
+from citizen import civilization
 from citizen.config import CitizenConfig
+from citizen.tools import sandbox
 from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.shell import scrubbed_env
 from shared.dyntools import DynTools, Wrap

@@ -6,7 +6,9 @@ import os
 import stat
 from pathlib import Path
 
-from citizen import config, paths, sandbox
+from citizen import config
+from citizen.config import paths
+from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 from shared.atomic import write_bytes
 

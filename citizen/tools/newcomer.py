@@ -7,7 +7,7 @@ operator's files (citizen.broker.onboarding), since a citizen may rewrite this c
 
 from __future__ import annotations
 
-from citizen.broker import client
+from citizen.access import client
 from citizen.errors import ProviderUnavailable
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 

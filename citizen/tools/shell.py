@@ -1,4 +1,4 @@
-"""`shell_command`: run a command in the citizen's sandbox (`citizen.sandbox`): its home,
+"""`shell_command`: run a command in the citizen's sandbox (`citizen.tools.sandbox`): its home,
 no secrets in its environment or its files, nothing of the daemon's or its peers'."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ import signal
 import subprocess
 import time
 
-from citizen import sandbox
 from citizen.config import SECRET_KEYS
+from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 MAX_TIMEOUT_S = 600

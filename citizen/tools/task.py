@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from citizen import evidence, working
-from citizen.tasks import Task
-from citizen.tools import shell
+from citizen.home import working
+from citizen.home.tasks import Task
+from citizen.tools import evidence, shell
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 CHECK_TIMEOUT_S = 300  # a task's named command (its test suite) gets this long to pass

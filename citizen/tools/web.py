@@ -11,12 +11,12 @@ import ssl
 import urllib.parse
 import urllib.request
 from contextvars import ContextVar
-from html.parser import HTMLParser
 from typing import Any
 
 import psutil
 
 from citizen.tools.base import ToolEnv, ToolFailure, tool
+from shared.webtext import html_to_text
 
 MAX_BYTES = 500_000
 TIMEOUT_S = 20
@@ -24,32 +24,6 @@ SEARCH_URL_ENV = "EXPERIENCE_SEARCH_URL"  # a SearXNG-style JSON endpoint, e.g. 
 # Hosts the operator opens although they resolve to loopback or private addresses
 # (comma-separated names or addresses). Set in the service's environment, not by a citizen.
 ALLOW_ENV = "EXPERIENCE_WEB_ALLOW"
-
-
-class _Text(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__()
-        self.parts: list[str] = []
-        self.skip = 0
-
-    def handle_starttag(self, tag: str, attrs: object) -> None:
-        if tag in ("script", "style", "noscript"):
-            self.skip += 1
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in ("script", "style", "noscript") and self.skip:
-            self.skip -= 1
-
-    def handle_data(self, data: str) -> None:
-        if not self.skip and data.strip():
-            self.parts.append(data.strip())
-
-
-def html_to_text(html: str) -> str:
-    """The visible text of an HTML document, one line per text node."""
-    parser = _Text()
-    parser.feed(html)
-    return "\n".join(parser.parts)
 
 
 def _allowed_hosts() -> set[str]:

@@ -53,7 +53,7 @@ from shared.threads import AUTHOR, PLACE, Threads, id_pattern
 log = logging.getLogger(__name__)
 
 REVISION = "revision"  # in a vote: the digest of the revision it judged
-# (citizen, "execute" | "revert", proposal) -> the broker's answer (citizen.broker.steps):
+# (citizen, "execute" | "revert", proposal) -> the broker's answer (citizen.access.steps):
 # the world repository is the broker's, so the executor and the verifier ask it.
 WorldRequest = Callable[[str, str, str], dict[str, Any]]
 

@@ -62,7 +62,7 @@ class Streams:
         self.shared, self.dir = shared_dir, self.threads.root
         self.citizens, self.enforce = sorted(citizens), enforce_identity
         # Rooms and the semaphore make only their own directories (`streams/` is the
-        # installer's, made with the commons' mode: see civilization.init_shared).
+        # installer's, made with the commons' mode: see citizen.admin.founding.init_shared).
         self.rooms = Rooms(self.dir / "rooms", self.dir)
 
     def semaphore(self, size: int = 1) -> Semaphore:

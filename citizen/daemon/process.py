@@ -1,0 +1,424 @@
+"""The resident daemon of one citizen: scheduler, doorbell, heartbeat - and nothing heavy.
+
+It never imports a model SDK. Each wake runs in a child process through the same
+entry point as `citizen wake`, so a crash, leak or hang in a wake cannot take the
+daemon down: it reaps the child, records how it ended, and kills it past a
+deadline. Manners (after rq's worker): the first SIGTERM lets the running wake
+finish, the second stops at once; a second daemon for the same citizen refuses to
+start; a heartbeat file and a process title say what it is doing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import queue
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from types import FrameType
+from typing import Any
+
+import psutil
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from citizen import civilization, config
+from citizen.config import paths
+from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
+from citizen.errors import CitizenError
+from citizen.home import quiesce, retention, rollback, state, wakelog
+from citizen.home.memory import Memory
+from citizen.home.tasks import TaskQueue, now_iso
+from citizen.mail.poller import MailPoller
+from shared import clock, doorbell
+from shared.atomic import append_line, sweep_temp, write_json
+from shared.documents import locked
+from shared.errors import LockTimeout
+
+log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 5
+DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
+RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.home.retention)
+
+
+class State(StrEnum):
+    STARTING = "starting"
+    SLEEPING = "sleeping"
+    WAKING = "waking"
+    STOPPING = "stopping"
+    STOPPED = "stopped"
+
+
+class AlreadyRunning(CitizenError, RuntimeError):
+    """Another daemon holds this citizen's lock."""
+
+
+@dataclass(frozen=True)
+class WakeRequest:
+    wake_type: str | None  # None: the next scheduled slot
+    reason: str
+
+
+_WAKE_UP = WakeRequest("", "signal")  # put by the signal handler; not a wake
+
+
+def _set_title(title: str) -> None:
+    try:
+        import setproctitle  # noqa: PLC0415 - optional nicety
+
+        setproctitle.setproctitle(title)
+    except ImportError:
+        pass
+
+
+class Daemon:
+    """Runs one citizen until stopped (or until `max_wakes` wakes, for demos and tests)."""
+
+    def __init__(self, name: str, *, interval_s: float | None = None, max_wakes: int | None = None,
+                 wake_timeout_s: float = 1200.0, first_wake_s: float = 1.0,
+                 heartbeat_s: float = 30.0, rollup_s: float = 3600.0) -> None:
+        self.name = paths.check_name(name)
+        self.home = paths.home(name)
+        self.config = config.load_citizen(name)
+        # The configured intervals are world time; the scheduler runs on the wall clock
+        # (the same unless simulated: see shared.clock).
+        self.interval_s = interval_s or clock.wall_seconds(self.config.wake_interval_minutes * 60)
+        self.max_wakes = max_wakes
+        self.wake_timeout_s = wake_timeout_s
+        self.first_wake_s = first_wake_s
+        self.heartbeat_s = heartbeat_s
+        self.rollup_s = clock.wall_seconds(rollup_s)
+        self.doorbell_window_s = clock.wall_seconds(DOORBELL_WINDOW_S)
+        self.requests: queue.Queue[WakeRequest] = queue.Queue()
+        self.pending: set[str | None] = set()
+        self.pending_lock = threading.Lock()
+        self.state = State.STARTING
+        self.terms = 0
+        self.child: subprocess.Popen[bytes] | None = None
+        self.current: str = ""
+        self.wakes_run = 0
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
+        self.mail = MailPoller(self.name, self.home, self.config)
+        self.crashes = 0  # consecutive wakes that crashed
+        # Start times of doorbell wakes in the last hour (budget.max_doorbell_wakes_per_hour):
+        # a peer or a runaway model ringing without end waits for the window, one at a time.
+        self.rung: deque[float] = deque()
+
+    # ------------------------------------------------------------ lifecycle
+
+    def run(self) -> int:
+        """Run until stopped. Returns the process exit code."""
+        if not self.home.dir.is_dir():
+            raise CitizenError(f"citizen {self.name} has no home at {self.home.dir} - create "
+                               "it with `citizen init` first")
+        paths.require_owner(self.home)
+        self._acquire_lock()
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        for note in TaskQueue(self.home.tasks).recover():
+            log.warning("recovered task %s", note)
+        for stale in sweep_temp(self.home.dir):
+            log.warning("removed %s, left by a writer that was killed", stale)
+        self.home.doorbell.mkdir(parents=True, exist_ok=True)
+        self._schedule()
+        # Watch first, then drain: a ring landing in between is seen by one or the other
+        # (watching from the thread itself raced the drain and lost rings).
+        watcher = threading.Thread(target=self._watch_doorbell, args=(self._doorbell_watch(),),
+                                   name="doorbell", daemon=True)
+        watcher.start()
+        self._enqueue_rings()  # events rung while the daemon was down
+        self.mail.start(self.scheduler)
+        self._set_state(State.SLEEPING)
+        notify("READY=1")
+        rollback.ready(self.home)
+        self._report_rollbacks()
+        log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
+                 os.getpid(), self.interval_s)
+        try:
+            self._main_loop()
+        finally:
+            self._set_state(State.STOPPING)
+            notify("STOPPING=1")
+            self.mail.stop.set()
+            self.scheduler.shutdown(wait=False)
+            self._set_state(State.STOPPED)
+            log.info("citizen %s: daemon stopped after %d wakes", self.name, self.wakes_run)
+        return 0
+
+    def _acquire_lock(self) -> None:
+        # The one lock (flock, tried once): released by the kernel if we die, so a stale
+        # lock never blocks a restart. 0640: peers may read the pid, never take the lock.
+        hold = contextlib.ExitStack()
+        try:
+            hold.enter_context(locked(self.home.daemon_lock, lock_file=self.home.daemon_lock,
+                                      timeout=0, mode=0o640))
+        except LockTimeout as exc:
+            other = self.home.daemon_lock.read_text().strip() or "?"
+            raise AlreadyRunning(
+                f"citizen {self.name} already has a running daemon (pid {other}) - stop it "
+                f"first (systemctl stop citizen@{self.name}, or kill {other})") from exc
+        self.home.daemon_lock.write_text(str(os.getpid()))
+        self._lock = hold
+
+    def _schedule(self) -> None:
+        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
+        self.scheduler.add_job(
+            self.slot_due, IntervalTrigger(seconds=self.interval_s), id="wake",
+            next_run_time=start, max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(self.interval_s // 2)))
+        self.scheduler.add_job(self._heartbeat, IntervalTrigger(seconds=self.heartbeat_s),
+                               id="heartbeat", max_instances=1, coalesce=True,
+                               misfire_grace_time=int(self.heartbeat_s))
+        self.scheduler.add_job(self._rollup_due, IntervalTrigger(seconds=self.rollup_s),
+                               id="rollup", max_instances=1, coalesce=True,
+                               misfire_grace_time=max(1, int(self.rollup_s)))
+        every = clock.wall_seconds(RETENTION_S)
+        self.scheduler.add_job(retention.daily, IntervalTrigger(seconds=every), id="retention",
+                               args=[self.name, self.home, self.config.logs],
+                               next_run_time=start, max_instances=1, coalesce=True,
+                               misfire_grace_time=max(1, int(every)))
+        self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
+                               id="diversity", next_run_time=start, max_instances=1,
+                               coalesce=True, misfire_grace_time=max(1, int(every)))
+        ping = watchdog_interval()
+        if ping:
+            self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",
+                                   max_instances=1, coalesce=True, misfire_grace_time=1)
+        self.scheduler.start()
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self.terms += 1
+        self.requests.put(_WAKE_UP)  # unblock the main loop's wait
+        if self.terms == 1:
+            log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
+                        self.name)
+            self.state = State.STOPPING
+            return
+        log.warning("citizen %s: stopping now", self.name)
+        self._stop_child()
+
+    # ------------------------------------------------------------ work
+
+    def _request(self, wake_type: str | None, reason: str) -> None:
+        with self.pending_lock:
+            if wake_type in self.pending:
+                return  # coalesce: the same kind of wake is already waiting
+            self.pending.add(wake_type)
+        self.requests.put(WakeRequest(wake_type, reason))
+
+    def slot_due(self) -> None:
+        """A slot's time came: queue its wake (and a STREAM wake while mail is held)."""
+        if TaskQueue(self.home.tasks).ids("held"):  # a mail waits on a stream: never forget it
+            self._request("STREAM", "mail held for a stream's decision")
+        self._request(None, "slot")
+
+    def _main_loop(self) -> None:
+        while self.terms == 0:
+            req = self.requests.get()  # blocks: a sleeping daemon uses no CPU
+            if req is _WAKE_UP:
+                continue
+            with self.pending_lock:
+                self.pending.discard(req.wake_type)
+            if req.reason.startswith("doorbell") and self._over_doorbell_limit(req):
+                continue
+            self._run_wake(req)
+            if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
+                log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
+                return
+
+    def _over_doorbell_limit(self, req: WakeRequest) -> bool:
+        """True if the hour's doorbell wakes are used up; the wake is then asked for again
+        when the oldest leaves the window (rings meanwhile coalesce into it)."""
+        now = time.monotonic()
+        while self.rung and now - self.rung[0] >= self.doorbell_window_s:
+            self.rung.popleft()
+        cap = self.config.budget.max_doorbell_wakes_per_hour
+        if len(self.rung) < cap:
+            self.rung.append(now)
+            return False
+        later = self.doorbell_window_s - (now - self.rung[0])
+        log.warning("citizen %s: %d doorbell wakes this hour (budget.max_doorbell_wakes_per_"
+                    "hour); %s waits %.0f s", self.name, cap, req.wake_type, later)
+        when = datetime.now(UTC) + timedelta(seconds=later)
+        # One deferred wake per type: more rings while over the limit coalesce into it.
+        self.scheduler.add_job(self._request, "date", run_date=when,
+                               args=[req.wake_type, req.reason],
+                               id=f"doorbell-later-{req.wake_type}", replace_existing=True)
+        return True
+
+    def _run_wake(self, req: WakeRequest) -> None:
+        with quiesce.working(self.name):  # a backup reads between wakes, never during one
+            self._wake(req)
+
+    def _wake(self, req: WakeRequest) -> None:
+        number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
+        args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
+                "--reason", req.reason]
+        args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
+        self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
+        self._set_state(State.WAKING)
+        commit = rollback.head(self.home)  # the code this wake runs
+        started = time.monotonic()
+        # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
+        # reach the wake; we decide when it stops.
+        env = {**os.environ, DAEMON_PID_ENV: str(os.getpid())}
+        cwd = None
+        if (self.home.code / "citizen" / "__init__.py").is_file():
+            # The wake runs the citizen's own code (as the server's unit does), so what
+            # it evolves is what it runs - and a change that breaks it is rolled back.
+            env["PYTHONPATH"], cwd = str(self.home.code), self.home.code
+        self.child = subprocess.Popen(args, start_new_session=True, env=env, cwd=cwd)
+        try:
+            code = self.child.wait(timeout=self.wake_timeout_s)
+        except subprocess.TimeoutExpired:
+            log.error("wake %d ran past its %.0f s deadline; killing it", number,
+                      self.wake_timeout_s)
+            self._stop_child()
+            code = self.child.wait()
+        self.child = None
+        self.wakes_run += 1
+        crashed = self._record_end(number, code, time.monotonic() - started)
+        self._after_wake(crashed, commit)
+        self.current = ""
+        if self.state != State.STOPPING:
+            self._set_state(State.SLEEPING)
+
+    def _after_wake(self, crashed: bool, commit: str | None) -> None:
+        """Keep last-known-good current; after three crashes in a row, roll back."""
+        if not crashed:
+            self.crashes = 0
+            if commit:
+                rollback.record_good(self.home, commit)
+            return
+        self.crashes += 1
+        if self.crashes < rollback.CRASHES_BEFORE_ROLLBACK:
+            return
+        reason = f"{self.crashes} wakes in a row crashed"
+        broken = rollback.roll_back(self.home, reason)
+        self.crashes = 0
+        if broken:
+            self._report_rollbacks()
+
+    def _report_rollbacks(self) -> None:
+        """File `failed` for what a rollback reverted (the start guard's, or our own)."""
+        if not rollback.unreported(self.home):
+            return
+        from citizen.civilization import commons  # noqa: PLC0415
+
+        filed = rollback.report_rollbacks(self.home, commons().evolution)
+        log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
+
+    def _stop_child(self) -> None:
+        child = self.child
+        if child is None or child.poll() is not None:
+            return
+        try:
+            # SIGINT first: the wake's `finally` still saves its contexts.
+            os.killpg(child.pid, signal.SIGINT)
+            child.wait(timeout=KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            os.killpg(child.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+    def _record_end(self, number: int, code: int, duration: float) -> bool:
+        """Log how the wake ended; True when it crashed (died, or our code raised)."""
+        logs = sorted(self.home.wake_logs.glob(f"{number:06d}-*.jsonl"))
+        events = wakelog.read(logs[0]) if logs else []
+        end = next((e for e in reversed(events) if e.get("event") == "wake_end"), None)
+        if end is None:
+            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
+            if logs:
+                append_line(logs[0], {"ts": now_iso(), "wake": number, "event": "wake_end",
+                                      "status": "crashed", "reason": how,
+                                      "duration_s": round(duration, 3)})
+            log.error("wake %d: the wake process %s without finishing its log", number, how)
+            return True
+        log.info("wake %d %s: %s in %.1f s ($%.4f, %s calls)%s", number,
+                 logs[0].stem.split("-", 1)[1], end.get("status"), duration,
+                 end.get("cost_usd", 0.0), end.get("calls", 0),
+                 f" - {end['reason']}" if end.get("reason") else "")
+        return any(e.get("event") == "error" for e in events)
+
+    def _rollup_due(self) -> None:
+        """The deterministic gate for memory roll-ups; the model runs in a child."""
+        if self.state == State.STOPPING or not Memory(self.home.memory).pending():
+            return
+        with quiesce.working(self.name):
+            subprocess.run([sys.executable, "-m", "citizen", "memory", "rollup", self.name],
+                           check=False, timeout=self.wake_timeout_s)
+
+    # ------------------------------------------------------------ doorbell
+
+    def _enqueue_rings(self) -> None:
+        for r in doorbell.drain(self.home.doorbell):
+            log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
+            self._request(r.wake_type, f"doorbell: {r.reason}")
+
+    def _doorbell_watch(self) -> Any:
+        """An inotify watch on the doorbell (None: no inotify here; the watcher polls)."""
+        try:
+            from inotify_simple import INotify, flags  # noqa: PLC0415
+        except ImportError:
+            return None
+        inotify = INotify()
+        inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
+        return inotify
+
+    def _watch_doorbell(self, inotify: Any) -> None:
+        while self.state != State.STOPPED:
+            if inotify is not None:
+                if inotify.read():  # blocks until a file lands (this thread dies with us)
+                    self._enqueue_rings()
+            else:  # no inotify: poll once a second (≈600 ms to notice instead of ≈5 ms)
+                time.sleep(1)
+                self._enqueue_rings()
+
+    # ------------------------------------------------------------ status
+
+    def _set_state(self, new: State) -> None:
+        self.state = new
+        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        next_at = job.next_run_time if job else None
+        if new == State.WAKING:
+            title = f"citizen:{self.name} waking {self.current}"
+        elif next_at:
+            title = f"citizen:{self.name} {new.value} until {next_at:%H:%M:%S}"
+        else:
+            title = f"citizen:{self.name} {new.value}"
+        _set_title(title)
+        notify(f"STATUS={title}")
+        self._heartbeat()
+
+    def _heartbeat(self) -> None:
+        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        beat: dict[str, Any] = {
+            "schema_version": 1, "citizen": self.name, "pid": os.getpid(),
+            "state": self.state.value, "current_wake": self.current,
+            "next_wake_at": job.next_run_time.isoformat() if job and job.next_run_time
+            else None,
+            "wakes_this_run": self.wakes_run,
+            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
+            "updated": clock.now(time.time()),  # liveness: the wall clock, even when simulated
+        }
+        try:
+            # 0664: peers read each other's heartbeats (PEER_MONITOR).
+            write_json(self.home.heartbeat, beat, mode=0o664)
+        except OSError as exc:
+            log.warning("heartbeat not written: %s", exc)
+
+    def _watchdog(self) -> None:
+        # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked
+        # interpreter) stops feeding it, and systemd kills and restarts the daemon.
+        if self.state != State.STOPPED:
+            notify("WATCHDOG=1")

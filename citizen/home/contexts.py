@@ -1,0 +1,191 @@
+"""Context files: a citizen's identity and memory in eight typed, capped files.
+
+Each type has a token cap and a forget strategy (Experience v2 §Context System).
+Whenever a context exceeds its cap at save time the 4-level fallback runs:
+1. the strategy's own forgetting (compress, archive, keep the most recent n);
+2. summarize the oldest 20% of entries into one;
+3. truncate: drop the oldest entries;
+4. emergency clear, keeping only the metadata.
+Identity is never forgotten: over its cap it is kept and reported (a REFLECT wake
+rewrites it). Saving writes only the files that changed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from citizen.home.tasks import now_iso
+from shared.atomic import append_line, read_json, write_bytes, write_json
+
+log = logging.getLogger(__name__)
+
+SCHEMA_VERSION = 1
+# type → (strategy, argument)
+STRATEGIES: dict[str, tuple[str, int]] = {
+    "identity": ("never", 0),
+    "history": ("compress_oldest", 0),
+    "goals": ("archive_completed", 0),
+    "relationships": ("compress", 0),
+    "skills": ("compress_oldest", 0),
+    "dreams": ("keep_recent_n", 30),
+    "working": ("clear_on_task_complete", 0),
+    "peer_monitor": ("keep_recent_n", 15),
+}
+# Stable contexts first, so a provider can cache the prefix across wakes.
+ORDER = ("identity", "skills", "relationships", "goals", "history", "dreams", "peer_monitor",
+         "working")
+_SUMMARY_SENTENCE = 160  # characters kept from each entry when summarizing
+
+TokenCounter = Callable[[str], int]
+
+
+@dataclass
+class Context:
+    """One context file: a list of entries plus metadata."""
+
+    type: str
+    cap: int
+    entries: list[dict[str, Any]] = field(default_factory=list)
+    meta: dict[str, Any] = field(default_factory=dict)
+    loaded: bytes = b""  # the bytes read from disk, to skip rewriting an unchanged file
+
+    def add(self, text: str, **extra: Any) -> None:
+        self.entries.append({"ts": now_iso(), "text": text, **extra})
+
+    def render(self) -> str:
+        if not self.entries:
+            return ""
+        body = "\n".join(f"- {e['text']}" for e in self.entries)
+        return f"## {self.type}\n{body}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schema_version": SCHEMA_VERSION, "type": self.type, "entries": self.entries,
+                "meta": self.meta}
+
+
+def _first_sentence(text: str) -> str:
+    head = text.strip().split("\n", 1)[0]
+    for stop in (". ", "! ", "? "):
+        if stop in head:
+            head = head.split(stop, 1)[0] + stop.strip()
+            break
+    return head[:_SUMMARY_SENTENCE]
+
+
+def summarize(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    """Fold entries into one extractive summary entry (no model: runs in `finally`)."""
+    first, last = entries[0].get("ts", "?"), entries[-1].get("ts", "?")
+    text = "; ".join(_first_sentence(e["text"]) for e in entries)
+    return {"ts": last, "text": f"[summary of {len(entries)} entries {first} .. {last}] {text}",
+            "summary": True}
+
+
+class ContextStore:
+    """Loads and saves the eight context files of one citizen."""
+
+    def __init__(self, directory: Path, limits: Mapping[str, int],
+                 count: TokenCounter) -> None:
+        self.dir = directory
+        self.limits = limits
+        self.count = count
+
+    def path(self, ctype: str) -> Path:
+        return self.dir / f"{ctype}.json"
+
+    def init(self, identity: str) -> None:
+        """Create missing context files (identity from its template); never overwrites."""
+        self.dir.mkdir(parents=True, exist_ok=True)
+        for ctype in ORDER:
+            if not self.path(ctype).exists():
+                ctx = Context(ctype, self.limits[ctype], meta={"created": now_iso()})
+                if ctype == "identity":
+                    ctx.add(identity)
+                write_json(self.path(ctype), ctx.to_dict())
+
+    def load(self, ctype: str) -> Context:
+        """One context; a missing file is an empty context.
+
+        :raises CorruptFile: the file does not parse (it is kept, the wake fails).
+        """
+        path = self.path(ctype)
+        if not path.exists():
+            return Context(ctype, self.limits[ctype], meta={"created": now_iso()})
+        raw = path.read_bytes()
+        data = read_json(path, SCHEMA_VERSION)
+        return Context(ctype, self.limits[ctype], list(data.get("entries", [])),
+                       dict(data.get("meta", {})), raw)
+
+    def load_all(self) -> dict[str, Context]:
+        return {ctype: self.load(ctype) for ctype in ORDER}
+
+    def tokens(self, ctx: Context) -> int:
+        return self.count(ctx.render())
+
+    def forget(self, ctx: Context) -> list[str]:
+        """Bring a context under its cap; returns the levels applied (for the wake log)."""
+        applied: list[str] = []
+        if self.tokens(ctx) <= ctx.cap:
+            return applied
+        strategy, arg = STRATEGIES[ctx.type]
+        if strategy == "never":
+            log.warning("identity is over its cap (%d tokens); kept whole", self.tokens(ctx))
+            return ["never: over cap, kept"]
+        self._strategy(ctx, strategy, arg)
+        applied.append(f"1:{strategy}")
+        if self.tokens(ctx) > ctx.cap and len(ctx.entries) > 1:
+            cut = max(1, len(ctx.entries) // 5)
+            ctx.entries[:cut] = [summarize(ctx.entries[:cut])]
+            applied.append("2:summarize_oldest_20pct")
+        if self.tokens(ctx) > ctx.cap:
+            while len(ctx.entries) > 1 and self.tokens(ctx) > ctx.cap:
+                ctx.entries.pop(0)
+            if self.tokens(ctx) > ctx.cap and ctx.entries:
+                keep_chars = int(len(ctx.entries[0]["text"]) * ctx.cap / self.tokens(ctx))
+                ctx.entries[0]["text"] = ctx.entries[0]["text"][-max(0, keep_chars - 20):]
+            applied.append("3:truncate_oldest")
+        if self.tokens(ctx) > ctx.cap:
+            ctx.entries = []
+            applied.append("4:emergency_clear")
+        ctx.meta.setdefault("forgotten", []).append({"ts": now_iso(), "levels": applied})
+        ctx.meta["forgotten"] = ctx.meta["forgotten"][-20:]
+        return applied
+
+    def _strategy(self, ctx: Context, strategy: str, arg: int) -> None:
+        if strategy == "keep_recent_n":
+            ctx.entries = ctx.entries[-arg:]
+        elif strategy in ("compress_oldest", "compress"):
+            half = len(ctx.entries) // 2
+            if half >= 2:
+                ctx.entries[:half] = [summarize(ctx.entries[:half])]
+        elif strategy == "archive_completed":
+            done = [e for e in ctx.entries if e.get("status") == "completed"]
+            for entry in done:
+                append_line(self.dir / "archive" / f"{ctx.type}.jsonl", entry)
+            ctx.entries = [e for e in ctx.entries if e.get("status") != "completed"]
+        # clear_on_task_complete: nothing here; the task's end clears it.
+
+    def save_all(self, contexts: Mapping[str, Context]) -> dict[str, list[str]]:
+        """Forget what exceeds caps, then write each file whose bytes changed."""
+        forgotten: dict[str, list[str]] = {}
+        for ctype, ctx in contexts.items():
+            levels = self.forget(ctx)
+            if levels:
+                forgotten[ctype] = levels
+            raw = json.dumps(ctx.to_dict(), ensure_ascii=False, separators=(",", ":")).encode()
+            if raw != ctx.loaded:
+                write_bytes(self.path(ctype), raw)
+                ctx.loaded = raw
+        return forgotten
+
+    def emergency_dump(self, contexts: Mapping[str, Context], error: str) -> Path:
+        """Write everything as it is into one file beside the contexts, for recovery."""
+        stamp = now_iso().replace(":", "")
+        path = self.dir / "emergency" / f"{stamp}.json"
+        write_json(path, {"error": error,
+                          "contexts": {k: c.to_dict() for k, c in contexts.items()}})
+        return path

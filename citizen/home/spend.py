@@ -1,0 +1,176 @@
+"""Money per UTC day: a ledger line for every model call, and the daily caps.
+
+Every metered call (`citizen.wake.loop.Meter`) appends one line to `logs/spend/<day>.jsonl`:
+the wake (roll-ups and `citizen ask` get a wake number and type of their own), purpose,
+tier, model, tokens and dollars (`citizen doctor`'s one test call is not metered). A
+day's total is the sum of its lines, so the caps, `citizen status` and `citizen cost`
+read one small file per citizen instead of every wake log.
+
+Caps (budget keys the operator owns on a server): `max_usd_per_day` for the citizen and
+`civilization_usd_per_day` for every citizen together. Before each call the meter asks
+`Daily.check(worst)`: a call whose worst case could cross a cap is not made
+(`DailyCapReached`) - the wake ends `daily_cap`, a task it held waits for tomorrow
+instead of failing, and until the day turns only wakes that call no model run. At 80 %
+of its own cap the citizen tells its operators (mail.allowed_senders) once that day.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import date, timedelta
+from pathlib import Path
+from typing import Any
+
+from citizen.config.paths import Home
+from citizen.errors import ProviderError
+from shared import clock
+from shared.atomic import append_line
+
+log = logging.getLogger(__name__)
+MAX_CALL_USD = 100.0  # no call costs more (the wake cap's own maximum)
+LEAST_CALL_USD = 1e-6  # a wake with work starts only if at least this much is left
+WARN_SHARE = 0.8  # of the citizen's daily cap: the operators hear of it once that day
+
+
+class DailyCapReached(ProviderError):
+    """The next call could cross a daily cap; it was not made."""
+
+
+def today() -> date:
+    return clock.today()
+
+
+def ledger(home: Home, day: date) -> Path:
+    return home.dir / "logs" / "spend" / f"{day.isoformat()}.jsonl"
+
+
+def record(home: Home, **line: Any) -> None:
+    """One call's spending (the ledger is append-only, one JSON object per line)."""
+    append_line(ledger(home, today()), {"ts": clock.now(), **line})
+
+
+def lines(home: Home, day: date) -> list[dict[str, Any]]:
+    """The day's ledger; a torn last line (a crash mid-append) is skipped, not fatal."""
+    path = ledger(home, day)
+    try:
+        raw = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return []
+    except OSError as exc:  # a peer's ledger we may not read: counted as nothing, said
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+        return []
+    out = []
+    for text in raw.splitlines():
+        try:
+            out.append(json.loads(text))
+        except json.JSONDecodeError:
+            log.warning("%s: a line that does not parse is skipped", path)
+    return out
+
+
+def spent(home: Home, day: date) -> float:
+    """The day's dollars; a line that is no sane cost (not a number, negative, NaN, more
+    than any call can cost) counts as nothing or as that most, never as an error."""
+    total = 0.0
+    for line in lines(home, day):
+        cost = line.get("cost_usd", 0.0) if isinstance(line, dict) else 0.0
+        try:
+            value = float(cost)
+        except (TypeError, ValueError):
+            continue
+        if math.isfinite(value) and value > 0:
+            total += min(value, MAX_CALL_USD)
+    return total
+
+
+def days(n: int) -> list[date]:
+    """The last n UTC days, oldest first."""
+    end = today()
+    return [end - timedelta(days=i) for i in range(n - 1, -1, -1)]
+
+
+@dataclass
+class Daily:
+    """The daily caps as one citizen's meter checks them."""
+
+    home: Home
+    citizen_cap: float
+    civilization_cap: float
+    peers: Iterable[Home] = ()  # every other citizen, for the civilization's total
+    warn: Callable[[str], None] = field(default=lambda message: None)
+
+    def check(self, worst: float) -> None:
+        """:raises DailyCapReached: `worst` more could cross the citizen's or the
+        civilization's cap today."""
+        day = today()
+        mine = spent(self.home, day)
+        if mine + worst > self.citizen_cap:
+            raise DailyCapReached(
+                f"the next call could cost ${worst:.4f} and ${mine:.4f} of {self.home.name}'s "
+                f"${self.citizen_cap:.2f} daily cap is spent - work resumes after 00:00 UTC "
+                "(budget.max_usd_per_day)")
+        # A peer counts at most one citizen's day: a ledger that lies (a citizen's own
+        # file) cannot stop the whole civilization, only use up one share of it.
+        everyone = mine + sum(min(spent(p, day), self.citizen_cap) for p in self.peers)
+        if everyone + worst > self.civilization_cap:
+            raise DailyCapReached(
+                f"the next call could cost ${worst:.4f} and ${everyone:.4f} of the "
+                f"civilization's ${self.civilization_cap:.2f} daily cap is spent - work "
+                "resumes after 00:00 UTC (budget.civilization_usd_per_day)")
+
+    def spent_now(self) -> None:
+        """After a call is recorded: at 80 % of the cap, spent for real, tell the operators
+        (once a day)."""
+        day = today()
+        if self._marker(day).exists():  # told already today: no need to read the ledger
+            return
+        mine = spent(self.home, day)
+        if mine >= WARN_SHARE * self.citizen_cap:
+            self._warn_once(day, mine)
+
+    def _marker(self, day: date) -> Path:
+        return ledger(self.home, day).with_suffix(".warned")
+
+    def _warn_once(self, day: date, amount: float) -> None:
+        marker = self._marker(day)
+        try:
+            marker.parent.mkdir(parents=True, exist_ok=True)
+            with marker.open("x"):  # O_EXCL: one warning a day, whoever gets here first
+                pass
+        except FileExistsError:
+            return
+        self.warn(f"{self.home.name} has spent ${amount:.2f} of its "
+                  f"${self.citizen_cap:.2f} daily model budget today ({day.isoformat()}); "
+                  "at the cap it stops calling the model until 00:00 UTC.")
+
+
+def started(home: Home, kind: str, day: date | None = None) -> int:
+    """How many `kind`s ("debate", "proposal") the citizen opened on `day` (today)."""
+    path = ledger(home, day or today()).with_suffix(f".{kind}s")
+    try:
+        return len(path.read_text(encoding="utf-8").splitlines())
+    except FileNotFoundError:
+        return 0
+
+
+def allow(home: Home, kind: str, cap: int) -> None:
+    """:raises CapReached: the day's `cap` of `kind`s ("debate", "proposal") is used up."""
+    if started(home, kind) >= cap:
+        raise CapReached(f"you have opened {cap} {kind}s today, the most a day allows "
+                         f"(budget.max_{kind}s_per_day); try again after 00:00 UTC")
+
+
+def opened(home: Home, kind: str, what: str) -> None:
+    """Count one more `kind` opened today (after it was opened: a refused one is free)."""
+    path = ledger(home, today()).with_suffix(f".{kind}s")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a", encoding="utf-8") as fh:
+        fh.write(what.replace("\n", " ")[:200] + "\n")
+
+
+class CapReached(Exception):
+    """A per-day limit on work a citizen may start is used up."""

@@ -1,0 +1,158 @@
+"""Wake logs: one JSONL file per wake, every event of that wake, in order.
+
+Complete enough to replay: the first model call records the system blocks and
+tool schemas; every call records the messages added since the previous one, the
+request digest and the full reply. Past `logs.full_days` a log is gzipped in place
+(`citizen.home.retention`); everything here reads both forms.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import os
+import re
+import time
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from citizen.config.paths import Home
+from citizen.home.tasks import now_iso
+from shared.atomic import append_line, read_jsonl, write_bytes
+
+
+class WakeLog:
+    """Appends the events of one wake to `logs/wakes/<number>-<TYPE>.jsonl`."""
+
+    def __init__(self, home: Home, number: int, wake_type: str) -> None:
+        self.path = home.wake_logs / f"{number:06d}-{wake_type}.jsonl"
+        self.number = number
+        self.wake_type = wake_type
+        self.started = time.monotonic()
+        # Set once the wake knows its secrets: every string logged passes through it.
+        self.redact: Callable[[str], str] = str
+
+    def event(self, event: str, **fields: Any) -> None:
+        record = {"ts": now_iso(), "wake": self.number, "event": event, **fields}
+        append_line(self.path, _scrub(record, self.redact))
+
+    def blob(self, text: str) -> str:
+        """Store a large text once under `logs/blobs/` (content-addressed); return its key.
+
+        System blocks (the contexts) repeat from wake to wake: storing each distinct
+        block once keeps logs small and still lets a replay rebuild every prompt.
+        """
+        text = self.redact(text)
+        key = hashlib.sha256(text.encode()).hexdigest()[:24]
+        path = self.path.parent.parent / "blobs" / f"{key}.txt"
+        try:
+            os.utime(path)  # in use again: the retention sweep leaves recent blobs alone
+        except FileNotFoundError:
+            write_bytes(path, text.encode())
+        return key
+
+    @staticmethod
+    def read_blob(home: Home, key: str) -> str:
+        """The text stored under `key` in `home`'s blobs.
+
+        :raises OSError: it is gone (swept with its wake logs) or not readable here.
+        """
+        if not re.fullmatch(r"[0-9a-f]{24}", key):
+            raise FileNotFoundError(f"{key!r} is not a blob key")
+        return (home.wake_logs.parent / "blobs" / f"{key}.txt").read_text(encoding="utf-8")
+
+    def close(self) -> None:
+        """Make the log durable (called once, at the end of the wake)."""
+        if self.path.exists():
+            fd = os.open(self.path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+
+def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
+    """`value` with `redact` applied to every string in it (keys included)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {_scrub(k, redact): _scrub(v, redact) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_scrub(v, redact) for v in value]
+    return value
+
+
+def wake_logs(home: Home) -> list[Path]:
+    """A citizen's wake logs (whole or compressed), oldest first."""
+    if not home.wake_logs.is_dir():
+        return []
+    whole = list(home.wake_logs.glob("*.jsonl"))
+    # Both forms only after a sweep died between writing the .gz and removing the
+    # original: the original is complete, and the next sweep redoes the .gz.
+    names = {p.name for p in whole}
+    found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
+                     if p.name.removesuffix(".gz") not in names]
+    return sorted(found, key=lambda p: p.name)
+
+
+def name_of(path: Path) -> str:
+    """`000123-TASK` for `…/000123-TASK.jsonl` or `…/000123-TASK.jsonl.gz`."""
+    return path.name.removesuffix(".gz").removesuffix(".jsonl")
+
+
+def read(path: Path) -> list[dict[str, Any]]:
+    """The events of a wake log; a torn last line (crash mid-write) is skipped."""
+    if path.name.endswith(".gz"):
+        events = []
+        try:
+            with gzip.open(path, "rt", encoding="utf-8") as fh:
+                events = [e for e in (_parse(raw.encode()) for raw in fh) if e]
+        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+            # A damaged .gz: what could be read, and a line saying so - never a crash
+            # of `citizen logs`, status or the sweep.
+            events.append({"event": "error", "reason": f"damaged compressed log: {exc}"})
+        return events
+    return [e for e in read_jsonl(path) if isinstance(e, dict)]
+
+
+def _parse(raw: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A log's first and last whole events (only its ends are read, when not compressed)."""
+    if path.name.endswith(".gz"):
+        events = read(path)
+        return (events[0], events[-1]) if events else ({}, {})
+    with path.open("rb") as fh:
+        first_raw = fh.readline()
+        fh.seek(0, os.SEEK_END)
+        size = fh.tell()
+        fh.seek(max(0, size - 65536))
+        tail = fh.read().splitlines()
+    last = next((p for p in (_parse(r) for r in reversed(tail)) if p), {})
+    return _parse(first_raw), last
+
+
+def summary(path: Path) -> dict[str, Any]:
+    """One row per wake, from its first and last events only (cheap for big logs)."""
+    first, last = first_and_last(path)
+    number, _, wake_type = name_of(path).partition("-")
+    ended = last.get("event") == "wake_end"
+    return {
+        "wake": int(number), "type": wake_type, "started": first.get("ts", ""),
+        "reason": first.get("reason", ""),
+        "status": last.get("status", "") if ended else "running",
+        "why": last.get("reason", "") if ended else "",
+        "cost_usd": last.get("cost_usd", 0.0) if ended else 0.0,
+        "calls": last.get("calls", 0) if ended else 0,
+        "duration_s": last.get("duration_s", 0.0) if ended else 0.0,
+        "path": str(path),
+    }

@@ -1,0 +1,303 @@
+"""The wake: the one flow every wake runs, whoever starts it (daemon or operator).
+
+next action → gate → load contexts → select tools → route → execute → save contexts.
+The gate comes before any model call and before the provider is even built: an
+idle wake makes zero model calls and never imports a model SDK. Contexts are
+saved in `finally`; if that save fails, an emergency dump keeps them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+import traceback
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from citizen import config
+from citizen.config import paths
+from citizen.errors import CitizenError, ProviderError
+from citizen.home import spend, state
+from citizen.home.contexts import ContextStore
+from citizen.home.memory import Memory
+from citizen.home.spend import Daily, DailyCapReached
+from citizen.home.tasks import TaskQueue
+from citizen.home.wakelog import WakeLog
+from citizen.llm.base import Provider, Reply, Request
+from citizen.mail import configured as mail_configured
+from citizen.tools import core_tools
+from citizen.tools.base import ToolEnv
+from citizen.tools.dynamic import dynamic_tools
+from citizen.wake import prompt
+from citizen.wake import types as wakes
+from citizen.wake.loop import Meter
+from citizen.wake.loop import run as run_loop
+from citizen.wake.selection import route, select_tools
+from citizen.wake.types.base import Setup
+from citizen.wake.verifier import Verifier
+from shared.atomic import CorruptFile
+
+log = logging.getLogger(__name__)
+
+ProviderFactory = Callable[[config.CitizenConfig, config.Secrets], Provider]
+
+
+class WakeRefused(CitizenError, RuntimeError):
+    """A wake could not even start (the citizen has no home)."""
+
+
+@dataclass
+class WakeResult:
+    """How a wake ended."""
+
+    number: int
+    wake_type: str
+    status: str  # ok, idle, skipped, failed, interrupted, or how the loop ended (budget, …)
+    reason: str
+    cost_usd: float
+    calls: int
+    log_path: Path
+
+
+def _default_provider(cfg: config.CitizenConfig, secrets: config.Secrets) -> Provider:
+    from citizen.llm import make_provider  # noqa: PLC0415 - only once the gate says there is work
+
+    return make_provider(cfg, secrets)
+
+
+def run_wake(name: str, *, wake_type: str | None = None, number: int | None = None,
+             slot: int | None = None, reason: str = "",
+             provider: ProviderFactory = _default_provider) -> WakeResult:
+    """Run one wake of citizen `name`.
+
+    With no `wake_type`, this is a scheduled wake: the next slot number picks the type.
+    """
+    home = paths.home(name)
+    if not home.dir.is_dir():
+        raise WakeRefused(f"citizen {name} has no home at {home.dir} - create it with "
+                          f"`citizen init` (or `citizen onboard {name}` on a server)")
+    paths.require_owner(home)
+    cfg = config.load_citizen(name)
+    tpl = config.templates()
+    if number is None:
+        number, slot = state.allocate(home, scheduled=wake_type is None)
+    if wake_type is None:
+        wake_type = tpl.wake_slots(name)[(slot or 0) % 10]
+    wlog = WakeLog(home, number, wake_type)
+    wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
+               reason=reason or ("slot" if slot is not None else "requested"))
+    started = time.monotonic()
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
+    status, why = "failed", ""
+    run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
+    try:
+        status, why = run.flow()
+    except KeyboardInterrupt:
+        status, why = "interrupted", "stopped before it finished (second SIGTERM or Ctrl-C)"
+        raise
+    except Exception as exc:  # any bug ends this wake, recorded; the daemon lives on
+        status, why = "failed", f"{type(exc).__name__}: {exc}"
+        wlog.event("error", error=why, traceback=traceback.format_exc())
+        log.exception("wake %d of %s failed", number, name)
+    finally:
+        _close(wlog, meter, status, why, started)
+    return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path)
+
+
+def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None) -> Daily:
+    """The daily caps this citizen's calls are checked against (citizen.home.spend)."""
+    from citizen import civilization  # noqa: PLC0415 - the list of citizens, at call time
+
+    def warn(message: str) -> None:
+        log.warning("%s", message)
+        if wlog is not None:
+            wlog.event("daily_cap_warning", message=message)
+        tell_operators(home, cfg, f"[experience] {home.name} is near its daily budget",
+                       message + "\n\nSee: citizen cost --days 7; citizen status\n")
+
+    peers = [paths.home(n) for n in civilization.citizens() if n != home.name]
+    return Daily(home, cfg.budget.max_usd_per_day, cfg.budget.civilization_usd_per_day,
+                 peers, warn)
+
+
+@contextmanager
+def outside_wake(name: str, kind: str) -> Iterator[Meter]:
+    """A meter for model calls outside wakes (memory roll-ups): logged like a wake of
+    type `kind`, added to the spend ledger, under the daily caps."""
+    home = paths.home(name)
+    cfg = config.load_citizen(name)
+    number, _ = state.allocate(home, scheduled=False)
+    wlog = WakeLog(home, number, kind)
+    wlog.event("wake_start", citizen=name, type=kind, slot=None, pid=os.getpid(),
+               reason="model calls outside a wake")
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
+    status, started = "failed", time.monotonic()
+    try:
+        yield meter
+        status = "ok"
+    finally:
+        _close(wlog, meter, status, "", started)
+
+
+def call_outside_wake(name: str, kind: str, llm: Provider, request: Request) -> Reply:
+    """One call by an operator's command (`citizen ask`, `citizen doctor`): metered in the
+    citizen's ledger and under its caps when the caller owns the home; root on a server
+    writes nothing into a home it does not own (and there is none before `init`)."""
+    home = paths.home(name)
+    if home.dir.is_dir() and home.dir.stat().st_uid == os.geteuid():
+        with outside_wake(name, kind) as meter:
+            return meter.call(llm, request)
+    return llm.complete(request)
+
+
+def _close(wlog: WakeLog, meter: Meter, status: str, why: str, started: float) -> None:
+    """The log's last event - what the wake (or the calls outside one) cost - made durable."""
+    wlog.event("wake_end", status=status, reason=why, cost_usd=round(meter.spent, 6),
+               calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
+               duration_s=round(time.monotonic() - started, 3))
+    wlog.close()
+
+
+def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
+                   body: str) -> None:
+    """Mail the operators (mail.allowed_senders), if this citizen has mail."""
+    operators = cfg.mail.allowed_senders
+    try:
+        secrets = config.load_secrets(home.name)
+    except CitizenError:
+        return
+    from citizen import mail  # noqa: PLC0415 - only when there is something to say
+
+    if operators and mail.configured(secrets):
+        from citizen.mail.outbox import notice  # noqa: PLC0415
+
+        notice(home, operators, subject, body)
+
+
+@dataclass
+class _Run:
+    """One wake in progress."""
+
+    name: str
+    home: paths.Home
+    cfg: config.CitizenConfig
+    tpl: config.Templates
+    wake_type: str
+    number: int
+    wlog: WakeLog
+    meter: Meter
+    provider: ProviderFactory
+    _calls_before: int = 0  # the meter's count when the task was taken
+
+    def flow(self) -> tuple[str, str]:
+        kind = wakes.get(self.wake_type)
+        if kind is None:
+            why = (f"wake type {self.wake_type} is not available yet: no module registers it "
+                   f"(registered: {', '.join(wakes.registered())})")
+            self.wlog.event("gate", verdict="skip", reason=why)
+            return "skipped", why
+        tasks, memory = TaskQueue(self.home.tasks), Memory(self.home.memory)
+        setup = Setup(self.home, self.cfg, self.tpl, tasks, memory, self.number,
+                      state.load(self.home)["marks"])
+        gate = kind.gate(setup)
+        self.wlog.event("gate", verdict="work" if gate.work else "idle", reason=gate.reason)
+        if not gate.work:
+            return "idle", gate.reason
+        try:
+            if self.meter.daily is not None:
+                self.meter.daily.check(spend.LEAST_CALL_USD)
+        except DailyCapReached as exc:  # nothing is claimed: the work waits for tomorrow
+            self.wlog.event("daily_cap", reason=str(exc))
+            return "daily_cap", str(exc)
+        secrets = config.load_secrets(self.name)
+        self.wlog.redact = secrets.redact  # from here on, no known secret is logged
+        try:
+            llm = self.provider(self.cfg, secrets)
+        except ProviderError as exc:  # no key, no model: the operator's to fix, not a crash
+            self.wlog.event("provider_unavailable", reason=str(exc))
+            return "failed", str(exc)
+        self.wlog.event("provider", provider=llm.describe())
+        store = ContextStore(self.home.contexts, self.cfg.context_limits, llm.count_tokens)
+        try:
+            contexts = store.load_all()
+        except CorruptFile as exc:
+            self.wlog.event("contexts_corrupt", path=str(exc.path), problem=exc.problem)
+            return "failed", str(exc)
+        env = ToolEnv(self.home, self.cfg, secrets, tasks, memory, contexts, log=self.wlog,
+                      verify=Verifier(llm, self.meter, self.tpl, secrets.redact))
+        try:
+            return self._work(kind, setup, gate, env, llm=llm, store=store)
+        finally:
+            try:
+                forgotten = store.save_all(contexts)
+                self.wlog.event("contexts_saved", forgotten=forgotten)
+            except Exception as exc:  # noqa: BLE001 - whatever broke the save, keep the contexts
+                dump = store.emergency_dump(contexts, repr(exc))
+                self.wlog.event("contexts_emergency_dump", path=str(dump), error=repr(exc))
+
+    def _work(self, kind: wakes.WakeType, setup: Setup, gate: wakes.Gate, env: ToolEnv, *,
+              llm: Provider, store: ContextStore) -> tuple[str, str]:
+        try:
+            instruction = kind.begin(setup, gate, env)
+        except CorruptFile as exc:
+            self.wlog.event("task_corrupt", path=str(exc.path), problem=exc.problem)
+            return "failed", str(exc)
+        if env.task is not None:
+            self.wlog.event("task", id=env.task.id, transition="claimed",
+                            attempt=env.task.attempts)
+            # The seed's calls per task, across all its wakes (counted in the task).
+            used = int(env.task.meta.get("calls", 0))
+            self.meter.calls_left = self.cfg.budget.max_calls_per_task - used
+            self._calls_before = self.meter.calls
+        contexts = env.contexts
+        self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
+        budget = self.cfg.budget
+        base = self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
+                               max_usd_per_wake=budget.max_usd_per_wake,
+                               max_iterations=budget.max_iterations)
+        # Built once: the same bytes on every call of the wake, so the cache serves them.
+        purpose = "execute" if kind.loop else "step"
+        limit = budget.prompt_tokens_execute if kind.loop else budget.prompt_tokens_step
+        # What the memory holds about this work (FTS5), if the budget has room for it.
+        recall = prompt.recalled(setup.memory.search(prompt.keywords(instruction),
+                                                     limit=prompt.RECALL_HITS))
+        system, shown = prompt.system_blocks(base, contexts, limit, purpose, llm.count_tokens,
+                                             recall=recall)
+        self.wlog.event("prompt_budget", purpose=purpose, shown=shown, budget=limit)
+        if not kind.loop:
+            ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
+            return self._ended(kind, setup, env, ending)
+        tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
+                 **core_tools(mail=mail_configured(env.secrets),
+                              code=(self.home.code / ".git").exists())}
+        # Only what the operator permits is offered (Tool.run refuses the rest anyway).
+        tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
+        chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
+                                      required=kind.required_tools)
+        self.wlog.event("tools_chosen", tools=chosen, method=method)
+        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type)
+        self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
+        ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
+                          instruction=instruction, tier=tier)
+        return self._ended(kind, setup, env, ending)
+
+    def _ended(self, kind: wakes.WakeType, setup: Setup, env: ToolEnv,
+               ending: wakes.Ending) -> tuple[str, str]:
+        contexts = env.contexts
+        self.wlog.event("loop_end", status=ending.status, reason=ending.reason,
+                        text=ending.text[:1000])
+        if env.task is not None:
+            env.task.meta["calls"] = (int(env.task.meta.get("calls", 0))
+                                      + self.meter.calls - self._calls_before)
+        summary = kind.end(setup, env, ending)
+        if env.task is not None:
+            self.wlog.event("task", id=env.task.id, transition=env.task.status, summary=summary)
+        setup.memory.record(self.number, self.wake_type,
+                            f"{self.wake_type} wake {self.number}: {summary}")
+        contexts["history"].add(f"Wake {self.number} ({self.wake_type}): {summary[:300]}")
+        if ending.status in ("end_turn", "task_finished"):
+            return "ok", summary
+        return ending.status, f"{ending.reason} ({summary})"

@@ -1,0 +1,96 @@
+"""Before the work: which tools to offer (select) and which model tier to use (route).
+
+Both ask the fast model with a schema-validated structured call. If that call
+fails, a deterministic rule decides, so a wake never depends on it succeeding.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from citizen.config import Templates
+from citizen.errors import ProviderError, StructuredOutputError
+from citizen.llm.base import Provider, Request
+from citizen.tools.base import Tool
+from citizen.wake.loop import Meter
+
+SELECT_LIMIT = 12
+# What most work needs whatever its words: reading, writing and running things.
+WORKING = ("read_file", "write_file", "append_file", "str_replace_file", "shell_command")
+TIERS = ("fast", "primary")
+
+
+def _words(text: str) -> set[str]:
+    return {w for w in re.findall(r"[a-z]{3,}", text.lower())}
+
+
+def rank(tools: Mapping[str, Tool], work: str, limit: int) -> list[str]:
+    """Deterministic fallback: tools whose name (twice as much) and description share
+    most words with the work, then the general working tools, then the rest by name."""
+    want = _words(work)
+
+    def score(t: Tool) -> tuple[int, int, str]:
+        overlap = 2 * len(want & _words(t.name)) + len(want & _words(t.description))
+        return (-overlap, 0 if t.name in WORKING else 1, t.name)
+
+    return [t.name for t in sorted(tools.values(), key=score)[:limit]]
+
+
+def named(tools: Mapping[str, Tool], work: str) -> list[str]:
+    """The tools the work names: its name verbatim, or every word of it ("write a file"
+    names write_file), in ranking order."""
+    want, text = _words(work), work.lower()
+    return [n for n in rank(tools, work, len(tools))
+            if n.lower() in text or (_words(n) and _words(n) <= want)]
+
+
+def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mapping[str, Tool],
+                 work: str, *, required: tuple[str, ...] = (),
+                 limit: int = SELECT_LIMIT) -> tuple[list[str], str]:
+    """Pick up to `limit` tools for the work; returns (names, how they were picked)."""
+    required = tuple(r for r in required if r in tools)
+    if len(tools) <= limit:
+        return list(tools), "all (no more than the limit)"
+    names = sorted(tools)
+    schema = {"type": "object", "additionalProperties": False, "required": ["tools"],
+              "properties": {"tools": {"type": "array", "items": {"enum": names},
+                                       "maxItems": limit}}}
+    catalogue = "\n".join(f"- {t.name}: {t.description}" for t in tools.values())
+    prompt = templates.prompt("tool_select", limit=limit, work=work[:3000], catalogue=catalogue)
+    try:
+        reply = meter.call(llm, Request(messages=[{"role": "user", "content": prompt}],
+                                        output_schema=schema, max_tokens=200, tier="fast",
+                                        purpose="select_tools"))
+        picked = list(dict.fromkeys(reply.data["tools"]))
+        method = "fast model"
+    except (ProviderError, StructuredOutputError) as exc:
+        picked, method = [], f"ranking (model pick failed: {str(exc)[:120]})"
+    if not picked:
+        picked = rank(tools, work, limit)
+        method = method if method.startswith("ranking") else "ranking (model picked none)"
+    # The work's tools first (a model reads the list in order; the old order put the
+    # required task tools first and the work's last), the required ones always in, and
+    # a tool the work names is never left out by a model that missed it.
+    room = max(0, limit - len(required))
+    work_tools = [n for n in dict.fromkeys([*named(tools, work), *picked])
+                  if n not in required][:room]
+    return [*work_tools, *required], method
+
+
+def route(llm: Provider, meter: Meter, templates: Templates, work: str,
+          wake_type: str) -> tuple[str, str]:
+    """Choose the model tier; returns (tier, how it was chosen)."""
+    schema = {"type": "object", "additionalProperties": False, "required": ["tier"],
+              "properties": {"tier": {"enum": list(TIERS)},
+                             "why": {"type": "string", "maxLength": 120}}}
+    prompt = templates.prompt("route", work=work[:3000])
+    try:
+        reply = meter.call(llm, Request(messages=[{"role": "user", "content": prompt}],
+                                        output_schema=schema, max_tokens=80, tier="fast",
+                                        purpose="route"))
+        return str(reply.data["tier"]), "fast model"
+    except (ProviderError, StructuredOutputError) as exc:
+        # The rule: code and debugging need care; everything else starts on primary
+        # too, because a wrong cheap answer costs more than the saved tokens.
+        return "primary", f"rule for {wake_type} (model route failed: {str(exc)[:120]})"

@@ -1,0 +1,313 @@
+"""CONSENSUS wakes: take every step of a Thought World proposal that this citizen owes.
+
+The gate is deterministic (proposal records and the task queue, no model): a
+CONSENSUS slot with nothing owed is idle and free. Each step is one
+schema-validated call in the role's prompt - propose or revise (executor), verify
+and check outcomes (verifier), integrate and record (integrator) - except
+execution, which runs the approved actions with no model at all. After a step,
+the next owner's doorbell rings, so a proposal moves at conversation speed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from collections.abc import Mapping
+from typing import Any
+
+from citizen import civilization
+from citizen.home import state
+from citizen.mail import citizen_addresses
+from citizen.tools.base import ToolEnv
+from citizen.tools.shell import scrubbed_env
+from citizen.wake.types.base import Ask, Setup
+from citizen.wake.types.owed import OwedStepsWake, Spec
+from shared.consensus import (
+    INTEGRATE_DECISIONS,
+    VERIFY_DECISIONS,
+    Consensus,
+    Proposal,
+    episodes,
+    render,
+    stakes,
+)
+from shared.consensus.values import MAX_STEP
+from shared.errors import SharedError
+
+log = logging.getLogger(__name__)
+
+MAILED = "consensus_mailed"  # mark: proposal id -> the phase its requester was told about
+
+
+def _dump(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, indent=1)
+
+
+class ConsensusWake(OwedStepsWake[Proposal]):
+    name = "CONSENSUS"
+    # 12 steps a wake (several proposals can be owed at once); the fallback at the third
+    # failure of a step ("pid:round:phase").
+    spec = Spec(12, 3, "consensus_failures", "consensus_step",
+                "no proposal step is owed by me and no consensus task waits",
+                "requester notices")
+
+    def store(self, setup: Setup) -> Consensus:
+        return _consensus(setup)
+
+    def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Proposal) -> Proposal:
+        return _Steps(_consensus(setup), setup, ask, env).take(item)
+
+    def failure_key(self, item: Proposal) -> str:
+        return f"{item.id}:{item.round}:{item.phase}"
+
+    def fallback(self, setup: Setup, item: Proposal, why: str) -> Proposal | None:
+        """A proposer withdraws, a reviewer hands over to a human, an outcome check falls
+        back to the mechanical checks, a record is written without learnings."""
+        commons, me = _consensus(setup), setup.home.name
+        if item.phase in ("propose", "revise", "verify", "integrate"):
+            return commons.give_up(item.id, me, why)
+        if item.phase == "check":
+            mechanical = commons.world.check(item.revisions[-1].get("actions", []))
+            return commons.check(item.id, me, {
+                "outcomes_verified": bool(mechanical) and all(c["met"] for c in mechanical),
+                "rationale": f"model unavailable ({why}); mechanical checks only"})
+        if item.phase == "record":
+            return commons.record(item.id, me, {"key_learnings": []})
+        return None
+
+    def step_data(self, item: Proposal, after: Proposal) -> dict[str, Any]:
+        return {"proposal": item.id, "step": item.phase, "next": after.phase,
+                "owed_by": after.owed_by, "stakes": after.stakes, "flags": after.flags,
+                "summary": f"{item.phase} -> {after.phase}"}
+
+    def rings(self, setup: Setup, after: Proposal) -> list[tuple[str, str]]:
+        return [(after.owed_by, f"{after.phase} of {after.id}")] if after.owed_by else []
+
+    def from_task(self, setup: Setup, env: ToolEnv) -> str:
+        task = env.task
+        assert task is not None  # noqa: S101 - begin() claimed it
+        return _take_task(setup, task.text, task.meta, task.id)
+
+    def owed_text(self, owed: list[Proposal]) -> str:
+        return f"{len(owed)} proposal steps owed"
+
+    def notices_due(self, setup: Setup) -> int:
+        return len(_notices_due(_consensus(setup), setup.home.name,
+                                setup.marks.get(MAILED, {})))
+
+    def send_notices(self, setup: Setup, env: ToolEnv) -> None:
+        _send_notices(setup, env, _consensus(setup), setup.home.name)
+
+
+def _consensus(setup: Setup) -> Consensus:
+    return civilization.commons(setup.templates).consensus
+
+
+_DECISION = re.compile(r"^\s*(approve|reject)\b\s*(prop-[0-9T]+-[0-9a-f]{4})?\s*(.*)$",
+                       re.IGNORECASE | re.MULTILINE)
+_PID = re.compile(r"prop-[0-9T]+-[0-9a-f]{4}")
+
+
+def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> str:
+    """A consensus task: an operator's mail decision on a proposal, or work to propose."""
+    commons, me = _consensus(setup), setup.home.name
+    body = text.split("\n\n", 1)[1] if text.startswith("Mail from") else text
+    decision = _DECISION.search(body.split("\n>", 1)[0])
+    pid_in_subject = _PID.search(str(meta.get("subject", "")))
+    if decision and (decision.group(2) or pid_in_subject):
+        pid = decision.group(2) or (pid_in_subject.group(0) if pid_in_subject else "")
+        operator = str(meta.get("from", "operator"))
+        if operator.lower() in citizen_addresses():
+            # Citizens may mail each other, but a citizen's approval is no person's: a
+            # peer (or a prompt-injected model) must not stand in for the human a
+            # high-stakes proposal waits for.
+            return (f"refused {operator}'s {decision.group(1).lower()} of {pid}: that is a "
+                    "citizen's address; a human decision comes from an operator")
+        if commons.enforce:
+            # On a server nothing this daemon writes can prove a person (its mail ledger
+            # is its own file): the person decides at the server, as root.
+            return (f"did not record {operator}'s {decision.group(1).lower()} of {pid}: on "
+                    "this server a human decision counts only from the operator CLI - "
+                    f"run `sudo citizen proposal {decision.group(1).lower()} {pid}` there")
+        try:
+            d = commons.decide_human(pid, operator, decision.group(1).lower(),
+                                     decision.group(3).strip(), relayed_by=me,
+                                     message_id=str(meta.get("message_id", "")))
+        except SharedError as exc:
+            return f"could not record {operator}'s decision on {pid}: {exc}"
+        if d.owed_by != me:
+            civilization.commons(setup.templates).ring(d.owed_by, "CONSENSUS",
+                                                       f"{d.phase} of {d.id}", sender=me)
+        return f"recorded {operator}'s {decision.group(1).lower()} of {pid}; it is now at {d.phase}"
+    d = commons.request(text, me, me, source={"task": task_id, **{
+        k: meta[k] for k in ("from", "subject", "message_id", "references") if k in meta}})
+    return (f"filed as proposal {d.id}: {d.roles['verifier']} verifies, "
+            f"{d.roles['integrator']} integrates. Follow it with `citizen proposal show {d.id}`;"
+            " I will write again when it is decided.")
+
+
+def _notices_due(commons: Consensus, me: str, mailed: dict[str, str]) -> list[Proposal]:
+    """Proposals I requested from mail whose requester has not heard of their state."""
+    due = []
+    for data in commons.views():
+        pid, source = str(data.get("id")), data.get("source") or {}
+        if mailed.get(pid) == "done" or data.get("proposer") != me or not source.get("from"):
+            continue
+        if data.get("phase") in ("human", "done") and mailed.get(pid) != data.get("phase"):
+            due.append(commons.load(pid))
+    return due
+
+
+def _send_notices(setup: Setup, env: ToolEnv, commons: Consensus, me: str) -> None:
+    mailed = dict(setup.marks.get(MAILED, {}))
+    due = _notices_due(commons, me, mailed)
+    if not due:
+        return
+    from citizen.mail.outbox import notice  # noqa: PLC0415 - mail requesters only
+
+    for d in due:
+        src = d.request.get("source", {})
+        if d.phase == "human":
+            subject = f"[consensus] approval needed: {d.id}"
+            body = (f"Proposal {d.id} ({d.stakes} stakes) needs a human decision: {d.why}.\n\n"
+                    f"Goal: {render(d)['goal']}\nActions:\n{_dump(render(d)['actions'])}\n\n"
+                    f"Reply with 'approve {d.id}' or 'reject {d.id} <why>' as the first line,"
+                    f" or run `citizen proposal approve {d.id}` on the server.\n")
+        else:
+            subject = f"[consensus] {d.result}: {d.id}"
+            body = (f"Proposal {d.id} was {d.result}: {d.why}.\n\n"
+                    f"{_dump(render(d)['consensus'])}\n")
+        note = notice(setup.home, str(src["from"]), subject, body,
+                      in_reply_to=str(src.get("message_id", "")))
+        env.event("consensus_notice", proposal=d.id, phase=d.phase, to=src.get("from"),
+             note=note)
+        mailed[d.id] = d.phase
+    state.mark(setup.home, MAILED, mailed)
+
+
+class _Steps:
+    """One step of a proposal, in the owed role's prompt."""
+
+    def __init__(self, commons: Consensus, setup: Setup, ask: Ask, env: ToolEnv) -> None:
+        self.c = commons
+        self.tpl = setup.templates
+        self.me = setup.home.name
+        self.ask = ask
+        self.env = env
+        self.values = list(commons.framework.base_values)
+
+    def take(self, d: Proposal) -> Proposal:
+        step = {"propose": self.propose, "revise": self.propose, "verify": self.verify,
+                "integrate": self.integrate, "execute": self.execute, "check": self.check,
+                "record": self.record}[d.phase]
+        return step(d)
+
+    def _weights(self) -> str:
+        return _dump(self.c.weights.current(self.me))
+
+    def _episodes(self, d: Proposal) -> str:
+        return _dump(episodes.brief(self.c.episodes.relevant(
+            f"{d.request.get('task', '')} {render(d)['goal']}")))
+
+    def _prompt(self, role: str, d: Proposal, role_prompt: str) -> str:
+        return self.tpl.wake_prompt("CONSENSUS", role=role, proposal_id=d.id,
+                                    role_prompt=role_prompt)
+
+    def propose(self, d: Proposal) -> Proposal:
+        discussion = [{"round": r, "your_proposal": {k: d.revisions[r - 1].get(k) for k in
+                                                     ("goal", "actions")},
+                       "verifier": _said(d.verifications.get(r)),
+                       "integrator": _said(d.integrations.get(r)),
+                       "red_flags_found_by_the_system": d.round_flags.get(r, []),
+                       "sent_back_for_flags": r in d.blocked}
+                      for r in range(1, d.round + 1)]
+        text = self.tpl.prompt("executor", weights_json=self._weights(),
+                               recent_episodes_json=self._episodes(d),
+                               task_description=d.request.get("task", ""),
+                               discussion_json=_dump(discussion) if discussion else "(none yet)")
+        data = self.ask(self._prompt("executor", d, text),
+                        self.tpl.schema("consensus_proposal", values=self.values,
+                                        action_tools=list(stakes.ACTION_TOOLS)),
+                        f"consensus_{d.phase}", max_tokens=1200)
+        return self.c.propose(d.id, self.me, data)
+
+    def verify(self, d: Proposal) -> Proposal:
+        # Sequential isolation (the seed's groupthink mitigation): the verifier sees the
+        # proposal, the system's checks and its own earlier votes - never the integrator's.
+        view = {"goal": render(d)["goal"], "actions": render(d)["actions"],
+                "value_justification": render(d)["value_justification"],
+                "expected_outcomes": render(d)["expected_outcomes"],
+                "risk_assessment": render(d)["risk_assessment"],
+                "response_to_concerns": d.revisions[-1].get("response_to_concerns", ""),
+                "stakes": d.stakes, "stakes_reasons": d.stakes_reasons,
+                "red_flags_found_by_the_system": d.flags,
+                "your_earlier_votes": [_said(d.verifications.get(r))
+                                       for r in range(1, d.round)]}
+        text = self.tpl.prompt("verifier", weights_json=self._weights(),
+                               proposal_json=_dump(view), recent_episodes_json=self._episodes(d),
+                               stance=self.tpl.prompt("red_team") if d.red_team else "")
+        schema = self.tpl.schema("consensus_verify", values=self.values,
+                                 decisions=list(VERIFY_DECISIONS))
+        if d.red_team:  # the store refuses a red-team vote naming no way it could fail
+            schema["properties"]["concerns"]["minItems"] = 1
+        data = self.ask(self._prompt("verifier", d, text), schema,
+                        "consensus_verify", max_tokens=700,
+                        # The seed: the fast model for routine reviews, not for high stakes.
+                        tier="primary" if d.stakes == "high" else "fast")
+        return self.c.verify(d.id, self.me, data)
+
+    def integrate(self, d: Proposal) -> Proposal:
+        rules = {"stakes": d.stakes, "why": d.stakes_reasons,
+                 "threshold": stakes.THRESHOLDS[d.stakes], "round": d.round,
+                 "ladder": "rounds 1-3: discussion (the executor revises); in round 3 you may "
+                           "propose a compromise; then, for low stakes, a weight-based "
+                           "tiebreak; medium or high stakes with dissent go to a person; "
+                           "system red flags send a medium proposal back to its proposer "
+                           "and a high one to a person"}
+        view = render(d)
+        proposal = {k: view[k] for k in ("goal", "actions", "value_justification",
+                                         "expected_outcomes", "risk_assessment", "cites")}
+        proposal["red_flags_found_by_the_system"] = d.flags
+        text = self.tpl.prompt("integrator", weights_json=self._weights(),
+                               consensus_rules_json=_dump(rules), proposal_json=_dump(proposal),
+                               verification_json=_dump(d.verifications[d.round]),
+                               recent_episodes_json=self._episodes(d))
+        data = self.ask(self._prompt("integrator", d, text),
+                        self.tpl.schema("consensus_integrate", values=self.values,
+                                        decisions=list(INTEGRATE_DECISIONS)),
+                        "consensus_integrate", max_tokens=700)
+        return self.c.integrate(d.id, self.me, data)
+
+    def execute(self, d: Proposal) -> Proposal:
+        # No model here: the daemon runs exactly the actions that were voted on.
+        return self.c.execute(d.id, self.me, scrubbed_env(str(self.c.world.dir)))
+
+    def check(self, d: Proposal) -> Proposal:
+        text = self.tpl.prompt(
+            "outcome_check", weights_json=self._weights(),
+            expected_json=_dump(d.revisions[-1].get("expected_outcomes", [])),
+            execution_json=_dump(d.execution),
+            mechanical_json=_dump(self.c.world.check(d.revisions[-1].get("actions", []))))
+        data = self.ask(self._prompt("verifier", d, text), self.tpl.schema("consensus_check"),
+                        "consensus_check", max_tokens=600, tier="fast")
+        return self.c.check(d.id, self.me, data)
+
+    def record(self, d: Proposal) -> Proposal:
+        others = [c for c in d.roles.values() if c != self.me]
+        text = self.tpl.prompt("record", weights_json=self._weights(),
+                               proposal_json=_dump(render(d)),
+                               participants_json=_dump({c: self.c.weights.current(c)
+                                                        for c in others}))
+        data = self.ask(self._prompt("integrator", d, text),
+                        self.tpl.schema("consensus_record", values=self.values, citizens=others,
+                                        min_step=-MAX_STEP, max_step=MAX_STEP),
+                        "consensus_record", max_tokens=600)
+        return self.c.record(d.id, self.me, data)
+
+
+def _said(vote: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    if vote is None:
+        return None
+    return {k: vote[k] for k in ("decision", "rationale", "concerns", "compromise",
+                                 "suggestions") if k in vote}

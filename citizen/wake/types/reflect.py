@@ -1,0 +1,47 @@
+"""REFLECT wakes: identity review and dream processing, when something happened to reflect on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from citizen.config import paths
+from citizen.home import state
+from citizen.tools.base import ToolEnv
+from citizen.wake.types.base import WORK_WAKES, Ending, Gate, Setup, WakeType
+from shared.monitor import reports_about
+
+MARK = "reflected_through_wake"
+SEEN = "peer_reports_seen"
+
+
+def _reports_about(setup: Setup) -> list[dict[str, Any]]:
+    return reports_about(paths.shared_dir(), setup.home.name)
+
+
+class ReflectWake(WakeType):
+    name = "REFLECT"
+
+    def gate(self, setup: Setup) -> Gate:
+        latest = setup.memory.latest_wake(WORK_WAKES)
+        done = int(setup.marks.get(MARK, 0))
+        reports = _reports_about(setup)[int(setup.marks.get(SEEN, 0)):]
+        if latest <= done and not reports:
+            return Gate(False, f"nothing new since the reflection at wake {done}")
+        why = (f"wakes up to {latest} happened since the last reflection" if latest > done
+               else f"{len(reports)} new peer reports about me")
+        return Gate(True, why, {"through": latest, "reports": reports})
+
+    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        text = setup.templates.wake_prompt(self.name)
+        for report in gate.data["reports"]:
+            text += (f"\n\nA peer, {report['by']}, reported about you: "
+                     + "; ".join(f"{f['kind']}: {f['detail']}" for f in report["findings"]))
+        return text
+
+    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
+        if ending.status in ("end_turn", "task_finished"):
+            state.mark(setup.home, MARK, setup.number)
+            state.mark(setup.home, SEEN, len(_reports_about(setup)))
+            if ending.text:
+                env.contexts["dreams"].add(ending.text[:1000])
+        return f"reflection {ending.status}"
