@@ -38,8 +38,8 @@ from citizen.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.tasks import TaskQueue, now_iso
 from shared import clock, doorbell
 from shared.atomic import append_line, sweep_temp, write_json
-from shared.documents import locked
 from shared.errors import LockTimeout
+from shared.locks import locked
 
 log = logging.getLogger(__name__)
 

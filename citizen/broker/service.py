@@ -24,7 +24,7 @@ from citizen.broker.ledger import Ledger
 from citizen.broker.listener import idle_watch, listen
 from citizen.broker.server import Broker
 from citizen.notify import notify
-from shared.documents import locked
+from shared.locks import locked
 
 log = logging.getLogger(__name__)
 SOCKET_ENV, STATE_ENV = "EXPERIENCE_BROKER_SOCKET", "EXPERIENCE_BROKER_STATE"
