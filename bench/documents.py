@@ -3,8 +3,8 @@
     .venv/bin/python bench/documents.py [--updates N]
 
 Each writer is a real process doing read-modify-write updates (fsync'd atomic
-writes) on one document. Compares our blocking flock (shared/documents.py) with
-filelock's default (50 ms polling), which is why we chose flock.
+writes) on one document. Compares the one lock, a blocking flock (shared/locks.py),
+with filelock's default (50 ms polling), which is why we chose flock.
 """
 
 from __future__ import annotations
@@ -27,7 +27,8 @@ WRITER = """
 import json, sys, time
 from pathlib import Path
 from shared.atomic import read_json, write_json
-from shared.documents import Document, locked
+from shared.documents import Document
+from shared.locks import locked
 path, kind, n, out = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), sys.argv[4]
 waits = []
 if kind == "flock":

@@ -8,7 +8,6 @@ error naming the file - it is kept for inspection, never silently reset.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 import tempfile
@@ -17,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.errors import Invalid
+from shared.locks import locked
 
 
 class CorruptFile(Invalid):
@@ -245,13 +245,15 @@ def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
         fd, readable = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode), False
     try:
         # One appender at a time: the torn-line check and the write are one step, so a
-        # writer in progress is never mistaken for a torn line (flock needs no read right).
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        info = os.fstat(fd)
-        if info.st_size == 0 and info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
-            os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask
-        if readable and info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
-            line = "\n" + line  # a writer killed mid-line: do not glue this record onto it
-        os.write(fd, line.encode())
+        # writer in progress is never mistaken for a torn line. The one lock, on the very
+        # descriptor we write through (a file we may only append to still locks).
+        with locked(path, lock_file=path, fd=fd):
+            info = os.fstat(fd)
+            if info.st_size == 0 and info.st_uid == os.geteuid() \
+                    and info.st_mode & 0o777 != mode:
+                os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask
+            if readable and info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                line = "\n" + line  # a writer killed mid-line: do not glue this record on
+            os.write(fd, line.encode())
     finally:
         os.close(fd)

@@ -200,3 +200,28 @@ def test_one_citizens_lock_holds_back_no_other(civ: Path) -> None:
     os.mkfifo(fifo)
     with quiesce.still(["aria", "mira"], 0.3) as busy:
         assert busy == ["aria"]  # reported, not waited on forever
+
+
+def test_on_a_server_no_quiescent_lock_is_made_and_no_link_followed(
+        civ: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """On a server onboarding makes each citizen's lock: a daemon or root's backup
+    that finds none creates none (root would own it, and the citizen could not take
+    it), and one that finds a link there neither follows nor waits on it."""
+    monkeypatch.setattr(quiesce, "server_mode", lambda _shared: True)
+    quiesce.lock_dir().mkdir(parents=True, exist_ok=True)
+    with quiesce.working("opus", wait_s=0.5):  # works anyway, saying so
+        pass
+    with quiesce.still(["opus", "mira"], 0.3) as busy:
+        assert busy == ["opus", "mira"]
+    assert list(quiesce.lock_dir().iterdir()) == []  # nothing was created
+    target = tmp_path / "elsewhere"
+    quiesce.lock_path("aria").symlink_to(target)
+    with quiesce.still(["aria"], 0.3) as busy:
+        assert busy == ["aria"]
+    with quiesce.working("aria", wait_s=0.5):
+        pass
+    assert not target.exists()  # neither side created anything through the link
+    made = quiesce.lock_path("mira")
+    made.touch(mode=0o600)  # what onboarding made
+    with quiesce.still(["mira"], 0) as busy:
+        assert busy == []

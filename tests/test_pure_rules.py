@@ -19,7 +19,8 @@ PURE = ["shared/consensus/rules.py", "shared/consensus/stakes.py", "shared/conse
         "shared/debates/rules.py", "shared/debates/moves.py", "shared/streams/decision.py"]
 FORBIDDEN_MODULES = {"os", "io", "pathlib", "time", "datetime", "subprocess", "socket",
                      "shutil", "tempfile", "sqlite3", "fcntl", "git", "shared.atomic",
-                     "shared.documents", "shared.threads", "shared.clock", "shared.doorbell"}
+                     "shared.documents", "shared.locks", "shared.threads", "shared.clock",
+                     "shared.doorbell"}
 FORBIDDEN_CALLS = {"open", "print", "input", "exec", "eval", "__import__"}
 
 

@@ -19,7 +19,7 @@ from typing import Any
 from citizen import config
 from citizen.config import paths
 from citizen.errors import ProviderUnavailable
-from shared.documents import locked
+from shared.locks import locked
 
 BASE_URL = "http://broker"  # never resolved: the transport is the socket (and see describe)
 PLACEHOLDER_KEY = "held-by-the-broker"

@@ -39,7 +39,7 @@ from citizen.config import paths
 from citizen.errors import ConfigError
 from shared import clock
 from shared.atomic import CorruptFile, create_json, read_json
-from shared.documents import locked
+from shared.locks import locked
 
 SCHEMA_VERSION = 1
 PERMISSION = "can_onboard_citizens"

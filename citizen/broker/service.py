@@ -22,7 +22,7 @@ from citizen.broker.listener import idle_watch, listen
 from citizen.broker.server import Broker
 from citizen.config import paths
 from citizen.daemon.notify import notify
-from shared.documents import locked
+from shared.locks import locked
 
 log = logging.getLogger(__name__)
 LEDGER = "ledger.db"

@@ -40,8 +40,8 @@ from citizen.home.tasks import TaskQueue, now_iso
 from citizen.mail.poller import MailPoller
 from shared import clock, doorbell
 from shared.atomic import append_line, sweep_temp, write_json
-from shared.documents import locked
 from shared.errors import LockTimeout
+from shared.locks import locked
 
 log = logging.getLogger(__name__)
 

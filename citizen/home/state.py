@@ -12,7 +12,7 @@ from typing import Any
 
 from citizen.config.paths import Home
 from shared.atomic import read_json, write_json
-from shared.documents import locked
+from shared.locks import locked
 
 SCHEMA_VERSION = 1
 

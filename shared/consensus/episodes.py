@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.atomic import append_line, make_dirs, read_jsonl, write_bytes
-from shared.documents import locked
+from shared.locks import locked
 
 KEEP = 100  # episodes kept in full (the seed's sliding window)
 COMPACT_AT = 200  # compact once this many have accumulated

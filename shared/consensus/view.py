@@ -17,7 +17,7 @@ from typing import Any
 from shared import clock
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.consensus.rules import STATES, Proposal
-from shared.documents import locked
+from shared.locks import locked
 
 log = logging.getLogger(__name__)
 

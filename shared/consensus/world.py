@@ -23,8 +23,8 @@ from typing import Any
 
 from shared import gitsafe
 from shared.atomic import make_dirs
-from shared.documents import locked
 from shared.errors import Invalid
+from shared.locks import locked
 
 FILE_MODE = 0o644  # the broker's user writes; every citizen reads (checks, reviews)
 DIR_MODE = 0o2755  # likewise; setgid keeps group `citizens` as setup made the top

@@ -33,8 +33,8 @@ from shared.debates.moves import (
     scaled_budgets,
 )
 from shared.debates.rules import Debate
-from shared.documents import locked
 from shared.errors import Invalid, NotFound
+from shared.locks import locked
 from shared.threads import Threads
 
 log = logging.getLogger(__name__)

@@ -3,7 +3,7 @@
     <dir>/slot-<k>.lock   one lock file per slot; a slot is held by holding its lock
     <dir>/waiting/<mark>  one file per waiter, locked by it while it waits
 
-Slots are `documents.locked` - the one lock: a holder that dies releases its slot,
+Slots are `shared.locks.locked` - the one lock: a holder that dies releases its slot,
 since the kernel drops a dead process's flock. The queue depth - the ambient
 `pressure` others read - counts the waiting marks whose lock is held; a mark whose
 waiter was killed (SIGKILL leaves no `finally`) is unlocked, so it is not counted and
@@ -19,8 +19,8 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 from shared.atomic import make_dirs
-from shared.documents import is_locked, locked
 from shared.errors import LockTimeout
+from shared.locks import is_locked, locked
 
 # 2775 without the sticky bit: any citizen must be able to remove a dead waiter's mark.
 DIR_MODE = 0o2775
