@@ -48,7 +48,8 @@ from shared.consensus.values import Framework, Weights
 from shared.consensus.view import Views, episode_record
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
-from shared.threads import AUTHOR, PLACE, Threads, id_pattern
+from shared.records import AUTHOR, id_pattern
+from shared.threads import PLACE, Threads
 
 log = logging.getLogger(__name__)
 
