@@ -22,24 +22,18 @@ from citizen.errors import CitizenError
 from citizen.llm.base import estimate_tokens
 from citizen.memory import Memory
 from citizen.tasks import TaskQueue
-from shared import clock, gitsafe
+from shared import clock, gitsafe, layout
 from shared.atomic import make_dirs
 from shared.commons import Commons
 from shared.consensus import Consensus
 from shared.debates import Debates
 from shared.errors import SharedError
 from shared.identity import server_mode
+from shared.layout import Layout
 from shared.streams import Streams
 
 log = logging.getLogger(__name__)
 
-SHARED_DIRS = (
-    "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
-    "tools/tests", "proposals/records", "proposals/pending", "proposals/approved",
-    "proposals/rejected", "debates",
-    "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
-)
-REWRITTEN = ("baseline", "proposals/pending", "proposals/approved", "proposals/rejected")
 ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
 # Leave ANTHROPIC_API_KEY empty to use the embedded local model.
 ANTHROPIC_API_KEY=
@@ -58,14 +52,12 @@ def init_shared() -> list[str]:
     """Create the commons; returns what was created."""
     made = []
     root = paths.shared_dir()
-    # 3775: group `citizens` adds to the commons, setgid keeps new files in that group,
-    # sticky: nobody removes, renames or replaces what another made (as setup_server.sh).
-    # The baseline and the proposal views are 2775: adoption merges rewrite files other
-    # citizens wrote, and a view is rewritten by whoever acts next (shared.consensus).
-    if _mkdir(root, 0o3775):
+    # The modes are the layout's (as setup_server.sh): sticky where records are added,
+    # not where files are rewritten in place by others (shared.layout says why).
+    if _mkdir(root, layout.ROOT_MODE):
         made.append(str(root))
-    for sub in SHARED_DIRS:
-        if _mkdir(root / sub, 0o2775 if sub in REWRITTEN else 0o3775):
+    for sub, mode in layout.DIRS:
+        if _mkdir(root / sub, mode):
             made.append(str(root / sub))
     return made
 
@@ -209,7 +201,7 @@ def init_code(names: list[str]) -> list[str]:
     a commit on branch `release` (its tree, minus what .gitignore leaves out), merged
     into `main`. Never overwrites: an existing repository or clone is left as it is."""
     made = []
-    baseline = paths.shared_dir() / "baseline"
+    baseline = Layout(paths.shared_dir()).baseline
     if not _has_commit(baseline):  # also a repository a failed run left without one
         _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
         with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from citizen import paths
 from shared.identity import server_mode
+from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 WORK_WAIT_S = 1800.0  # a daemon waits this long for a backup, then works anyway
@@ -33,7 +34,7 @@ POLL_S = 0.2
 
 
 def lock_dir() -> Path:
-    return paths.shared_dir() / "monitor" / "quiesce"
+    return Layout(paths.shared_dir()).quiesce
 
 
 def lock_path(name: str) -> Path:

@@ -12,11 +12,12 @@ from typing import Any
 
 from shared import records
 from shared.errors import NotFound
+from shared.layout import Layout
 
 
 class DryTracker:
     def __init__(self, shared_dir: Path, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "dry"
+        self.dir = Layout(shared_dir).dry
         self.enforce = enforce_identity
 
     def report(self, citizen: str, location: str, description: str, fix: str) -> str:

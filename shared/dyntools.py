@@ -25,6 +25,7 @@ from typing import Any
 from shared import records
 from shared.atomic import write_bytes
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
+from shared.layout import Layout
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,40}$")
 TEST_TIMEOUT_S = 120
@@ -71,7 +72,7 @@ def _exact(path: Path, sha: str) -> bytes:
 
 class DynTools:
     def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "tools"
+        self.dir = Layout(shared_dir).tools
         self.approvals = approvals
         self.enforce = enforce_identity
 

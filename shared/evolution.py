@@ -34,6 +34,7 @@ from typing import Any
 from shared import baseline as base_records
 from shared import clock, gitsafe, records
 from shared.errors import Invalid, NotAllowed, NotFound
+from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -98,8 +99,8 @@ class Evolution:
                  code_dirs: Mapping[str, Path] | None = None,
                  merge_request: MergeRequest | None = None) -> None:
         self.shared = shared_dir
-        self.dir = shared_dir / "changes"
-        self.baseline = shared_dir / "baseline"
+        self.dir = Layout(shared_dir).changes
+        self.baseline = Layout(shared_dir).baseline
         self.merge_request = merge_request
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity

@@ -12,11 +12,12 @@ from typing import Any
 
 from shared import records
 from shared.errors import Invalid, NotFound
+from shared.layout import Layout
 
 
 class Goals:
     def __init__(self, shared_dir: Path, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "goals"
+        self.dir = Layout(shared_dir).goals
         self.enforce = enforce_identity
 
     def propose(self, citizen: str, title: str, steps: list[str]) -> str:

@@ -26,6 +26,7 @@ from typing import Any
 from shared import clock, records
 from shared.atomic import CorruptFile, read_json
 from shared.errors import Invalid, NotAllowed, NotFound
+from shared.layout import Layout
 from shared.records import id_pattern
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ class Library:
     """The library of one civilization."""
 
     def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "library"
+        self.dir = Layout(shared_dir).library
         self.approvals = approvals
         self.enforce = enforce_identity
 

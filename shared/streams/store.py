@@ -28,6 +28,7 @@ from typing import Any, cast
 from shared import clock, records
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.errors import Invalid, LockTimeout, NotAllowed, NotFound, SharedError
+from shared.layout import Layout
 from shared.records import DIR_MODE, RECORD_MODE
 from shared.streams.decision import (
     DecisionRecord,
@@ -56,7 +57,7 @@ class Streams:
 
     def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
         # Stream ids are hashes of Message-IDs (one stream per message), not time-sortable.
-        self.threads = Threads(shared_dir / "streams", "stream", "stream.json",
+        self.threads = Threads(Layout(shared_dir).streams, "stream", "stream.json",
                                top=shared_dir, enforce=enforce_identity, pattern=_ID,
                                what="stream", lister="citizen stream list")
         self.shared, self.dir = shared_dir, self.threads.root
