@@ -23,14 +23,14 @@ from typing import Any
 from shared import gitsafe
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.identity import ForgedRecord, check_author
+from shared.layout import Layout
 
 MERGER = "experience-broker"  # the user whose records say a change is in the baseline
-MERGED_DIR = "merged"  # shared/merged/<change id>.json, written by MERGER alone
 RECORD_MODE = 0o644  # everyone reads what the broker merged; only it writes
 
 
 def merged_path(shared_dir: Path, change_id: str) -> Path:
-    return shared_dir / MERGED_DIR / f"{change_id}.json"
+    return Layout(shared_dir).merged / f"{change_id}.json"  # written by MERGER alone
 
 
 def read_merged(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, Any] | None:
@@ -49,12 +49,12 @@ def read_merged(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, An
 def write_merged(shared_dir: Path, change_id: str, record: dict[str, Any]) -> None:
     """The broker's record of a merge (its directory made by setup on a server)."""
     # 0755: the broker's user writes here, everyone reads (dev mode: made on first use).
-    make_dirs(shared_dir / MERGED_DIR, shared_dir, 0o755)
+    make_dirs(Layout(shared_dir).merged, shared_dir, 0o755)
     write_json(merged_path(shared_dir, change_id), record, mode=RECORD_MODE)
 
 
 def reviewed_commits(shared_dir: Path, enforce: bool) -> set[str]:
-    folder = shared_dir / MERGED_DIR
+    folder = Layout(shared_dir).merged
     if not folder.is_dir():
         return set()
     found = set()

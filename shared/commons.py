@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from shared import doorbell
+from shared.layout import Layout
 
 if TYPE_CHECKING:
     from shared.consensus import Consensus
@@ -26,6 +27,7 @@ if TYPE_CHECKING:
     from shared.evolution import Evolution
     from shared.goals import Goals
     from shared.library import Library
+    from shared.monitor import Monitor
     from shared.streams import Streams
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,10 @@ class Commons:
     # issue 28): (citizen, change id) -> merge, and the world's execute/revert requests.
     merge_request: Any = None
     world_request: Any = None
+
+    @cached_property
+    def layout(self) -> Layout:
+        return Layout(self.dir)
 
     @cached_property
     def framework(self) -> Framework:
@@ -105,8 +111,14 @@ class Commons:
 
         return Goals(self.dir, self.enforce)
 
+    @cached_property
+    def monitor(self) -> Monitor:
+        from shared.monitor import Monitor  # noqa: PLC0415
+
+        return Monitor(self.layout.findings, self.enforce)
+
     def doorbell_dir(self, citizen: str) -> Path:
-        return self.dir / "doorbell" / citizen
+        return self.layout.doorbell(citizen)
 
     def ring(self, citizen: str, wake_type: str, reason: str, sender: str = "operator",
              owner: tuple[int, int] | None = None) -> bool:

@@ -25,6 +25,7 @@ from typing import Any
 from shared import records
 from shared.atomic import write_bytes
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
+from shared.layout import Layout
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{2,40}$")
 TEST_TIMEOUT_S = 120
@@ -71,7 +72,7 @@ def _exact(path: Path, sha: str) -> bytes:
 
 class DynTools:
     def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "tools"
+        self.dir = Layout(shared_dir).tools
         self.approvals = approvals
         self.enforce = enforce_identity
 
@@ -86,22 +87,19 @@ class DynTools:
             raise Invalid(f"'{name}' is not a free tool name (3-41 lowercase letters, "
                                "digits, '_'; not a core tool)")
         impl, test, manifest = self._paths(name)
-        existing = records.read_claimed(manifest, self.enforce, key="author") \
-            if manifest.exists() else None
-        if existing and existing["author"] != citizen:
-            raise NotAllowed(f"{name} belongs to {existing['author']}")
+        existing = records.read(manifest, None, self.enforce)
+        if existing and existing[records.AUTHOR] != citizen:
+            raise NotAllowed(f"{name} belongs to {existing[records.AUTHOR]}")
         for path, text in ((impl, code), (test, tests)):
             records.make_dirs(path.parent, self.dir)
             write_bytes(path, text.encode(), mode=records.RECORD_MODE)
-        data = {"name": name, "description": description, "input_schema": input_schema,
-                "author": citizen, "impl_sha": _sha(impl), "tests_sha": _sha(test)}
-        records.write(self.dir, manifest, data)
-        return data
+        return records.write(self.dir, manifest, citizen, {
+            "name": name, "description": description, "input_schema": input_schema,
+            "impl_sha": _sha(impl), "tests_sha": _sha(test)})
 
     def manifest(self, name: str) -> dict[str, Any]:
         _, _, manifest = self._paths(name)
-        data = records.read_claimed(manifest, self.enforce, key="author") \
-            if manifest.exists() else None
+        data = records.read(manifest, None, self.enforce)
         if data is None:
             raise NotFound(f"no tool {name} - see tool_list")
         return data
@@ -142,7 +140,7 @@ class DynTools:
         review = {"decision": decision, "note": note, "impl_sha": data["impl_sha"],
                   "tests_sha": data["tests_sha"], "tests_passed": passed, "output": output}
         records.write(self.dir, self.dir / "registry" / f"{name}.reviews" / f"{citizen}.json",
-                      review)
+                      citizen, review)
         return {**review, "callable": self.callable(name)}
 
     def callable(self, name: str) -> bool:
@@ -159,7 +157,7 @@ class DynTools:
             return False  # the files changed after the manifest: never callable
         approvals = 0
         for path in (self.dir / "registry" / f"{name}.reviews").glob("*.json"):
-            review = records.read(path, path.stem, self.enforce)
+            review = records.read(path, path.stem, self.enforce, by_name=True)
             if (review and path.stem != data["author"] and review["decision"] == "approve"
                     and review["tests_passed"]
                     and (review["impl_sha"], review["tests_sha"]) == current):
@@ -169,7 +167,7 @@ class DynTools:
     def listing(self) -> list[dict[str, Any]]:
         out = []
         for path in sorted((self.dir / "registry").glob("*.json")):
-            data = records.read_claimed(path, self.enforce, key="author")
+            data = records.read(path, None, self.enforce)
             if data:
                 out.append({k: data[k] for k in ("name", "description", "author")}
                            | {"callable": self.callable(data["name"])})

@@ -33,9 +33,8 @@ from typing import Any
 
 from shared import baseline as base_records
 from shared import clock, gitsafe, records
-from shared.atomic import read_json
 from shared.errors import Invalid, NotAllowed, NotFound
-from shared.identity import check_author
+from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -100,8 +99,8 @@ class Evolution:
                  code_dirs: Mapping[str, Path] | None = None,
                  merge_request: MergeRequest | None = None) -> None:
         self.shared = shared_dir
-        self.dir = shared_dir / "changes"
-        self.baseline = shared_dir / "baseline"
+        self.dir = Layout(shared_dir).changes
+        self.baseline = Layout(shared_dir).baseline
         self.merge_request = merge_request
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
@@ -111,8 +110,8 @@ class Evolution:
 
     # ------------------------------------------------------------ reading
 
-    def _write(self, path: Path, record: dict[str, Any]) -> None:
-        records.write(self.dir, path, record)
+    def _write(self, path: Path, author: str, record: dict[str, Any]) -> None:
+        records.write(self.dir, path, author, record)
 
     def get(self, change_id: str) -> Change:
         """A change and its valid records.
@@ -123,14 +122,15 @@ class Evolution:
         if not (base / "announce.json").exists():
             raise NotFound(f"no change {change_id} - see code_pending_reviews or "
                                  "code_status for the known ones")
-        announce = read_json(base / "announce.json")
-        check_author(base / "announce.json", announce["citizen"], self.enforce)
-        change = Change(**{k: announce[k] for k in (
-            "id", "citizen", "commit", "files", "description", "expected_outcome",
-            "announced")})
+        announce = records.read(base / "announce.json", None, self.enforce)
+        if announce is None:
+            raise NotAllowed(f"the announcement of {change_id} is broken or not its "
+                             "author's; it is ignored (the log says why)")
+        change = Change(citizen=announce[records.AUTHOR], **{k: announce[k] for k in (
+            "id", "commit", "files", "description", "expected_outcome", "announced")})
         for kind in ("reports", "adoptions"):
             for path in sorted((base / kind).glob("*.json")):
-                record = records.read(path, path.stem, self.enforce)
+                record = records.read(path, path.stem, self.enforce, by_name=True)
                 if record is not None:
                     getattr(change, kind)[path.stem] = record
         # Only the broker's record counts (a merged.json in the change's folder is anyone's).
@@ -158,8 +158,8 @@ class Evolution:
                                    "--no-renames", head).splitlines())
         # First the objects, then the announcement that names them.
         self._publish(repo, head, self.dir / change_id / BUNDLE)
-        self._write(self.dir / change_id / "announce.json", {
-            "id": change_id, "citizen": citizen, "commit": head, "files": files,
+        self._write(self.dir / change_id / "announce.json", citizen, {
+            "id": change_id, "commit": head, "files": files,
             "description": description, "expected_outcome": expected_outcome,
             "announced": _now()})
         return self.get(change_id)
@@ -186,7 +186,7 @@ class Evolution:
         if outcome not in OUTCOMES:
             raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}")
         change = self.get(change_id)
-        self._write(self.dir / change_id / "reports" / f"{citizen}.json",
+        self._write(self.dir / change_id / "reports" / f"{citizen}.json", citizen,
                     {"outcome": outcome, "note": note, "ts": _now()})
         if citizen == change.citizen:
             log.info("%s reported on its own change %s: recorded, not counted", citizen,
@@ -232,7 +232,7 @@ class Evolution:
             raise NotAllowed(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
         new_head = _cherry_pick(repo_path, change, citizen)
-        self._write(self.dir / change_id / "adoptions" / f"{citizen}.json",
+        self._write(self.dir / change_id / "adoptions" / f"{citizen}.json", citizen,
                     {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
         if not change.merged and self._held(change) >= self.quorum() and self.merge_request:

@@ -12,11 +12,12 @@ from typing import Any
 
 from shared import records
 from shared.errors import Invalid, NotFound
+from shared.layout import Layout
 
 
 class Goals:
     def __init__(self, shared_dir: Path, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "goals"
+        self.dir = Layout(shared_dir).goals
         self.enforce = enforce_identity
 
     def propose(self, citizen: str, title: str, steps: list[str]) -> str:
@@ -24,26 +25,26 @@ class Goals:
         if not steps:
             raise Invalid("a goal needs at least one step")
         gid = records.new_id("goal")
-        records.write(self.dir, self.dir / f"{gid}.json",
-                      {"id": gid, "citizen": citizen, "title": title, "steps": steps})
+        records.write(self.dir, self.dir / f"{gid}.json", citizen,
+                      {"id": gid, "title": title, "steps": steps})
         return gid
 
     def step_done(self, citizen: str, gid: str, step: int, note: str) -> dict[str, Any]:
         goal = self.get(gid)
         if not 0 <= step < len(goal["steps"]):
             raise Invalid(f"{gid} has steps 0 to {len(goal['steps']) - 1}")
-        records.write(self.dir, self.dir / f"{gid}.done" / f"{step}-{citizen}.json",
-                      {"citizen": citizen, "note": note})
+        records.write(self.dir, self.dir / f"{gid}.done" / f"{step}-{citizen}.json", citizen,
+                      {"note": note})
         return self.get(gid)
 
     def get(self, gid: str) -> dict[str, Any]:
         path = self.dir / f"{gid}.json"
-        goal = records.read_claimed(path, self.enforce) if path.exists() else None
+        goal = records.read(path, None, self.enforce)
         if goal is None:
             raise NotFound(f"no goal {gid} - see civ_goals_list")
         done = sorted({int(p.stem.split("-", 1)[0])
                        for p in (self.dir / f"{gid}.done").glob("*.json")
-                       if records.read_claimed(p, self.enforce) is not None})
+                       if records.read(p, p.stem.split("-", 1)[-1], self.enforce) is not None})
         goal["done_steps"] = done
         goal["progress"] = f"{len(done)}/{len(goal['steps'])}"
         return goal

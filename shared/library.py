@@ -26,7 +26,8 @@ from typing import Any
 from shared import clock, records
 from shared.atomic import CorruptFile, read_json
 from shared.errors import Invalid, NotAllowed, NotFound
-from shared.threads import id_pattern
+from shared.layout import Layout
+from shared.records import id_pattern
 
 log = logging.getLogger(__name__)
 ID_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{1,60}$")
@@ -51,7 +52,7 @@ class Library:
     """The library of one civilization."""
 
     def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
-        self.dir = shared_dir / "library"
+        self.dir = Layout(shared_dir).library
         self.approvals = approvals
         self.enforce = enforce_identity
 
@@ -83,7 +84,9 @@ class Library:
             log.warning("ignoring %s: %d real approvals of %d needed", path, len(set(real)),
                         self.approvals)
             return None
-        if self.enforce and not any(records.read(path, c, True) is not None for c in real):
+        # legacy=(): a module names its maintainer, but its file is the publishing approver's.
+        if self.enforce and not any(records.read(path, c, True, legacy=(), by_name=True)
+                                    is not None for c in real):
             return None  # not written by an approver (read logs why)
         return module
 
@@ -126,13 +129,14 @@ class Library:
         module = {"id": module_id, "domain": domain, "summary": summary, "content": content,
                   "version": version, "maintainer": citizen, "proposed": _now(),
                   "round": records.new_id("round")}
-        records.write(self.dir, pending, module)
-        return module
+        return records.write(self.dir, pending, citizen, module)
 
     def _proposals(self) -> list[dict[str, Any]]:
         out = []
         for path in sorted((self.dir / "pending").glob("*.json")):
-            module = records.read_claimed(path, self.enforce, key="maintainer")
+            # A proposal's author is its maintainer (older ones named only the maintainer).
+            module = records.read(path, None, self.enforce, legacy=("maintainer",),
+                                  accept=lambda m: m.get("maintainer") == m[records.AUTHOR])
             if module is not None and not self._done(module):
                 out.append(module)
         return out
@@ -188,7 +192,7 @@ class Library:
             return []  # a round is a path part: one not of our making counts no reviews
         found = []
         for path in sorted(self._reviews_dir(module_id, round_).glob("*.json")):
-            data = records.read(path, path.stem, self.enforce)
+            data = records.read(path, path.stem, self.enforce, by_name=True)
             if data is None:
                 continue  # a forged or broken review never counts
             found.append(Review(path.stem, data["decision"], data.get("note", "")))
@@ -212,7 +216,7 @@ class Library:
             raise NotAllowed(f"{module_id} was rejected; it waits for its maintainer to "
                              "propose it again")
         reviews_dir = self._reviews_dir(module_id, module.get("round"))
-        records.write(self.dir, reviews_dir / f"{citizen}.json",
+        records.write(self.dir, reviews_dir / f"{citizen}.json", citizen,
                       {"decision": decision, "note": note, "ts": _now()})
         if decision == "reject":
             return (f"{module_id}: rejected ({note.strip()}); it leaves the pending list "
@@ -223,7 +227,7 @@ class Library:
             return f"{module_id}: {len(approvals)} of {self.approvals} approvals"
         published = {**module, "approved_by": sorted(r.citizen for r in approvals),
                      "published": _now()}
-        records.write(self.dir, self.dir / "modules" / f"{module_id}.json", published)
+        records.write(self.dir, self.dir / "modules" / f"{module_id}.json", citizen, published)
         with contextlib.suppress(PermissionError):
             # The maintainer's file in the sticky pending directory: on a server only its
             # owner may remove it; the published round hides it from every list (`_done`).

@@ -5,8 +5,8 @@ peer's home, group-readable): a dead or stale daemon, a loop across wakes (the s
 tool call with the same result wake after wake - polling, whose results change, is
 not a loop), nonsensical actions (`check_nonsense`), a stuck task, stalled progress.
 Findings are filed under
-`shared/monitor/findings/<peer>/` (one file per report, owned by its author) and ring
-the peer's doorbell.
+`shared/monitor/findings/<peer>/` (`Monitor`: one record per report, owned by its
+author) and ring the peer's doorbell.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock, records
-from shared.atomic import CorruptFile, read_json, read_jsonl
+from shared.atomic import read_json, read_jsonl
 
 log = logging.getLogger(__name__)
 
@@ -134,35 +134,36 @@ def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
     return findings
 
 
-def file_findings(shared_dir: Path, peer: str, by: str, findings: list[Finding]) -> Path:
-    """Record a report about `peer`; returns its path."""
-    top = shared_dir / "monitor" / "findings"
-    stamp = clock.moment().strftime("%Y%m%dT%H%M%S")
-    path = top / peer / f"{stamp}-{by}.json"
-    records.write(top, path, {"peer": peer, "by": by, "ts": clock.now(),
-                              "findings": [asdict(f) for f in findings]})
-    return path
+class Monitor:
+    """The peer reports of one commons: `<findings>/<peer>/<time>-<author>-<random>.json`,
+    each a record of its author's (`shared.records`), read back only if its file is the
+    author's (server mode) - a peer cannot file a report in another's name."""
 
+    def __init__(self, findings_dir: Path, enforce_identity: bool) -> None:
+        self.dir = findings_dir
+        self.enforce = enforce_identity
 
-def recent_reports(shared_dir: Path, peer: str, within_s: float = 86400) -> int:
-    """How many reports with findings were filed about `peer` recently."""
-    directory = shared_dir / "monitor" / "findings" / peer
-    cutoff = clock.time() - within_s
-    count = 0
-    for path in directory.glob("*.json") if directory.is_dir() else ():
-        data = read_json(path)
-        if clock.epoch(data["ts"]) >= cutoff and data["findings"]:  # any format
-            count += 1
-    return count
+    def file(self, peer: str, by: str, findings: list[Finding]) -> Path:
+        """Record `by`'s report about `peer`; returns its path. Never replaces one: two
+        reports in one second are two files (`records.add`)."""
+        return records.add(self.dir, self.dir / peer, by, {
+            "peer": peer, "ts": clock.now(), "findings": [asdict(f) for f in findings]})
 
+    def about(self, peer: str) -> list[dict[str, Any]]:
+        """Every report about `peer` that counts, oldest first, its reporter under
+        `records.AUTHOR` (older reports named it `by`); a forged, broken or misplaced
+        one is skipped, logged, and kept."""
+        folder = self.dir / peer
+        out = []
+        for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            report = records.read(path, None, self.enforce, legacy=("by",),
+                                  accept=lambda r: r.get("peer") == peer)
+            if report is not None:
+                out.append(report)
+        return out
 
-def reports_about(shared_dir: Path, peer: str) -> list[dict[str, Any]]:
-    """Every report filed about `peer`, oldest first (unreadable ones skipped, logged)."""
-    directory = shared_dir / "monitor" / "findings" / peer
-    out = []
-    for path in sorted(directory.glob("*.json")) if directory.is_dir() else ():
-        try:
-            out.append(read_json(path))
-        except CorruptFile as exc:
-            log.warning("ignoring %s: %s", path, exc)
-    return out
+    def recent(self, peer: str, within_s: float = 86400) -> int:
+        """How many reports with findings were filed about `peer` recently."""
+        cutoff = clock.time() - within_s
+        return sum(1 for r in self.about(peer)
+                   if clock.epoch(r.get("ts")) >= cutoff and r.get("findings"))  # any format

@@ -1,30 +1,85 @@
 """Records in the commons: one file per record, its Unix owner its author.
 
-The pattern every protocol here follows (changes, reviews, findings, DRY
-violations, goals): a record is never edited by anyone but its author, a change of
-state is a new record, and the state of a thing is derived from its records when
-read - never stored twice, so it cannot drift.
+The pattern every protocol here follows (threads of consensus, debates and streams;
+changes, reviews, findings, DRY violations, goals): a record is never edited by anyone
+but its author, a change of state is a new record, and the state of a thing is derived
+from its records when read - never stored twice, so it cannot drift.
+
+This module is the one door to them: `write` stamps the author under the one author
+key (`AUTHOR`), `read` is the one reader. A record counts only if it is whole and, in
+server mode, its file belongs to the author it names - identity comes from the kernel
+(the file's owner, `shared.identity.check_author`), never from what a record says.
+Records written before the one author key named their author under another key
+(`citizen`, `maintainer`, `by`); they are still read, the name copied to `AUTHOR`.
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import pwd
+import re
+import secrets
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared import atomic
+from shared import atomic, clock
 from shared.atomic import CorruptFile, create_json, read_json, write_json
 from shared.identity import ForgedRecord, check_author
 
-# The modes and ids of the one record mechanism: these records are shared.threads'
-# records without a thread (re-exported for the modules that write them).
-from shared.threads import DIR_MODE, RECORD_MODE, beside, besides, effective_user, new_id
-
-__all__ = ["DIR_MODE", "RECORD_MODE", "create", "make_dirs", "new_id", "read", "read_claimed",
-           "write"]
+__all__ = ["AUTHOR", "DIR_MODE", "LEGACY_AUTHOR_KEYS", "RECORD_MODE", "add", "beside",
+           "besides", "create", "effective_user", "make_dirs", "new_id", "read", "write"]
 log = logging.getLogger(__name__)
 
+AUTHOR = "author"  # the key naming a record's author, in every record of the commons
+# Records written before the one author key named their author under these; read
+# back, the name is copied to AUTHOR so every protocol sees one key.
+LEGACY_AUTHOR_KEYS = ("citizen", "maintainer")
+# 0644: the author writes; every citizen (and the operator) reads. Never group-write:
+# a peer could rewrite a record in place and it would still carry its author's owner.
+RECORD_MODE = 0o644
+# 3775 on record directories: group `citizens` adds records (setgid keeps the group),
+# and the sticky bit stops a citizen from deleting or replacing another's record.
+DIR_MODE = 0o3775
+# A record its author had to write beside a file someone pre-created under its name:
+# `<name>~<author>-<random>` (no `*.json` glob of a reader lists it by mistake).
+ALT = "~"
+Accept = Callable[[dict[str, Any]], bool]
+
+
+def beside(path: Path, author: str) -> Path:
+    """A new name for `author`'s record next to a file someone pre-created at `path`."""
+    return path.with_name(f"{path.name}{ALT}{author}-{secrets.token_hex(8)}")
+
+
+def besides(path: Path) -> list[Path]:
+    """The records written next to `path` (`beside`), oldest name first."""
+    if not path.parent.is_dir():
+        return []
+    return sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
+
+
+def glob_escape(name: str) -> str:
+    """`name` with glob's special characters taken literally."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
+
+
+def new_id(prefix: str) -> str:
+    """Time-sortable, unique: `prop-20261122T120000-1a2b`."""
+    return f"{prefix}-{clock.moment():%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
+
+
+def id_pattern(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^{prefix}-[0-9T]+-[0-9a-f]{{4}}$")
+
+
+def effective_user() -> str:
+    """The Unix user this process writes as (its records' owner)."""
+    try:
+        return pwd.getpwuid(os.geteuid()).pw_name
+    except KeyError:
+        return str(os.geteuid())
 
 
 def make_dirs(path: Path, top: Path) -> None:
@@ -42,6 +97,7 @@ def _mine(path: Path) -> Path:
     except FileNotFoundError:
         return path
     me = os.geteuid()
+    # Our own file we may replace; root may replace any (it owns the machine anyway).
     if me in (owner, 0):
         return path
     for alt in besides(path):
@@ -52,14 +108,34 @@ def _mine(path: Path) -> Path:
     return alt
 
 
-def _candidates(path: Path, enforce: bool) -> list[Path]:
-    return ([path] if path.is_file() else []) + (besides(path) if enforce else [])
-
-
-def write(top: Path, path: Path, record: dict[str, Any]) -> None:
-    """Write one record (its directories made group-addable and sticky)."""
+def write(top: Path, path: Path, author: str, record: Mapping[str, Any]) -> dict[str, Any]:
+    """Write (or rewrite) `author`'s record at `path`, its directories made up to `top`
+    group-addable and sticky; returns what was written. Its file is owned by whoever
+    runs this - in server mode only `author`'s own process makes a record that counts."""
     make_dirs(path.parent, top)
-    write_json(_mine(path), record, mode=RECORD_MODE)
+    data = {**record, AUTHOR: author}
+    write_json(_mine(path), data, mode=RECORD_MODE)
+    return data
+
+
+def add(top: Path, folder: Path, author: str, record: Mapping[str, Any]) -> Path:
+    """Add a new record of `author` to `folder` (made up to `top`); returns its path.
+
+    Its name cannot collide: world time to the microsecond, the author, and a random
+    part nobody can guess in advance, created exclusively - two records in one second
+    both stay, and a file planted at a name is never replaced (another name is drawn).
+    """
+    make_dirs(folder, top)
+    data = {**record, AUTHOR: author}
+    for _ in range(8):
+        path = folder / f"{clock.moment():%Y%m%dT%H%M%S%f}-{author}-{secrets.token_hex(4)}.json"
+        try:
+            create_json(path, data, mode=RECORD_MODE)
+        except FileExistsError:
+            log.warning("%s exists already; drawing another name", path)
+            continue
+        return path
+    raise FileExistsError(f"no free name for a record in {folder}")
 
 
 def create(top: Path, path: Path, record: dict[str, Any]) -> None:
@@ -68,29 +144,47 @@ def create(top: Path, path: Path, record: dict[str, Any]) -> None:
     create_json(path, record, mode=RECORD_MODE)
 
 
-def read_claimed(path: Path, enforce: bool, key: str = "citizen") -> dict[str, Any] | None:
-    """A record that names its own author under `key`, if that author owns its file
-    (the first such among `path` and what was written beside a forgery of it)."""
-    for candidate in _candidates(path, enforce):
-        try:
-            data: dict[str, Any] = read_json(candidate)
-            check_author(candidate, str(data.get(key, "")), enforce)
-        except (ForgedRecord, CorruptFile) as exc:
-            log.warning("ignoring %s: %s", candidate, exc)
-            continue
-        return data
+def read(path: Path, author: str | None, enforce: bool, *,
+         legacy: tuple[str, ...] = LEGACY_AUTHOR_KEYS, by_name: bool = False,
+         accept: Accept | None = None) -> dict[str, Any] | None:
+    """The record at `path` (or what its author wrote beside a forgery of it), with its
+    author under AUTHOR - if it is whole, names `author` (any author when None), and in
+    server mode its file belongs to the author it names; `accept` may demand more. None
+    otherwise: a forged, broken or unreadable record is logged and ignored (never
+    touched). `legacy`: the keys an older record of this kind named its author under.
+    `by_name`: the record's name says whose it is (`reviews/<author>.json`), so an old
+    one naming nobody is `author`'s; any other record naming nobody counts for no one."""
+    candidates = ([path] if path.is_file() else []) + (besides(path) if enforce else [])
+    for candidate in candidates:
+        data = _read_one(candidate, author, enforce, legacy, by_name)
+        if data is not None and (accept is None or accept(data)):
+            return data
     return None
 
 
-def read(path: Path, author: str, enforce: bool) -> dict[str, Any] | None:
-    """A record if it is whole and its file belongs to `author` (`path`, or what the
-    author wrote beside a forgery of it); None (logged) otherwise."""
-    for candidate in _candidates(path, enforce):
-        try:
-            check_author(candidate, author, enforce)
-            data: dict[str, Any] = read_json(candidate)
-        except (ForgedRecord, CorruptFile) as exc:
-            log.warning("ignoring %s: %s", candidate, exc)
-            continue
-        return data
-    return None
+def _read_one(path: Path, author: str | None, enforce: bool,
+              legacy: tuple[str, ...], by_name: bool) -> dict[str, Any] | None:
+    try:
+        data = read_json(path)
+    except (CorruptFile, OSError) as exc:  # OSError: a record made unreadable (chmod 000)
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    if not isinstance(data, dict):
+        log.warning("ignoring %s: not a record", path)
+        return None
+    named = data[AUTHOR] if AUTHOR in data else next(
+        (data[k] for k in legacy if k in data), author if by_name else None)
+    if named is None:
+        log.warning("ignoring %s: it names no author", path)
+        return None
+    if author is not None and str(named) != author:
+        log.warning("ignoring %s: it names %s, but the record is %s's", path,
+                    named or "nobody", author)
+        return None
+    try:
+        # The kernel's word: in server mode the file's owner must be the named author.
+        check_author(path, str(named), enforce)
+    except ForgedRecord as exc:
+        log.warning("ignoring %s: %s", path, exc)
+        return None
+    return {**data, AUTHOR: str(named)}

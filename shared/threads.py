@@ -1,4 +1,4 @@
-"""Threads: the one record mechanism of the commons' protocols (consensus, debates, streams).
+"""Threads: the records of the commons' protocols (consensus, debates, streams), by thread.
 
 A thread is a directory `<root>/<id>/` holding
 - a header (`request.json`, `thread.json`, `stream.json` …) written once by whoever
@@ -9,80 +9,41 @@ A thread is a directory `<root>/<id>/` holding
 Nothing in a thread is ever edited: a change of state is a new record, and the state
 is derived from the records by the protocol's pure rules. `write` is the only way a
 step is recorded (it carries the authorship check); `read` the only way one is read
-back (a record whose file is not its author's is ignored, logged).
+back - through `shared.records.read`, the one reader of the commons (a record whose
+file is not its author's is ignored, logged).
 """
 
 from __future__ import annotations
 
 import logging
 import os
-import pwd
 import re
-import secrets
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shared import clock
+from shared import clock, records
 from shared.atomic import CorruptFile, create_json, make_dirs, read_json
 from shared.errors import NotAllowed, NotFound
-from shared.identity import ForgedRecord, check_author
+from shared.records import (
+    ALT,
+    AUTHOR,
+    DIR_MODE,
+    RECORD_MODE,
+    beside,
+    effective_user,
+    id_pattern,
+    new_id,
+)
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
 
-AUTHOR = "author"  # the key naming a record's author, in every record of every thread
-# Records written before the one author key named their author under these; read
-# back, the name is copied to AUTHOR so the rules see one key.
-LEGACY_AUTHOR_KEYS = ("citizen", "maintainer")
-# 0644: the author writes; every citizen (and the operator) reads. Never group-write:
-# a peer could rewrite a record in place and it would still carry its author's owner.
-RECORD_MODE = 0o644
-# 3775 on thread directories: group `citizens` adds records (setgid keeps the group),
-# and the sticky bit stops a citizen from deleting or replacing another's record.
-DIR_MODE = 0o3775
 OPERATOR = "operator"  # the author of records root writes on a person's behalf
-# A record its author had to write beside a file someone pre-created under its name:
-# `<name>~<author>-<random>` (no `*.json` glob of a reader lists it by mistake).
-ALT = "~"
 # Where a record was written (thread id, record name), stored in it: the owner of a
 # thread's directory may rename the records in it, and a renamed record must not count
 # as another step (a round-1 reject moved to round 2) or another thread's.
 PLACE = "written_as"
-
-
-def beside(path: Path, author: str) -> Path:
-    """A new name for `author`'s record next to a file someone pre-created at `path`."""
-    return path.with_name(f"{path.name}{ALT}{author}-{secrets.token_hex(8)}")
-
-
-def besides(path: Path) -> list[Path]:
-    """The records written next to `path` (`beside`), oldest name first."""
-    if not path.parent.is_dir():
-        return []
-    return sorted(path.parent.glob(f"{glob_escape(path.name)}{ALT}*"))
-
-
-def glob_escape(name: str) -> str:
-    """`name` with glob's special characters taken literally."""
-    return "".join(f"[{c}]" if c in "*?[" else c for c in name)
-
-
-def new_id(prefix: str) -> str:
-    """Time-sortable, unique: `prop-20261122T120000-1a2b`."""
-    return f"{prefix}-{clock.moment():%Y%m%dT%H%M%S}-{secrets.token_hex(2)}"
-
-
-def id_pattern(prefix: str) -> re.Pattern[str]:
-    return re.compile(rf"^{prefix}-[0-9T]+-[0-9a-f]{{4}}$")
-
-
-def effective_user() -> str:
-    """The Unix user this process writes as (its records' owner)."""
-    try:
-        return pwd.getpwuid(os.geteuid()).pw_name
-    except KeyError:
-        return str(os.geteuid())
 
 
 class Threads:
@@ -183,24 +144,23 @@ class Threads:
         return record
 
     def read(self, tid: str, name: str, author: str | None = None,
-             accept: Callable[[dict[str, Any]], bool] | None = None) -> dict[str, Any] | None:
+             accept: Callable[[dict[str, Any]], bool] | None = None,
+             legacy: tuple[str, ...] = records.LEGACY_AUTHOR_KEYS) -> dict[str, Any] | None:
         """A record if it is whole, names its author, and (in server mode) its file is the
         author's. `author` None: whoever it names, if that one owns it; `accept` may
         demand more (who owes the step). None otherwise (a forged or broken record is
         logged and ignored). A record written beside a pre-created forgery (`write`)
-        counts as the one it stands in for."""
-        path = self.dir(tid) / name
-        candidates = [path] if path.is_file() else []
-        if self.enforce:
-            candidates += besides(path)
-        for candidate in candidates:
-            rec = read_record(candidate, author, self.enforce)
-            if rec is not None and rec.get(PLACE, f"{tid}/{name}") != f"{tid}/{name}":
-                log.warning("ignoring %s: it was written as %s", candidate, rec[PLACE])
-                continue
-            if rec is not None and (accept is None or accept(rec)):
-                return rec
-        return None
+        counts as the one it stands in for. `legacy`: `records.read`'s."""
+        where = f"{tid}/{name}"
+
+        def placed(rec: dict[str, Any]) -> bool:
+            if rec.get(PLACE, where) != where:
+                log.warning("ignoring %s/%s: it was written as %s", tid, name, rec[PLACE])
+                return False
+            return accept is None or accept(rec)
+
+        return records.read(self.dir(tid) / name, author, self.enforce, legacy=legacy,
+                            accept=placed)
 
     def names(self, tid: str, glob: str) -> list[str]:
         """Record names in a thread matching `glob` (may include a subdirectory), sorted;
@@ -260,28 +220,3 @@ class Threads:
             return ()
         return tuple(sig)
 
-
-def read_record(path: Path, author: str | None, enforce: bool) -> dict[str, Any] | None:
-    """One record file: whole, naming `author` (or any author when None) under the author
-    key, and - in server mode - owned by that author. None (logged) otherwise."""
-    try:
-        data = read_json(path)
-    except (CorruptFile, OSError) as exc:  # OSError: a record made unreadable (chmod 000)
-        log.warning("ignoring %s: %s", path, exc)
-        return None
-    if not isinstance(data, dict):
-        log.warning("ignoring %s: not a record", path)
-        return None
-    if AUTHOR not in data:
-        data[AUTHOR] = next((data[k] for k in LEGACY_AUTHOR_KEYS if k in data), "")
-    named = str(data[AUTHOR])
-    if author is not None and named != author:
-        log.warning("ignoring %s: it names %s, but the step is %s's", path, named or "nobody",
-                    author)
-        return None
-    try:
-        check_author(path, named, enforce)
-    except ForgedRecord as exc:
-        log.warning("ignoring %s: %s", path, exc)
-        return None
-    return data

@@ -22,7 +22,7 @@ def test_dry_violations_open_and_fixed(civ: Path) -> None:
     vid = run("mira", "dry_violation_report", location="citizen/a.py:10-30",
               description="the same parser twice", fix="call one parser")
     (open_,) = json.loads(run("opus", "dry_violation_list"))
-    assert open_["id"] == vid and open_["citizen"] == "mira" and open_["status"] == "open"
+    assert open_["id"] == vid and open_["author"] == "mira" and open_["status"] == "open"
     assert run("opus", "dry_violation_fixed", violation_id=vid, note="change opus-1") \
         == f"{vid} marked fixed"
     assert json.loads(run("opus", "dry_violation_list")) == []

@@ -204,8 +204,8 @@ def test_a_pre_created_review_does_not_block_its_author() -> None:
         taken.write_text(json.dumps({"citizen": "nobody", "verdict": "forged by root"}))
         os.seteuid(_nobody())
         try:
-            records.write(top, taken, {"citizen": "nobody", "verdict": "mine"})
-            records.write(top, taken, {"citizen": "nobody", "verdict": "mine, again"})
+            records.write(top, taken, "nobody", {"verdict": "mine"})
+            records.write(top, taken, "nobody", {"verdict": "mine, again"})
         finally:
             os.seteuid(0)
         got = records.read(taken, "nobody", enforce=True)

@@ -5,14 +5,27 @@ from __future__ import annotations
 import json
 import os
 import time
+from datetime import UTC, datetime
 from pathlib import Path
+
+import pytest
 
 from citizen.config import paths
 from citizen.home.tasks import TaskQueue
 from citizen.wake.flow import run_wake
+from shared import clock
 from shared.atomic import write_json
-from shared.monitor import check_heartbeat, check_nonsense, check_task, check_wakes
+from shared.monitor import (
+    Finding,
+    Monitor,
+    check_heartbeat,
+    check_nonsense,
+    check_task,
+    check_wakes,
+)
+from shared.records import AUTHOR
 from tests.scripts import Actor, say
+from tests.test_records import ME, OTHER, plant
 
 
 def log(path: Path, wake: int, calls: list[tuple[str, dict, str]], status: str = "ok") -> Path:
@@ -105,9 +118,44 @@ def test_peer_monitor_wake_files_findings_and_the_peer_reflects_on_them(civ: Pat
                          provider=lambda c, s: Actor(say("told aria"))).status
                 for _ in range(6)}  # the peer is drawn at random: aria comes up
     assert "ok" in outcomes
-    reports = list((civ / "shared" / "monitor" / "findings" / "aria").glob("*-opus.json"))
+    reports = list((civ / "shared" / "monitor" / "findings" / "aria").glob("*-opus-*.json"))
     assert reports and json.loads(reports[0].read_text())["findings"][0]["kind"] == "stuck"
     assert list(paths.home("aria").doorbell.glob("*REFLECT.json"))
     reflect = run_wake("aria", wake_type="REFLECT", provider=lambda c, s: Actor(say("noted")))
     assert reflect.status == "ok"
     assert run_wake("aria", wake_type="REFLECT", provider=never).status == "idle"
+
+
+def test_two_findings_in_one_second_both_survive(tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    frozen = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+    monkeypatch.setattr(clock, "moment", lambda: frozen)
+    (tmp_path / "monitor").mkdir()  # as the commons is made (`citizen init`)
+    monitor = Monitor(tmp_path / "monitor" / "findings", enforce_identity=True)
+    monitor.file("aria", ME, [Finding("stuck", "first")])
+    monitor.file("aria", ME, [Finding("stuck", "second")])
+    details = [r["findings"][0]["detail"] for r in monitor.about("aria")]
+    assert sorted(details) == ["first", "second"]
+    assert all(r[AUTHOR] == ME for r in monitor.about("aria"))
+
+
+def test_a_finding_in_another_authors_name_is_not_counted(tmp_path: Path) -> None:
+    findings = tmp_path / "monitor" / "findings"
+    findings.parent.mkdir()
+    monitor = Monitor(findings, enforce_identity=True)
+    monitor.file("aria", ME, [Finding("stuck", "real")])
+    now = clock.now()
+    stuck = [{"kind": "stuck", "detail": "forged"}]
+    plant(findings / "aria" / f"20990101T000000-{OTHER}.json",
+          {"peer": "aria", AUTHOR: OTHER, "ts": now, "findings": stuck})
+    plant(findings / "aria" / "20990101T000001-old.json",  # the old format, forged
+          {"peer": "aria", "by": OTHER, "ts": now, "findings": stuck})
+    plant(findings / "aria" / "20990101T000002-misplaced.json",  # about someone else
+          {"peer": "mira", AUTHOR: ME, "ts": now, "findings": stuck})
+    plant(findings / "aria" / "20990101T000003-mine.json",  # the old format, genuine
+          {"peer": "aria", "by": ME, "ts": now, "findings": [{"kind": "dead", "detail": "old"}]})
+    about = monitor.about("aria")
+    assert [r["findings"][0]["detail"] for r in about] == ["real", "old"]
+    assert [r[AUTHOR] for r in about] == [ME, ME]
+    assert monitor.recent("aria") == 2
+    assert len(list((findings / "aria").glob("*.json"))) == 5  # nothing removed

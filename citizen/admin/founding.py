@@ -22,18 +22,12 @@ from citizen.home.contexts import ContextStore
 from citizen.home.memory import Memory
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
-from shared import gitsafe
+from shared import gitsafe, layout
 from shared.atomic import make_dirs
+from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
-SHARED_DIRS = (
-    "baseline", "library/modules", "library/pending", "tools/impl", "tools/registry",
-    "tools/tests", "proposals/records", "proposals/pending", "proposals/approved",
-    "proposals/rejected", "debates",
-    "streams", "monitor/heartbeats", "doorbell", "changes", "memory", "values",
-)
-REWRITTEN = ("baseline", "proposals/pending", "proposals/approved", "proposals/rejected")
 ENV_TEMPLATE = """# Secrets of citizen {name}. Mode 0600: only {name} may read this file.
 # Leave ANTHROPIC_API_KEY empty to use the embedded local model.
 ANTHROPIC_API_KEY=
@@ -52,14 +46,12 @@ def init_shared() -> list[str]:
     """Create the commons; returns what was created."""
     made = []
     root = paths.shared_dir()
-    # 3775: group `citizens` adds to the commons, setgid keeps new files in that group,
-    # sticky: nobody removes, renames or replaces what another made (as setup_server.sh).
-    # The baseline and the proposal views are 2775: adoption merges rewrite files other
-    # citizens wrote, and a view is rewritten by whoever acts next (shared.consensus).
-    if _mkdir(root, 0o3775):
+    # The modes are the layout's (as setup_server.sh): sticky where records are added,
+    # not where files are rewritten in place by others (shared.layout says why).
+    if _mkdir(root, layout.ROOT_MODE):
         made.append(str(root))
-    for sub in SHARED_DIRS:
-        if _mkdir(root / sub, 0o2775 if sub in REWRITTEN else 0o3775):
+    for sub, mode in layout.DIRS:
+        if _mkdir(root / sub, mode):
             made.append(str(root / sub))
     return made
 
@@ -132,7 +124,7 @@ def init_code(names: list[str]) -> list[str]:
     a commit on branch `release` (its tree, minus what .gitignore leaves out), merged
     into `main`. Never overwrites: an existing repository or clone is left as it is."""
     made = []
-    baseline = paths.shared_dir() / "baseline"
+    baseline = Layout(paths.shared_dir()).baseline
     if not _has_commit(baseline):  # also a repository a failed run left without one
         _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
         with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree

@@ -23,6 +23,7 @@ from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
 from shared.atomic import make_dirs
+from shared.layout import Layout
 
 GROUP = "citizens"
 BROKER_USER = "experience-broker"  # holds the model keys (citizen.broker); not a citizen
@@ -66,7 +67,7 @@ def clone_code(name: str) -> list[str]:
     home = paths.home(name)
     if (home.code / ".git").exists():
         return []
-    baseline = paths.shared_dir() / "baseline"
+    baseline = Layout(paths.shared_dir()).baseline
     if not (baseline / ".git").exists():
         raise OnboardError(f"no baseline repository at {baseline} - run "
                            "scripts/setup_server.sh first")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from citizen.errors import ConfigError, WrongUser
 from shared.identity import server_mode
+from shared.layout import Layout
 
 DEFAULT_ROOT = "/home"
 # Citizen names become Unix user names and path components: keep them to what
@@ -168,11 +169,11 @@ class Home:
 
     @property
     def heartbeat(self) -> Path:
-        return shared_dir() / "monitor" / "heartbeats" / f"{self.name}.json"
+        return Layout(shared_dir()).heartbeat(self.name)
 
     @property
     def doorbell(self) -> Path:
-        return shared_dir() / "doorbell" / self.name
+        return Layout(shared_dir()).doorbell(self.name)
 
 
 def home(name: str) -> Home:

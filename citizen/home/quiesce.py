@@ -26,6 +26,7 @@ from pathlib import Path
 from citizen.config import paths
 from shared.errors import LockTimeout
 from shared.identity import server_mode
+from shared.layout import Layout
 from shared.locks import locked
 
 log = logging.getLogger(__name__)
@@ -35,7 +36,7 @@ MODE = 0o600  # the citizen's alone: no other citizen can take it and freeze its
 
 
 def lock_dir() -> Path:
-    return paths.shared_dir() / "monitor" / "quiesce"
+    return Layout(paths.shared_dir()).quiesce
 
 
 def lock_path(name: str) -> Path:

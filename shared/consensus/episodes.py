@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from shared.atomic import append_line, make_dirs, read_jsonl, write_bytes
+from shared.layout import Layout
 from shared.locks import locked
 
 KEEP = 100  # episodes kept in full (the seed's sliding window)
@@ -26,8 +27,8 @@ MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
 class Episodes:
     def __init__(self, shared_dir: Path) -> None:
-        self.dir = shared_dir / "memory"
-        self.path = self.dir / "episodes.jsonl"
+        self.dir = Layout(shared_dir).memory
+        self.path = Layout(shared_dir).episodes
         self.history_path = self.dir / "consensus_history.jsonl"
         self.archive = self.dir / "episodes_archive.jsonl"
         self.summary = self.dir / "episodes_summary.md"

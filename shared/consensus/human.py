@@ -6,7 +6,7 @@ a directory, a symbolic link, a FIFO, a file of its own - decides nothing when r
 (only a plain file with one name counts, in server mode only root's), and does not stop
 the operator: root takes the folder (then the sticky bit keeps root's decision from its
 opener too) and writes the decision beside the planted object under a name nobody can
-guess (`shared.threads.beside`), without following any link.
+guess (`shared.records.beside`), without following any link.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Any
 
 from shared.atomic import create_beneath
 from shared.errors import NotAllowed
-from shared.threads import DIR_MODE, OPERATOR, PLACE, RECORD_MODE, beside, besides
+from shared.records import DIR_MODE, RECORD_MODE, beside, besides
+from shared.threads import OPERATOR, PLACE
 
 log = logging.getLogger(__name__)
 

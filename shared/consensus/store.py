@@ -48,7 +48,9 @@ from shared.consensus.values import Framework, Weights
 from shared.consensus.view import Views, episode_record
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
-from shared.threads import AUTHOR, PLACE, Threads, id_pattern
+from shared.layout import Layout
+from shared.records import AUTHOR, id_pattern
+from shared.threads import PLACE, Threads
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +74,8 @@ class Consensus:
                  medium_programs: Iterable[str] = (), world_request: WorldRequest | None = None,
                  runner: Runner | None = None) -> None:
         self.shared = shared_dir
-        self.dir = shared_dir / "proposals"
-        self.records_dir = self.dir / "records"
+        self.dir = Layout(shared_dir).proposals
+        self.records_dir = Layout(shared_dir).proposal_records
         self.framework = framework
         self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched)
         self.episodes = Episodes(shared_dir)

@@ -20,6 +20,7 @@ import yaml
 from shared import clock
 from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.errors import Invalid
+from shared.layout import Layout
 
 MAX_STEP = 0.1  # one adjustment moves a weight by at most this much
 DIVERSITY = "diversity-"  # the episode prefix of the daily diversity job's steps
@@ -92,8 +93,8 @@ class Weights:
     def __init__(self, shared_dir: Path, framework: Framework,
                  profiles: Mapping[str, str],
                  vouch: Callable[[Mapping[str, Any]], bool] | None = None) -> None:
-        self.history_path = shared_dir / "values" / "weight_history.jsonl"
-        self.episodes_path = shared_dir / "memory" / "episodes.jsonl"  # a vouch's evidence
+        self.history_path = Layout(shared_dir).weight_history
+        self.episodes_path = Layout(shared_dir).episodes  # a vouch's evidence
         self.framework = framework
         self.profiles = dict(profiles)  # citizen -> profile name (executor, verifier, …)
         self.vouch = vouch

@@ -24,6 +24,7 @@ from typing import Any
 from shared import gitsafe
 from shared.atomic import make_dirs
 from shared.errors import Invalid
+from shared.layout import Layout
 from shared.locks import locked
 
 FILE_MODE = 0o644  # the broker's user writes; every citizen reads (checks, reviews)
@@ -47,8 +48,8 @@ def _who(citizen: str) -> dict[str, str]:
 
 class World:
     def __init__(self, shared_dir: Path, runner: Runner | None = None) -> None:
-        self.dir = shared_dir / "world"
-        self.lock_file = shared_dir / ".world.lock"
+        self.dir = Layout(shared_dir).world
+        self.lock_file = Layout(shared_dir).world_lock
         self.runner = runner
 
     def git(self, *args: str, citizen: str = "", check: bool = True) -> str:

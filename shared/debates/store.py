@@ -34,6 +34,7 @@ from shared.debates.moves import (
 )
 from shared.debates.rules import Debate
 from shared.errors import Invalid, NotFound
+from shared.layout import Layout
 from shared.locks import locked
 from shared.threads import Threads
 
@@ -49,7 +50,7 @@ class Debates:
 
     def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
         self.shared = shared_dir
-        self.dir = shared_dir / "debates"
+        self.dir = Layout(shared_dir).debates
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
         self.threads = Threads(self.dir, "debate", "thread.json", top=shared_dir,

@@ -28,7 +28,8 @@ from typing import Any, cast
 from shared import clock, records
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.errors import Invalid, LockTimeout, NotAllowed, NotFound, SharedError
-from shared.identity import ForgedRecord, check_author
+from shared.layout import Layout
+from shared.records import DIR_MODE, RECORD_MODE
 from shared.streams.decision import (
     DecisionRecord,
     Settings,
@@ -40,7 +41,7 @@ from shared.streams.decision import (
 )
 from shared.streams.rooms import Rooms
 from shared.streams.semaphore import Semaphore
-from shared.threads import AUTHOR, DIR_MODE, RECORD_MODE, Threads
+from shared.threads import Threads
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ class Streams:
 
     def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
         # Stream ids are hashes of Message-IDs (one stream per message), not time-sortable.
-        self.threads = Threads(shared_dir / "streams", "stream", "stream.json",
+        self.threads = Threads(Layout(shared_dir).streams, "stream", "stream.json",
                                top=shared_dir, enforce=enforce_identity, pattern=_ID,
                                what="stream", lister="citizen stream list")
         self.shared, self.dir = shared_dir, self.threads.root
@@ -145,28 +146,9 @@ class Streams:
     def _read(self, sid: str, name: str, author: str | None, legacy: str = "citizen",
               accept: Callable[[dict[str, Any]], bool] | None = None
               ) -> dict[str, Any] | None:
-        """A record through `Threads.read`; one written before the one author key (its
-        author under `legacy`) is checked the same way and returned with `author` set."""
-        path = self.threads.dir(sid) / name
-        try:
-            raw = read_json(path)
-        except FileNotFoundError:
-            return None
-        except CorruptFile as exc:
-            log.warning("ignoring %s: %s", path, exc)
-            return None
-        if isinstance(raw, dict) and AUTHOR not in raw and legacy in raw:
-            named = str(raw[legacy])
-            if author is not None and named != author:
-                return None
-            try:
-                check_author(path, named, self.enforce)
-            except ForgedRecord as exc:
-                log.warning("ignoring %s: %s", path, exc)
-                return None
-            rec = {**raw, AUTHOR: named}
-            return rec if accept is None or accept(rec) else None
-        return self.threads.read(sid, name, author, accept=accept)
+        """A record through `Threads.read`; one written before the one author key names
+        its author under `legacy` (a decision: `decided_by`)."""
+        return self.threads.read(sid, name, author, accept=accept, legacy=(legacy,))
 
     def has(self, sid: str, kind: str, citizen: str) -> bool:
         """Whether `citizen` has a `kind` record (thoughts, responses) in the stream."""
@@ -325,7 +307,7 @@ class Streams:
         through `Threads.read` like every other record (its file must be its author's)."""
         path = self.threads.dir(sid) / "records" / f"{citizen}.json"
         # records.write: the threads' modes, and beside a file pre-created in its name
-        records.write(self.shared, path, {**body, AUTHOR: citizen, "ts": clock.now()})
+        records.write(self.shared, path, citizen, {**body, "ts": clock.now()})
 
     def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None:
         """The decision record of one bidder (None: it has none)."""

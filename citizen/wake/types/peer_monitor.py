@@ -22,8 +22,6 @@ from shared.monitor import (
     check_nonsense,
     check_task,
     check_wakes,
-    file_findings,
-    recent_reports,
 )
 
 OPERATOR_THRESHOLD = 3
@@ -54,13 +52,12 @@ class PeerMonitorWake(WakeType):
         peer: str = gate.data["peer"]
         findings: list[Finding] = gate.data["findings"]
         me = setup.home.name
-        shared = paths.shared_dir()
-        file_findings(shared, peer, me, findings)
-        civilization.commons(setup.templates).ring(peer, "REFLECT", f"peer report from {me}",
-                                                   sender=me)
+        commons = civilization.commons(setup.templates)
+        commons.monitor.file(peer, me, findings)
+        commons.ring(peer, "REFLECT", f"peer report from {me}", sender=me)
         summary = "; ".join(f"{f.kind}: {f.detail}" for f in findings)
         env.contexts["peer_monitor"].add(f"{peer}: {summary}")
-        if recent_reports(shared, peer) >= OPERATOR_THRESHOLD:
+        if commons.monitor.recent(peer) >= OPERATOR_THRESHOLD:
             _tell_operators(setup, env, peer, summary)
         return (setup.templates.wake_prompt(self.name, peer=peer)
                 + "\n\nWhat the checks found:\n"

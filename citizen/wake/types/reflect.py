@@ -4,18 +4,18 @@ from __future__ import annotations
 
 from typing import Any
 
-from citizen.config import paths
+from citizen import civilization
 from citizen.home import state
 from citizen.tools.base import ToolEnv
 from citizen.wake.types.base import WORK_WAKES, Ending, Gate, Setup, WakeType
-from shared.monitor import reports_about
+from shared.records import AUTHOR
 
 MARK = "reflected_through_wake"
 SEEN = "peer_reports_seen"
 
 
 def _reports_about(setup: Setup) -> list[dict[str, Any]]:
-    return reports_about(paths.shared_dir(), setup.home.name)
+    return civilization.commons(setup.templates).monitor.about(setup.home.name)
 
 
 class ReflectWake(WakeType):
@@ -34,7 +34,7 @@ class ReflectWake(WakeType):
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         text = setup.templates.wake_prompt(self.name)
         for report in gate.data["reports"]:
-            text += (f"\n\nA peer, {report['by']}, reported about you: "
+            text += (f"\n\nA peer, {report[AUTHOR]}, reported about you: "
                      + "; ".join(f"{f['kind']}: {f['detail']}" for f in report["findings"]))
         return text
 
