@@ -6,7 +6,7 @@
 #   sudo scripts/setup_server.sh                    # the citizens of templates/
 #   sudo scripts/setup_server.sh opus mira          # just these
 #
-# Layout (DESIGN.md §1, DEPLOY.md §8): group `citizens`; /home/shared (3775: setgid,
+# Layout (docs/architecture.md §3, DEPLOY.md §8): group `citizens`; /home/shared (3775: setgid,
 # sticky); one user and home (0750) per citizen with ~/code a clone of
 # /home/shared/baseline; the operator's rules and secrets in /etc/experience; the
 # release root runs in /opt/experience/release; dependencies only in

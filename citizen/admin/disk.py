@@ -1,6 +1,6 @@
 """Each citizen's disk budget, enforced from outside its Unix user.
 
-A citizen's whole user is untrusted (DESIGN.md §12), so nothing it runs can be the
+A citizen's whole user is untrusted (docs/architecture.md §4), so nothing it runs can be the
 check: root's `experience-disk.timer` runs the root-owned release's `citizen disk
 check --enforce` every few minutes. It measures each home with `du` (links not
 followed, one file system, each inode once, blocks really used - a sparse file counts

@@ -1,4 +1,4 @@
-"""The broker: the one process that holds what the operator relies on (DESIGN.md §12).
+"""The broker: the one process that holds what the operator relies on (docs/architecture.md §4).
 
 A citizen's whole Unix user is untrusted - its daemon runs code the citizen may rewrite -
 so the model keys, the prices, the caps and the ledger live in `experience-broker`, a
@@ -11,8 +11,12 @@ the kernel's peer credentials (`SO_PEERCRED`), never by anything the caller send
   read only from the broker's own templates and the operator's directory.
 - `estimate`: a request's worst-case cost and a response's real usage (streamed or not).
 - `server`: the socket, the caller's identity, and the Messages API forwarding.
-- `client`: the daemon's side - where the socket is, an httpx transport over it, and in
-  dev mode a broker started as a child of `citizen`.
+- the citizen's side is `citizen.access` (where the socket is, an HTTP transport over it,
+  and in dev mode a broker started as a child of `citizen`).
+
+The broker is the top of the layers below the CLI: it may import everything a citizen's
+code has (config, llm prices, mail parsing, the sandbox, the commons door), and nothing of
+a citizen's process imports it - citizens reach it only through its socket.
 
 Dev mode has the same shape: the broker runs as the developer, its socket and ledger
 under the civilization root (`CIV_ROOT/.broker/`).
