@@ -163,7 +163,8 @@ def test_overload_exhausting_retries_is_a_clear_error(
 
 
 def test_bad_key_names_the_fix(messages_api: MessagesServer) -> None:
-    with pytest.raises(ProviderError, match=r"HTTP 401.*check ANTHROPIC_API_KEY"):
+    # dev mode: the home's .env (a server names root's /etc/experience/<name>.env instead)
+    with pytest.raises(ProviderError, match=r"HTTP 401.*check ANTHROPIC_API_KEY in /\S+/\.env"):
         provider(messages_api, key="sk-wrong").complete(ask())
     assert len(messages_api.requests) == 1  # 401 is not retried
 

@@ -14,7 +14,7 @@ from typing import Any
 
 import anthropic
 
-from citizen.config import CitizenConfig, ModelPrice
+from citizen.config import CitizenConfig, ModelPrice, paths, server_mode
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.home.spend import DailyCapReached
 from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
@@ -26,9 +26,16 @@ DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-aft
 BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never retried)
 BROKER_URL = "http://broker"  # citizen.access.client.BASE_URL: the socket, not a host
 
+def _key_file(config: CitizenConfig) -> str:
+    """Where the operator puts this citizen's model key: root's file on a server (the
+    broker reads it), the home's `.env` in dev mode."""
+    if server_mode():
+        return f"{paths.operator_secrets_file(config.name)} (the broker's)"
+    return str(paths.citizen_env_file(config.name))
+
+
 _STATUS_FIX = {
     400: "the request was malformed - this is a bug in Experience; report it with the wake log",
-    401: "the API key was refused - check ANTHROPIC_API_KEY in the citizen's .env",
     403: "refused - the broker's message says why (a model outside the council, no key "
          "configured, not a citizen), else the key may not use this model",
     404: "no such model - check the council model names in the citizen config",
@@ -95,6 +102,9 @@ class AnthropicProvider(Provider):
             fix = _STATUS_FIX.get(exc.status_code) or (
                 "the API kept failing after retries - the next wake will try again"
                 if exc.status_code >= 500 else "see the message above")
+            if exc.status_code == 401:  # the key's file is the broker's on a server
+                fix = ("the API key was refused - check ANTHROPIC_API_KEY in "
+                       f"{_key_file(self.config)}")
             if exc.status_code == 400 and _TOO_LONG.search(exc.message):
                 fix = ("the prompt is longer than the model's context window - lower the "
                        "context caps in the citizen config, or give the server more context")
