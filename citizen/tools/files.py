@@ -67,7 +67,7 @@ def resolve(env: ToolEnv, path: str, writing: bool = False) -> Path:
     return target
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def read_file(env: ToolEnv, path: str, offset: int = 0, limit: int = 20000) -> str:
     """Read a text file (part of it for large files).
 
