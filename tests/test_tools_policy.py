@@ -91,6 +91,8 @@ def test_each_built_in_tool_carries_its_policy() -> None:
     assert policy["tool_propose"] == (False, False, "can_create_tools")
     assert policy["debate_start"] == (False, False, "can_start_debates")
     assert all(t.reads for t in tools.values() if t.cacheable)
+    writing = {n: t.writes for n, t in tools.items() if t.writes is not None}
+    assert writing == {"write_file": "path", "append_file": "path", "str_replace_file": "path"}
 
 
 def test_only_a_reading_tool_may_be_cacheable() -> None:

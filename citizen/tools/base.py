@@ -101,6 +101,8 @@ class Tool:
     change, so a repeat is answered from the wake's cache until a change of state (not
     mail or the web: the world changes those).
     `permission`: the operator's permission (config `permissions`) it needs, or None.
+    `writes`: the argument naming the file it writes, if any (the wake log records it,
+    and a task's evidence is checked against it: citizen.tools.evidence).
     """
 
     name: str
@@ -110,10 +112,15 @@ class Tool:
     reads: bool = False
     cacheable: bool = False
     permission: str | None = None
+    writes: str | None = None
 
     def __post_init__(self) -> None:
         if self.cacheable and not self.reads:
             raise ValueError(f"tool {self.name}: only a reading tool's result may be cached")
+        if self.writes is not None and (self.reads or self.writes not in self.schema.get(
+                "properties", {})):
+            raise ValueError(f"tool {self.name}: writes={self.writes!r} must name an argument "
+                             "of a tool that does not only read")
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.schema)
@@ -181,22 +188,24 @@ def tool(func: Callable[..., str], /) -> Tool: ...
 
 
 @overload
-def tool(*, reads: bool = False, cacheable: bool = False,
-         permission: str | None = None) -> Callable[[Callable[..., str]], Tool]: ...
+def tool(*, reads: bool = False, cacheable: bool = False, permission: str | None = None,
+         writes: str | None = None) -> Callable[[Callable[..., str]], Tool]: ...
 
 
 def tool(func: Callable[..., str] | None = None, /, *, reads: bool = False,
-         cacheable: bool = False,
-         permission: str | None = None) -> Tool | Callable[[Callable[..., str]], Tool]:
+         cacheable: bool = False, permission: str | None = None,
+         writes: str | None = None) -> Tool | Callable[[Callable[..., str]], Tool]:
     """Make a `Tool` from a function whose first parameter is the `ToolEnv`: `@tool`,
-    or `@tool(reads=..., cacheable=..., permission=...)` with its policy (see `Tool`)."""
+    or `@tool(reads=..., cacheable=..., permission=..., writes=...)` with its policy
+    (see `Tool`)."""
     if func is None:
-        return lambda f: _make(f, reads=reads, cacheable=cacheable, permission=permission)
-    return _make(func, reads=reads, cacheable=cacheable, permission=permission)
+        return lambda f: _make(f, reads=reads, cacheable=cacheable, permission=permission,
+                               writes=writes)
+    return _make(func, reads=reads, cacheable=cacheable, permission=permission, writes=writes)
 
 
 def _make(func: Callable[..., str], *, reads: bool, cacheable: bool,
-          permission: str | None) -> Tool:
+          permission: str | None, writes: str | None) -> Tool:
     doc = inspect.getdoc(func) or ""
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     params = _param_docs(doc)
@@ -215,4 +224,4 @@ def _make(func: Callable[..., str], *, reads: bool, cacheable: bool,
     schema = {"type": "object", "properties": props, "required": required,
               "additionalProperties": False}
     return Tool(func.__name__, summary, schema, func, reads=reads, cacheable=cacheable,
-                permission=permission)
+                permission=permission, writes=writes)

@@ -242,13 +242,16 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
         output = env.secrets.redact(output)  # whatever a tool read, a secret never goes on
         if tool.cacheable:
             cache[key] = output
-    _log(env, name, args, output, error=error, cached=cached, started=started)
+    wrote = tool.writes if tool is not None and not error else None
+    _log(env, name, args, output, error=error, cached=cached, started=started,
+         **({"wrote": str(args[wrote])} if wrote and args.get(wrote) else {}))
     return output, error
 
 
 def _log(env: ToolEnv, name: str, args: dict[str, Any], output: str, *, error: bool,
-         cached: bool, started: float) -> None:
+         cached: bool, started: float, **more: str) -> None:
+    """The `tool_call` event (`wrote`: the file a writing tool wrote, see `Tool.writes`)."""
     if env.log is not None:
         env.log.event("tool_call", tool=name, args=args, result=output[:_SUMMARY],
                       result_chars=len(output), error=error, cached=cached,
-                      duration_s=round(time.monotonic() - started, 3))
+                      duration_s=round(time.monotonic() - started, 3), **more)
