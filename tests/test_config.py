@@ -242,6 +242,17 @@ def test_output_schemas_are_filled_from_code(tpl_dir: Path) -> None:
         tpl.schema("nothing_like_it")
 
 
+def test_the_selection_route_and_bid_schemas_are_data(tpl_dir: Path) -> None:
+    """The three output schemas once written inline in code load from templates/schemas/."""
+    tpl = config.Templates(tpl_dir)
+    picked = tpl.schema("tool_select", tools=["read_file", "write_file"], max_tools=12)
+    assert picked["properties"]["tools"] == {"type": "array", "maxItems": 12,
+                                             "items": {"enum": ["read_file", "write_file"]}}
+    assert tpl.schema("route", tiers=("fast", "primary"))["properties"]["tier"] == {
+        "enum": ["fast", "primary"]}
+    assert tpl.schema("stream_bid")["required"] == ["claim", "confidence", "reasoning"]
+
+
 def test_the_rules_come_from_the_rules_dir_not_the_codes_templates(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Break 5 of issue 28: a citizen raising its caps and permissions in its own

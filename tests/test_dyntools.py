@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from citizen.tools import core_tools, sandbox
+from citizen.tools import ToolFailure, core_tools, sandbox
 from citizen.tools.dynamic import dynamic_tools
 from shared.errors import Invalid, NotAllowed
 from tests.scripts import tool_env
@@ -41,6 +41,12 @@ def test_a_tool_becomes_callable_after_two_approvals_with_passing_tests(civ: Pat
     assert second["callable"] is True
     tools = dynamic_tools(tool_env("mira").config)
     assert tools["reverse_text"].run(tool_env("mira"), {"text": "stressed"}) == "desserts"
+    # Its policy is set where it is built: a peer's code may change anything it can reach.
+    reverse = tools["reverse_text"]
+    assert (reverse.reads, reverse.cacheable, reverse.permission) == (False, False, None)
+    with pytest.raises(ToolFailure, match=r"^bad arguments for reverse_text \(missing a "
+                       r"required argument: 'text'\); its parameters: text$"):
+        reverse.run(tool_env("mira"), {})
 
 
 def test_failing_tests_never_make_a_tool_callable(civ: Path) -> None:

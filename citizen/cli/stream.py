@@ -199,7 +199,6 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     """
     from citizen.llm import make_provider  # noqa: PLC0415 - only here is a model needed
     from citizen.llm.base import Request  # noqa: PLC0415
-    from citizen.wake.types.stream import BID_SCHEMA  # noqa: PLC0415
 
     streams = civilization.streams()
     rec = streams.read_record(sid, name)
@@ -217,8 +216,9 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
                         override="" if provider == "auto" else provider)
     system = [] if prompt_only else _recorded_system(name, rec)
     started = time.monotonic()
+    schema = config.templates().schema("stream_bid")
     reply = llm.complete(Request(messages=[{"role": "user", "content": rec["prompt"]}],
-                                 system=system, output_schema=BID_SCHEMA, max_tokens=120,
+                                 system=system, output_schema=schema, max_tokens=120,
                                  tier="fast", purpose="stream_bid_replay"))
     new = reply.data or {}
     click.echo(f"{'':<12} {'recorded':<40} replay ({llm.describe()})")

@@ -8,6 +8,9 @@ the moves the rules allow now - is a placeholder the caller fills:
     {"$each": "values", "schema": {...}}   -> {"<value>": {...}, ...}  (e.g. properties)
     {"$value": "max_step"}                 -> the value itself (a number, a string)
 
+A `$value` placeholder holds a number when its name ends in `_step` or starts with
+`max_` or `min_` (the load-time check fills it with one); anything else holds a list.
+
 Every file is parsed and checked as a JSON Schema (placeholders filled with samples)
 when the templates load, so a broken file fails at start with its path, not in a wake.
 """
@@ -72,7 +75,7 @@ class _Samples(dict):  # type: ignore[type-arg]
     """Any placeholder filled with a sample, to check a file's shape."""
 
     def __missing__(self, key: str) -> Any:
-        return 1 if "step" in key else ["sample"]
+        return 1 if "step" in key or key.startswith(("max_", "min_")) else ["sample"]
 
 
 @cache

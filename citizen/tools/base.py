@@ -7,9 +7,18 @@
         :param path: file path, relative to your home
         '''
 
-A tool returns text for the model. A fault in the tool's use (bad path, timeout)
-raises `ToolFailure`, which goes back to the model as an observation; anything
-else is a bug in our code and ends the wake with the traceback in its log.
+Its policy sits on the decorator, next to the function, not in tables keyed by name:
+
+    @tool(reads=True, cacheable=True)        # changes nothing; a repeat may be cached
+    @tool(reads=True)                        # changes nothing ours, but the world may
+    @tool(permission="can_send_email")       # only if the operator grants it
+
+A tool returns text for the model. Its arguments are bound against its signature
+before it runs: arguments it does not take are a `ToolFailure` naming its parameters.
+A fault in the tool's use (bad path, timeout) raises `ToolFailure`, which goes back to
+the model as an observation; anything else raised inside the tool (a TypeError too) is
+a bug in our code: it ends the wake with the traceback in its log, marked as raised
+inside the tool, never mistaken for bad arguments.
 """
 
 from __future__ import annotations
@@ -21,7 +30,7 @@ import typing
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, overload
 
 from citizen.config import CitizenConfig, Secrets
 from citizen.config.paths import Home
@@ -31,21 +40,13 @@ from citizen.home.memory import Memory
 from citizen.home.tasks import Task, TaskQueue
 from citizen.home.wakelog import WakeLog
 from citizen.llm.base import ToolSpec
+from shared.errors import SharedError
 
 RESULT_CHARS = 8000  # what a tool result may put into the conversation
 # The operator's permissions (config `permissions`), checked where the action happens:
 # every tool call goes through `Tool.run`, whoever asks - the wake loop or `citizen tool`.
+# Each tool names the one it needs (`@tool(permission=...)`, with its why beside it).
 # `can_use_network` is checked by shell_command itself (it decides the sandbox's network).
-# `citizen_request` only asks: the broker checks `can_onboard_citizens` again from the
-# operator's files, and root creates the citizen (citizen.broker.onboarding).
-PERMISSIONS = {
-    "citizen_request": "can_onboard_citizens",
-    "send_email": "can_send_email",
-    "code_announce": "can_modify_shared_code",
-    "code_adopt": "can_modify_shared_code",
-    "tool_propose": "can_create_tools",
-    "debate_start": "can_start_debates",
-}
 _JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean"}
 
 
@@ -92,26 +93,70 @@ class ToolEnv:
 
 @dataclass(frozen=True)
 class Tool:
-    """A callable tool and its schema."""
+    """A callable tool, its schema and its policy.
+
+    `reads`: it changes no state of this citizen's, so calling it is no change of state
+    (the wake loop neither empties its cache nor restarts the repetition counts).
+    `cacheable`: a reading tool whose result depends only on state the wake's own calls
+    change, so a repeat is answered from the wake's cache until a change of state (not
+    mail or the web: the world changes those).
+    `permission`: the operator's permission (config `permissions`) it needs, or None.
+    `writes`: the argument naming the file it writes, if any (the wake log records it,
+    and a task's evidence is checked against it: citizen.tools.evidence).
+    """
 
     name: str
     description: str
     schema: dict[str, Any]
     func: Callable[..., str]
+    reads: bool = False
+    cacheable: bool = False
+    permission: str | None = None
+    writes: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.cacheable and not self.reads:
+            raise ValueError(f"tool {self.name}: only a reading tool's result may be cached")
+        if self.writes is not None and (self.reads or self.writes not in self.schema.get(
+                "properties", {})):
+            raise ValueError(f"tool {self.name}: writes={self.writes!r} must name an argument "
+                             "of a tool that does not only read")
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.schema)
 
     def allowed(self, config: CitizenConfig) -> bool:
         """Whether the operator's permissions let this citizen use this tool."""
-        need = PERMISSIONS.get(self.name)
-        return need is None or bool(config.permissions.get(need, False))
+        return self.permission is None or bool(config.permissions.get(self.permission, False))
+
+    def parameters(self) -> str:
+        """Its parameters as the model should read them: `path, limit (optional)`."""
+        props, required = self.schema.get("properties"), self.schema.get("required")
+        names = list(props) if isinstance(props, dict) else []
+        need = required if isinstance(required, list) else []
+        return ", ".join(p if p in need else f"{p} (optional)" for p in names) or "none"
 
     def run(self, env: ToolEnv, args: dict[str, Any]) -> str:
+        """Check the permission, bind `args` to the signature, call, clip the result.
+
+        :raises ToolFailure: not permitted, arguments it does not take, or the tool's own.
+        """
         if not self.allowed(env.config):
-            raise ToolFailure(f"{self.name} needs the permission {PERMISSIONS[self.name]}, "
+            raise ToolFailure(f"{self.name} needs the permission {self.permission}, "
                               "which your operator has not granted")
-        out = self.func(env, **args)
+        try:
+            bound = inspect.signature(self.func).bind(env, **args)
+        except TypeError as exc:  # before the call: only the arguments can be wrong here
+            raise ToolFailure(f"bad arguments for {self.name} ({exc}); its parameters: "
+                              f"{self.parameters()}") from exc
+        try:
+            out = self.func(*bound.args, **bound.kwargs)
+        except (ToolFailure, SharedError):
+            raise
+        except Exception as exc:
+            exc.add_note(f"raised inside the tool {self.name}: a failure of the tool, "
+                         "not of its arguments")
+            raise
         return clip(out)
 
 
@@ -138,8 +183,29 @@ def _json_type(annotation: Any) -> dict[str, Any]:
     raise TypeError(f"tool parameter type {annotation!r} has no JSON schema mapping")
 
 
-def tool(func: Callable[..., str]) -> Tool:
-    """Make a `Tool` from a function whose first parameter is the `ToolEnv`."""
+@overload
+def tool(func: Callable[..., str], /) -> Tool: ...
+
+
+@overload
+def tool(*, reads: bool = False, cacheable: bool = False, permission: str | None = None,
+         writes: str | None = None) -> Callable[[Callable[..., str]], Tool]: ...
+
+
+def tool(func: Callable[..., str] | None = None, /, *, reads: bool = False,
+         cacheable: bool = False, permission: str | None = None,
+         writes: str | None = None) -> Tool | Callable[[Callable[..., str]], Tool]:
+    """Make a `Tool` from a function whose first parameter is the `ToolEnv`: `@tool`,
+    or `@tool(reads=..., cacheable=..., permission=..., writes=...)` with its policy
+    (see `Tool`)."""
+    if func is None:
+        return lambda f: _make(f, reads=reads, cacheable=cacheable, permission=permission,
+                               writes=writes)
+    return _make(func, reads=reads, cacheable=cacheable, permission=permission, writes=writes)
+
+
+def _make(func: Callable[..., str], *, reads: bool, cacheable: bool,
+          permission: str | None, writes: str | None) -> Tool:
     doc = inspect.getdoc(func) or ""
     summary = doc.split("\n\n", 1)[0].replace("\n", " ").strip()
     params = _param_docs(doc)
@@ -157,4 +223,5 @@ def tool(func: Callable[..., str]) -> Tool:
         props[name] = prop
     schema = {"type": "object", "properties": props, "required": required,
               "additionalProperties": False}
-    return Tool(func.__name__, summary, schema, func)
+    return Tool(func.__name__, summary, schema, func, reads=reads, cacheable=cacheable,
+                permission=permission, writes=writes)

@@ -37,7 +37,8 @@ def _run(step: object) -> str:
     return json.dumps(step() if callable(step) else step, default=str)
 
 
-@tool
+# An announced change is code peers test and may adopt: only if the operator grants it.
+@tool(permission="can_modify_shared_code")
 def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
     """Announce the change you committed last in your code, so peers test and may adopt it.
 
@@ -60,13 +61,13 @@ def code_report_outcome(env: ToolEnv, change_id: str,
     return _run(lambda: evolution().report(change_id, env.home.name, outcome, note).summary())
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def code_pending_reviews(env: ToolEnv) -> str:
     """List peers' changes waiting for your test and report."""
     return _run(lambda: [c.summary() for c in evolution().pending_reviews(env.home.name)])
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def code_verified_good(env: ToolEnv) -> str:
     """List the changes verified to work, which you may adopt."""
     return _run(lambda: [c.summary() for c in evolution().verified_good()])
@@ -113,7 +114,8 @@ def code_test(env: ToolEnv, change_id: str) -> str:
                 f"{result.stderr[-1000:]}", 4000)
 
 
-@tool
+# Adopting changes the code this citizen's own daemon runs: only if the operator grants it.
+@tool(permission="can_modify_shared_code")
 def code_adopt(env: ToolEnv, change_id: str) -> str:
     """Adopt a verified-good change into your code (cherry-pick; aborted cleanly on conflict).
 
@@ -122,13 +124,13 @@ def code_adopt(env: ToolEnv, change_id: str) -> str:
     return _run(lambda: evolution().adopt(change_id, env.home.name, env.home.code).summary())
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def code_my_divergence(env: ToolEnv) -> str:
     """List the files in which your code differs from the baseline."""
     return _run(lambda: divergence(env.home.code, paths.shared_dir() / "baseline"))
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def code_list_changes(env: ToolEnv, citizen: str) -> str:
     """List the files in which a peer's code differs from the baseline.
 
@@ -139,7 +141,7 @@ def code_list_changes(env: ToolEnv, citizen: str) -> str:
                                    reader=env.home.code))
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def code_status(env: ToolEnv) -> str:
     """Adoption rates of every change, and what is still pending."""
     return _run(lambda: evolution().status())

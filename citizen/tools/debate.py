@@ -7,7 +7,8 @@ from citizen.home import spend
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 
-@tool
+# A debate spends peers' wakes and budgets: only if the operator grants it.
+@tool(permission="can_start_debates")
 def debate_start(env: ToolEnv, topic: str, participants: str) -> str:
     """Start a structured debate to find the real crux of a disagreement: stages,
     steelmans, commitments and falsifiers; the result is a crux others can check.

@@ -26,7 +26,7 @@ def dry_violation_report(env: ToolEnv, location: str, description: str, fix: str
                                                              description, fix)
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def dry_violation_list(env: ToolEnv, status: Literal["open", "fixed", "all"] = "open") -> str:
     """List DRY violations.
 
@@ -46,7 +46,7 @@ def dry_violation_fixed(env: ToolEnv, violation_id: str, note: str) -> str:
     return f"{violation_id} marked fixed"
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def civ_goals_list(env: ToolEnv) -> str:
     """List the civilization's goals with their steps and derived progress."""
     return json.dumps(_commons().goals.all())

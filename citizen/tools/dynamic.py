@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -33,7 +35,8 @@ def boxed(env: ToolEnv) -> Wrap:
     return wrap
 
 
-@tool
+# A proposed tool is code peers run once approved: only if the operator grants it.
+@tool(permission="can_create_tools")
 def tool_propose(env: ToolEnv, *, name: str, description: str, input_schema: str, code: str,
                  tests: str) -> str:
     """Propose a new tool: its code (defining run(**args) -> str) and its pytest tests.
@@ -70,7 +73,7 @@ def tool_review(env: ToolEnv, name: str, decision: Literal["approve", "reject"],
     return json.dumps({k: review[k] for k in ("decision", "tests_passed", "callable")})
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def tool_list(env: ToolEnv) -> str:
     """List the proposed tools and whether each is callable."""
     return json.dumps(registry(env.config).listing())
@@ -80,18 +83,53 @@ DYNAMIC_ADMIN_TOOLS = (tool_propose, tool_review, tool_list)
 
 
 def dynamic_tools(config: CitizenConfig) -> dict[str, Tool]:
-    """Every approved, passing, unmodified dynamic tool, as a callable Tool."""
+    """Every approved, passing, unmodified dynamic tool, as a callable Tool.
+
+    Its policy is set here: a peer's code may do anything its sandbox allows, so each
+    call may change state (never cached, it empties the wake's cache) and needs no
+    permission beyond the one its proposer needed (`can_create_tools`).
+    """
     reg = registry(config)
     out: dict[str, Tool] = {}
     for entry in reg.listing():
         if not entry["callable"]:
             continue
-        manifest = reg.manifest(entry["name"])
-
-        def call(env: ToolEnv, _name: str = entry["name"], **args: Any) -> str:
-            return registry(env.config).call(_name, args, env.home.dir,
-                                             scrubbed_env(str(env.home.dir)), wrap=boxed(env))
-
-        out[entry["name"]] = Tool(entry["name"], f"{manifest['description']} (by "
-                                  f"{manifest['author']})", dict(manifest["input_schema"]), call)
+        name = entry["name"]
+        manifest = reg.manifest(name)
+        schema = dict(manifest["input_schema"])
+        out[name] = Tool(name, f"{manifest['description']} (by {manifest['author']})", schema,
+                         _caller(name, schema), reads=False, cacheable=False, permission=None)
     return out
+
+
+def _caller(name: str, schema: dict[str, Any]) -> Callable[..., str]:
+    """The function a dynamic tool runs, with a signature from its input schema, so its
+    arguments are bound like a core tool's before it runs (and its name is no argument
+    a caller could override)."""
+
+    def call(env: ToolEnv, **args: Any) -> str:
+        return registry(env.config).call(name, args, env.home.dir,
+                                         scrubbed_env(str(env.home.dir)), wrap=boxed(env))
+
+    call.__signature__ = _signature(schema)  # type: ignore[attr-defined]
+    return call
+
+
+def _signature(schema: dict[str, Any]) -> inspect.Signature:
+    """(env, *, <required>, <optional>=None) from a JSON schema, and `**__extra` too when
+    the schema allows other properties; only `(env, **__extra)` when it names a property
+    that cannot be a Python parameter."""
+    env = inspect.Parameter("env", inspect.Parameter.POSITIONAL_OR_KEYWORD)
+    extra = inspect.Parameter("__extra", inspect.Parameter.VAR_KEYWORD)
+    props = schema.get("properties")
+    names = [str(p) for p in props] if isinstance(props, dict) else []
+    required = schema.get("required")
+    need = set(required) if isinstance(required, list) else set()
+    if not all(n.isidentifier() and n not in {"env", "__extra"} for n in names):
+        return inspect.Signature([env, extra])
+    kw = inspect.Parameter.KEYWORD_ONLY
+    params = [env, *[inspect.Parameter(n, kw) for n in names if n in need],
+              *[inspect.Parameter(n, kw, default=None) for n in names if n not in need]]
+    if schema.get("additionalProperties", True) is not False:
+        params.append(extra)
+    return inspect.Signature(params)

@@ -196,10 +196,6 @@ def check(home: Path, wanted: dict[str, Any], touched: list[str], *, summary: st
     return problems, evidence, files
 
 
-# Tools whose `path` argument names a file the task wrote.
-WRITES = ("write_file", "append_file", "str_replace_file")
-
-
 def tool_calls(log_path: Path | None) -> list[dict[str, Any]]:
     """The tool calls a wake's log records."""
     if log_path is None or not log_path.is_file():
@@ -208,11 +204,11 @@ def tool_calls(log_path: Path | None) -> list[dict[str, Any]]:
 
 
 def written(calls: list[dict[str, Any]]) -> list[str]:
-    """The files these tool calls wrote, in order, once each."""
-    return list(dict.fromkeys(
-        str(c["args"]["path"]) for c in calls
-        if c.get("tool") in WRITES and not c.get("error") and isinstance(c.get("args"), dict)
-        and c["args"].get("path")))
+    """The files these tool calls wrote, in order, once each: what the wake loop logged
+    as `wrote` for a tool that says which argument names the file it writes
+    (`Tool.writes`)."""
+    return list(dict.fromkeys(str(c["wrote"]) for c in calls
+                              if c.get("wrote") and not c.get("error")))
 
 
 def touched(history: list[dict[str, Any]], log_path: Path | None) -> list[str]:

@@ -67,7 +67,7 @@ def resolve(env: ToolEnv, path: str, writing: bool = False) -> Path:
     return target
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def read_file(env: ToolEnv, path: str, offset: int = 0, limit: int = 20000) -> str:
     """Read a text file (part of it for large files).
 
@@ -91,7 +91,7 @@ def read_file(env: ToolEnv, path: str, offset: int = 0, limit: int = 20000) -> s
     return part if part else "(empty)"
 
 
-@tool
+@tool(writes="path")  # its `path` is a file the task wrote (task evidence)
 def write_file(env: ToolEnv, path: str, content: str) -> str:
     """Create or overwrite a text file in your home directory.
 
@@ -103,7 +103,7 @@ def write_file(env: ToolEnv, path: str, content: str) -> str:
     return f"wrote {len(content)} characters to {target}"
 
 
-@tool
+@tool(writes="path")  # its `path` is a file the task wrote (task evidence)
 def append_file(env: ToolEnv, path: str, content: str) -> str:
     """Append text to a file in your home directory (creating it): build a large file in
     parts - write_file the first part, then append_file each next one.
@@ -117,7 +117,7 @@ def append_file(env: ToolEnv, path: str, content: str) -> str:
     return f"appended {len(content)} characters to {target} (now {len(data)} bytes)"
 
 
-@tool
+@tool(writes="path")  # its `path` is a file the task wrote (task evidence)
 def str_replace_file(env: ToolEnv, path: str, old: str, new: str) -> str:
     """Replace one exact occurrence of a text in a file.
 

@@ -18,7 +18,7 @@ def _json(value: object) -> str:
     return json.dumps(value, ensure_ascii=False)
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def library_list(env: ToolEnv, domain: str = "") -> str:
     """List the approved knowledge modules (id, domain, summary, version, maintainer).
 
@@ -27,7 +27,7 @@ def library_list(env: ToolEnv, domain: str = "") -> str:
     return _json(library(env).modules(domain)) or "[]"
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def library_load(env: ToolEnv, module_id: str) -> str:
     """Read one approved module in full.
 
@@ -36,7 +36,7 @@ def library_load(env: ToolEnv, module_id: str) -> str:
     return _json(library(env).load(module_id))
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def library_search(env: ToolEnv, query: str) -> str:
     """Search the approved modules by words.
 
@@ -60,7 +60,7 @@ def library_propose(env: ToolEnv, module_id: str, domain: str, summary: str,
     return f"proposed {module['id']} version {module['version']}; it waits for peer review"
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def library_pending(env: ToolEnv) -> str:
     """List the proposals waiting for review, with the reviews they have."""
     return _json(library(env).pending())

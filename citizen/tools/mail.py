@@ -10,7 +10,8 @@ from citizen.mail.outbox import deliver, queue, request
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 
-@tool
+# Mail leaves the machine under the operator's name: only if the operator grants it.
+@tool(permission="can_send_email")
 def send_email(env: ToolEnv, to: str, subject: str, body: str) -> str:
     """Send an email to an operator or another citizen.
 
@@ -30,7 +31,7 @@ def send_email(env: ToolEnv, to: str, subject: str, body: str) -> str:
     return f"queued; it will be sent later ({done.detail})"
 
 
-@tool
+@tool(reads=True)  # the world changes its result: never cached
 def check_email(env: ToolEnv, limit: int = 10) -> str:
     """List the latest mail that became your tasks (sender, subject, task, its state).
 

@@ -8,7 +8,7 @@ from typing import Literal
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 
 
-@tool
+@tool(reads=True, cacheable=True)
 def memory_search(env: ToolEnv, query: str, limit: int = 8) -> str:
     """Search your memory (raw wake notes and daily, weekly, monthly summaries) by words.
 

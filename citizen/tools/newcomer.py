@@ -1,7 +1,7 @@
 """`citizen_request`: ask the operator for a new citizen, through the broker.
 
 Offered only where the operator's rules grant `permissions.can_onboard_citizens`
-(citizen.tools.base.PERMISSIONS); the broker checks that permission again from the
+(its `@tool(permission=...)`); the broker checks that permission again from the
 operator's files (citizen.broker.onboarding), since a citizen may rewrite this code.
 """
 
@@ -14,7 +14,9 @@ from citizen.tools.base import ToolEnv, ToolFailure, tool
 REQUEST_PATH = "/v1/experience/citizens/request"
 
 
-@tool
+# A newcomer is a new Unix user with its own budget: the operator's to grant (the broker
+# checks the permission again from the operator's files, since a citizen may rewrite this).
+@tool(permission="can_onboard_citizens")
 def citizen_request(env: ToolEnv, name: str, focus: str, strengths: str, why: str) -> str:
     """Ask for a new citizen to join the civilization. The operator reviews the request
     and creates the citizen only if they agree; the newcomer starts from the shared

@@ -160,7 +160,7 @@ def _network_allowed(env: ToolEnv) -> None:
                           f"permissions.can_use_network to true in {env.config.source}")
 
 
-@tool
+@tool(reads=True)  # the world changes its result: never cached
 def web_fetch(env: ToolEnv, url: str) -> str:
     """Fetch a web page (or text file) and return its text.
 
@@ -176,7 +176,7 @@ def search_configured() -> bool:
     return bool(os.environ.get(SEARCH_URL_ENV))
 
 
-@tool
+@tool(reads=True)  # the world changes its result: never cached
 def web_search(env: ToolEnv, query: str) -> str:
     """Search the web; returns titles, URLs and snippets.
 

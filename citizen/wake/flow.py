@@ -99,7 +99,8 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
         status, why = "interrupted", "stopped before it finished (second SIGTERM or Ctrl-C)"
         raise
     except Exception as exc:  # any bug ends this wake, recorded; the daemon lives on
-        status, why = "failed", f"{type(exc).__name__}: {exc}"
+        notes = "".join(f" ({n})" for n in getattr(exc, "__notes__", ()))  # e.g. which tool
+        status, why = "failed", f"{type(exc).__name__}: {exc}{notes}"
         wlog.event("error", error=why, traceback=traceback.format_exc())
         log.exception("wake %d of %s failed", number, name)
     finally:

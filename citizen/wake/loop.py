@@ -4,9 +4,10 @@ Limits are enforced *before* a call would exceed them: the dollar cap (from the
 citizen's budget, with the next call priced at its worst case) and the iteration
 cap.
 
-Tool results are never stale. Only pure reads (`READS`) are answered from a cache, and
-any call that may change state (a write, a shell command, a test run, a dynamic tool:
-everything not in `READS` or `VOLATILE`) empties it. The breaker ends a wake when the
+Tool results are never stale. Only a tool that says so (`Tool.cacheable`: a pure read of
+state the wake's own calls change) is answered from a cache, and any call of a tool that
+may change state (a write, a shell command, a test run, a dynamic tool: every tool
+without `Tool.reads`) empties it. The breaker ends a wake when the
 same call gets the same result a third time with no change of state in between:
 re-reading after an edit, or re-running tests after a fix, is progress; so is polling
 whose result changes.
@@ -33,16 +34,6 @@ from citizen.wake.types.base import Ending
 from shared.errors import SharedError
 
 NO_PROGRESS_REPEATS = 3
-# Tools whose result depends only on state the wake's own calls change: cached until a
-# call that may change state. (Not mail or web: the world changes them.)
-READS = frozenset({
-    "read_file", "memory_search", "library_list", "library_search", "library_load",
-    "library_pending", "tool_list", "code_status", "code_pending_reviews",
-    "code_verified_good", "code_my_divergence", "code_list_changes", "dry_violation_list",
-    "civ_goals_list"})
-# Tools that change nothing of ours but whose result the world may change: never cached,
-# never counted as a change of state.
-VOLATILE = frozenset({"web_fetch", "web_search", "check_email"})
 _SUMMARY = 300
 
 
@@ -175,7 +166,8 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         for call in reply.tool_calls:
             key = call.name + json.dumps(call.input, sort_keys=True, default=str)
             output, error = _dispatch(call, tools, env, cache, key)
-            if call.name not in READS and call.name not in VOLATILE:
+            ran = tools.get(call.name)
+            if ran is not None and not ran.reads:
                 # It may have changed state: nothing cached holds, and every other call's
                 # repetition count starts again (its own keeps counting: a command that
                 # keeps giving the same answer is still a loop).
@@ -231,24 +223,35 @@ def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[
     name, args, problem = call.name, dict(call.input), call.problem
     started = time.monotonic()
     error, cached = False, False
+    tool = tools.get(name)
     if problem:
         output, error = f"error: {problem}", True
-    elif name not in tools:
+    elif tool is None:
         output, error = f"error: no tool '{name}' in this wake", True
-    elif name in READS and key in cache:
+    elif tool.cacheable and key in cache:
         output, cached = cache[key], True
     else:
         try:
-            output = tools[name].run(env, args)
+            output = tool.run(env, args)  # bad arguments are a ToolFailure naming its parameters
         except (ToolFailure, SharedError) as exc:  # the commons refused: the model reads why
             output, error = f"error: {exc}", True
-        except TypeError as exc:  # arguments the schema check let through but the function refuses
-            output, error = f"error: bad arguments ({exc})", True
+        except Exception as exc:  # a bug inside the tool: logged as its failure, ends the wake
+            failed = env.secrets.redact(f"failed: {type(exc).__name__}: {exc}")
+            _log(env, name, args, failed, error=True, cached=False, started=started)
+            raise
         output = env.secrets.redact(output)  # whatever a tool read, a secret never goes on
-        if name in READS:
+        if tool.cacheable:
             cache[key] = output
+    wrote = tool.writes if tool is not None and not error else None
+    _log(env, name, args, output, error=error, cached=cached, started=started,
+         **({"wrote": str(args[wrote])} if wrote and args.get(wrote) else {}))
+    return output, error
+
+
+def _log(env: ToolEnv, name: str, args: dict[str, Any], output: str, *, error: bool,
+         cached: bool, started: float, **more: str) -> None:
+    """The `tool_call` event (`wrote`: the file a writing tool wrote, see `Tool.writes`)."""
     if env.log is not None:
         env.log.event("tool_call", tool=name, args=args, result=output[:_SUMMARY],
                       result_chars=len(output), error=error, cached=cached,
-                      duration_s=round(time.monotonic() - started, 3))
-    return output, error
+                      duration_s=round(time.monotonic() - started, 3), **more)

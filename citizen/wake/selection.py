@@ -52,10 +52,7 @@ def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mappi
     required = tuple(r for r in required if r in tools)
     if len(tools) <= limit:
         return list(tools), "all (no more than the limit)"
-    names = sorted(tools)
-    schema = {"type": "object", "additionalProperties": False, "required": ["tools"],
-              "properties": {"tools": {"type": "array", "items": {"enum": names},
-                                       "maxItems": limit}}}
+    schema = templates.schema("tool_select", tools=sorted(tools), max_tools=limit)
     catalogue = "\n".join(f"- {t.name}: {t.description}" for t in tools.values())
     prompt = templates.prompt("tool_select", limit=limit, work=work[:3000], catalogue=catalogue)
     try:
@@ -81,9 +78,7 @@ def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mappi
 def route(llm: Provider, meter: Meter, templates: Templates, work: str,
           wake_type: str) -> tuple[str, str]:
     """Choose the model tier; returns (tier, how it was chosen)."""
-    schema = {"type": "object", "additionalProperties": False, "required": ["tier"],
-              "properties": {"tier": {"enum": list(TIERS)},
-                             "why": {"type": "string", "maxLength": 120}}}
+    schema = templates.schema("route", tiers=TIERS)
     prompt = templates.prompt("route", work=work[:3000])
     try:
         reply = meter.call(llm, Request(messages=[{"role": "user", "content": prompt}],

@@ -37,13 +37,6 @@ log = logging.getLogger(__name__)
 RECENT = 50  # streams a gate looks at (the newest)
 EXPERT_BOOST = 0.2  # the seed's context-aware selection (§10.3)
 MAX_ANSWER_FAILURES = 3  # then the stream is closed with the error as the answer
-BID_SCHEMA: dict[str, Any] = {
-    "type": "object", "additionalProperties": False,
-    "required": ["claim", "confidence", "reasoning"],
-    "properties": {"claim": {"type": "boolean"},
-                   "confidence": {"type": "number", "minimum": 0, "maximum": 1},
-                   "reasoning": {"type": "string", "maxLength": 200}},
-}
 
 
 def open_streams(streams: Streams, me: str) -> list[str]:
@@ -226,7 +219,8 @@ def _bid(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semapho
         claim, raw, how, reasoning = _rule(mentioned, knows, why)
     else:
         try:
-            data = ask(prompt, BID_SCHEMA, "stream_bid", max_tokens=120, tier="fast")
+            data = ask(prompt, setup.templates.schema("stream_bid"), "stream_bid",
+                       max_tokens=120, tier="fast")
             raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
             reasoning = str(data["reasoning"])
         except (ProviderError, StructuredOutputError) as exc:
