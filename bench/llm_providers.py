@@ -13,6 +13,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,8 +46,8 @@ def bench_imports(runs: int) -> None:
         ("import citizen.cli (no SDK)", "import citizen.cli"),
         ("import anthropic", "import anthropic"),
     ]:
-        show(label, timed(lambda c=code: subprocess.run([sys.executable, "-c", c], check=True,
-                                                        cwd=ROOT), runs), "ms", 1000)
+        show(label, timed(partial(subprocess.run, [sys.executable, "-c", code], check=True,
+                                  cwd=ROOT), runs), "ms", 1000)
     citizen = str(Path(sys.executable).with_name("citizen"))
     show("citizen --help (wall)", timed(lambda: subprocess.run(
         [citizen, "--help"], check=True, capture_output=True), runs), "ms", 1000)

@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import time
+from functools import partial
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,6 +40,13 @@ def measure(idle: bool, poll_seconds: float, mails: int) -> list[float]:
     api = MessagesServer().start()
     api.responder = worker
     home = paths.home("opus")
+
+    def fresh_logs(before: set[Path]) -> set[Path]:
+        return set(wakelog.wake_logs(home)) - before
+
+    def finished(log: Path) -> bool:
+        return str(wakelog.summary(log)["status"]) != "running"
+
     with home.env.open("a") as fh:
         fh.write(mx.env(OPUS))
     cfg = json.loads(home.config.read_text())
@@ -53,11 +61,10 @@ def measure(idle: bool, poll_seconds: float, mails: int) -> list[float]:
             before = set(wakelog.wake_logs(home))
             mx.send(mail(f"bench {i}"), OPERATOR, OPUS)  # returns once delivered to Dovecot
             sent = time.perf_counter()
-            new = wait_for(lambda b=before: set(wakelog.wake_logs(home)) - b, timeout=120,
-                           every=0.002)
+            new = wait_for(partial(fresh_logs, before), timeout=120, every=0.002)
             latencies.append(time.perf_counter() - sent)
             (path,) = new
-            wait_for(lambda p=path: wakelog.summary(p)["status"] != "running", timeout=60)
+            wait_for(partial(finished, path), timeout=60)
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)

@@ -42,6 +42,7 @@ import sys
 import tempfile
 import time
 from collections import defaultdict
+from collections.abc import Mapping
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -65,7 +66,7 @@ PATH = re.compile(r"notes/[\w.-]+\.md")
 # ------------------------------------------------------------------ the model
 
 
-def instance(schema: dict[str, Any]) -> Any:
+def instance(schema: Mapping[str, Any]) -> Any:
     """A valid, terse instance of a JSON schema (the subset the prompts' schemas use)."""
     for key in ("anyOf", "oneOf"):
         if key in schema:
@@ -85,7 +86,7 @@ def instance(schema: dict[str, Any]) -> Any:
     return _scalar(kind, schema)
 
 
-def _scalar(kind: str, schema: dict[str, Any]) -> Any:
+def _scalar(kind: str, schema: Mapping[str, Any]) -> Any:
     if kind == "string":
         text = "Agreed: keep it small, test it, and write down why."
         least, most = int(schema.get("minLength", 0)), int(schema.get("maxLength", 999))
@@ -122,7 +123,7 @@ class Model:
             return _reply(data=self.structured(request.output_schema))
         return self.execute(request)
 
-    def structured(self, schema: dict[str, Any]) -> Any:
+    def structured(self, schema: Mapping[str, Any]) -> Any:
         props = schema.get("properties", {})
         if "tier" in props:
             return {"tier": "fast"}
@@ -408,7 +409,7 @@ def report(args: argparse.Namespace, fed: dict[int, list[str]],
         for ln in everyone:
             size = int(ln.get("tokens_in", 0)) + int(ln.get("cache_read", 0)) \
                 + int(ln.get("cache_write", 0))
-            by[ln.get("purpose") if ln.get("purpose") in purposes else "other"].append(size)
+            by[str(ln.get("purpose")) if ln.get("purpose") in purposes else "other"].append(size)
             prompt += size
             cached += int(ln.get("cache_read", 0))
             if ln.get("purpose") == "execute":
@@ -416,7 +417,8 @@ def report(args: argparse.Namespace, fed: dict[int, list[str]],
                 exec_cached += int(ln.get("cache_read", 0))
         disk_written, ctx = snaps[day]
         key = when.isoformat()
-        row = {"day": day + 1, "idle": not fed[day], "usd": cost, "usd_rex": rex,
+        row: dict[str, Any] = {
+               "day": day + 1, "idle": not fed[day], "usd": cost, "usd_rex": rex,
                "calls": len(everyone), "tasks": done,
                "usd_per_task": task_cost / done if done else 0.0,
                "prompt_per_call": {p: (sum(v) / len(v) if v else 0) for p, v in by.items()},

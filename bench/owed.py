@@ -13,6 +13,7 @@ process) and again on the same object (warm: every later gate and step of a daem
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
@@ -66,15 +67,14 @@ def make_commons(shared: Path, count: int, pending: int) -> None:
 
 def measure(shared: Path, repeats: int) -> dict[str, list[float]]:
     """Times of owed() in this interpreter's code (whichever checkout is on sys.path)."""
-    try:
-        from shared.consensus import Consensus
-        from shared.consensus.values import Framework
-    except ImportError:  # the code before the consensus package
-        from shared.values import Framework  # type: ignore[no-redef]
+    from shared.consensus import Consensus
 
-        from shared.consensus import Consensus  # type: ignore[no-redef]
+    try:
+        values = importlib.import_module("shared.consensus.values")
+    except ImportError:  # the code before the consensus package
+        values = importlib.import_module("shared.values")
     root = Path(sys.modules["shared"].__file__ or "").resolve().parent.parent
-    framework = Framework.load(root / "templates" / "values.yaml")
+    framework = values.Framework.load(root / "templates" / "values.yaml")
     cold, warm, owed = [], [], 0
     for _ in range(repeats):
         c = Consensus(shared, framework, PROFILES, CITIZENS, enforce_identity=False)

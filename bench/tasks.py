@@ -464,7 +464,7 @@ def _wake(provider: str, steps: list[Step | Reply], api: Any, out: Outcome) -> N
 
     if provider == "scripted":
         agent = Competent(steps)
-        result = run_wake("opus", wake_type="TASK", provider=lambda c, s, a=agent: a.provider)
+        result = run_wake("opus", wake_type="TASK", provider=lambda c, s: agent.provider)
         out.calls += len(agent.provider.requests)
         out.tokens_in += sum(estimate_tokens(json.dumps(r.to_dict(), default=str))
                              for r in agent.provider.requests)

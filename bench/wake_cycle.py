@@ -53,7 +53,7 @@ def bench_wake_overhead(wakes: int) -> None:
     from citizen.config import paths
     from citizen.home.tasks import TaskQueue
     from citizen.wake.flow import run_wake
-    from tests.scripts import Actor, call
+    from tests.scripts import Actor, call, provides
 
     print("\n# one TASK wake with a zero-latency scripted model, 8 contexts near their caps")
     size = fill_contexts("opus")
@@ -66,7 +66,7 @@ def bench_wake_overhead(wakes: int) -> None:
                       call("task_complete", summary=f"bench {i} done"))
         before = written_bytes()
         t = time.perf_counter()
-        result = run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
+        result = run_wake("opus", wake_type="TASK", provider=provides(actor))
         times.append(time.perf_counter() - t)
         writes.append(written_bytes() - before)
         if result.status != "ok":

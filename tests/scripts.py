@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
-from citizen.config import ModelPrice
-from citizen.llm.base import FREE, Reply, Request, ToolCall, Usage
+from citizen.config import CitizenConfig, ModelPrice, Secrets
+from citizen.llm.base import FREE, Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.scripted import ScriptedProvider
+
+if TYPE_CHECKING:
+    from citizen.tools.base import ToolEnv
 
 
 def call(name: str, cost: float = 0.0, **args: Any) -> Reply:
@@ -21,7 +25,12 @@ def say(text: str) -> Reply:
     return Reply(text=text, model="scripted", provider="scripted", usage=Usage(100, 10))
 
 
-def tool_env(name: str) -> Any:
+def provides(provider: Provider) -> Callable[[CitizenConfig, Secrets], Provider]:
+    """A run_wake `provider=` that hands back `provider`, bound now: a loop passes its own."""
+    return lambda _cfg, _secrets: provider
+
+
+def tool_env(name: str) -> ToolEnv:
     """The ToolEnv a tool of citizen `name` gets in a wake."""
     from citizen import config
     from citizen.config import paths

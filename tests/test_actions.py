@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from citizen.llm.base import Reply, ToolCall, Usage
 from citizen.llm.local import _as_action, action_schema
@@ -23,12 +24,12 @@ TOOLS = tuple(t.spec() for n, t in core_tools().items() if n in ("shell_command"
                                                                    "append_file"))
 
 
-def _action(fitted: dict, tool: str, **args: str) -> Reply:
+def _action(fitted: dict[str, Any], tool: str, **args: str) -> Reply:
     reply = Reply(text="", model="m", provider="local", usage=Usage(1, 1))
     return _as_action(reply, json.dumps({"tool": tool, "args": args}), TOOLS, "id", fitted)
 
 
-def _bound(fitted: dict, tool: str, arg: str) -> int:
+def _bound(fitted: dict[str, Any], tool: str, arg: str) -> int:
     option = next(o for o in fitted["anyOf"] if o["properties"]["tool"].get("const") == tool)
     return int(option["properties"]["args"]["properties"][arg]["maxLength"])
 

@@ -153,7 +153,7 @@ def test_only_quoted_commands_are_run() -> None:
     text = "Set DEBUG=true in settings.ini, then make `pytest -q` pass.\nmake lint\n"
     read = {"files": [], "commands": [{"run": "true", "cwd": ""}, {"run": "pytest -q", "cwd": ""},
                                       {"run": "make lint", "cwd": ""}, "junk"], "answer": False}
-    got = evidence.deliverables(text, read)["commands"]  # type: ignore[arg-type]
+    got = evidence.deliverables(text, read)["commands"]
     assert [c["run"] for c in got] == ["pytest -q", "make lint"]
 
 
@@ -187,11 +187,11 @@ def test_the_conversation_bound_shortens_old_written_content_too() -> None:
         messages.append({"role": "user", "content": [
             {"type": "tool_result", "tool_use_id": f"c{n}", "content": "ok"}]})
     before = estimate_tokens(json.dumps(messages))
-    bound_conversation(messages, 40000, estimate_tokens)  # type: ignore[arg-type]
+    bound_conversation(messages, 40000, estimate_tokens)
     after = estimate_tokens(json.dumps(messages))
     assert after < before / 2
-    ids = [b["id"] for m in messages if isinstance(m["content"], list)  # type: ignore[union-attr]
-           for b in m["content"] if b["type"] == "tool_use"]  # type: ignore[index]
+    ids = [b["id"] for m in messages if isinstance(m["content"], list)
+           for b in m["content"] if b["type"] == "tool_use"]
     assert ids == [f"c{n}" for n in range(10)]  # every call still answered by its result
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import git
 import pytest
@@ -46,7 +47,7 @@ def test_goal_progress_is_derived_from_done_steps(civ: Path) -> None:
         run("mira", "civ_goal_propose", title="empty", steps="\n \n")
 
 
-def never(*_: object) -> None:
+def never(*_: object) -> NoReturn:
     raise AssertionError("an idle wake must not build a provider")
 
 

@@ -28,8 +28,9 @@ from citizen.tools import ToolFailure, core_tools, sandbox
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
 from shared import records
+from shared.records import RECORD_MODE
 from shared.streams import Streams
-from shared.threads import RECORD_MODE, Threads
+from shared.threads import Threads
 from tests.thoughtworld import commons as consensus_commons
 from tests.thoughtworld import proposal, vote
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -11,6 +12,7 @@ import pytest
 from shared.consensus import MAX_ROUNDS, Consensus, rotation
 from shared.consensus import episodes as episodes_mod
 from shared.consensus.gaming import flags
+from shared.consensus.rules import Proposal
 from shared.errors import Invalid, NotAllowed
 from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
@@ -20,7 +22,7 @@ def c(tmp_path: Path) -> Consensus:
     return commons(tmp_path / "shared")
 
 
-def opened(c: Consensus, body: dict | None = None) -> tuple[str, dict[str, str]]:
+def opened(c: Consensus, body: dict[str, Any] | None = None) -> tuple[str, dict[str, str]]:
     d = c.request(HELLO, "opus", "operator")
     c.propose(d.id, "opus", body or proposal())
     return d.id, d.roles
@@ -31,11 +33,13 @@ def test_the_whole_lifecycle_commits_and_records_an_episode(c: Consensus) -> Non
     assert c.load(pid).phase == "verify" and c.view_locations(pid) == ["pending"]
     c.verify(pid, roles["verifier"], vote("approve_with_concerns", "does it exist already?"))
     d = c.integrate(pid, roles["integrator"], vote("approve"))
+    assert d.consensus is not None
     assert d.consensus["reached"] and d.consensus["threshold"] == "unanimous"
     assert d.stakes == "medium" and d.phase == "execute"
     d = c.execute(pid, "opus", env())
     assert (c.world.dir / "hello.md").read_text() == "Hello, thought world!"
     head = git.Repo(c.world.dir).head.commit
+    assert d.execution is not None
     assert head.hexsha == d.execution["commit"] and pid in head.message
     assert head.author.name == "opus"
     d = c.check(pid, roles["verifier"], {"outcomes_verified": True, "rationale": "ok"})
@@ -97,7 +101,7 @@ def test_a_revision_out_of_turn_cannot_swap_approved_actions(c: Consensus) -> No
 READ = {"tool": "read_file", "args": {"path": "README.md"}}
 
 
-def low(**extra: object) -> dict:
+def low(**extra: Any) -> dict[str, Any]:
     """A low-stakes proposal (it only reads): the only stakes a tiebreak can decide."""
     return {**proposal(**extra), "actions": [READ],
             "expected_outcomes": ["README.md is read and its first line reported"]}
@@ -122,6 +126,7 @@ def test_discussion_then_compromise_then_tiebreak(c: Consensus) -> None:
     d = c.integrate(pid, i, vote("reject", values=("coherence",)))
     # the approve side (opus: efficiency 0.75, cooperation 0.7) against the reject side's
     # two heaviest of truth 1.0, safety 0.9, coherence 0.85: 0.725 vs 0.95
+    assert d.tiebreak is not None
     assert d.level == "tiebreak" and d.tiebreak["winner"] == "reject"
     assert d.tiebreak["values_compared"] == 2
     assert d.result == "rejected" and d.phase == "record"
@@ -141,6 +146,7 @@ def test_a_contested_tiebreak_goes_to_a_human(c: Consensus) -> None:
         if r < 3:
             c.propose(pid, "opus", low())
     d = c.load(pid)
+    assert d.tiebreak is not None
     assert d.tiebreak["contested"] and d.phase == "human" and d.owed_by == "operator"
     wv = c.weights.current(v)
     assert d.tiebreak["scores"] == {"approve": 0.875,  # opus: (truth 0.9 + transparency 0.85)/2
@@ -177,6 +183,7 @@ def test_an_unverified_outcome_is_reverted(c: Consensus) -> None:
     c.integrate(pid, roles["integrator"], vote())
     c.execute(pid, "opus", env())
     d = c.check(pid, roles["verifier"], {"outcomes_verified": False, "rationale": "wrong"})
+    assert d.outcome is not None
     assert d.result == "rejected" and d.outcome["reverted"]
     assert not (c.world.dir / "hello.md").exists()
 
@@ -199,6 +206,7 @@ def test_paths_cannot_leave_the_world(c: Consensus) -> None:
     c.verify(pid, roles["verifier"], vote())
     c.integrate(pid, roles["integrator"], vote())
     d = c.execute(pid, "opus", env())
+    assert d.execution is not None
     assert not d.execution["success"] and "leaves the world" in d.execution["error"]
 
 
@@ -256,7 +264,8 @@ def test_gaming_flags_are_deterministic_and_recorded(c: Consensus) -> None:
     assert rec["deterministic_flags"] == d.flags
 
 
-def test_episodes_compact_keeping_the_last_hundred(c: Consensus, monkeypatch) -> None:
+def test_episodes_compact_keeping_the_last_hundred(c: Consensus,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(episodes_mod, "COMPACT_AT", 30)
     monkeypatch.setattr(episodes_mod, "KEEP", 10)
     for n in range(31):
@@ -298,7 +307,12 @@ def test_owed_rederives_only_what_moved_and_everything_when_weights_change(
     first = {d.id for d in c.owed(verifier)}
     loads: list[str] = []
     real_load = c.load
-    monkeypatch.setattr(c, "load", lambda pid: (loads.append(pid), real_load(pid))[1])
+
+    def counted_load(pid: str) -> Proposal:
+        loads.append(pid)
+        return real_load(pid)
+
+    monkeypatch.setattr(c, "load", counted_load)
     assert {d.id for d in c.owed(verifier)} == first
     assert sorted(loads) == sorted(first)  # only the owed ones, to return them
     loads.clear()

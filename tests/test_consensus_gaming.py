@@ -99,7 +99,8 @@ def test_a_medium_proposal_with_one_dissent_goes_to_a_person(c: Consensus) -> No
     assert "medium stakes with dissent" in d.why
     d = c.decide_human(pid, "root", "approve", "read it, fine")
     assert d.phase == "execute"
-    assert c.execute(pid, "opus", env()).execution["success"]
+    execution = c.execute(pid, "opus", env()).execution
+    assert execution is not None and execution["success"]
 
 
 def test_one_adjustment_per_value_per_participant_per_episode(c: Consensus) -> None:

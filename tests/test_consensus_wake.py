@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 from citizen import civilization, config
 from citizen.config import paths
@@ -13,16 +14,17 @@ from citizen.mail import routes
 from citizen.tools import core_tools
 from citizen.wake.flow import run_wake
 from citizen.wake.types.consensus import ConsensusWake
+from shared.consensus import Consensus
 from tests.scripts import say, tool_env
 from tests.thoughtworld import HELLO, council_provider, proposal
 
 
-def commons():  # type: ignore[no-untyped-def]
+def commons() -> Consensus:
     return civilization.consensus(config.templates())
 
 
 def test_an_idle_consensus_wake_makes_no_model_call(civ: Path) -> None:
-    def no_model(cfg, secrets):  # type: ignore[no-untyped-def]
+    def no_model(cfg: config.CitizenConfig, secrets: config.Secrets) -> NoReturn:
         raise AssertionError("an idle gate must not build a provider")
 
     result = run_wake("mira", wake_type="CONSENSUS", provider=no_model)

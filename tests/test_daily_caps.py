@@ -18,7 +18,7 @@ from citizen.home import spend, wakelog
 from citizen.home.tasks import TaskQueue
 from citizen.wake.flow import run_wake
 from tests.anthropic_server import MessagesServer
-from tests.scripts import Actor, call
+from tests.scripts import Actor, call, provides
 
 OPUS_PRICE = ModelPrice(5.0, 25.0, 6.25, 0.5)
 
@@ -90,7 +90,7 @@ def test_the_operators_hear_once_at_80_percent(civ: Path) -> None:
     for _ in range(2):
         TaskQueue(paths.home("opus").tasks).add("say hi")
         actor = Actor(call("task_complete", summary="hi said"), price=OPUS_PRICE)
-        run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
+        run_wake("opus", wake_type="TASK", provider=provides(actor))
     warnings = [e for p in wakelog.wake_logs(paths.home("opus"))
                 for e in wakelog.read(p) if e["event"] == "daily_cap_warning"]
     assert len(warnings) == 1 and "of its $1.00 daily model budget" in warnings[0]["message"]

@@ -253,7 +253,12 @@ def test_owed_replays_only_debates_that_moved(debates: Debates,
     running = debates.start("Tests after features", ["opus", "mira"], "operator")
     replays: list[str] = []
     load = Debates.load
-    monkeypatch.setattr(Debates, "load", lambda self, did: replays.append(did) or load(self, did))
+
+    def counted_load(self: Debates, did: str) -> Debate:
+        replays.append(did)
+        return load(self, did)
+
+    monkeypatch.setattr(Debates, "load", counted_load)
     assert [d.id for d in debates.owed("opus")] == [running.id]
     assert ended.id not in replays  # its crux is written: never replayed
     replays.clear()

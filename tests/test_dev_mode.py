@@ -27,7 +27,8 @@ def test_init_makes_the_baseline_a_repository_and_each_code_its_clone(civ_root: 
     baseline = git.Repo(civ_root / "shared" / "baseline")
     assert baseline.active_branch.name == "main"
     assert baseline.commit("release") == baseline.head.commit  # as setup_server.sh makes it
-    assert "citizen/wake/flow.py" in [b.path for b in baseline.head.commit.tree.traverse()]
+    assert "citizen/wake/flow.py" in [b.path for b in baseline.head.commit.tree.traverse()
+                                      if isinstance(b, git.IndexObject)]
     assert not (civ_root / "shared" / "baseline" / ".venv").exists()  # .gitignore holds
     for name in ("opus", "mira", "aria"):
         code = git.Repo(civ_root / name / "code")

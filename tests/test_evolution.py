@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -45,7 +46,7 @@ def evo(civ: Path) -> Path:
     return civ
 
 
-def run(name: str, tool_name: str, **args: object) -> object:
+def run(name: str, tool_name: str, **args: object) -> Any:  # a tool answers JSON
     return json.loads(core_tools(code=True)[tool_name].run(tool_env(name), dict(args)))
 
 

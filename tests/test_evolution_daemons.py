@@ -11,6 +11,7 @@ import json
 import re
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +91,7 @@ def test_three_daemons_evolve_a_change_into_the_baseline(
         wait_for(lambda: TaskQueue(paths.home("opus").tasks).ids("done"), timeout=90)
         for peer in ("mira", "aria"):  # one after the other: the second verifies it
             task(peer, "Review pending code changes; report and adopt the good ones.")
-            wait_for(lambda p=peer: TaskQueue(paths.home(p).tasks).ids("done"), timeout=90)
+            wait_for(partial(TaskQueue(paths.home(peer).tasks).ids, "done"), timeout=90)
     finally:
         for p in procs:
             p.terminate()

@@ -21,6 +21,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -97,7 +98,7 @@ def marks(tmp_path: Path) -> Path:
     return found
 
 
-def run(name: str, tool_name: str, **args: object) -> object:
+def run(name: str, tool_name: str, **args: object) -> Any:  # a tool answers JSON
     return json.loads(core_tools(code=True)[tool_name].run(tool_env(name), dict(args)))
 
 

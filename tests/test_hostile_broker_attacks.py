@@ -17,7 +17,7 @@ import secrets
 import threading
 import time
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import pytest
 
@@ -166,13 +166,14 @@ class RawMessagesServer(MessagesServer):
     def __init__(self) -> None:
         super().__init__()
         self.raw: list[bytes] = []
-        parsed = self.httpd.RequestHandlerClass
+        parsed: Any = self.httpd.RequestHandlerClass  # MessagesServer's, built at run time
         recorder = self
 
-        class Handler(parsed):  # type: ignore[valid-type,misc]
+        class Handler(parsed):  # type: ignore[misc]  # mypy takes no base class from a variable
+            rfile: BinaryIO  # StreamRequestHandler's, which mypy cannot see through `parsed`
+
             def do_POST(self) -> None:
-                reader: Any = self.rfile
-                data = reader.read(int(self.headers.get("content-length", 0)))
+                data = self.rfile.read(int(self.headers.get("content-length", 0)))
                 recorder.raw.append(data)
                 self.rfile = io.BytesIO(data)
                 super().do_POST()

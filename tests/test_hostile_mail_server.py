@@ -62,7 +62,7 @@ def box(mx: MailSystem) -> Iterator[Container]:
 
 
 def received(mx: MailSystem) -> list[EmailMessage]:
-    return [message_from_bytes(m, policy=policy.default) for m in mx.received]  # type: ignore[misc]
+    return [message_from_bytes(m, policy=policy.default) for m in mx.received]
 
 
 def test_the_citizen_holds_no_mail_credential(box: Container) -> None:

@@ -97,7 +97,8 @@ def test_on_a_server_the_opener_can_neither_forge_nor_delete_roots_decision(
     os.close(fd)
     _, status = os.waitpid(pid_child, 0)
     assert os.waitstatus_to_exitcode(status) == 3, "the opener deleted root's decision"
-    assert c.load(pid).human["decision"] == "reject"
+    human = c.load(pid).human
+    assert human is not None and human["decision"] == "reject"
 
 
 def test_root_adding_a_task_never_follows_a_planted_link(

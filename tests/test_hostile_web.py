@@ -7,7 +7,7 @@ import json
 import socket
 import threading
 from collections import namedtuple
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
@@ -64,8 +64,10 @@ def test_without_can_use_network_the_web_tools_refuse(
     monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # even a host the operator opens
     monkeypatch.setenv("EXPERIENCE_SEARCH_URL", f"http://127.0.0.1:{port}/search")
     env = tool_env("opus")  # the templates grant no network
-    for run in (lambda: core_tools()["web_fetch"].run(env, {"url": f"http://127.0.0.1:{port}/"}),
-                lambda: _search(env, {"query": "x"})):
+    attempts: tuple[Callable[[], str], ...] = (
+        lambda: core_tools()["web_fetch"].run(env, {"url": f"http://127.0.0.1:{port}/"}),
+        lambda: _search(env, {"query": "x"}))
+    for run in attempts:
         with pytest.raises(ToolFailure, match="can_use_network") as info:
             run()
         assert str(paths.citizen_config_file("opus")) in str(info.value)

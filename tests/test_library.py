@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -17,7 +18,7 @@ def run(name: str, tool_name: str, **args: object) -> str:
     return core_tools()[tool_name].run(tool_env(name), dict(args))
 
 
-def never(*_: object) -> None:
+def never(*_: object) -> NoReturn:
     raise AssertionError("an idle wake must not build a provider")
 
 

@@ -32,7 +32,7 @@ from citizen.mail import MailError
 from citizen.mail.intake import Intake
 from citizen.wake.flow import run_wake
 from tests.mailserver import USERS, MailSystem, new_mail_system, unavailable
-from tests.scripts import Actor, call
+from tests.scripts import Actor, call, provides
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
@@ -364,7 +364,7 @@ def test_the_operator_is_mailed_once_when_a_citizen_passes_80_percent(
     for _ in range(2):  # the first wake crosses 80 %, the second must not mail again
         tasks.add("say hi")
         actor = Actor(replace(call("task_complete", summary="hi"), cost_usd=0.02))
-        run_wake("opus", wake_type="TASK", provider=lambda c, s, a=actor: a)
+        run_wake("opus", wake_type="TASK", provider=provides(actor))
     (notice,) = [m for m in folder(mx, OPERATOR, "INBOX")
                  if "near its daily budget" in str(m["Subject"])]
     body = notice.get_content()

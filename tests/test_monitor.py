@@ -7,6 +7,7 @@ import os
 import time
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -28,7 +29,8 @@ from tests.scripts import Actor, say
 from tests.test_records import ME, OTHER, plant
 
 
-def log(path: Path, wake: int, calls: list[tuple[str, dict, str]], status: str = "ok") -> Path:
+def log(path: Path, wake: int, calls: list[tuple[str, dict[str, str], str]],
+        status: str = "ok") -> Path:
     lines = [{"wake": wake, "event": "tool_call", "tool": t, "args": a, "result": r}
              for t, a, r in calls]
     lines.append({"wake": wake, "event": "wake_end", "status": status})
@@ -48,7 +50,7 @@ def test_a_loop_is_the_same_call_with_the_same_result(tmp_path: Path) -> None:
 
 def test_nonsensical_actions_are_repeated_identical_failures_and_imagined_tools(
         tmp_path: Path) -> None:
-    def failed(tool: str, args: dict, result: str) -> dict:
+    def failed(tool: str, args: dict[str, str], result: str) -> dict[str, object]:
         return {"wake": 1, "event": "tool_call", "tool": tool, "args": args, "result": result,
                 "error": True}
 
@@ -99,7 +101,7 @@ def test_heartbeats_and_stuck_tasks(tmp_path: Path) -> None:
     assert check_task(active)[0].kind == "stuck"
 
 
-def never(*_: object) -> None:
+def never(*_: object) -> NoReturn:
     raise AssertionError("an idle wake must not build a provider")
 
 

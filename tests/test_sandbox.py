@@ -100,7 +100,7 @@ def test_limits_stop_a_huge_file(env: ToolEnv) -> None:
 
 def test_without_bubblewrap_commands_are_refused_when_required(
         env: ToolEnv, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.setattr(sandbox.shutil, "which", lambda _name: None)
+    monkeypatch.setattr(shutil, "which", lambda _name: None)  # the module sandbox calls
     monkeypatch.setenv(sandbox.MODE_ENV, "required")
     with pytest.raises(ToolFailure, match=r"bubblewrap is not installed.*refused"):
         run(env, "echo hi")

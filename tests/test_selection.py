@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import NoReturn
 
 from citizen import config
 from citizen.config import paths
@@ -25,7 +26,7 @@ def test_ranking_puts_the_tool_the_work_names_first() -> None:
 
 def test_a_failed_pick_still_offers_the_works_tools_before_the_required_ones(
         civ: Path) -> None:
-    def broken(request: Request) -> object:
+    def broken(request: Request) -> NoReturn:
         raise ProviderError("the fast model is down")
 
     cfg = config.load_citizen("opus")

@@ -15,6 +15,8 @@ import secrets
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import pytest
 
@@ -99,7 +101,9 @@ def test_units_verify_cleanly_and_report_their_exposure(server: Server) -> None:
                             "/tmp/verify/citizens.target", check=False)
     assert (verify.returncode, verify.stdout, verify.stderr) == (0, "", "")
     report = server.run("systemd-analyze", "security", "--no-pager", "citizen@opus.service")
-    score = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", report)[1])  # type: ignore[index]
+    exposure = re.search(r"Overall exposure level for \S+: ([0-9.]+)", report)
+    assert exposure is not None, report
+    score = float(exposure[1])
     print(f"\nsystemd-analyze security exposure: {score}")
     assert score <= 3.0
 
@@ -107,7 +111,7 @@ def test_units_verify_cleanly_and_report_their_exposure(server: Server) -> None:
 def test_each_daemon_runs_as_its_own_user_from_its_own_code(server: Server) -> None:
     server.run("systemctl", "start", "citizens.target")
     for name in CITIZENS:
-        until(lambda n=name: server.sleeping(n))  # Type=notify: READY=1, then STATUS=
+        until(partial(server.sleeping, name))  # Type=notify: READY=1, then STATUS=
     table = server.run("ps", "-eo", "user:12,pid,args")
     for name in CITIZENS:
         pid = server.main_pid(name)
@@ -115,8 +119,12 @@ def test_each_daemon_runs_as_its_own_user_from_its_own_code(server: Server) -> N
         assert server.run("readlink", f"/proc/{pid}/cwd").strip() == f"/home/{name}/code"
     # One snapshot with all three asleep (a first scheduled wake may be running for a moment).
     snapshots: list[str] = []
-    until(lambda: snapshots.append(server.run("citizen", "status"))
-          or snapshots[-1].count("sleeping") == 3)
+
+    def all_asleep() -> bool:
+        snapshots.append(server.run("citizen", "status"))
+        return snapshots[-1].count("sleeping") == 3
+
+    until(all_asleep)
     for name in CITIZENS:
         assert re.search(rf"^{name}\s+sleeping \(pid \d+\)", snapshots[-1], re.M), snapshots
 
@@ -238,11 +246,11 @@ HOSTILE_SHELL = (
     "{port}), 3)\" 2>/dev/null && echo reached-'the-host' || echo no-network; echo hostile-done")
 
 
-def _tool_results(requests: list[dict[str, object]]) -> list[str]:
+def _tool_results(requests: list[dict[str, Any]]) -> list[str]:
     """The text of every tool result the daemon sent back to the model."""
     out = []
     for request in requests:
-        for message in request.get("messages", []):  # type: ignore[attr-defined]
+        for message in request.get("messages", []):
             content = message.get("content")
             for block in content if isinstance(content, list) else ():
                 if isinstance(block, dict) and block.get("type") == "tool_result":
@@ -319,10 +327,12 @@ def test_root_never_runs_code_a_citizen_planted(server: Server) -> None:
 
 
 def test_code_evolution_across_users_and_a_forged_report_is_ignored(server: Server) -> None:
-    def tool(name: str, tool_name: str, args: dict[str, str]) -> dict[str, object]:
+    def tool(name: str, tool_name: str, args: dict[str, str]) -> dict[str, Any]:
         out = server.run("runuser", "-u", name, "--", "citizen", "tool", name, tool_name,
                          json.dumps(args))
-        return json.loads(out)  # type: ignore[no-any-return]
+        answer = json.loads(out)
+        assert isinstance(answer, dict), out
+        return answer
 
     server.run("runuser", "-u", "opus", "--", "sh", "-c",
                "cd /home/opus/code && echo '# evolved by opus' >> DEPLOY.md && "
@@ -336,7 +346,7 @@ def test_code_evolution_across_users_and_a_forged_report_is_ignored(server: Serv
                                          "note": "tested"})
     server.run("runuser", "-u", "mira", "--", "cp", f"{reports}/mira.json",
                f"{reports}/aria.json")
-    assert tool("opus", "code_status", {})["pending"] == [cid]  # type: ignore[comparison-overlap]
+    assert tool("opus", "code_status", {})["pending"] == [cid]
     # aria cannot even replace it (sticky directory); the operator removes the forgery.
     server.run("rm", f"{reports}/aria.json")
     tool("aria", "code_report_outcome", {"change_id": cid, "outcome": "worked", "note": "ok"})
@@ -617,7 +627,7 @@ def test_a_fresh_server_restores_the_civilization(server: Server,
                               f"citizen@{name}").stdout
             return f"citizen:{name} sleeping" in state or f"citizen:{name} waking" in state
         for name in CITIZENS:
-            until(lambda n=name: up(n))  # type: ignore[misc]
+            until(partial(up, name))
         until(lambda: fresh.run("grep", "-rlq", "after the move", "/home/opus/tasks/done",
                                 check=False).returncode == 0, 120)
         assert fresh.run("cat", "/home/opus/notes/out.md").stdout == "from the daemon"

@@ -247,7 +247,9 @@ def test_five_processes_agree_on_one_decision(tmp_path: Path) -> None:
         p.join(60)
     seen = [json.loads(x) for x in out.read_text().splitlines()]
     assert len(seen) == 5 and len({tuple(s["decision"]) for s in seen}) == 1
-    assert tuple(seen[0]["decision"]) == tuple(streams.decision(sid)["granted"])
+    decided = streams.decision(sid)
+    assert decided is not None
+    assert tuple(seen[0]["decision"]) == tuple(decided["granted"])
     with pytest.raises(NotAllowed, match="already bid"):
         streams.think(sid, "opus", False, 0.0)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -18,9 +19,10 @@ from citizen.llm.structured import (
     parse_json,
 )
 
-PICK = {"type": "object", "properties": {"tools": {"type": "array", "items": {"type": "string"}},
-                                         "why": {"type": "string", "maxLength": 5000}},
-        "required": ["tools"]}
+PICK: dict[str, Any] = {
+    "type": "object", "properties": {"tools": {"type": "array", "items": {"type": "string"}},
+                                     "why": {"type": "string", "maxLength": 5000}},
+    "required": ["tools"]}
 
 
 def reply(text: str) -> Reply:
@@ -133,7 +135,7 @@ def test_request_digest_is_stable_and_sensitive() -> None:
                                  max_tokens=11).digest()
 
 
-BIG = {"type": "object", "properties": {
+BIG: dict[str, Any] = {"type": "object", "properties": {
     "decision": {"enum": ["approve", "reject"]},
     "rationale": {"type": "string", "maxLength": 900},
     "concerns": {"type": "array", "items": {"type": "string", "maxLength": 300}, "maxItems": 10},

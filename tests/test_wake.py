@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,7 +24,7 @@ def queue(name: str = "opus") -> TaskQueue:
     return TaskQueue(paths.home(name).tasks)
 
 
-def events(result_path: Path, kind: str) -> list[dict]:
+def events(result_path: Path, kind: str) -> list[dict[str, Any]]:
     return [e for e in wakelog.read(result_path) if e["event"] == kind]
 
 

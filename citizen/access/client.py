@@ -14,12 +14,15 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from citizen import config
 from citizen.config import paths
 from citizen.errors import ProviderUnavailable
 from shared.locks import locked
+
+if TYPE_CHECKING:
+    import httpx2
 
 BASE_URL = "http://broker"  # never resolved: the transport is the socket (and see describe)
 PLACEHOLDER_KEY = "held-by-the-broker"
@@ -81,7 +84,7 @@ def _start(path: Path, state: Path) -> Path:
     return path
 
 
-def http_client(citizen: str, timeout_s: float = 600.0) -> Any:
+def http_client(citizen: str, timeout_s: float = 600.0) -> httpx2.Client:
     """An httpx client whose every request goes to the broker, naming `citizen` (which
     counts only where the broker cannot tell from the kernel: root, dev mode)."""
     import httpx2 as httpx  # noqa: PLC0415 - the SDK's own dependency; only a model call needs it

@@ -55,6 +55,8 @@ class Vote(TypedDict, total=False):
     concerns: list[str]
     values: list[str]  # the values its position cites (for the tiebreak)
     compromise: str
+    deterministic_flags: list[str]  # a verification's: the gaming flags it was shown
+    red_team: bool  # a verification's: it had to review adversarially
     author: str
     ts: str
 
