@@ -68,13 +68,17 @@ def measure(shared: Path, repeats: int) -> dict[str, list[float]]:
     """Times of owed() in this interpreter's code (whichever checkout is on sys.path)."""
     try:
         from shared.consensus import Consensus
-        from shared.consensus.values import Framework
-    except ImportError:  # the code before the consensus package
-        from shared.values import Framework  # type: ignore[no-redef]
+        from shared.consensus.values import load_framework
+    except ImportError:  # the code before the pure weights arithmetic: Framework.load
+        try:
+            from shared.consensus.values import Framework  # type: ignore[attr-defined]
+        except ImportError:  # the code before the consensus package
+            from shared.values import Framework  # type: ignore[no-redef]
 
         from shared.consensus import Consensus  # type: ignore[no-redef]
+        load_framework = Framework.load
     root = Path(sys.modules["shared"].__file__ or "").resolve().parent.parent
-    framework = Framework.load(root / "templates" / "values.yaml")
+    framework = load_framework(root / "templates" / "values.yaml")
     cold, warm, owed = [], [], 0
     for _ in range(repeats):
         c = Consensus(shared, framework, PROFILES, CITIZENS, enforce_identity=False)

@@ -19,7 +19,7 @@ from shared import doorbell
 
 if TYPE_CHECKING:
     from shared.consensus import Consensus
-    from shared.consensus.values import Framework
+    from shared.consensus.weighing import Framework
     from shared.debates import Debates
     from shared.dry import DryTracker
     from shared.dyntools import DynTools
@@ -50,9 +50,9 @@ class Commons:
 
     @cached_property
     def framework(self) -> Framework:
-        from shared.consensus.values import Framework  # noqa: PLC0415 - lazy: yaml only when used
+        from shared.consensus.values import load_framework  # noqa: PLC0415 - lazy: yaml only when used
 
-        return Framework.load(self.framework_path)
+        return load_framework(self.framework_path)
 
     @cached_property
     def consensus(self) -> Consensus:

@@ -44,8 +44,9 @@ from shared.consensus.rules import (
     red_team,
     rotation,
 )
-from shared.consensus.values import Framework, Weights
+from shared.consensus.values import Weights
 from shared.consensus.view import Views, episode_record
+from shared.consensus.weighing import Framework
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.threads import AUTHOR, PLACE, Threads, id_pattern
@@ -137,6 +138,8 @@ class Consensus:
                          for r, rev in enumerate(d.revisions, 1)}
         d.flags = d.round_flags.get(len(d.revisions), [])
         derive(d, {c: self.weights.current(c) for c in roles.values()}, self.medium_programs)
+        for why in d.ignored:
+            log.warning("%s", why)
         return d
 
     def _vouched(self, line: Mapping[str, Any]) -> bool:
