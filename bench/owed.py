@@ -13,7 +13,6 @@ process) and again on the same object (warm: every later gate and step of a daem
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import os
 import subprocess
@@ -74,7 +73,9 @@ def measure(shared: Path, repeats: int) -> dict[str, list[float]]:
     except ImportError:  # the code before the consensus package
         values = importlib.import_module("shared.values")
     root = Path(sys.modules["shared"].__file__ or "").resolve().parent.parent
-    framework = values.Framework.load(root / "templates" / "values.yaml")
+    # the code before the pure weights arithmetic (consensus/weighing.py): Framework.load
+    load = getattr(values, "load_framework", None) or values.Framework.load
+    framework = load(root / "templates" / "values.yaml")
     cold, warm, owed = [], [], 0
     for _ in range(repeats):
         c = Consensus(shared, framework, PROFILES, CITIZENS, enforce_identity=False)

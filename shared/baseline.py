@@ -22,7 +22,7 @@ from typing import Any
 
 from shared import gitsafe
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
-from shared.identity import ForgedRecord, check_author
+from shared.identity import ForgedRecord, check_author, server_mode
 from shared.layout import Layout
 
 MERGER = "experience-broker"  # the user whose records say a change is in the baseline
@@ -103,8 +103,6 @@ def main(argv: list[str]) -> int:
         print(__doc__, file=sys.stderr)
         return 2
     baseline, shared = Path(argv[1]), Path(argv[2])
-    from shared.identity import server_mode  # noqa: PLC0415 - only the command needs it
-
     for commit in unreviewed(baseline, shared, server_mode(shared),
                              argv[3] if len(argv) == 4 else None):
         print(commit)

@@ -8,7 +8,7 @@ from typing import Any
 
 from citizen.config import paths
 from shared.consensus import Consensus, Proposal
-from shared.consensus.values import Framework
+from shared.consensus.values import load_framework
 
 CITIZENS = ("opus", "mira", "aria")
 PROFILES = {"opus": "executor", "mira": "verifier", "aria": "integrator"}
@@ -18,7 +18,7 @@ HELLO = "Create a file called hello.md with the text 'Hello, thought world!'"
 def commons(shared: Path, citizens: tuple[str, ...] = CITIZENS) -> Consensus:
     for state in ("pending", "approved", "rejected"):
         (shared / "proposals" / state).mkdir(parents=True, exist_ok=True)
-    framework = Framework.load(paths.templates_dir() / "values.yaml")
+    framework = load_framework(paths.templates_dir() / "values.yaml")
     return Consensus(shared, framework, PROFILES, citizens, enforce_identity=False)
 
 

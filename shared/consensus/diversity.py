@@ -22,7 +22,8 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from shared.consensus.values import DIVERSITY, DIVERSITY_STEP, Weights
+from shared.consensus.values import Weights
+from shared.consensus.weighing import DIVERSITY, DIVERSITY_STEP
 from shared.locks import locked
 
 STEP = DIVERSITY_STEP  # at most half the largest step an episode may make

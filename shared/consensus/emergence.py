@@ -28,7 +28,7 @@ from typing import Any
 
 from shared.consensus import Consensus, Proposal, diversity, metacognition, rubric
 from shared.consensus.rules import APPROVING
-from shared.consensus.values import MAX_STEP
+from shared.consensus.weighing import MAX_STEP
 
 AUDIT_SHARE = 0.1  # of decided proposals, sampled for a person's gaming audit
 MIN_PAIRS = 3  # fewer pairs of weight changes than this give no correlation worth a number

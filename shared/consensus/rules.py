@@ -10,16 +10,13 @@ conflict ladder (discussion, compromise, value-weighted tiebreak, a human).
 from __future__ import annotations
 
 import hashlib
-import logging
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
 from shared.consensus import stakes
-from shared.consensus.values import alignment, best_weights
+from shared.consensus.weighing import alignment, best_weights
 from shared.errors import Invalid
-
-log = logging.getLogger(__name__)
 
 __all__ = ["APPROVING", "INTEGRATE_DECISIONS", "MAX_ACTIONS", "MAX_ROUNDS", "OWNER", "ROLES",
            "STATES", "VERIFY_DECISIONS", "Proposal", "Vote", "derive", "proposal_problem",
@@ -88,6 +85,7 @@ class Proposal:
     blocked: set[int] = field(default_factory=set)  # rounds sent back for their flags
     escalation: str = ""  # why a person decides, once one must
     red_team: bool = False  # its verifier must review adversarially (`red_team`)
+    ignored: list[str] = field(default_factory=list)  # records set aside, why (the store logs)
 
     @property
     def roles(self) -> dict[str, str]:
@@ -293,8 +291,8 @@ def _decided(d: Proposal, decided: str) -> None:
 
 def _after_approval(d: Proposal) -> Proposal:
     if d.execution is not None and d.execution.get("round") != d.round:
-        log.warning("ignoring the execution record of %s: it is for round %s, not %d",
-                    d.id, d.execution.get("round"), d.round)
+        d.ignored.append(f"ignoring the execution record of {d.id}: it is for round "
+                         f"{d.execution.get('round')}, not {d.round}")
         d.execution = None
     if d.execution is None:
         d.phase = "execute"

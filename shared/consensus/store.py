@@ -21,205 +21,44 @@ What a proposal's state is comes from these records through the pure rules
 
 from __future__ import annotations
 
-import hashlib
-import json
-import logging
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 from shared import clock
-from shared.consensus import gaming, human
+from shared.consensus import human
 from shared.consensus.episodes import Episodes
-from shared.consensus.justifications import Justifications
+from shared.consensus.reading import REVISION, Reader, revision_digest
 from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
-    MAX_ROUNDS,
-    OWNER,
     VERIFY_DECISIONS,
     Proposal,
-    Vote,
-    derive,
     proposal_problem,
-    red_team,
     rotation,
 )
-from shared.consensus.values import Framework, Weights
-from shared.consensus.view import Views, episode_record
+from shared.consensus.view import episode_record
+from shared.consensus.weighing import Framework
 from shared.consensus.world import ActionError, Runner, World
-from shared.errors import Invalid, NotAllowed, NotFound, SharedError
-from shared.layout import Layout
-from shared.records import AUTHOR, id_pattern
-from shared.threads import PLACE, Threads
+from shared.errors import Invalid, NotAllowed, NotFound
 
-log = logging.getLogger(__name__)
-
-REVISION = "revision"  # in a vote: the digest of the revision it judged
 # (citizen, "execute" | "revert", proposal) -> the broker's answer (citizen.access.steps):
 # the world repository is the broker's, so the executor and the verifier ask it.
 WorldRequest = Callable[[str, str, str], dict[str, Any]]
 
 
-def revision_digest(rev: Mapping[str, Any]) -> str:
-    """A revision's digest, over the record as read (its every field)."""
-    return hashlib.sha256(json.dumps(rev, sort_keys=True, default=str).encode()).hexdigest()[:16]
-_ID = id_pattern("prop")
-
-
-class Consensus:
-    """The protocol over the commons, for one acting citizen (or the operator)."""
+class Consensus(Reader):
+    """The protocol over the commons, for one acting citizen (or the operator): the
+    proposals as read (`Reader`) and the steps that write their records."""
 
     def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
                  citizens: Iterable[str], enforce_identity: bool, *,
                  medium_programs: Iterable[str] = (), world_request: WorldRequest | None = None,
                  runner: Runner | None = None) -> None:
-        self.shared = shared_dir
-        self.dir = Layout(shared_dir).proposals
-        self.records_dir = Layout(shared_dir).proposal_records
-        self.framework = framework
-        self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched)
+        super().__init__(shared_dir, framework, profiles, citizens, enforce_identity,
+                         medium_programs=medium_programs)
         self.episodes = Episodes(shared_dir)
         self.world = World(shared_dir, runner)
         self.world_request = world_request
-        self.citizens = sorted(citizens)
-        self.enforce = enforce_identity
-        self.medium_programs = frozenset(medium_programs)  # the operator's (stakes.json)
-        self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
-                               enforce=enforce_identity, what="proposal",
-                               lister="citizen proposal list")
-        self.rendered = Views(self.dir, shared_dir)
-        self.cited = Justifications(self.threads)
-        self._weights_seen = -1
-        self._places: dict[str, int] = {}
-        self._places_seen = (-1, -1)
-
-    # ------------------------------------------------------------ reading
-
-    def ids(self, state: str | None = None) -> list[str]:
-        """Proposal ids (all, or those whose view is in `state`), oldest first."""
-        return self.rendered.ids(state) if state is not None else self.threads.ids()
-
-    def load(self, pid: str) -> Proposal:
-        """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
-        folder = self.records_dir / pid
-        d = Proposal(pid, self.threads.header(pid))
-        d.red_team = red_team(self._place(pid))
-        roles = d.roles
-        if len({roles.get(k) for k in ("executor", "verifier", "integrator")} - {None}) != 3:
-            # The request is its opener's file: one naming the executor its own reviewer
-            # (found by an adversarial review: 1 of 1 was "unanimous") gets the rotation.
-            log.warning("%s: roles %s are not three different citizens; using the rotation",
-                        pid, roles)
-            roles = rotation(pid, str(roles.get("executor", "")), self.citizens)
-            d.request = {**d.request, "roles": roles}
-        for r in range(1, MAX_ROUNDS + 1):
-            rev = self._record(folder / f"proposal-{r:02d}.json", roles["executor"])
-            if rev is None:
-                break
-            d.revisions.append(rev)
-            ver = self._judging(rev, self._record(folder / f"verify-{r:02d}.json",
-                                                  roles["verifier"]))
-            if ver is not None and ver.get("decision") in VERIFY_DECISIONS:
-                d.verifications[r] = cast(Vote, ver)
-            integ = self._judging(rev, self._record(folder / f"integrate-{r:02d}.json",
-                                                    roles["integrator"]))
-            if integ is not None and integ.get("decision") in INTEGRATE_DECISIONS and ver:
-                d.integrations[r] = cast(Vote, integ)
-        for r in range(MAX_ROUNDS + 1):
-            g = self._giveup(folder / f"giveup-{r:02d}.json", roles)
-            if g is not None:
-                d.giveups[r] = g
-        d.human = self._judging(d.revisions[-1], self._human(folder / "human.json")) \
-            if d.revisions else self._human(folder / "human.json")
-        d.execution = self._record(folder / "execution.json", roles["executor"])
-        d.outcome = self._record(folder / "outcome.json", roles["verifier"])
-        d.episode = self._record(folder / "episode.json", roles["integrator"])
-        elsewhere = self.cited.elsewhere(pid)
-        d.round_flags = {r: gaming.flags(rev, self.framework.base_values, elsewhere)
-                         for r, rev in enumerate(d.revisions, 1)}
-        d.flags = d.round_flags.get(len(d.revisions), [])
-        derive(d, {c: self.weights.current(c) for c in roles.values()}, self.medium_programs)
-        return d
-
-    def _vouched(self, line: Mapping[str, Any]) -> bool:
-        """A weight-history line is one its episode's record approved: the integrator of
-        proposal `prop-X` wrote `ep-X`'s episode listing exactly this adjustment (the
-        history is appended by every integrator, so a line alone proves nothing)."""
-        episode = str(line["episodes"][0])
-        pid = "prop-" + episode.removeprefix("ep-")
-        if not episode.startswith("ep-") or not self.threads.exists(pid):
-            return False
-        try:
-            roles = self.threads.header(pid).get("roles", {})
-        except (SharedError, OSError):
-            return False
-        integrator = roles.get("integrator")
-        if not integrator or integrator == roles.get("executor") \
-                or line.get("approved_by") != integrator:
-            return False
-        record = self.threads.read(pid, "episode.json", integrator)
-        return record is not None and any(
-            a.get("citizen") == line["citizen"] and a.get("value") == line["value"]
-            and abs(float(a.get("delta", 0)) - float(line["delta"])) < 1e-9
-            for a in record.get("weight_adjustments", []) if isinstance(a, Mapping))
-
-    def _place(self, pid: str) -> int:
-        """`pid`'s place among all proposals, oldest first (-1: unknown); the listing is
-        read again only when the records directory changes (a proposal opened)."""
-        try:  # links count subdirectories: a new proposal changes it within a clock tick
-            st = self.records_dir.stat()
-            seen: tuple[int, int] = (st.st_mtime_ns, st.st_nlink)
-        except FileNotFoundError:
-            seen = (0, 0)
-        if seen != self._places_seen or pid not in self._places:
-            # only threads with a request count: an empty directory moves no one's place
-            self._places = {p: i for i, p in enumerate(
-                t for t in self.threads.ids() if self.threads.exists(t))}
-            self._places_seen = seen
-        return self._places.get(pid, -1)
-
-    @staticmethod
-    def _judging(rev: Mapping[str, Any], vote: dict[str, Any] | None) -> dict[str, Any] | None:
-        """`vote` if it judged exactly `rev`: a proposal is its executor's own file, which
-        it could rewrite after the votes; a vote for other words does not count. (Votes
-        from before this check name no revision and count.)"""
-        if vote is None or vote.get(REVISION, revision_digest(rev)) == revision_digest(rev):
-            return vote
-        log.warning("ignoring a vote of %s on %s: it judged another text of the revision",
-                    vote.get(AUTHOR) or vote.get("operator"), rev.get(PLACE))
-        return None
-
-    def _record(self, path: Path, author: str) -> dict[str, Any] | None:
-        return self.threads.read(path.parent.name, path.name, author)
-
-    def _giveup(self, path: Path, roles: Mapping[str, str]) -> dict[str, Any] | None:
-        def owes(rec: dict[str, Any]) -> bool:
-            if rec.get("phase") in OWNER and rec.get(AUTHOR) == roles.get(
-                    OWNER[str(rec["phase"])]):
-                return True
-            log.warning("ignoring %s: %s does not owe %s", path, rec.get(AUTHOR),
-                        rec.get("phase"))
-            return False
-
-        return self.threads.read(path.parent.name, path.name, accept=owes)
-
-    def _human(self, path: Path) -> dict[str, Any] | None:
-        """An operator's decision (`shared.consensus.human`: planted objects count for
-        nothing; in server mode only root's file counts)."""
-        return human.read(path, self.enforce)
-
-    def owed(self, citizen: str) -> list[Proposal]:
-        """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
-        kept while its thread and the value weights do not change (the weights can decide a
-        tiebreak, and so who owes the next step); each step re-derives before acting."""
-        weights = _mtime(self.weights.history_path)
-        if weights != self._weights_seen:
-            self.threads.forget()
-            self._weights_seen = weights
-        with self.cited.frozen():  # read once for all the loads below
-            ids = self.threads.owed(citizen, self.ids("pending"),
-                                    lambda p: self.load(p).owed_by)
-            return [self.load(pid) for pid in ids]
 
     # ------------------------------------------------------------ steps
 
@@ -430,7 +269,6 @@ class Consensus:
         return self.rendered.locations(pid)
 
 
-
 def _clean(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
     return {k: data[k] for k in keys if k in data}
 
@@ -441,10 +279,3 @@ def _vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
     if data.get("decision") not in decisions:
         raise Invalid(f"{who} decides one of {', '.join(decisions)}")
     return _clean(data, ("decision", "rationale", *keys, "values"))
-
-
-def _mtime(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return 0

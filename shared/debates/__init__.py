@@ -1,10 +1,11 @@
 """Structured debates among citizens: what a move is (`moves`: stages, moves, budgets,
-the checks of a move's content), the rules (`rules`: the state machine - legal moves in
-turn, steelman-before-challenge, the crux lock gate, a deterministic moderator), what a
-debate yields (`crux`: falsifiers, the crux, the transcript), and where debates live
-(`store`: the threads of `shared/debates/<id>/`)."""
+the checks of a move's content, a concrete falsifier), the replayed state (`state`), the
+rules (`rules`: the state machine - legal moves in turn, steelman-before-challenge, the
+crux lock gate, a deterministic moderator), what a debate yields (`crux`: the crux, the
+transcript), and where debates live (`store`: the threads of `shared/debates/<id>/`).
+Each imports only those before it in this list."""
 
-from shared.debates.crux import VAGUE, crux, falsifier_problems, transcript, vague_words
+from shared.debates.crux import crux, transcript
 from shared.debates.moves import (
     ALL_MOVES,
     BUDGETS,
@@ -14,10 +15,13 @@ from shared.debates.moves import (
     MOVES,
     SIDES,
     STAGES,
+    VAGUE,
     Falsifier,
     IllegalMove,
     Move,
+    falsifier_problems,
     scaled_budgets,
+    vague_words,
 )
 from shared.debates.rules import Debate
 from shared.debates.store import Debates

@@ -1,51 +1,20 @@
-"""What a debate yields: falsifier validation, the crux (ThreadCrux) and the transcript.
+"""What a debate yields: the crux (ThreadCrux) and the transcript.
 
-Pure functions over a replayed `Debate` (or a falsifier dict): no files. The store
+Pure functions over a replayed debate (`state.State`): no files. The store
 writes their results as `crux.json` and `transcript.md` once a debate has converged.
 """
 
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from shared.debates.rules import Debate
-
-VAGUE = ("probably", "likely", "unlikely", "significant", "significantly", "soon", "maybe",
-         "might", "somewhat", "substantial", "substantially", "many", "few", "often",
-         "considerably", "eventually", "perhaps", "roughly", "generally", "a lot")
-DATE = re.compile(r"\b(19|20)\d\d(-\d\d(-\d\d)?)?\b")
-_VAGUE = tuple((w, re.compile(rf"\b{re.escape(w)}\b")) for w in VAGUE)
+from shared.debates.moves import falsifier_problems
+from shared.debates.state import State
 
 
-def vague_words(text: str) -> list[str]:
-    low = f" {text.lower()} "
-    return [w for w, pattern in _VAGUE if pattern.search(low)]
-
-
-def falsifier_problems(f: Mapping[str, Any] | None) -> list[str]:
-    """Why a falsifier is not concrete (empty: it is): metric, threshold, deadline."""
-    if not isinstance(f, Mapping):
-        return ["no falsifier given"]
-    problems = []
-    metric, threshold, deadline = (str(f.get(k, "")).strip() for k in
-                                   ("metric", "threshold", "deadline"))
-    if len(metric.split()) < 2:
-        problems.append("metric must name what is measured (at least two words)")
-    if not re.search(r"\d", threshold):
-        problems.append("threshold must be a number to compare with")
-    if not DATE.search(deadline):
-        problems.append("deadline must be a date (YYYY, YYYY-MM or YYYY-MM-DD)")
-    vague = vague_words(f"{metric} {threshold} {deadline}")
-    if vague:
-        problems.append(f"vague words: {', '.join(vague)}")
-    return problems
-
-
-def _position(d: Debate, p: str) -> dict[str, Any]:
+def _position(d: State, p: str) -> dict[str, Any]:
     """Where participant `p` ended, and whether its position or TopClaim moved."""
     c = d.commitments.get(p, {})
     first = d.first_commitments.get(p, {})
@@ -58,7 +27,7 @@ def _position(d: Debate, p: str) -> dict[str, Any]:
                 "side"), "top_claim_changed": claim_changed}
 
 
-def _counterfactual(d: Debate, p: str) -> dict[str, Any]:
+def _counterfactual(d: State, p: str) -> dict[str, Any]:
     """Would `p`'s TopClaim flip with the crux: it takes a side, and so does `p`."""
     claim = d.top_claims.get(p)
     linked = bool(claim) and d.commitments.get(p, {}).get("side") in ("YES", "NO") \
@@ -68,7 +37,7 @@ def _counterfactual(d: Debate, p: str) -> dict[str, Any]:
             else "no TopClaim on a side, or no YES/NO commitment"}
 
 
-def crux(d: Debate) -> dict[str, Any]:
+def crux(d: State) -> dict[str, Any]:
     """The ThreadCrux: question, positions, falsifiers, counterfactual TopClaim linkage,
     resolution criteria, and whether it validates (failed checks listed)."""
     positions = {p: _position(d, p) for p in d.participants}
@@ -85,7 +54,7 @@ def crux(d: Debate) -> dict[str, Any]:
             "validated": not failed, "failed_checks": failed}
 
 
-def _failed_checks(d: Debate, positions: Mapping[str, Mapping[str, Any]],
+def _failed_checks(d: State, positions: Mapping[str, Mapping[str, Any]],
                    counterfactual: Mapping[str, Mapping[str, Any]],
                    falsifiers: list[dict[str, Any]], criteria: list[str]) -> list[str]:
     failed = []
@@ -103,7 +72,7 @@ def _failed_checks(d: Debate, positions: Mapping[str, Mapping[str, Any]],
     return failed
 
 
-def transcript(d: Debate) -> str:
+def transcript(d: State) -> str:
     """The debate as Markdown: one section per stage, one line per message."""
     lines = [f"# Debate {d.id}: {d.topic}", "",
              f"Participants: {', '.join(d.participants)}  ", f"Stage: {d.stage}  ",

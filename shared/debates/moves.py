@@ -1,19 +1,16 @@
 """What a debate move is: the stages and their moves, sides, grades and budgets, the
 record a move becomes, and the checks of a move's own content (a target, a side, a
-concrete falsifier …). Pure; the state machine that applies moves is `rules`."""
+concrete falsifier: `falsifier_problems`). Pure, and it imports no other module of the
+debates: the replayed state is `state`, the state machine that applies moves `rules`."""
 
 from __future__ import annotations
 
 import math
 import re
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import Any, Protocol, TypedDict
 
-from shared.debates.crux import falsifier_problems
 from shared.errors import NotAllowed
-
-if TYPE_CHECKING:
-    from shared.debates.rules import Debate
 
 STAGES = ("DISCOVERY", "CRUX_LOCK", "EVIDENCE", "CONVERGED", "ENDED")
 MOVES: dict[str, tuple[str, ...]] = {
@@ -32,6 +29,36 @@ BINARY = re.compile(r"^(is|are|will|would|does|do|did|should|can|could|has|have|
                      r"\b.*\?\s*$", re.IGNORECASE)
 KEPT = ("content", "target", "side", "confidence", "grade", "question", "falsifier",
          "top_claim", "references")  # what of a move enters the thread's messages
+
+VAGUE = ("probably", "likely", "unlikely", "significant", "significantly", "soon", "maybe",
+         "might", "somewhat", "substantial", "substantially", "many", "few", "often",
+         "considerably", "eventually", "perhaps", "roughly", "generally", "a lot")
+DATE = re.compile(r"\b(19|20)\d\d(-\d\d(-\d\d)?)?\b")
+_VAGUE = tuple((w, re.compile(rf"\b{re.escape(w)}\b")) for w in VAGUE)
+
+
+def vague_words(text: str) -> list[str]:
+    low = f" {text.lower()} "
+    return [w for w, pattern in _VAGUE if pattern.search(low)]
+
+
+def falsifier_problems(f: Mapping[str, Any] | None) -> list[str]:
+    """Why a falsifier is not concrete (empty: it is): metric, threshold, deadline."""
+    if not isinstance(f, Mapping):
+        return ["no falsifier given"]
+    problems = []
+    metric, threshold, deadline = (str(f.get(k, "")).strip() for k in
+                                   ("metric", "threshold", "deadline"))
+    if len(metric.split()) < 2:
+        problems.append("metric must name what is measured (at least two words)")
+    if not re.search(r"\d", threshold):
+        problems.append("threshold must be a number to compare with")
+    if not DATE.search(deadline):
+        problems.append("deadline must be a date (YYYY, YYYY-MM or YYYY-MM-DD)")
+    vague = vague_words(f"{metric} {threshold} {deadline}")
+    if vague:
+        problems.append(f"vague words: {', '.join(vague)}")
+    return problems
 
 
 class Falsifier(TypedDict, total=False):
@@ -93,52 +120,63 @@ def budget_problem(budgets: Mapping[str, tuple[int, ...]]) -> str:
 
 # ------------------------------------------------------------ per-move checks
 
-Check = Callable[["Debate", str, Mapping[str, Any]], str]
+class Reading(Protocol):
+    """What a per-move check reads of the replayed state (`state.State` is one)."""
+
+    participants: list[str]
+    commitments: dict[str, dict[str, Any]]
+
+    def pending_steelman(self) -> dict[str, Any] | None: ...
+
+    def accurate(self, author: str, target: str) -> bool: ...
 
 
-def _needs_pending(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+Check = Callable[[Reading, str, Mapping[str, Any]], str]
+
+
+def _needs_pending(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     return "there is no steelman of you to grade" if d.pending_steelman() is None else ""
 
 
-def _needs_grade(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_grade(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     return "" if move.get("grade") in GRADES else f"a grade is one of {', '.join(GRADES)}"
 
 
-def _needs_target(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_target(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     target = str(move.get("target", ""))
     if target == author or target not in d.participants:
         return f"{move.get('move')} needs another participant as its target"
     return ""
 
 
-def _needs_accurate_steelman(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_accurate_steelman(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     target = str(move.get("target", ""))
     if d.accurate(author, target):
         return ""
     return f"{author} may challenge {target} only after a steelman of {target} graded ACCURATE"
 
 
-def _needs_side(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_side(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     return "" if move.get("side") in SIDES else \
         f"{move.get('move')} needs a side: {', '.join(SIDES)}"
 
 
-def _needs_commitment(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_commitment(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     return "" if author in d.commitments else "concede from a position: commit first"
 
 
-def _concrete_falsifier(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _concrete_falsifier(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     if move.get("move") == "COMMIT" and not move.get("falsifier"):
         return ""  # a commitment may come without one (the lock gate asks for it)
     problems = falsifier_problems(move.get("falsifier"))
     return "falsifier rejected: " + "; ".join(problems) if problems else ""
 
 
-def _needs_question(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_question(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     return "" if str(move.get("question", "")).strip() else "PROPOSE_QUESTION needs the question"
 
 
-def _needs_top_claim(d: Debate, author: str, move: Mapping[str, Any]) -> str:
+def _needs_top_claim(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     claim = move.get("top_claim") or {}
     if str(claim.get("statement", "")).strip() and claim.get("side") in ("YES", "NO",
                                                                          "NUANCED"):

@@ -1,8 +1,9 @@
 """ThoughtStream coordination: who answers a message that reached several citizens.
 
-`decision` is the pure decision (slots, claims, early exits), `rooms` the rooms'
-governance and temperature, `semaphore` the shared model's admission control, and
-`store` the streams in the commons (`shared/streams/<id>/`).
+`decision` is the pure decision (slots, claims, early exits), `temperature` the pure
+arithmetic of a room's temperature, `rooms` the rooms' governance and their document,
+`semaphore` the shared model's admission control, and `store` the streams in the
+commons (`shared/streams/<id>/`).
 """
 
 from shared.streams.decision import (
@@ -22,19 +23,19 @@ from shared.streams.decision import (
     slots,
     stream_id,
 )
-from shared.streams.rooms import (
+from shared.streams.rooms import ROOM_DEFAULTS
+from shared.streams.semaphore import Semaphore
+from shared.streams.store import Streams
+from shared.streams.temperature import (
     DECAY,
     DECAY_EVERY_S,
     FLOOR,
-    ROOM_DEFAULTS,
     START,
     cooled,
     load_factor,
     temperature_bias,
     warmed,
 )
-from shared.streams.semaphore import Semaphore
-from shared.streams.store import Streams
 
 __all__ = ["CLEAR_WINNER", "DECAY", "DECAY_EVERY_S", "FLOOR", "HIGH_PRESSURE", "PRESETS",
            "ROOM_DEFAULTS", "SLOT_WEIGHTS", "START", "UNCOORDINATED_WAIT_MS", "Decision",

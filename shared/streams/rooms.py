@@ -1,15 +1,14 @@
 """Rooms: their governance (a preset plus a moderator's changes) and their temperature.
 
-The temperature arithmetic (§8.3) is pure: `cooled`, `warmed`, `load_factor`,
-`temperature_bias`. A room's settings and temperature live in one shared document,
-`shared/streams/rooms/<room>.json`, changed only through `Document.update` - the one
-read-modify-write under the one lock.
+The temperature arithmetic (§8.3) is pure, in `temperature`. A room's settings and
+temperature live in one shared document, `shared/streams/rooms/<room>.json`, changed
+only through `Document.update` - the one read-modify-write under the one lock.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -18,6 +17,7 @@ from shared.atomic import CorruptFile, make_dirs, read_json
 from shared.documents import Document
 from shared.errors import Invalid
 from shared.streams.decision import Settings
+from shared.streams.temperature import START, cooled, warmed
 
 T = TypeVar("T")
 
@@ -29,40 +29,11 @@ ROOM_DEFAULTS: dict[str, dict[str, Any]] = {
     "mail": {"intention_window_ms": 30_000, "max_responders": 1},
     "volunteers": {"intention_window_ms": 20_000},
 }
-DECAY, DECAY_EVERY_S, FLOOR, START = 0.95, 10.0, 0.01, 0.5
 ROOM_MODE = 0o664  # any citizen heats the room; anyone on the host may read it
 # 2775 on the rooms directory, without the sticky bit: a room document is replaced
 # (os.replace) by whichever citizen changes it, which a sticky directory would forbid.
 ROOMS_DIR_MODE = 0o2775
 _NAME = re.compile(r"[a-z0-9_-]{1,40}")
-
-
-def cooled(temperature: float, updated: float, now: float) -> float:
-    """×0.95 for every whole 10 s without activity, never below the floor."""
-    steps = max(0, int((now - updated) // DECAY_EVERY_S))
-    return max(FLOOR, temperature * DECAY ** steps) if steps else temperature
-
-
-def warmed(temperature: float, event: str) -> float:
-    delta = {"human": 0.3, "serviced": -0.2, "present": 0.2, "absent": -0.4}[event]
-    return max(FLOOR, min(1.0, temperature + delta))
-
-
-def load_factor(mine: int, counts: Iterable[int]) -> float:
-    """§10.4: favour the under-used. 1.0 at the average of recent answers, ±0.2 per
-    average's worth above or below it, within [0.8, 1.2]."""
-    values = list(counts)
-    avg = sum(values) / len(values) if values else 0.0
-    return min(1.2, max(0.8, 1.0 - 0.2 * (mine - avg) / max(avg, 1.0)))
-
-
-def temperature_bias(temperature: float) -> float:
-    """How the room's temperature moves a bid (§8.6): hot rooms +0.15, cold ones −0.1."""
-    if temperature >= 0.7:
-        return 0.15
-    if temperature <= 0.3:
-        return -0.1
-    return 0.0
 
 
 class RoomDocument(Document):
