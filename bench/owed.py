@@ -13,6 +13,7 @@ process) and again on the same object (warm: every later gate and step of a daem
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import subprocess
