@@ -24,7 +24,6 @@ from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
 from shared import gitsafe, layout
 from shared.atomic import make_dirs
-from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +123,7 @@ def init_code(names: list[str]) -> list[str]:
     a commit on branch `release` (its tree, minus what .gitignore leaves out), merged
     into `main`. Never overwrites: an existing repository or clone is left as it is."""
     made = []
-    baseline = Layout(paths.shared_dir()).baseline
+    baseline = paths.commons_layout().baseline
     if not _has_commit(baseline):  # also a repository a failed run left without one
         _git(baseline.parent, "init", "--quiet", "-b", "main", str(baseline))
         with tempfile.TemporaryDirectory() as tmp:  # a private index for the tree

@@ -23,7 +23,6 @@ from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
 from shared.atomic import make_dirs
-from shared.layout import Layout
 
 GROUP = "citizens"
 BROKER_USER = "experience-broker"  # holds the model keys (citizen.broker); not a citizen
@@ -67,7 +66,7 @@ def clone_code(name: str) -> list[str]:
     home = paths.home(name)
     if (home.code / ".git").exists():
         return []
-    baseline = Layout(paths.shared_dir()).baseline
+    baseline = paths.commons_layout().baseline
     if not (baseline / ".git").exists():
         raise OnboardError(f"no baseline repository at {baseline} - run "
                            "scripts/setup_server.sh first")

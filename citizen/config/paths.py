@@ -24,6 +24,12 @@ NAME_RE = re.compile(r"^[a-z][a-z0-9_-]{0,30}$")
 SERVER_PREFIX = Path("/opt/experience")
 
 
+def commons_layout() -> Layout:
+    """The commons' own paths (`shared.layout`), under this civilization's root: the one
+    place `citizen` learns where a thing of the commons lives."""
+    return Layout(shared_dir())
+
+
 def civ_root() -> Path:
     """The root of the civilization: `$CIV_ROOT`, else `/home`."""
     return Path(os.environ.get("CIV_ROOT") or DEFAULT_ROOT)
@@ -169,11 +175,11 @@ class Home:
 
     @property
     def heartbeat(self) -> Path:
-        return Layout(shared_dir()).heartbeat(self.name)
+        return commons_layout().heartbeat(self.name)
 
     @property
     def doorbell(self) -> Path:
-        return Layout(shared_dir()).doorbell(self.name)
+        return commons_layout().doorbell(self.name)
 
 
 def home(name: str) -> Home:

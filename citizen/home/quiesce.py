@@ -26,7 +26,6 @@ from pathlib import Path
 from citizen.config import paths
 from shared.errors import LockTimeout
 from shared.identity import server_mode
-from shared.layout import Layout
 from shared.locks import locked
 
 log = logging.getLogger(__name__)
@@ -36,7 +35,7 @@ MODE = 0o600  # the citizen's alone: no other citizen can take it and freeze its
 
 
 def lock_dir() -> Path:
-    return Layout(paths.shared_dir()).quiesce
+    return paths.commons_layout().quiesce
 
 
 def lock_path(name: str) -> Path:

@@ -17,7 +17,6 @@ from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
 from shared import gitsafe
 from shared.evolution import Evolution, divergence
-from shared.layout import Layout
 
 TEST_TIMEOUT_S = 900
 # What "test it" runs in a scratch worktree of the change: the project's own tests,
@@ -137,7 +136,7 @@ def code_list_changes(env: ToolEnv, citizen: str) -> str:
     :param citizen: the peer's name
     """
     # Read as data by a git in the caller's own repository: never a git in the peer's.
-    return _run(lambda: divergence(paths.home(citizen).code, Layout(paths.shared_dir()).baseline,
+    return _run(lambda: divergence(paths.home(citizen).code, paths.commons_layout().baseline,
                                    reader=env.home.code))
 
 
