@@ -2,6 +2,7 @@
 
 Nothing imported here may import a model SDK: `citizen --help`, `status` and other
 commands that make no model call must stay fast (`import anthropic` alone is ≈2 s).
+The top layer: it may import every other package of `citizen`; nothing imports it.
 """
 
 from __future__ import annotations

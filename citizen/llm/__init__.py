@@ -1,7 +1,9 @@
 """Model providers behind one interface (`citizen.llm.base.Provider`).
 
 This package's import is cheap: a provider's module - and with it a model SDK or
-llama.cpp - is imported only when `make_provider` builds that provider.
+llama.cpp - is imported only when `make_provider` builds that provider. A new provider
+is one module here, built in `make_provider`. May import home (the spend ledger),
+access (the broker's socket), config and errors.
 """
 
 from __future__ import annotations

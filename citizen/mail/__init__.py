@@ -1,5 +1,6 @@
 """Mail: tasks arrive by email, answers go back in the same thread - all through the
-broker (citizen.broker.mail), which alone holds the mailbox password."""
+broker (citizen.broker.mail), which alone holds the mailbox password. May import llm,
+home, the commons door, access, config and errors; tools are above it."""
 
 from __future__ import annotations
 

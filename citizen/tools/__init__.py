@@ -1,4 +1,11 @@
-"""The tools a citizen can call, registered explicitly."""
+"""The tools a citizen can call: typed functions with their policy on them
+(`@tool(reads=, cacheable=, permission=, writes=)`), registered explicitly in `core_tools`;
+the bubblewrap `sandbox` everything they run goes through; the `evidence` check of "done".
+
+A new tool is a function in the family module it belongs to, added to the registry
+below. May import mail, llm, home, the commons door (`citizen.civilization`), access,
+config and errors; never a wake, the daemon, admin, the broker or the CLI.
+"""
 
 from __future__ import annotations
 

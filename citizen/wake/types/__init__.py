@@ -1,4 +1,7 @@
-"""Wake types, registered by name. A type another issue adds registers itself here."""
+"""The kinds of wake, registered by name: one module a kind, each a `WakeType` with a
+gate (is there anything to do? - from files alone, before any model call) and a setup
+(its prompt and tools). A new kind is a module here, registered below, a prompt in
+`templates/wake_prompts.json` and, if it has a slot, a line in `wake_allocations.json`."""
 
 from __future__ import annotations
 
