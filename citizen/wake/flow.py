@@ -33,8 +33,8 @@ from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
 from citizen.wake import prompt
 from citizen.wake import types as wakes
-from citizen.wake.loop import Meter
 from citizen.wake.loop import run as run_loop
+from citizen.wake.meter import Meter
 from citizen.wake.selection import route, select_tools
 from citizen.wake.types.base import Setup
 from citizen.wake.verifier import Verifier

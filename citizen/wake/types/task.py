@@ -8,7 +8,8 @@ from citizen.home import working
 from citizen.home.tasks import Task
 from citizen.tools import evidence
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Gate, Setup, WakeType
 
 # Task kinds with a wake type of their own that is not a tool loop: never taken here.
 OWN_WAKE_KINDS = ("CONSENSUS", "DEBATE")
