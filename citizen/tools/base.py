@@ -138,6 +138,11 @@ def _json_type(annotation: Any) -> dict[str, Any]:
     raise TypeError(f"tool parameter type {annotation!r} has no JSON schema mapping")
 
 
+# Every built-in tool's name (each `@tool` adds its own; `citizen.tools` imports every
+# module that defines one): the names a dynamic tool may not take.
+BUILT_IN: set[str] = set()
+
+
 def tool(func: Callable[..., str]) -> Tool:
     """Make a `Tool` from a function whose first parameter is the `ToolEnv`."""
     doc = inspect.getdoc(func) or ""
@@ -157,4 +162,5 @@ def tool(func: Callable[..., str]) -> Tool:
         props[name] = prop
     schema = {"type": "object", "properties": props, "required": required,
               "additionalProperties": False}
+    BUILT_IN.add(func.__name__)
     return Tool(func.__name__, summary, schema, func)
