@@ -31,6 +31,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization, config
+from citizen.civilization import commons
 from citizen.config import paths
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.errors import CitizenError
@@ -73,7 +74,7 @@ _WAKE_UP = WakeRequest("", "signal")  # put by the signal handler; not a wake
 
 def _set_title(title: str) -> None:
     try:
-        import setproctitle  # noqa: PLC0415 - optional nicety
+        import setproctitle  # noqa: PLC0415 - optional nicety: absent, the title stays
 
         setproctitle.setproctitle(title)
     except ImportError:
@@ -313,8 +314,6 @@ class Daemon:
         """File `failed` for what a rollback reverted (the start guard's, or our own)."""
         if not rollback.unreported(self.home):
             return
-        from citizen.civilization import commons  # noqa: PLC0415
-
         filed = rollback.report_rollbacks(self.home, commons().evolution)
         log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
 
@@ -368,7 +367,7 @@ class Daemon:
     def _doorbell_watch(self) -> Any:
         """An inotify watch on the doorbell (None: no inotify here; the watcher polls)."""
         try:
-            from inotify_simple import INotify, flags  # noqa: PLC0415
+            from inotify_simple import INotify, flags  # noqa: PLC0415 - absent: the watcher polls
         except ImportError:
             return None
         inotify = INotify()
