@@ -18,7 +18,7 @@ from citizen.access import steps
 from citizen.config import paths
 from shared import clock
 from shared.commons import Commons
-from shared.consensus import Consensus
+from shared.consensus import Consensus, diversity
 from shared.debates import Debates
 from shared.errors import SharedError
 from shared.identity import server_mode
@@ -74,8 +74,6 @@ def keep_diverse() -> None:
     """The daemon's daily job: the seed's weight diversity enforcement
     (shared.consensus.diversity; once a world day whichever daemon runs first). Never
     raises: a failure is logged and tomorrow's run tries again."""
-    from shared.consensus import diversity  # noqa: PLC0415 - lazy, like every protocol
-
     try:
         c = commons().consensus
         made = diversity.enforce(c.weights, c.citizens, clock.moment().date().isoformat(),

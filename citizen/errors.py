@@ -25,6 +25,17 @@ class ConfigError(CitizenError, ValueError):
         super().__init__(f"{where}: {problem} - {fix}")
 
 
+class LimitReached(CitizenError):
+    """A limit was reached: what would cross it was not done (a call not made, a debate
+    not opened, a mail not sent). Its message names the limit and when it frees up.
+
+    The wake's dollar cap and the daily caps (`citizen.wake.meter.BudgetExceeded`,
+    `citizen.home.spend.DailyCapReached`), a count a day (`citizen.home.spend.CapReached`),
+    and the broker's caps and rates (`citizen.broker.ledger.CapExceeded`,
+    `citizen.broker.mailstate.Limited`).
+    """
+
+
 class ProviderError(CitizenError, RuntimeError):
     """The model provider could not produce a reply (after its own retries)."""
 

@@ -18,7 +18,7 @@ from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Provider, Reply, Request, ToolSpec
 from citizen.tools import evidence
 from citizen.wake.flow import run_wake
-from citizen.wake.loop import Meter
+from citizen.wake.meter import Meter
 from citizen.wake.prompt import bound_conversation, system_blocks
 from tests.scripts import Actor, call
 from tests.test_daily_caps import OPUS_PRICE, caps, spent_already

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from citizen.tools import ToolFailure, core_tools, sandbox
+from citizen.tools.base import BUILT_IN
 from citizen.tools.dynamic import dynamic_tools
 from shared.errors import Invalid, NotAllowed
 from tests.scripts import tool_env
@@ -144,3 +145,8 @@ def test_a_tool_file_swapped_for_a_link_to_the_reviewers_secrets_is_not_read(
     record = (civ / "shared" / "tools" / "registry" / "reverse_text.reviews" /
               "mira.json").read_text()
     assert "reviewer-canary-91" not in record and "not run" in record
+
+
+def test_no_dynamic_tool_takes_a_built_in_name() -> None:
+    every = set(core_tools(mail=True, code=True))
+    assert every <= BUILT_IN  # each one reserved, the mail and code tools included

@@ -71,7 +71,7 @@ def test_a_vote_carries_a_small_prompt(civ: Path) -> None:
 
     from citizen.home.wakelog import WakeLog
     from citizen.llm.scripted import ScriptedProvider
-    from citizen.wake.loop import Meter
+    from citizen.wake.meter import Meter
     from citizen.wake.prompt import system_blocks
 
     cfg = config.load_citizen("opus")

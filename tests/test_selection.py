@@ -12,7 +12,7 @@ from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Request
 from citizen.llm.scripted import ScriptedProvider
 from citizen.tools import core_tools
-from citizen.wake.loop import Meter
+from citizen.wake.meter import Meter
 from citizen.wake.selection import rank, select_tools
 
 WORK = "Write a file notes/hello.md saying hello to mira"

@@ -16,7 +16,7 @@ from citizen.llm.base import ToolCall
 from citizen.llm.scripted import ScriptedProvider
 from citizen.tools import Tool, ToolFailure, core_tools, tool
 from citizen.tools.base import ToolEnv
-from citizen.wake import loop
+from citizen.wake import loop, meter
 from citizen.wake.flow import run_wake
 from tests.scripts import Actor, call, say, tool_env
 
@@ -133,7 +133,7 @@ def test_a_reading_tool_is_cached_within_a_wake_only_when_cacheable(civ: Path) -
     cfg = config.load_citizen("opus")
     env = tool_env("opus")
     env.log = WakeLog(paths.home("opus"), 1, "TASK")
-    ending = loop.run(llm, loop.Meter(env.log, cfg.budget), env, tools, system=[],
+    ending = loop.run(llm, meter.Meter(env.log, cfg.budget), env, tools, system=[],
                       instruction="look around", tier="fast")
     assert ending.status == "end_turn", ending.reason
     assert ran == ["peek", "poll", "poll", "poke", "peek"]

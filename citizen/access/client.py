@@ -99,7 +99,7 @@ def whoami(citizen: str) -> dict[str, Any]:
 
     :raises ProviderUnavailable: no broker answers, or it refused.
     """
-    import httpx2 as httpx  # noqa: PLC0415
+    import httpx2 as httpx  # noqa: PLC0415 - lazy, as above
 
     try:
         with http_client(citizen, timeout_s=10.0) as client:
@@ -122,7 +122,7 @@ def request(citizen: str, method: str, path: str, payload: Any = None,
 
     :raises ProviderUnavailable: no broker answers.
     """
-    import httpx2 as httpx  # noqa: PLC0415
+    import httpx2 as httpx  # noqa: PLC0415 - lazy, as above
 
     try:
         with http_client(citizen, timeout_s=timeout_s) as client:

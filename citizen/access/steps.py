@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from citizen.access import client
 from citizen.errors import CitizenError
 from shared.errors import NotAllowed
 
@@ -19,8 +20,6 @@ def ask(citizen: str, path: str, payload: dict[str, Any]) -> dict[str, Any]:
 
     :raises NotAllowed: the broker refused or did not answer (its message says why).
     """
-    from citizen.access import client  # noqa: PLC0415 - only these steps need the broker
-
     try:
         status, answer = client.request(citizen, "POST", path, payload, timeout_s=900)
     except CitizenError as exc:  # no broker: nothing changed

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from citizen import config
+from citizen import civilization, config
 from citizen.civilization import citizen_users
 from citizen.config import Budget, paths
 from citizen.errors import CitizenError, ConfigError
@@ -113,8 +113,6 @@ def names() -> list[str]:
     (its home's files cannot hide it), in dev mode the homes."""
     if config.server_mode():
         return citizen_users()
-    from citizen import civilization  # noqa: PLC0415 - heavy; dev mode only
-
     return civilization.citizens()
 
 

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from citizen.config import ModelPrice
+from citizen.errors import CitizenError
 from citizen.llm.base import Usage
 
 # Content blocks whose tokens the bytes bound (text of the request's JSON).
@@ -39,7 +40,7 @@ TOOL_PROMPT_TOKENS, PER_TOOL_TOKENS = 1024, 64
 _PARSING = threading.BoundedSemaphore(2)
 
 
-class Unbounded(ValueError):
+class Unbounded(CitizenError, ValueError):
     """A request whose cost the broker cannot bound; it is refused, not forwarded."""
 
 

@@ -31,6 +31,7 @@ from citizen.broker.mailrules import (
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 from citizen.config import paths
+from citizen.mail.message import BadMail, headers, message_id_of, sender_of
 
 log = logging.getLogger(__name__)
 BATCH_BYTES = 16 * MB  # raw mail per inbox answer (at least one message): a bounded JSON
@@ -43,8 +44,6 @@ def _imap_failed(acct: Account, exc: Exception) -> Refused:
 
 def _screen(info: dict[bytes, Any], permitted: set[str], cap: int) -> tuple[str, str, str]:
     """(message id, sender, why it is quarantined or '') from the headers and size."""
-    from citizen.mail.message import BadMail, headers, message_id_of, sender_of  # noqa: PLC0415
-
     head = headers(info[b"BODY[HEADER]"])
     try:
         message_id = message_id_of(head, info[b"BODY[HEADER]"])
@@ -74,7 +73,7 @@ def _connect(acct: Account) -> Any:
 def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """The INBOX, screened: strangers and over-size mail quarantined here, the rest as
     raw bytes for the daemon to turn into tasks and acknowledge (module doc)."""
-    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415
+    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415 - ≈50 ms, mail only
 
     data = json_body(raw)
     cfg = config_of(citizen)
@@ -127,7 +126,7 @@ def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 @route("POST", "/v1/experience/mail/ack")
 def ack(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """Move what the daemon took (Processed) or refused (Quarantine, with its reason)."""
-    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415
+    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415 - ≈50 ms, mail only
 
     data = json_body(raw)
     acks = data.get("acks")
@@ -166,7 +165,7 @@ def ack(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 def wait(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """IMAP IDLE for the daemon: {new, uidnext, idle}. `new` at once when mail came
     after the caller's `uidnext` (or it gave none: it has to catch up)."""
-    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415
+    from imapclient.exceptions import IMAPClientError  # noqa: PLC0415 - ≈50 ms, mail only
 
     data = json_body(raw)
     seen = data.get("uidnext")

@@ -23,6 +23,7 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from citizen.errors import LimitReached
 from citizen.llm.base import Usage  # what the upstream said a call used
 from shared import clock
 
@@ -49,7 +50,7 @@ CREATE INDEX IF NOT EXISTS calls_open ON calls (state) WHERE state = 'reserved';
 CIVILIZATION = "*"  # the totals key of every citizen together
 
 
-class CapExceeded(Exception):
+class CapExceeded(LimitReached):
     """A call's worst case does not fit a cap; it was not forwarded."""
 
 

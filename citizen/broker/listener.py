@@ -11,14 +11,14 @@ from pathlib import Path
 from typing import Any
 
 from citizen.broker import identity
-from citizen.broker.server import Broker, Handler
+from citizen.broker.server import Broker, Handler, Serving
 
 # One Unix user's open connections (server mode): each holds a thread and a descriptor,
 # and a citizen holding a thousand idle ones took them from every other citizen.
 MAX_CONNECTIONS_PER_UID = 32
 
 
-class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer):
+class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer, Serving):
     """The listening socket; one thread per connection, none outliving the broker."""
 
     daemon_threads = True

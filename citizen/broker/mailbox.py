@@ -117,7 +117,7 @@ def connect_imap(acct: Account) -> Any:
     :raises MailboxError: unreachable, or the login was refused.
     """
     from imapclient import IMAPClient  # noqa: PLC0415 - only for citizens with mail
-    from imapclient.exceptions import IMAPClientError, LoginError  # noqa: PLC0415
+    from imapclient.exceptions import IMAPClientError, LoginError  # noqa: PLC0415 - as above
 
     ep = acct.imap
     context = ssl.create_default_context()

@@ -8,15 +8,18 @@ and the mailbox settings in the broker's own secrets file (citizen.broker.mailbo
 from __future__ import annotations
 
 import contextlib
+import grp
 import json
+import pwd
 import re
 from email.utils import getaddresses
 from typing import Any
 
-from citizen import config
+from citizen import civilization, config
 from citizen.broker import mailbox
 from citizen.broker.mailbox import Account, MailboxError, NoMailbox
 from citizen.broker.refused import Refused
+from citizen.civilization import CITIZENS_GROUP
 from citizen.errors import ConfigError
 
 MB = 1024 * 1024
@@ -49,13 +52,7 @@ def account_of(citizen: str, body: dict[str, Any]) -> Account:
 
 def citizen_names() -> list[str]:
     if not config.server_mode():
-        from citizen import civilization  # noqa: PLC0415 - dev mode: the homes say
-
         return civilization.citizens()
-    import grp  # noqa: PLC0415
-    import pwd  # noqa: PLC0415
-
-    from citizen.civilization import CITIZENS_GROUP  # noqa: PLC0415
 
     # The users whose primary group is `citizens` (identity.caller's test): root makes
     # them; the broker's user cannot read a home to list them any other way.

@@ -17,6 +17,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from citizen.errors import CitizenError, LimitReached
 from shared import clock
 
 _SCHEMA = """
@@ -45,7 +46,7 @@ CREATE INDEX IF NOT EXISTS quarantine_of ON quarantine (citizen, id);
 HOUR_S = 3600.0
 
 
-class Limited(Exception):
+class Limited(LimitReached):
     """The citizen's sends of the last hour reached its rate; `retry_after` seconds."""
 
     def __init__(self, limit: int, retry_after: int) -> None:
@@ -54,7 +55,7 @@ class Limited(Exception):
         self.retry_after = retry_after
 
 
-class InFlight(Exception):
+class InFlight(CitizenError):
     """A send with this request id is under way right now."""
 
 

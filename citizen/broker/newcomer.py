@@ -17,6 +17,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from citizen import config
+from citizen.admin import founding
+from citizen.admin.onboard import onboard
 from citizen.broker import onboarding
 from citizen.errors import CitizenError
 from shared import clock
@@ -104,12 +106,8 @@ def _decision(ref: str) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]
 def _create(record: dict[str, Any], enable: bool) -> list[str]:
     strengths = tuple(record.get("strengths") or ())
     if config.server_mode():
-        from citizen.admin.onboard import onboard  # noqa: PLC0415 - root's path only
-
         return onboard(record["name"], focus=record["focus"], enable=enable,
                        strengths=strengths, identity=identity_of(record))
-    from citizen.admin import founding  # noqa: PLC0415 - heavy
-
     # Dev mode: one Unix user for everything - the home alone, as `citizen init` makes it.
     new = {"email": f"{record['name']}@experience.local", "focus": record["focus"],
            "strengths": list(strengths)}

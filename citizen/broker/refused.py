@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from citizen.errors import CitizenError
 
-class Refused(Exception):
+
+class Refused(CitizenError):
     """Refused with an HTTP status and an API error type (`permission_error`, …)."""
 
     def __init__(self, status: int, kind: str, message: str,

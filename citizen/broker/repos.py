@@ -23,6 +23,7 @@ import pwd
 import threading
 from typing import Any
 
+from citizen import civilization
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 from citizen.civilization import CITIZENS_GROUP
@@ -38,8 +39,6 @@ def citizens(server_mode: bool) -> list[str]:
     is `citizens` and who have a home (it cannot read inside the 0750 homes); in dev
     mode every home with a config."""
     if not server_mode:
-        from citizen import civilization  # noqa: PLC0415 - dev mode only
-
         return civilization.citizens()
     gid = grp.getgrnam(CITIZENS_GROUP).gr_gid
     return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid

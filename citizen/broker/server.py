@@ -16,11 +16,12 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import socketserver
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from citizen.broker import estimate, identity
 from citizen.broker.ledger import CapExceeded, Ledger
@@ -29,9 +30,6 @@ from citizen.broker.refused import Refused
 from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.errors import ConfigError
-
-if TYPE_CHECKING:
-    from citizen.broker.listener import Server
 
 log = logging.getLogger(__name__)
 # Bytes of one request: more is refused before it is read. Text only (images and
@@ -96,11 +94,17 @@ class Broker:
                           f"{exc}") from exc
 
 
+class Serving(socketserver.BaseServer):
+    """A server whose handlers reach the broker (`citizen.broker.listener.Server`)."""
+
+    broker: Broker
+
+
 class Handler(BaseHTTPRequestHandler):
     """One connection; keep-alive between requests, as httpx expects."""
 
     protocol_version = "HTTP/1.1"
-    server: Server
+    server: Serving
 
     def address_string(self) -> str:  # a Unix socket has no peer address
         return "unix"

@@ -18,16 +18,18 @@ import urllib.parse
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 
+from citizen.errors import CitizenError
+
 CONNECT_TIMEOUT_S = 10.0
 READ_TIMEOUT_S = 600.0  # a long generation streams for minutes
 _STALE = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
 
-class Unreachable(OSError):
+class Unreachable(CitizenError, OSError):
     """The endpoint could not be reached: nothing was sent, so nothing can be billed."""
 
 
-class Broken(OSError):
+class Broken(CitizenError, OSError):
     """The request went out but the answer did not come back whole."""
 
 

@@ -10,6 +10,7 @@ from citizen import config
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
+from citizen.wake.flow import call_outside_wake
 
 
 @click.command()
@@ -40,8 +41,6 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
                                          max_iterations=cfg.budget.max_iterations)]
     request = Request(messages=[{"role": "user", "content": prompt}], system=system,
                       max_tokens=max_tokens, tier=tier, purpose="ask")
-    from citizen.wake.flow import call_outside_wake  # noqa: PLC0415 - only for a metered call
-
     # The citizen's own key and budget: in its ledger and under its daily caps.
     reply = call_outside_wake(name, "ASK", llm, request)
     if as_json:

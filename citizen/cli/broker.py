@@ -12,6 +12,7 @@ from typing import Any
 
 import click
 
+from citizen.access.client import reachable
 from citizen.broker import service
 from citizen.broker.ledger import open_readonly
 from citizen.cli.options import json_option
@@ -51,8 +52,6 @@ def run(idle_exit: float | None) -> None:
 @json_option
 def status(as_json: bool) -> None:
     """Whether the broker answers, and where its socket and ledger are."""
-    from citizen.access.client import reachable  # noqa: PLC0415
-
     info = {"socket": str(paths.broker_socket()), "ledger": str(service.ledger_path()),
             "answering": reachable(paths.broker_socket())}
     if as_json:

@@ -20,6 +20,7 @@ from citizen.admin import founding
 from citizen.config import paths
 from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
+from citizen.llm.model_file import ensure_model
 from citizen.tools import evidence
 
 CITIZENS = ("opus", "mira", "aria")
@@ -56,8 +57,6 @@ def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, 
         import llama_cpp.server  # noqa: F401, PLC0415
     except ImportError:
         return None, ""
-    from citizen.llm.model_file import ensure_model  # noqa: PLC0415
-
     port = _free_port()
     out = (log_dir / "model-server.log").open("wb")
     proc = subprocess.Popen(

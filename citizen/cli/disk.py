@@ -7,6 +7,7 @@ from dataclasses import asdict
 
 import click
 
+from citizen.admin import disk as diskmod
 from citizen.cli.options import json_option
 from citizen.cli.terminal import clean
 from citizen.errors import CitizenError
@@ -34,8 +35,6 @@ def disk() -> None:
 def check(names: tuple[str, ...], enforce: bool, timeout_s: float, as_json: bool) -> None:
     """Measure each citizen's home (links not followed) against its budget, record the
     verdict where `citizen status` shows it, and with --enforce stop those past it."""
-    from citizen.admin import disk as diskmod  # noqa: PLC0415
-
     try:
         verdicts = diskmod.check(list(names) or None, enforce=enforce, timeout_s=timeout_s)
     except PermissionError as exc:

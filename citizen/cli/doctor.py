@@ -10,14 +10,19 @@ from pathlib import Path
 
 import click
 
-from citizen import config
+from citizen import config, mail
+from citizen.access import client
 from citizen.admin.onboard import BROKER_USER
+from citizen.broker import service
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
+from citizen.mail import link
 from citizen.tools import sandbox
+from citizen.wake.flow import call_outside_wake
+from shared.identity import server_mode
 
 OK, WARN, FAIL = "ok", "warn", "FAIL"
 
@@ -80,8 +85,6 @@ def _check_paths(name: str) -> list[Check]:
         problems += [p for p in [_mode_problem(shared, stat.S_IWOTH, "3775")] if p]
     checks.append(Check("paths", FAIL if problems else OK,
                         "; ".join(problems) or f"{home} and its .env have safe modes"))
-    from shared.identity import server_mode  # noqa: PLC0415
-
     if server_mode(shared):
         checks.append(Check("identity", OK, "server mode: every record in the commons is "
                             "checked against its file's owner"))
@@ -125,9 +128,6 @@ def _budget_check(cfg: config.CitizenConfig, tpl: config.Templates) -> Check:
 def _mail_check(name: str, secrets: config.Secrets) -> Check:
     """The broker logs in to IMAP and SMTP when the citizen has a mailbox (no process
     of ours holds the password)."""
-    from citizen import mail  # noqa: PLC0415
-    from citizen.mail import link  # noqa: PLC0415
-
     if not mail.configured(secrets):
         return Check("mail", OK, "no mailbox configured (IMAP_SERVER, SMTP_SERVER, EMAIL_USER, "
                      "EMAIL_PASS in its secrets)")
@@ -147,9 +147,6 @@ def _mail_check(name: str, secrets: config.Secrets) -> Check:
 
 def _broker_check() -> Check:
     """The broker holds the keys and the caps: every model call goes through it."""
-    from citizen.access import client  # noqa: PLC0415
-    from citizen.broker import service  # noqa: PLC0415
-
     sock = paths.broker_socket()
     if client.reachable(sock):
         return Check("broker", OK, f"answering at {sock}; ledger {service.ledger_path()}")
@@ -186,8 +183,6 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         llm = make_provider(cfg, secrets, provider or "")
         checks.append(Check("model", OK, llm.describe()))
         prompt = tpl.prompt("doctor")
-        from citizen.wake.flow import call_outside_wake  # noqa: PLC0415 - only for the call
-
         reply = call_outside_wake(name, "DOCTOR", llm, Request(
             messages=[{"role": "user", "content": prompt}], max_tokens=8, tier="fast",
             purpose="doctor"))

@@ -9,7 +9,9 @@ import click
 from citizen import config
 from citizen.config import paths
 from citizen.home.memory import Memory
+from citizen.llm import make_provider
 from citizen.llm.base import Request
+from citizen.wake.flow import outside_wake
 
 
 @click.group()
@@ -27,9 +29,6 @@ def rollup(name: str) -> None:
     if not mem.pending():
         click.echo("nothing to roll up")
         return
-    from citizen.llm import make_provider  # noqa: PLC0415 - only when there is work
-    from citizen.wake.flow import outside_wake  # noqa: PLC0415
-
     cfg = config.load_citizen(name)
     llm = make_provider(cfg, config.load_secrets(name))
     # Through the one meter: in the spend ledger, under the daily caps, logged as ROLLUP.

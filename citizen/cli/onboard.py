@@ -7,6 +7,8 @@ from typing import Any
 
 import click
 
+from citizen.admin.onboard import onboard as do_onboard
+from citizen.broker.newcomer import approve, reject, requests
 from citizen.cli.options import json_option
 from citizen.cli.terminal import clean
 
@@ -51,8 +53,6 @@ def onboard(*, name: str | None, email: str, focus: str, no_enable: bool, listin
     elif reject:
         _reject(reject, why)
     else:
-        from citizen.admin.onboard import onboard as do_onboard  # noqa: PLC0415
-
         changed = do_onboard(str(name), email=email, focus=focus, enable=not no_enable)
         for item in changed:
             click.echo(f"created {item}")
@@ -61,8 +61,6 @@ def onboard(*, name: str | None, email: str, focus: str, no_enable: bool, listin
 
 
 def _list(as_json: bool) -> None:
-    from citizen.broker.newcomer import requests  # noqa: PLC0415
-
     found = sorted(requests(), key=lambda r: (r["status"] != "pending", r["id"]))
     if as_json:
         click.echo(json.dumps(found, indent=2))
@@ -81,8 +79,6 @@ def _list(as_json: bool) -> None:
 
 
 def _approve(ref: str, *, enable: bool) -> None:
-    from citizen.broker.newcomer import approve  # noqa: PLC0415
-
     record, changed = approve(ref, enable=enable)
     for item in changed:
         click.echo(clean(f"created {item}"))
@@ -92,8 +88,6 @@ def _approve(ref: str, *, enable: bool) -> None:
 
 
 def _reject(ref: str, why: str) -> None:
-    from citizen.broker.newcomer import reject  # noqa: PLC0415
-
     if not why.strip():
         raise click.UsageError("say why with --why (the citizen who asked reads it)")
     record: dict[str, Any] = reject(ref, why)

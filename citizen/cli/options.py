@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import pwd
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import click
 
-from citizen.config import PROVIDERS
+from citizen import civilization
+from citizen.config import PROVIDERS, paths, templates
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -34,26 +37,16 @@ def json_option(func: F) -> F:
 
 def resolve_name(name: str | None) -> str:
     """The citizen a command acts for: the one named, else the first in the templates."""
-    from citizen.config import templates  # noqa: PLC0415 - keep `--help` free of file reads
-
     return name or templates().citizen_names()[0]
 
 
 def operator() -> str:
     """Who is acting from the shell: the user behind sudo, else the user running it."""
-    import os  # noqa: PLC0415
-    import pwd  # noqa: PLC0415
-
     return os.environ.get("SUDO_USER") or pwd.getpwuid(os.geteuid()).pw_name
 
 
 def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
     """Ring citizen NAME's doorbell from the shell."""
-    import os  # noqa: PLC0415
-
-    from citizen import civilization  # noqa: PLC0415
-    from citizen.config import paths  # noqa: PLC0415
-
     home = paths.home(name)
     # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
     owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None

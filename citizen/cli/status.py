@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config
+from citizen.admin import disk
 from citizen.cli.options import json_option
 from citizen.cli.terminal import clean
 from citizen.config import paths
@@ -72,8 +73,6 @@ def citizen_status(name: str) -> dict[str, Any]:
 def _disk(name: str) -> dict[str, Any] | None:
     """Root's last disk check of this citizen (citizen.admin.disk), when it is past or near
     its budget or was stopped for it."""
-    from citizen.admin import disk  # noqa: PLC0415
-
     verdict = disk.last(name)
     if verdict is None or (verdict.state == "ok" and not verdict.stopped_at):
         return None

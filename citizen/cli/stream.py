@@ -9,11 +9,13 @@ from typing import Any
 
 import click
 
-from citizen import civilization, config
+from citizen import civilization, config, llm
 from citizen.cli.options import json_option, operator
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
+from citizen.llm.base import Request
+from citizen.wake.types.stream import say
 from shared.streams import PRESETS, Streams
 
 
@@ -30,8 +32,6 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
     Example:
       citizen stream say "Who can explain file locks? @mira"
     """
-    from citizen.wake.types.stream import say  # noqa: PLC0415 - the wake machinery is heavier
-
     names = [n.strip() for n in to.split(",") if n.strip()] or None
     sid = say(text, room=room, to=names, sender=operator())
     click.echo(f"stream {sid}")
@@ -197,9 +197,6 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     Example:
       sudo citizen stream replay stream-3f2a9c0d1e4b5a6c --citizen mira --provider local
     """
-    from citizen.llm import make_provider  # noqa: PLC0415 - only here is a model needed
-    from citizen.llm.base import Request  # noqa: PLC0415
-
     streams = civilization.streams()
     rec = streams.read_record(sid, name)
     if rec is None:
@@ -212,16 +209,16 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     except (OSError, CitizenError):  # not readable here (another user's home): the template
         cfg = config.templates().citizen(name)
     # The operator's own environment (e.g. ANTHROPIC_API_KEY), never a citizen's .env.
-    llm = make_provider(cfg, config.load_secrets(None),
-                        override="" if provider == "auto" else provider)
+    model = llm.make_provider(cfg, config.load_secrets(None),
+                              override="" if provider == "auto" else provider)
     system = [] if prompt_only else _recorded_system(name, rec)
     started = time.monotonic()
     schema = config.templates().schema("stream_bid")
-    reply = llm.complete(Request(messages=[{"role": "user", "content": rec["prompt"]}],
-                                 system=system, output_schema=schema, max_tokens=120,
-                                 tier="fast", purpose="stream_bid_replay"))
+    reply = model.complete(Request(messages=[{"role": "user", "content": rec["prompt"]}],
+                                   system=system, output_schema=schema, max_tokens=120,
+                                   tier="fast", purpose="stream_bid_replay"))
     new = reply.data or {}
-    click.echo(f"{'':<12} {'recorded':<40} replay ({llm.describe()})")
+    click.echo(f"{'':<12} {'recorded':<40} replay ({model.describe()})")
     for key, old, now in (("claim", rec["claim"], new.get("claim")),
                           ("confidence", rec["raw_confidence"], new.get("confidence")),
                           ("reasoning", rec["reasoning"][:38], str(new.get("reasoning"))[:60]),

@@ -37,7 +37,7 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
         parsed = json.loads(args)
     except json.JSONDecodeError as exc:
         raise click.ClickException(f"ARGS is not JSON: {exc}") from exc
-    from citizen.llm.structured import schema_problem  # noqa: PLC0415
+    from citizen.llm.structured import schema_problem  # noqa: PLC0415 - jsonschema: ≈90 ms
 
     problem = schema_problem(tools[tool_name].schema, parsed)
     if problem:

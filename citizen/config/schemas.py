@@ -90,7 +90,7 @@ def _check(path: Path) -> Any:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ConfigError(path, "", f"not valid JSON: {exc}", _FIX) from exc
-    import jsonschema  # noqa: PLC0415
+    import jsonschema  # noqa: PLC0415 - lazy, as above
 
     try:
         _validator().check_schema(_fill(raw, _Samples()))

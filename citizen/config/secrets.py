@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from citizen.config import paths
+from citizen.config.loading import server_mode
 from citizen.errors import ConfigError
 
 # Secrets that must never reach prompts, logs or tool subprocesses.
@@ -86,8 +87,6 @@ def secrets_file(name: str) -> Path | None:
     read it - a citizen's process reads no secrets at all). Never the home's `.env` on
     a server: the citizen writes it. In dev mode, the home's `.env`.
     """
-    from citizen.config import server_mode  # noqa: PLC0415 - config imports this module
-
     path = paths.operator_secrets_file(name) if server_mode() else paths.citizen_env_file(name)
     return path if path.is_file() and os.access(path, os.R_OK) else None
 

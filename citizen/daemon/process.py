@@ -22,24 +22,25 @@ import time
 from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from enum import StrEnum
 from types import FrameType
 from typing import Any
 
-import psutil
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization, config
+from citizen.civilization import commons
 from citizen.config import paths
+from citizen.daemon import status
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
+from citizen.daemon.status import State
 from citizen.errors import CitizenError
 from citizen.home import quiesce, retention, rollback, state, wakelog
 from citizen.home.memory import Memory
 from citizen.home.tasks import TaskQueue, now_iso
 from citizen.mail.poller import MailPoller
 from shared import clock, doorbell
-from shared.atomic import append_line, sweep_temp, write_json
+from shared.atomic import append_line, sweep_temp
 from shared.errors import LockTimeout
 from shared.locks import locked
 
@@ -48,14 +49,6 @@ log = logging.getLogger(__name__)
 KILL_GRACE_S = 5
 DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
 RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.home.retention)
-
-
-class State(StrEnum):
-    STARTING = "starting"
-    SLEEPING = "sleeping"
-    WAKING = "waking"
-    STOPPING = "stopping"
-    STOPPED = "stopped"
 
 
 class AlreadyRunning(CitizenError, RuntimeError):
@@ -69,15 +62,6 @@ class WakeRequest:
 
 
 _WAKE_UP = WakeRequest("", "signal")  # put by the signal handler; not a wake
-
-
-def _set_title(title: str) -> None:
-    try:
-        import setproctitle  # noqa: PLC0415 - optional nicety
-
-        setproctitle.setproctitle(title)
-    except ImportError:
-        pass
 
 
 class Daemon:
@@ -313,8 +297,6 @@ class Daemon:
         """File `failed` for what a rollback reverted (the start guard's, or our own)."""
         if not rollback.unreported(self.home):
             return
-        from citizen.civilization import commons  # noqa: PLC0415
-
         filed = rollback.report_rollbacks(self.home, commons().evolution)
         log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
 
@@ -368,7 +350,7 @@ class Daemon:
     def _doorbell_watch(self) -> Any:
         """An inotify watch on the doorbell (None: no inotify here; the watcher polls)."""
         try:
-            from inotify_simple import INotify, flags  # noqa: PLC0415
+            from inotify_simple import INotify, flags  # noqa: PLC0415 - absent: the watcher polls
         except ImportError:
             return None
         inotify = INotify()
@@ -386,36 +368,20 @@ class Daemon:
 
     # ------------------------------------------------------------ status
 
+    def _next_wake(self) -> datetime | None:
+        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        return job.next_run_time if job else None
+
     def _set_state(self, new: State) -> None:
         self.state = new
-        job = self.scheduler.get_job("wake") if self.scheduler.running else None
-        next_at = job.next_run_time if job else None
-        if new == State.WAKING:
-            title = f"citizen:{self.name} waking {self.current}"
-        elif next_at:
-            title = f"citizen:{self.name} {new.value} until {next_at:%H:%M:%S}"
-        else:
-            title = f"citizen:{self.name} {new.value}"
-        _set_title(title)
-        notify(f"STATUS={title}")
+        text = status.title(self.name, new, self.current, self._next_wake())
+        status.set_title(text)
+        notify(f"STATUS={text}")
         self._heartbeat()
 
     def _heartbeat(self) -> None:
-        job = self.scheduler.get_job("wake") if self.scheduler.running else None
-        beat: dict[str, Any] = {
-            "schema_version": 1, "citizen": self.name, "pid": os.getpid(),
-            "state": self.state.value, "current_wake": self.current,
-            "next_wake_at": job.next_run_time.isoformat() if job and job.next_run_time
-            else None,
-            "wakes_this_run": self.wakes_run,
-            "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
-            "updated": clock.now(time.time()),  # liveness: the wall clock, even when simulated
-        }
-        try:
-            # 0664: peers read each other's heartbeats (PEER_MONITOR).
-            write_json(self.home.heartbeat, beat, mode=0o664)
-        except OSError as exc:
-            log.warning("heartbeat not written: %s", exc)
+        status.beat(self.home, name=self.name, state=self.state, current=self.current,
+                    next_at=self._next_wake(), wakes_run=self.wakes_run)
 
     def _watchdog(self) -> None:
         # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked

@@ -1,6 +1,6 @@
 """Money per UTC day: a ledger line for every model call, and the daily caps.
 
-Every metered call (`citizen.wake.loop.Meter`) appends one line to `logs/spend/<day>.jsonl`:
+Every metered call (`citizen.wake.meter.Meter`) appends one line to `logs/spend/<day>.jsonl`:
 the wake (roll-ups and `citizen ask` get a wake number and type of their own), purpose,
 tier, model, tokens and dollars (`citizen doctor`'s one test call is not metered). A
 day's total is the sum of its lines, so the caps, `citizen status` and `citizen cost`
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen.config.paths import Home
-from citizen.errors import ProviderError
+from citizen.errors import LimitReached, ProviderError
 from shared import clock
 from shared.atomic import append_line
 
@@ -36,7 +36,7 @@ LEAST_CALL_USD = 1e-6  # a wake with work starts only if at least this much is l
 WARN_SHARE = 0.8  # of the citizen's daily cap: the operators hear of it once that day
 
 
-class DailyCapReached(ProviderError):
+class DailyCapReached(LimitReached, ProviderError):
     """The next call could cross a daily cap; it was not made."""
 
 
@@ -172,5 +172,5 @@ def opened(home: Home, kind: str, what: str) -> None:
         fh.write(what.replace("\n", " ")[:200] + "\n")
 
 
-class CapReached(Exception):
+class CapReached(LimitReached):
     """A per-day limit on work a citizen may start is used up."""

@@ -35,6 +35,7 @@ from citizen.config import CitizenConfig, LocalModelSettings, ModelPrice
 from citizen.errors import ProviderUnavailable, StructuredOutputError
 from citizen.llm import openai_wire
 from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
+from citizen.llm.model_file import ensure_model
 from citizen.llm.model_server import ModelServer
 from citizen.llm.structured import (
     clamp_numbers,
@@ -145,8 +146,6 @@ class LocalProvider(Provider):
             self.backend: _Backend = ModelServer(url, timeout_s)
         else:
             if model_file is None:
-                from citizen.llm.model_file import ensure_model  # noqa: PLC0415
-
                 model_file = ensure_model()
             self.backend = _InProcess(model_file, settings)
 

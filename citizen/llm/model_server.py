@@ -10,7 +10,7 @@ import urllib.error
 import urllib.request
 from typing import Any
 
-from citizen.errors import ProviderError
+from citizen.errors import CitizenError, ProviderError
 
 # How servers say they take no native tools: llama.cpp without --jinja ("tools param
 # requires --jinja flag"), Ollama ("... does not support tools"), vLLM ("auto" tool
@@ -80,7 +80,7 @@ class ModelServer:
         return None
 
 
-class Refused(Exception):
+class Refused(CitizenError):
     """The server answered with an HTTP error."""
 
     def __init__(self, code: int, detail: str, endpoint: str) -> None:

@@ -5,6 +5,7 @@ home, the commons door, access, config and errors; tools are above it."""
 from __future__ import annotations
 
 from citizen import config
+from citizen.civilization import citizens
 from citizen.mail.link import MailError, MailLimited, MailNotConfigured, MailRefused
 
 __all__ = ["SETTINGS", "MailError", "MailLimited", "MailNotConfigured", "MailRefused",
@@ -27,8 +28,6 @@ def configured(secrets: config.Secrets) -> bool:
 def citizen_directory() -> dict[str, str]:
     """Every citizen's address in this civilization → its name (citizens may mail each
     other; a mail to several of them opens one stream)."""
-    from citizen.civilization import citizens  # noqa: PLC0415 - avoids an import cycle
-
     found = {}
     for name in citizens():
         try:

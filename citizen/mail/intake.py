@@ -183,8 +183,6 @@ class Intake:
                      sender: str) -> str | None:
         """The stream's id; None (logged) when it cannot be opened - then the mail is
         an ordinary task here, answered perhaps twice but never lost."""
-        from citizen import civilization  # noqa: PLC0415 - the commons, only when needed
-
         try:
             return civilization.streams().open(message_id, text, room="mail",
                                                participants=names, sender=sender,

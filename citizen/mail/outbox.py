@@ -24,6 +24,7 @@ from email.utils import getaddresses
 from pathlib import Path
 from typing import Any
 
+from citizen import config, mail
 from citizen.config.paths import Home
 from citizen.home.tasks import Task, now_iso
 from citizen.mail import link
@@ -146,8 +147,6 @@ def flush(home: Home) -> tuple[int, str]:
 
 def _now(home: Home, req: dict[str, Any], source: str) -> Delivery:
     """Queue a request and hand it to the broker now; then what waited, if it went."""
-    from citizen import config, mail  # noqa: PLC0415 - the package imports this module
-
     if not mail.configured(config.load_secrets(home.name)):  # no broker asked for nothing
         return Delivery("refused", f"{home.name} has no mailbox (set "
                         f"{', '.join(mail.SETTINGS)} and EMAIL_PASS in its .env)")

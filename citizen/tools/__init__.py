@@ -17,6 +17,7 @@ from citizen.tools.dry import COMMONS_TOOLS
 from citizen.tools.dynamic import DYNAMIC_ADMIN_TOOLS
 from citizen.tools.files import append_file, read_file, str_replace_file, write_file
 from citizen.tools.library import LIBRARY_TOOLS
+from citizen.tools.mail import check_email, send_email
 from citizen.tools.memory import context_add, identity_update, memory_search
 from citizen.tools.newcomer import citizen_request
 from citizen.tools.shell import shell_command
@@ -39,7 +40,5 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
     if search_configured():
         tools.append(web_search)
     if mail:
-        from citizen.tools.mail import check_email, send_email  # noqa: PLC0415
-
         tools += [send_email, check_email]
     return {t.name: t for t in tools}

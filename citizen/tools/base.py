@@ -183,6 +183,11 @@ def _json_type(annotation: Any) -> dict[str, Any]:
     raise TypeError(f"tool parameter type {annotation!r} has no JSON schema mapping")
 
 
+# Every built-in tool's name (each `@tool` adds its own; `citizen.tools` imports every
+# module that defines one): the names a dynamic tool may not take.
+BUILT_IN: set[str] = set()
+
+
 @overload
 def tool(func: Callable[..., str], /) -> Tool: ...
 
@@ -223,5 +228,6 @@ def _make(func: Callable[..., str], *, reads: bool, cacheable: bool,
         props[name] = prop
     schema = {"type": "object", "properties": props, "required": required,
               "additionalProperties": False}
+    BUILT_IN.add(func.__name__)
     return Tool(func.__name__, summary, schema, func, reads=reads, cacheable=cacheable,
                 permission=permission, writes=writes)

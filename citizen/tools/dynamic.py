@@ -11,7 +11,7 @@ from typing import Any, Literal
 from citizen import civilization
 from citizen.config import CitizenConfig
 from citizen.tools import sandbox
-from citizen.tools.base import Tool, ToolEnv, ToolFailure, tool
+from citizen.tools.base import BUILT_IN, Tool, ToolEnv, ToolFailure, tool
 from citizen.tools.shell import scrubbed_env
 from shared.dyntools import DynTools, Wrap
 
@@ -47,13 +47,11 @@ def tool_propose(env: ToolEnv, *, name: str, description: str, input_schema: str
     :param code: Python source defining `def run(**args) -> str`
     :param tests: pytest source; it may `import <name>`
     """
-    from citizen.tools import core_tools  # noqa: PLC0415 - the names it may not take
-
     try:
         schema = json.loads(input_schema)
         data = registry(env.config).propose(
             env.home.name, name, description=description, input_schema=schema, code=code,
-            tests=tests, reserved=set(core_tools(mail=True, code=True)))
+            tests=tests, reserved=set(BUILT_IN))
     except json.JSONDecodeError as exc:
         raise ToolFailure(str(exc)) from exc
     return f"proposed {data['name']}; peers review it (and run its tests) before it is callable"

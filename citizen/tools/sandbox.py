@@ -51,6 +51,7 @@ from pathlib import Path
 
 from citizen.config import paths
 from citizen.config.paths import Home
+from citizen.errors import CitizenError
 from citizen.home import state
 
 log = logging.getLogger(__name__)
@@ -134,7 +135,7 @@ def _prepare(h: Home) -> None:
                 raise SandboxRefused(f"{home / name} is a symbolic link: remove it") from None
 
 
-class SandboxRefused(OSError):
+class SandboxRefused(CitizenError, OSError):
     """A command is not run: the home is not in a state the sandbox can cover."""
 
 

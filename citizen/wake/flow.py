@@ -17,7 +17,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from citizen import config
+from citizen import civilization, config, mail
 from citizen.config import paths
 from citizen.errors import CitizenError, ProviderError
 from citizen.home import spend, state
@@ -26,15 +26,17 @@ from citizen.home.memory import Memory
 from citizen.home.spend import Daily, DailyCapReached
 from citizen.home.tasks import TaskQueue
 from citizen.home.wakelog import WakeLog
+from citizen.llm import make_provider
 from citizen.llm.base import Provider, Reply, Request
 from citizen.mail import configured as mail_configured
+from citizen.mail.outbox import notice
 from citizen.tools import core_tools
 from citizen.tools.base import ToolEnv
 from citizen.tools.dynamic import dynamic_tools
 from citizen.wake import prompt
 from citizen.wake import types as wakes
-from citizen.wake.loop import Meter
 from citizen.wake.loop import run as run_loop
+from citizen.wake.meter import Meter
 from citizen.wake.selection import route, select_tools
 from citizen.wake.types.base import Setup
 from citizen.wake.verifier import Verifier
@@ -63,8 +65,6 @@ class WakeResult:
 
 
 def _default_provider(cfg: config.CitizenConfig, secrets: config.Secrets) -> Provider:
-    from citizen.llm import make_provider  # noqa: PLC0415 - only once the gate says there is work
-
     return make_provider(cfg, secrets)
 
 
@@ -110,8 +110,6 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
 
 def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None) -> Daily:
     """The daily caps this citizen's calls are checked against (citizen.home.spend)."""
-    from citizen import civilization  # noqa: PLC0415 - the list of citizens, at call time
-
     def warn(message: str) -> None:
         log.warning("%s", message)
         if wlog is not None:
@@ -170,11 +168,7 @@ def tell_operators(home: paths.Home, cfg: config.CitizenConfig, subject: str,
         secrets = config.load_secrets(home.name)
     except CitizenError:
         return
-    from citizen import mail  # noqa: PLC0415 - only when there is something to say
-
     if operators and mail.configured(secrets):
-        from citizen.mail.outbox import notice  # noqa: PLC0415
-
         notice(home, operators, subject, body)
 
 

@@ -13,7 +13,7 @@ from citizen.config import Templates
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.llm.base import Provider, Request
 from citizen.tools.base import Tool
-from citizen.wake.loop import Meter
+from citizen.wake.meter import Meter
 
 SELECT_LIMIT = 12
 # What most work needs whatever its words: reading, writing and running things.

@@ -26,7 +26,7 @@ from citizen.config import Templates
 from citizen.errors import CitizenError, ProviderError, StructuredOutputError
 from citizen.home.spend import DailyCapReached
 from citizen.llm.base import Provider, Request
-from citizen.wake.loop import BudgetExceeded, Meter
+from citizen.wake.meter import BudgetExceeded, Meter
 
 HEAD_CHARS = 1500  # of each deliverable file, shown to the verifier
 

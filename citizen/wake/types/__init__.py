@@ -5,7 +5,8 @@ gate (is there anything to do? - from files alone, before any model call) and a 
 
 from __future__ import annotations
 
-from citizen.wake.types.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 from citizen.wake.types.consensus import ConsensusWake
 from citizen.wake.types.debate import DebateWake
 from citizen.wake.types.dry_audit import DryAuditWake

@@ -5,7 +5,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import Any, ClassVar
 
 from citizen.config import CitizenConfig, Templates
 from citizen.config.paths import Home
@@ -13,9 +13,7 @@ from citizen.home.memory import Memory
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Provider, Request
 from citizen.tools.base import ToolEnv
-
-if TYPE_CHECKING:  # citizen.wake.loop imports this module (Ending)
-    from citizen.wake.loop import Meter
+from citizen.wake.meter import Ending, Meter
 
 # Wakes that do work in the world. Reflection and curation look back on these only:
 # if they counted each other, an idle civilization would reflect on its reflections
@@ -43,15 +41,6 @@ class Setup:
     memory: Memory
     number: int
     marks: dict[str, Any]
-
-
-@dataclass
-class Ending:
-    """How the tool-use loop ended."""
-
-    status: str  # end_turn, task_finished, budget, iterations, no_progress, provider_error
-    reason: str = ""
-    text: str = ""
 
 
 @dataclass

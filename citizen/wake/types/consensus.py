@@ -19,6 +19,7 @@ from typing import Any
 from citizen import civilization
 from citizen.home import state
 from citizen.mail import citizen_addresses
+from citizen.mail.outbox import notice
 from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
 from citizen.wake.types.base import Ask, Setup
@@ -164,8 +165,6 @@ def _send_notices(setup: Setup, env: ToolEnv, commons: Consensus, me: str) -> No
     due = _notices_due(commons, me, mailed)
     if not due:
         return
-    from citizen.mail.outbox import notice  # noqa: PLC0415 - mail requesters only
-
     for d in due:
         src = d.request.get("source", {})
         if d.phase == "human":

@@ -15,6 +15,7 @@ from typing import Any
 
 from citizen import civilization
 from citizen.home import state
+from citizen.mail.outbox import notice
 from citizen.tools.base import ToolEnv
 from citizen.wake.types.base import Ask, Setup
 from citizen.wake.types.owed import OwedStepsWake, Spec
@@ -194,8 +195,6 @@ def _send_notices(setup: Setup, env: ToolEnv, debates: Debates, me: str) -> None
     due = _notices_due(debates, me, mailed)
     if not due:
         return
-    from citizen.mail.outbox import notice  # noqa: PLC0415 - mail requesters only
-
     for did in due:
         t, crux = debates.thread(did), debates.result(did) or {}
         transcript = debates.transcript(did)

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from citizen.home import rollback, state
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Gate, Setup, WakeType
 
 MARK = "dry_audited_commit"
 

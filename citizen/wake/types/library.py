@@ -7,7 +7,8 @@ import json
 from citizen import civilization
 from citizen.home import state
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import WORK_WAKES, Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import WORK_WAKES, Gate, Setup, WakeType
 
 MARK = "library_through_wake"
 TOLD = "library_rejections_told"  # the rounds of my rejected proposals a wake has shown me

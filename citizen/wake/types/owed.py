@@ -20,7 +20,8 @@ from citizen import civilization
 from citizen.errors import ProviderError, StructuredOutputError
 from citizen.home import state
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 from citizen.wake.types.task import finish_task
 from shared.errors import SharedError
 

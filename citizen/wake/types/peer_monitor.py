@@ -11,9 +11,10 @@ from __future__ import annotations
 import json
 import random
 
-from citizen import civilization
+from citizen import civilization, mail
 from citizen.config import paths
 from citizen.home import wakelog
+from citizen.mail.outbox import flush, queue, request
 from citizen.tools.base import ToolEnv
 from citizen.wake.types.base import WORK_WAKES, Gate, Setup, WakeType
 from shared.monitor import (
@@ -65,9 +66,6 @@ class PeerMonitorWake(WakeType):
 
 
 def _tell_operators(setup: Setup, env: ToolEnv, peer: str, summary: str) -> None:
-    from citizen import mail  # noqa: PLC0415 - only when there is something to report
-    from citizen.mail.outbox import flush, queue, request  # noqa: PLC0415
-
     operators = setup.config.mail.allowed_senders
     if not operators or not mail.configured(env.secrets):
         return

@@ -7,7 +7,8 @@ from typing import Any
 from citizen import civilization
 from citizen.home import state
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import WORK_WAKES, Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import WORK_WAKES, Gate, Setup, WakeType
 from shared.records import AUTHOR
 
 MARK = "reflected_through_wake"

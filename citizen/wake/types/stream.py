@@ -21,7 +21,8 @@ from citizen.errors import ProviderError, StructuredOutputError
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Request
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import Ask, Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 from shared import clock
 from shared.errors import LockTimeout, SharedError
 from shared.streams import (

@@ -6,9 +6,11 @@ from typing import Any, ClassVar
 
 from citizen.home import working
 from citizen.home.tasks import Task
+from citizen.mail.outbox import answer
 from citizen.tools import evidence
 from citizen.tools.base import ToolEnv
-from citizen.wake.types.base import Ending, Gate, Setup, WakeType
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Gate, Setup, WakeType
 
 # Task kinds with a wake type of their own that is not a tool loop: never taken here.
 OWN_WAKE_KINDS = ("CONSENSUS", "DEBATE")
@@ -105,8 +107,6 @@ def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str
     setup.tasks.finish(task, status, result)
     working.clear(env.contexts)
     if task.source == "mail" and task.meta.get("message_id"):
-        from citizen.mail.outbox import answer  # noqa: PLC0415 - mail tasks only
-
         note = answer(setup.home, task)
         if env.log is not None:
             env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
