@@ -27,7 +27,7 @@ With `--code` each citizen has its git `~/code` (a clone of the baseline, as
 `citizen init` makes them) and runs from it; with `--backup` the operator's
 `citizen backup now` runs at the end of every world day (as experience-backup.timer
 does) and its time, the bytes it added and the repository's size are printed.
-Nothing here asserts.
+Nothing here asserts. The figures and their report: bench/month_report.py.
 """
 
 from __future__ import annotations
@@ -41,25 +41,29 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections import defaultdict
 from collections.abc import Mapping
-from datetime import UTC, date, datetime, timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.month_report import (  # noqa: E402
+    CITIZENS,
+    MONDAY,
+    RUNAWAY,
+    contexts,
+    disk,
+    report,
+    report_backups,
+)
 from citizen.llm.base import Reply, Request, ToolCall, Usage  # noqa: E402
 
-CITIZENS = ("opus", "mira", "aria")
-RUNAWAY = "rex"
 RUNAWAY_DAYS = 7  # rex's model is runaway for a week, then behaves again
 HOLIDAY = (28, 29)  # a Monday and Tuesday off: with the weekend, four idle days
-MONDAY = datetime(2026, 1, 5, tzinfo=UTC)  # world day 0
 WAKE_MINUTES = 120.0  # world time between scheduled wakes
 TASK_HOUR = 8  # world hour the day's tasks arrive
-REFUSED = ("daily_cap", "budget")  # wake endings that mean "refused for budget"
 PATH = re.compile(r"notes/[\w.-]+\.md")
 
 
@@ -226,65 +230,6 @@ def feed(day: int, tasks_per_day: int) -> list[str]:
     return fed
 
 
-def disk(root: Path) -> int:
-    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file() and not f.is_symlink())
-
-
-def contexts(name: str) -> int:
-    from citizen.config import paths
-
-    return sum(f.stat().st_size for f in paths.home(name).contexts.glob("*") if f.is_file())
-
-
-def ledger(name: str, day: date) -> list[dict[str, Any]]:
-    from citizen.config import paths
-    from citizen.home import spend
-
-    return spend.lines(paths.home(name), day)
-
-
-def refusals(name: str) -> list[tuple[str, str, str]]:
-    """(world date, wake type, reason) of every wake that ended refused for budget."""
-    from citizen.config import paths
-    from citizen.home import wakelog
-
-    out = []
-    for path in sorted(paths.home(name).wake_logs.glob("*.jsonl")):
-        events = wakelog.read(path)
-        end = next((e for e in reversed(events) if e["event"] == "wake_end"), None)
-        if end and end.get("status") in REFUSED:
-            out.append((str(end.get("ts", ""))[:10], path.stem.split("-", 1)[1],
-                        str(end.get("reason", ""))[:90]))
-    return out
-
-
-def debates(name: str) -> tuple[dict[str, int], dict[str, int]]:
-    """Per world date: the debates `name` opened, and its debate_start calls refused."""
-    from citizen.config import paths
-    from citizen.home import wakelog
-
-    home = paths.home(name)
-    opened = {p.stem: len(p.read_text().splitlines())
-              for p in (home.dir / "logs" / "spend").glob("*.debates")}
-    refused: dict[str, int] = defaultdict(int)
-    for path in wakelog.wake_logs(home):
-        for e in wakelog.read(path):
-            if e.get("event") == "tool_call" and e.get("tool") == "debate_start" \
-                    and not str(e.get("result", "")).startswith("started"):
-                refused[str(e["ts"])[:10]] += 1
-    return opened, refused
-
-
-def tasks_done(name: str, day: date) -> int:
-    """How many of the tasks `name` was given on `day` are done."""
-    from citizen.config import paths
-    from citizen.home.tasks import TaskQueue
-
-    queue = TaskQueue(paths.home(name).tasks)
-    return sum(1 for tid in queue.ids("done")
-               if queue.load("done", tid).created[:10] == day.isoformat())
-
-
 # ------------------------------------------------------------------ the run
 
 
@@ -381,119 +326,6 @@ def _sleep_until(world: datetime) -> None:
     left = clock.wall_seconds(world.timestamp() - clock.time())
     if left > 0:
         time.sleep(left)
-
-
-def report(args: argparse.Namespace, fed: dict[int, list[str]],
-           snaps: dict[int, tuple[int, dict[str, int]]], work: Path) -> None:
-    names = (*CITIZENS, RUNAWAY)
-    purposes = ("execute", "select_tools", "route", "task_deliverables", "verify_task")
-    print(f"\n{'day':>3} {'kind':<5} {'$ civ':>7} {'$ rex':>6} {'calls':>5} {'tasks':>5} "
-          f"{'$/task':>6} " + " ".join(f"{p[:8]:>8}" for p in purposes)
-          + f" {'other':>6} {'cached':>6} {'exec':>5} {'ctx KB':>6} {'disk Δ KB':>9} "
-          f"{'rex debates':>11}  refused")
-    per_day: list[dict[str, Any]] = []
-    refused = {n: refusals(n) for n in names}
-    opened, denied = debates(RUNAWAY)
-    for day in sorted(snaps):
-        when = (MONDAY + timedelta(days=day)).date()
-        lines = {n: ledger(n, when) for n in names}
-        civ = [ln for n in CITIZENS for ln in lines[n]]
-        everyone = civ + lines[RUNAWAY]
-        cost = sum(float(ln.get("cost_usd", 0)) for ln in civ)
-        rex = sum(float(ln.get("cost_usd", 0)) for ln in lines[RUNAWAY])
-        done = sum(tasks_done(n, when) for n in CITIZENS)
-        task_cost = sum(float(ln.get("cost_usd", 0)) for ln in civ
-                        if ln.get("wake_type") == "TASK")
-        by: dict[str, list[int]] = defaultdict(list)
-        prompt = cached = exec_prompt = exec_cached = 0
-        for ln in everyone:
-            size = int(ln.get("tokens_in", 0)) + int(ln.get("cache_read", 0)) \
-                + int(ln.get("cache_write", 0))
-            by[str(ln.get("purpose")) if ln.get("purpose") in purposes else "other"].append(size)
-            prompt += size
-            cached += int(ln.get("cache_read", 0))
-            if ln.get("purpose") == "execute":
-                exec_prompt += size
-                exec_cached += int(ln.get("cache_read", 0))
-        disk_written, ctx = snaps[day]
-        key = when.isoformat()
-        row: dict[str, Any] = {
-               "day": day + 1, "idle": not fed[day], "usd": cost, "usd_rex": rex,
-               "calls": len(everyone), "tasks": done,
-               "usd_per_task": task_cost / done if done else 0.0,
-               "prompt_per_call": {p: (sum(v) / len(v) if v else 0) for p, v in by.items()},
-               "cached_share": cached / prompt if prompt else 0.0,
-               "execute_cached_share": exec_cached / exec_prompt if exec_prompt else 0.0,
-               "context_kb": max(ctx.values()) / 1024, "disk_kb": disk_written / 1024,
-               "rex_debates": opened.get(key, 0), "rex_debates_refused": denied.get(key, 0),
-               "spent_on": sorted({str(ln.get("wake_type")) for ln in everyone}),
-               "refused": [(n, r) for n in names for r in refused[n] if r[0] == key]}
-        per_day.append(row)
-        ppc = row["prompt_per_call"]
-        print(f"{row['day']:>3} {'idle' if row['idle'] else 'busy':<5} {cost:7.3f} {rex:6.3f} "
-              f"{row['calls']:>5} {done:>5} {row['usd_per_task']:6.3f} "
-              + " ".join(f"{ppc.get(p, 0):8.0f}" for p in purposes)
-              + f" {ppc.get('other', 0):6.0f} {row['cached_share']:6.0%} "
-              f"{row['execute_cached_share']:5.0%} {row['context_kb']:6.1f} "
-              f"{row['disk_kb']:9.0f} {row['rex_debates']:>4} +{row['rex_debates_refused']:<3} "
-              "refused  " + "; ".join(f"{n} {r[1]}: {r[2][:50]}" for n, r in row["refused"]))
-    goals(per_day, refused)
-    (work / "month.json").write_text(json.dumps(per_day, indent=1, default=str))
-    print(f"\nthe table as JSON: {work / 'month.json'}")
-
-
-def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str, str]]]) -> None:
-    busy = [r for r in per_day if r["tasks"]]
-    print("\ngoals:")
-    for r in per_day:
-        if r["idle"]:
-            after = "after an idle day" if per_day[r["day"] - 2]["idle"] else "after work"
-            print(f"  idle day {r['day']} ({after}): ${r['usd'] + r['usd_rex']:.4f}, "
-                  f"{r['calls']} calls ({', '.join(r['spent_on']) or 'none'})")
-    if len(busy) >= 2:
-        first, last = busy[0]["usd_per_task"], busy[-1]["usd_per_task"]
-        print(f"  day {busy[-1]['day']}'s cost per task within 20 % of day {busy[0]['day']}'s: "
-              f"${last:.4f} vs ${first:.4f} ({(last / first - 1) if first else 0:+.1%})")
-    shares = sorted(r["cached_share"] for r in per_day if r["calls"] > 5)
-    execs = sorted(r["execute_cached_share"] for r in per_day if r["calls"] > 5)
-    if shares:
-        print(f"  cached share of prompt tokens (goal ≥ 80 %): median "
-              f"{shares[len(shares) // 2]:.0%} (execute calls {execs[len(execs) // 2]:.0%}), "
-              f"lowest {shares[0]:.0%}")
-    fair = [(n, r) for n in CITIZENS for r in refused[n]]
-    print(f"  wakes of the three refused for budget: {len(fair)}"
-          + "".join(f"\n    {n} {d} {t}: {why}" for n, (d, t, why) in fair[:5]))
-    rex = [r["usd_rex"] for r in per_day]
-    print(f"  the runaway: ${sum(rex):.2f} in all, most in a day ${max(rex, default=0):.2f}; "
-          f"debates opened a day at most {max(r['rex_debates'] for r in per_day)} "
-          f"(budget.max_debates_per_day), {sum(r['rex_debates_refused'] for r in per_day)} "
-          f"more refused; its wakes refused for budget: {len(refused[RUNAWAY])}; the three "
-          f"did {sum(r['tasks'] for r in per_day if r['rex_debates'])} tasks meanwhile")
-
-
-def report_backups(root: Path, backups: dict[int, dict[str, float]]) -> None:
-    from citizen.config import paths
-
-    logs = {n: disk(paths.home(n).dir / "logs") for n in (*CITIZENS, RUNAWAY)}
-    print("\nbackups (`citizen backup now` at the end of each world day, daemons running):")
-    print("(seconds: the command's wall time, which includes waiting for running wakes to end;"
-          " restic: the snapshot itself)")
-    print(f"{'day':>3} {'seconds':>7} {'restic':>6} {'added KB':>8} {'repo MB':>7}  quiescent")
-    for day, b in sorted(backups.items()):
-        print(f"{day + 1:>3} {b['seconds']:7.2f} {b.get('restic', 0):6.2f} "
-              f"{b['added'] / 1024:8.0f} "
-              f"{b['repo'] / 2**20:7.2f}  {'yes' if b.get('quiescent') else 'NO'}"
-              + ("" if b["ok"] else "  FAILED"))
-    times = sorted(b["seconds"] for b in backups.values())
-    restic = sorted(b.get("restic", 0.0) for b in backups.values())
-    files = sum(1 for f in root.rglob("*") if f.is_file())
-    print(f"  the civilization after {len(backups)} days: {disk(root) / 2**20:.1f} MB in "
-          f"{files} files (logs and blobs {sum(logs.values()) / 2**20:.2f} MB); a backup "
-          f"median {times[len(times) // 2]:.2f} s, p95 {times[int(len(times) * 0.95)]:.2f} s, "
-          f"first {backups[min(backups)]['seconds']:.2f} s (restic alone: median "
-          f"{restic[len(restic) // 2]:.2f} s, p95 {restic[int(len(restic) * 0.95)]:.2f} s); "
-          "repository "
-          f"{backups[max(backups)]['repo'] / 2**20:.1f} MB")
 
 
 if __name__ == "__main__":

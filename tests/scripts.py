@@ -1,9 +1,11 @@
-"""Scripted model behaviour for wake tests: the mechanics, never a model's judgement."""
+"""Scripted model behaviour for wake tests: the mechanics, never a model's judgement; and
+the citizen's task queue and a wake's logged events, which those tests read back."""
 
 from __future__ import annotations
 
 import json
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from citizen.config import CitizenConfig, ModelPrice, Secrets
@@ -11,6 +13,7 @@ from citizen.llm.base import FREE, Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.scripted import ScriptedProvider
 
 if TYPE_CHECKING:
+    from citizen.home.tasks import TaskQueue
     from citizen.tools.base import ToolEnv
 
 
@@ -45,6 +48,21 @@ def tool_env(name: str) -> ToolEnv:
     return ToolEnv(home, cfg, config.load_secrets(name), TaskQueue(home.tasks),
                    Memory(home.memory),
                    ContextStore(home.contexts, cfg.context_limits, estimate_tokens).load_all())
+
+
+def queue(name: str = "opus") -> TaskQueue:
+    """The task queue of citizen `name`."""
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
+
+    return TaskQueue(paths.home(name).tasks)
+
+
+def events(result_path: Path, kind: str) -> list[dict[str, Any]]:
+    """The events of kind `kind` in the wake log at `result_path`."""
+    from citizen.home import wakelog
+
+    return [e for e in wakelog.read(result_path) if e["event"] == kind]
 
 
 class Actor(ScriptedProvider):

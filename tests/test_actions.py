@@ -17,8 +17,7 @@ from citizen.llm.local import _as_action, action_schema
 from citizen.llm.structured import fit_schema
 from citizen.tools import core_tools
 from citizen.wake.flow import run_wake
-from tests.scripts import Actor, call
-from tests.test_wake import events, queue
+from tests.scripts import Actor, call, events, queue
 
 TOOLS = tuple(t.spec() for n, t in core_tools().items() if n in ("shell_command", "write_file",
                                                                    "append_file"))

@@ -1,5 +1,7 @@
 """ThoughtStream: the decision function's properties, temperature arithmetic, the
-cross-process semaphore, and many processes agreeing on one decision."""
+cross-process semaphore, and many processes agreeing on one decision. (Streams in a
+citizen's wake and from the CLI: test_stream_wakes.py.)"""
+
 
 from __future__ import annotations
 
@@ -12,10 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import ExitStack
 from pathlib import Path
-from typing import Any
 
 import pytest
 from hypothesis import given
@@ -276,119 +275,6 @@ def test_work_seeking_volunteers_wants_exactly_its_slots(
     assert len(d.granted) == min(wanted, len(able))
 
 
-def test_presence_warms_and_cools_a_room_from_the_cli(civ: Path) -> None:
-    from click.testing import CliRunner
-
-    from citizen.cli import cli
-
-    runner = CliRunner()
-    here = runner.invoke(cli, ["room", "presence", "general", "--here"])
-    assert here.exit_code == 0 and "temperature 0.70" in here.output
-    away = runner.invoke(cli, ["room", "presence", "general", "--away"])
-    assert away.exit_code == 0 and "temperature 0.30" in away.output
-    bad = runner.invoke(cli, ["room", "presence", "Bad Room!"])
-    assert bad.exit_code == 1 and "room names are" in bad.output
-
-
-def test_replay_refuses_a_record_without_a_bid(civ: Path) -> None:
-    from click.testing import CliRunner
-
-    from citizen import civilization
-    from citizen.cli import cli
-
-    streams = civilization.streams()
-    sid = streams.open("<late@example.org>", "Who knows backups?").id
-    streams.record(sid, "opus", {"prompt": "", "how": "late", "claim": False,
-                                 "reasoning": "decided before my bid"})
-    out = CliRunner().invoke(cli, ["decisions", "replay", sid, "--citizen", "opus"])
-    assert out.exit_code == 1 and "made no bid" in out.output
-    out = CliRunner().invoke(cli, ["decisions", "replay", sid, "--citizen", "mira"])
-    assert out.exit_code == 1 and "no decision record" in out.output
-
-
-def claimer(confidence: float, answer: Callable[[], object]) -> Any:
-    """A scripted model that claims every stream at `confidence` and answers `answer()`."""
-    from citizen.llm.base import Request
-    from citizen.llm.scripted import ScriptedProvider
-    from tests.scripts import say
-
-    def model(request: Request) -> object:
-        if request.purpose == "stream_bid":
-            return say(json.dumps({"claim": True, "confidence": confidence,
-                                   "reasoning": "mine"}))
-        return answer()
-
-    return ScriptedProvider(default=model)  # type: ignore[arg-type]
-
-
-def test_a_granted_answer_that_keeps_failing_closes_after_three_wakes(civ: Path) -> None:
-    from citizen import civilization
-    from citizen.errors import ProviderError
-    from citizen.wake.flow import run_wake
-
-    def down() -> object:
-        raise ProviderError("the model server is down")
-
-    streams = civilization.streams()
-    sid = streams.open("<down@example.org>", "Who knows backups?", participants=["opus"]).id
-    provider = claimer(0.8, down)
-    for attempt in (1, 2, 3):
-        result = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
-        assert result.status == "ok"
-        rec = streams.read_record(sid, "opus")
-        assert rec is not None and rec["action"] == "FAILED"
-        assert rec["answer_failures"] == attempt
-        assert ("opus" in streams.responses(sid)) == (attempt == 3)
-    assert "the model server is down" in streams.responses(sid)["opus"]["text"]
-    bids = [r for r in provider.requests if r.purpose == "stream_bid"]
-    assert len(bids) == 1  # one bid; the retries only retried the answer
-    calls = len(provider.requests)
-    idle = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
-    assert idle.status == "idle" and len(provider.requests) == calls  # closed: no more calls
-
-
-def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
-    from citizen.config import paths
-    from citizen.daemon.process import Daemon
-    from citizen.home.tasks import TaskQueue
-
-    daemon = Daemon("opus", interval_s=3600)
-    daemon.slot_due()
-    assert [r.wake_type for r in list(daemon.requests.queue)] == [None]  # nothing held
-    daemon.pending.clear()
-    daemon.requests.queue.clear()
-    TaskQueue(paths.home("opus").tasks).hold("Mail from x", kind="TASK", source="mail",
-                                             meta={"stream": "stream-0"}, task_id="t-1")
-    daemon.slot_due()
-    assert [r.wake_type for r in list(daemon.requests.queue)] == ["STREAM", None]
-
-
-def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:
-    from citizen import civilization
-    from citizen.wake.flow import run_wake
-    from tests.scripts import say
-
-    streams = civilization.streams()
-    sem = streams.semaphore()
-    # deeper than 3, or a model serving one request at a time: the rule
-    for depth, serial, how in ((4, False, "rule"), (3, False, "model"), (0, True, "rule")):
-        with ExitStack() as others:  # other daemons waiting for the model, alive
-            for _ in range(depth):
-                others.enter_context(sem.waiting())
-            sid = streams.open(f"<q-{depth}-{serial}@example.org>", "Who knows Storage?",
-                               participants=["opus"]).id
-            provider = claimer(0.7, lambda: say("an answer"))
-            provider.max_concurrent = 1 if serial else 4
-            result = run_wake("opus", wake_type="STREAM",
-                              provider=lambda c, s, p=provider: p)  # type: ignore[misc]
-        assert result.status == "ok"
-        rec = streams.read_record(sid, "opus")
-        assert rec is not None and rec["how"] == how and rec["ambient"]["pressure"] == depth
-        purposes = [r.purpose for r in provider.requests]
-        assert purposes == (["stream_answer"] if how == "rule" else
-                            ["stream_bid", "stream_answer"])
-
-
 def test_a_directory_made_by_another_writer_meanwhile_is_no_error(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Five bidders make `thoughts/` at once: one that loses the race to mkdir must not
@@ -437,77 +323,3 @@ def test_records_written_before_the_one_author_key_and_timestamp_still_count(
         {"preset": "strict", "changes": {}, "temperature": 0.5, "updated": time.time()}))
     assert streams.settings("general").max_responders == 1
     assert streams.heat("general", "human") == pytest.approx(0.8)
-
-
-def test_the_rate_help_says_what_a_rating_does_to_calibration(civ: Path) -> None:
-    """The help used to say a right silence rates 1; the code reads 1 as 'should have
-    spoken' and raises the factor, so following the help made silent citizens louder."""
-    from click.testing import CliRunner
-
-    from citizen import civilization
-    from citizen.cli import cli
-
-    runner = CliRunner()
-    help_text = runner.invoke(cli, ["stream", "rate", "--help"]).output
-    assert "should have spoken" in help_text and "right silence is 0" in help_text
-    streams = civilization.streams()
-    for n in range(3):  # three bids at confidence 0.4, staying silent
-        sid = streams.open(f"<r{n}@example.org>", "Who knows backups?").id
-        streams.record(sid, "mira", {"prompt": "p", "how": "model", "claim": False,
-                                     "confidence": 0.4, "reasoning": "not mine"})
-        streams.record(sid, "aria", {"prompt": "p", "how": "model", "claim": False,
-                                     "confidence": 0.4, "reasoning": "not mine"})
-        for name, score in (("mira", "0"), ("aria", "1")):
-            out = runner.invoke(cli, ["stream", "rate", sid, "--citizen", name,
-                                      "--score", score])
-            assert out.exit_code == 0, out.output
-    # as documented: a right silence rated 0 lowers the factor; a 1 raises it (speak more)
-    assert streams.calibration("mira")["factor"] < 1.0 < streams.calibration("aria")["factor"]
-
-
-def test_a_decision_record_keeps_what_the_bidder_saw_and_a_replay_sends_it(
-        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """§9.2: a record used to keep only the user prompt - no system prompt or contexts,
-    no presence, no time since the last answer - so a replay was not what the bidder saw."""
-    from click.testing import CliRunner
-
-    import citizen.llm
-    from citizen import civilization
-    from citizen.cli import cli
-    from citizen.config import paths
-    from citizen.home.wakelog import WakeLog
-    from citizen.llm.scripted import ScriptedProvider
-    from citizen.wake.flow import run_wake
-    from tests.scripts import say
-
-    streams = civilization.streams()
-    streams.heat("general", "present")
-    sid = streams.open("<seen@example.org>", "Who knows backups?", participants=["opus"]).id
-    provider = claimer(0.8, lambda: say("restic, nightly"))
-    assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
-    rec = streams.read_record(sid, "opus")
-    assert rec is not None and rec["action"] == "POSTED"
-    (bid,) = [r for r in provider.requests if r.purpose == "stream_bid"]
-    home = paths.home("opus")
-    assert rec["system_blobs"] and [WakeLog.read_blob(home, k)
-                                    for k in rec["system_blobs"]] == list(bid.system)
-    assert not any(b in json.dumps(rec) for b in bid.system if len(b) > 40)  # keys, not texts
-    ambient = rec["ambient"]
-    assert ambient["user_present"] is True and ambient["from_person"] is True
-    assert ambient["messages_in_last_minute"] == 1
-    assert ambient["time_since_last_response_s"] is None  # nobody had answered in the room
-    # a second stream sees the first one's answer
-    sid2 = streams.open("<seen2@example.org>", "And restores?", participants=["opus"]).id
-    run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
-    ambient2 = streams.read_record(sid2, "opus")["ambient"]  # type: ignore[index]
-    assert ambient2["time_since_last_response_s"] is not None
-    assert ambient2["messages_in_last_minute"] == 2
-
-    replayer = ScriptedProvider(default=lambda r: say(json.dumps(
-        {"claim": False, "confidence": 0.3, "reasoning": "replayed"})))
-    monkeypatch.setattr(citizen.llm, "make_provider", lambda *a, **k: replayer)
-    out = CliRunner().invoke(cli, ["stream", "replay", sid, "--citizen", "opus"])
-    assert out.exit_code == 0, out.output
-    (again,) = replayer.requests
-    assert again.messages[0]["content"] == rec["prompt"] and again.system == bid.system
-    assert "replayed" in out.output
