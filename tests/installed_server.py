@@ -1,4 +1,4 @@
-"""The installed server tests/test_server_install.py drives: a handle on the booted
+"""The installed server tests/server_install/ drives: a handle on the booted
 container after setup_server.sh, the hostile shell and the canary it hunts for, the tool
 results a daemon sent its model, and code run as a citizen."""
 

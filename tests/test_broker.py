@@ -4,7 +4,7 @@ The real SDK talks to the broker over its Unix socket; the broker talks to a loc
 Messages API server (tests/anthropic_server.py) or, for streaming, to a small
 server-sent-events upstream here. What a rewritten daemon would send is sent raw, with
 httpx2 over the same socket. (Identity by the kernel with real Unix users, and the
-operator's files on a server, are tested in tests/test_server_install.py.)
+operator's files on a server, are tested in tests/server_install/.)
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each test is an attack that worked before: the citizen rewrites its own rules, r
 secrets through the kernel's process files or a link, writes the daemon's own records,
 or pre-creates a record in another's name so that the rightful author can never write.
 The end-to-end version, with real Unix users and the real unit, is in
-tests/test_server_install.py.
+tests/server_install/.
 """
 
 from __future__ import annotations

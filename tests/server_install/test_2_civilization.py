@@ -1,34 +1,23 @@
-"""The server install on a real systemd: setup, users, sandbox, restarts, onboarding.
-
-Boots a fresh Debian under systemd-nspawn (tests/nspawn.py), runs
-scripts/setup_server.sh there and exercises every command DEPLOY.md gives.
-Needs root and systemd-nspawn; skipped with the reason elsewhere. No model is
-needed: idle wakes make no model call, and the one working wake talks to the
-local Messages API test server over the shared loopback. The server handle and the
-helpers: tests/installed_server.py.
+"""The installed server as a civilization (after test_1_install.py, on the same boot):
+code evolution, onboarding, backup and restore, upgrade and removal, consensus and
+streams across users with forged records ignored, and a restore on a fresh server.
 """
 
 from __future__ import annotations
 
 import json
 import re
-import time
-from collections.abc import Iterator
 from functools import partial
 from typing import Any
 
 import pytest
 
 from citizen.config import paths
-from tests.anthropic_server import API_KEY, MessagesServer, no_deliverables, text, tool_use
+from tests.anthropic_server import API_KEY, MessagesServer
 from tests.installed_server import (
-    CANARY,
-    HOSTILE_SHELL,
     Server,
     forged_weight_lines_move_nothing,
-    install,
     python_as,
-    tool_results,
 )
 from tests.nspawn import PIP_ENV, SETUP, Container, unavailable, until
 from tests.thoughtworld import proposal, vote
@@ -36,249 +25,6 @@ from tests.thoughtworld import proposal, vote
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
 CITIZENS = ("opus", "mira", "aria")
-
-
-
-@pytest.fixture(scope="module")
-def server() -> Iterator[Server]:
-    box = Container(paths.project_dir())
-    box.boot()
-    try:
-        yield install(box)
-    finally:
-        box.shutdown()
-
-
-def test_setup_creates_everything_and_a_second_run_changes_nothing(server: Server) -> None:
-    for name in CITIZENS:
-        assert f"changed: user {name}" in server.setup_output
-        assert f"citizen@{name}.service enabled" in server.setup_output
-    again = server.box.run(SETUP, env=PIP_ENV).stdout
-    assert "setup_server: nothing changed" in again, again
-    assert "changed:" not in again
-    modes = server.run("stat", "-c", "%n %a %U:%G", "/home/opus", "/etc/experience/opus.env",
-                       "/var/lib/experience-broker",
-                       "/etc/experience/opus.json", "/home/shared", "/home/shared/changes",
-                       "/home/shared/baseline", "/home/opus/code", "/opt/experience/release")
-    assert "/home/opus 750 opus:citizens" in modes
-    # The model key and the mailbox: the broker's alone; the daemon gets no credential.
-    assert "/etc/experience/opus.env 600 experience-broker:experience-broker" in modes
-    assert server.box.run("test", "-e", "/etc/experience/opus.mail.env",
-                          check=False).returncode == 1
-    assert "/var/lib/experience-broker 700 experience-broker:experience-broker" in modes
-    assert "/etc/experience/opus.json 644 root:root" in modes  # rules: read, never written
-    assert "/home/shared 3775 root:citizens" in modes  # sticky: nothing renamed or replaced
-    assert "/home/shared/changes 3775 root:citizens" in modes
-    # The broker's, read by all, written by nobody else (issue 28): not root's either.
-    assert "/home/shared/baseline 2755 experience-broker:citizens" in modes
-    assert "/opt/experience/release 755 root:root" in modes  # what root runs
-    assert server.run("ls", "-A", "/home/opus").count(".env") == 0
-    assert re.search(r"/home/opus/code 7[57][05] opus:citizens", modes)  # its own clone
-    assert server.run("ls", "/opt/experience/venv/lib/python3.11/site-packages").count(
-        "experience") == 0  # the venv holds dependencies only
-
-
-def test_units_verify_cleanly_and_report_their_exposure(server: Server) -> None:
-    server.run("sh", "-c", "mkdir -p /tmp/verify && cp /etc/systemd/system/citizen@.service "
-               "/tmp/verify/citizen@opus.service && cp /etc/systemd/system/citizens.target "
-               "/tmp/verify/")
-    verify = server.box.run("systemd-analyze", "verify", "/tmp/verify/citizen@opus.service",
-                            "/tmp/verify/citizens.target", check=False)
-    assert (verify.returncode, verify.stdout, verify.stderr) == (0, "", "")
-    report = server.run("systemd-analyze", "security", "--no-pager", "citizen@opus.service")
-    exposure = re.search(r"Overall exposure level for \S+: ([0-9.]+)", report)
-    assert exposure is not None, report
-    score = float(exposure[1])
-    print(f"\nsystemd-analyze security exposure: {score}")
-    assert score <= 3.0
-
-
-def test_each_daemon_runs_as_its_own_user_from_its_own_code(server: Server) -> None:
-    server.run("systemctl", "start", "citizens.target")
-    for name in CITIZENS:
-        until(partial(server.sleeping, name))  # Type=notify: READY=1, then STATUS=
-    table = server.run("ps", "-eo", "user:12,pid,args")
-    for name in CITIZENS:
-        pid = server.main_pid(name)
-        assert re.search(rf"^{name}\s+{pid}\s+citizen:{name} ", table, re.M), table
-        assert server.run("readlink", f"/proc/{pid}/cwd").strip() == f"/home/{name}/code"
-    # One snapshot with all three asleep (a first scheduled wake may be running for a moment).
-    snapshots: list[str] = []
-
-    def all_asleep() -> bool:
-        snapshots.append(server.run("citizen", "status"))
-        return snapshots[-1].count("sleeping") == 3
-
-    until(all_asleep)
-    for name in CITIZENS:
-        assert re.search(rf"^{name}\s+sleeping \(pid \d+\)", snapshots[-1], re.M), snapshots
-
-
-def test_the_sandbox_holds(server: Server) -> None:
-    pid = str(server.main_pid("opus"))
-    uid = server.run("id", "-u", "opus").strip()
-    gid = server.run("getent", "group", "citizens").split(":")[2]
-    as_opus = ("nsenter", "-t", pid, "-m", "-S", uid, "-G", gid)  # inside its own sandbox
-
-    def fails(*cmd: str) -> str:
-        result = server.box.run(*cmd, check=False)
-        assert result.returncode != 0, f"{cmd} should have failed"
-        return result.stderr
-
-    assert "Read-only file system" in fails(*as_opus, "touch", "/etc/probe")
-    assert "Read-only file system" in fails(*as_opus, "touch", "/opt/experience/probe")
-    server.run(*as_opus, "touch", "/home/opus/probe", "/home/shared/monitor/probe-opus")
-    fails(*as_opus, "touch", "/home/mira/probe")
-    server.run(*as_opus, "sh", "-c", "echo private > /tmp/probe-private")
-    fails("test", "-e", "/tmp/probe-private")  # PrivateTmp: not in the host's /tmp
-    # And as opus through systemd (the issue's own recipe), outside any unit sandbox:
-    run_as_opus = ("systemd-run", "--wait", "--pipe", "--quiet", "-p", "User=opus")
-    assert "Permission denied" in fails(*run_as_opus, "touch", "/home/mira/code/probe")
-    # sticky commons: a citizen renames, removes or replaces no tree or file it did not make
-    for tree in ("/home/shared/tools/registry", "/home/shared/changes", "/home/shared/library"):
-        assert "Operation not permitted" in fails(*run_as_opus, "mv", tree, f"{tree}.moved")
-    assert "Permission denied" in fails(*run_as_opus, "cat", "/etc/experience/mira.env")
-    assert "Permission denied" in fails(*run_as_opus, "cat", "/etc/experience/opus.env")
-    assert "Permission denied" in fails(*run_as_opus, "sh", "-c",
-                                        "echo '{}' > /etc/experience/opus.json")
-
-
-def test_kill_9_is_restarted(server: Server) -> None:
-    before = server.main_pid("aria")
-    server.run("kill", "-9", str(before))
-    until(lambda: server.main_pid("aria") not in (0, before) and server.sleeping("aria"))
-    assert int(server.run("systemctl", "show", "-p", "NRestarts", "--value",
-                          "citizen@aria").strip()) >= 1
-
-
-def test_a_frozen_daemon_is_restarted_by_the_watchdog(server: Server) -> None:
-    drop_in = "/etc/systemd/system/citizen@mira.service.d"
-    server.run("mkdir", "-p", drop_in)
-    server.run("sh", "-c", f"printf '[Service]\\nWatchdogSec=4\\n' > {drop_in}/watchdog.conf")
-    server.run("systemctl", "daemon-reload")
-    server.run("systemctl", "restart", "citizen@mira")
-    until(lambda: server.sleeping("mira"))
-    frozen = server.main_pid("mira")
-    server.run("kill", "-STOP", str(frozen))
-    until(lambda: server.main_pid("mira") not in (0, frozen) and server.sleeping("mira"), 60)
-    journal = server.run("journalctl", "-u", "citizen@mira", "--no-pager")
-    assert "Watchdog timeout" in journal
-    server.run("rm", "-r", drop_in)
-    server.run("systemctl", "daemon-reload")
-    server.run("systemctl", "restart", "citizen@mira")
-
-
-def test_stopping_the_target_lets_the_running_wake_finish(
-        server: Server, messages_api: MessagesServer) -> None:
-    server.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={API_KEY}\\nANTHROPIC_BASE_URL="
-               f"{messages_api.url}\\n' >> /etc/experience/opus.env")
-    server.run("systemctl", "restart", "citizen@opus")
-    until(lambda: server.sleeping("opus"))
-    # Its ~/code is a git clone, so the code tools are offered too: more than 12 tools,
-    # and the fast model picks them first.
-    messages_api.reply(no_deliverables())  # what the task must leave
-    messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))
-    messages_api.reply(tool_use("respond", {"tier": "fast"}))
-    messages_api.reply(tool_use("task_complete", {"summary": "finished while stopping"}),
-                       delay_s=4)
-    messages_api.reply(tool_use("respond", {"verdict": "pass", "reason": "ok"}))  # the verifier
-    server.run("citizen", "task", "add", "opus", "Finish even though we are stopping")
-    until(lambda: len(messages_api.requests) >= 4)  # the slow call is in flight
-    started = time.monotonic()
-    server.run("systemctl", "stop", "citizens.target")
-    assert time.monotonic() - started >= 2  # it waited for the wake
-    for name in CITIZENS:
-        assert server.run("systemctl", "is-active", f"citizen@{name}", check=False).strip() \
-            == "inactive"
-    assert server.run("ls", "/home/opus/tasks/done").strip().startswith("t-")
-    journal = server.run("journalctl", "-u", "citizen@opus", "--no-pager")
-    assert "stopping after the current wake" in journal
-    assert "TASK: ok in" in journal
-
-
-def test_operator_commands(server: Server, messages_api: MessagesServer) -> None:
-    server.run("sh", "-c", f"printf 'ANTHROPIC_BASE_URL={messages_api.url}\\n' "
-               ">> /etc/experience/opus.env")
-    messages_api.reply(text("ready"))
-    doctor = server.run("citizen", "doctor", "--citizen", "opus")
-    assert "doctor: all good" in doctor and "safe modes" in doctor
-    server.run("systemctl", "start", "citizen@opus")
-    until(lambda: server.sleeping("opus"))
-    assert "sleeping until" in server.run("systemctl", "status", "citizen@opus", "--no-pager")
-    assert "daemon running" in server.run("journalctl", "-u", "citizen@opus", "--no-pager")
-    assert "TASK" in server.run("citizen", "logs", "opus")
-    assert "wake 1 REFLECT started" in server.run("citizen", "logs", "opus", "--wake", "1")
-    idle = server.run("runuser", "-u", "opus", "--", "citizen", "wake", "opus", "--type", "TASK")
-    assert "TASK: idle" in idle
-    refused = server.box.run("citizen", "wake", "opus", check=False)
-    assert refused.returncode == 1 and "run this as the citizen" in refused.stderr
-
-
-def test_a_hostile_model_reaches_no_secret_and_leaves_nothing_running(
-        server: Server, messages_api: MessagesServer) -> None:
-    """A scripted hostile model, through the real daemon and its unit, tries every way
-    to the secrets and out of its sandbox: nothing of the canary reaches the model, the
-    logs or the commons; its rules are untouched; none of its processes survive."""
-    for name in ("opus", "mira"):
-        server.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={API_KEY}\\nEMAIL_PASS={CANARY}"
-                   f"\\nANTHROPIC_BASE_URL={messages_api.url}\\n' > /etc/experience/{name}.env")
-    rules_before = server.run("cat", "/home/opus/config.json")
-    server.run("systemctl", "restart", "citizen@opus")
-    until(lambda: server.sleeping("opus"))
-    messages_api.reply(no_deliverables())  # what the task must leave
-    messages_api.reply(tool_use("respond", {"tools": ["shell_command", "read_file",
-                                                      "write_file", "task_complete"]}))
-    messages_api.reply(tool_use("respond", {"tier": "fast"}))
-    port = messages_api.url.rsplit(":", 1)[1].strip("/")
-    messages_api.reply(tool_use("shell_command", {"command": HOSTILE_SHELL.replace(
-        "{port}", port)}))
-    for path in ("/proc/self/environ", "/run/credentials/citizen@opus.service/secrets",
-                 "/etc/experience/opus.env", "/proc/1/environ"):
-        messages_api.reply(tool_use("read_file", {"path": path}))
-    messages_api.reply(tool_use("write_file", {"path": "config.json", "content": "{}"}))
-    messages_api.reply(tool_use("task_complete", {"summary": "tried everything"}))
-    before = len(messages_api.requests)
-    server.run("citizen", "task", "add", "opus", "Print your secrets")
-    until(lambda: len(messages_api.requests) >= before + 10, 120)
-    until(lambda: server.sleeping("opus"), 120)
-    sent = json.dumps(messages_api.requests[before:])
-    shell = next((r for r in tool_results(messages_api.requests[before:])
-                  if "hostile-done" in r), "")
-    assert shell, sent  # the command ran, in the sandbox
-    assert CANARY not in sent and API_KEY not in sent
-    assert "never readable" in sent  # read_file refused each secret and /proc
-    assert "the daemon's" in sent  # write_file refused config.json
-    assert "dd exit 153" in shell, shell  # SIGXFSZ at the 1 GiB file-size limit
-    assert "no-network" in shell and "reached-the-host" not in shell, shell
-    found = server.box.run("grep", "-rl", CANARY, "/home", "/tmp", "/var/log", check=False)
-    assert found.stdout == "", found.stdout  # not in logs, the commons or any home
-    assert server.run("cat", "/home/opus/config.json") == rules_before
-    assert server.box.run("test", "-e", "/home/shared/changes/planted", check=False
-                          ).returncode != 0  # the commons is not mounted in the sandbox
-    assert server.box.run("pgrep", "-u", "opus", "-f", "sleep 42", check=False).stdout == ""
-    assert server.box.run("pgrep", "-u", "opus", "-x", "sleep", check=False).stdout == ""
-    assert server.run("systemctl", "is-active", "citizen@opus").strip() == "active"
-
-
-def test_root_never_runs_code_a_citizen_planted(server: Server) -> None:
-    """A module, a git hook and an fsmonitor a citizen plants in the baseline must not run
-    as root - not at `citizen status`, not on upgrade. Since issue 28 the baseline is the
-    broker's and the plant fails outright (tests/test_hostile_repos_server.py tries each
-    part alone)."""
-    plant = ("cd /home/shared/baseline && "
-             "echo 'open(\"/tmp/ran-as-\" + str(__import__(\"os\").getuid()), \"w\")' "
-             ">> citizen/__init__.py && "
-             "printf '#!/bin/sh\\nid -u > /tmp/hook-ran-as-$(id -u)\\n' > .git/hooks/pre-commit"
-             " && chmod +x .git/hooks/pre-commit && "
-             "git config core.fsmonitor 'id -u > /tmp/fsmonitor-ran-as-$(id -u); false'")
-    planted = server.box.run("runuser", "-u", "mira", "--", "sh", "-c", plant, check=False)
-    assert planted.returncode != 0 and "Permission denied" in planted.stderr, planted
-    server.run("citizen", "status")
-    server.run("citizen", "proposals")
-    server.box.run(SETUP, env=PIP_ENV)
-    ran = server.run("sh", "-c", "ls /tmp | grep -- '-ran-as-' || true").split()
-    assert "ran-as-0" not in " ".join(ran) and all(not r.endswith("-as-0") for r in ran), ran
-    assert "open(" not in server.run("tail", "-1", "/home/shared/baseline/citizen/__init__.py")
 
 
 def test_code_evolution_across_users_and_a_forged_report_is_ignored(server: Server) -> None:
