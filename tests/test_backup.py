@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -26,6 +25,7 @@ from citizen.config import paths
 from citizen.home import quiesce
 from citizen.home.tasks import TaskQueue
 from shared import clock
+from tests.daemons import wait_for
 
 pytestmark = pytest.mark.skipif(shutil.which("restic") is None,
                                 reason="restic is not installed (apt-get install restic)")
@@ -89,13 +89,15 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
             read.append(time.monotonic())
         return real(self, *args, **kw)
     monkeypatch.setattr(backup.Repository, "restic", restic)
+    working = threading.Event()
     def busy_wake() -> None:
         with quiesce.working("mira"):
-            time.sleep(1.0)
+            working.set()
+            time.sleep(1.0)  # the wake's length: what the backup has to wait out
             released.append(time.monotonic())
     worker = threading.Thread(target=busy_wake)
     worker.start()
-    time.sleep(0.2)
+    assert working.wait(30), "mira's wake never took its lock"
     assert backup.take(repo, wait_s=30)["quiescent"]
     worker.join()
     assert read[0] >= released[0]  # it waited for the wake to end
@@ -129,20 +131,13 @@ def test_kill_9_mid_backup_keeps_the_earlier_snapshots_and_the_next_run_complete
     run.wait()
     # Gone, as init reaps it (restic takes a lock whose process still exists, even as a
     # zombie, for a live one).
-    wait_until(lambda: not any(psutil.pid_exists(pid) for pid in killed))
+    wait_for(lambda: not any(psutil.pid_exists(pid) for pid in killed))
     ids = [s["id"][:8] for s in backup.snapshots(repo)]  # restic 0.14 reports short ids
     assert ids == [first[:8]]  # nothing half-made
     second = backup.take(repo)  # the killed run's lock is stale: removed, not waited on
     assert [s["id"][:8] for s in backup.snapshots(repo)] == [first[:8], second["snapshot"][:8]]
     assert second["files"] > 0
     assert "no errors were found" in backup.verify(repo)
-
-
-def wait_until(check: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, "not reached in time"
-        time.sleep(0.1)
 
 
 def _restic_backing_up(pid: int) -> bool:

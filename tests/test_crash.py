@@ -10,10 +10,12 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import psutil
+
 from citizen.config import paths
 from citizen.home.tasks import STATES, TaskQueue
 from tests.anthropic_server import MessagesServer
-from tests.daemons import daemon_env, start, worker
+from tests.daemons import daemon_env, start, wait_for, worker
 
 KILLS = 50
 TASKS = 40
@@ -39,6 +41,22 @@ def check_invariants(home: Path, expected: set[str]) -> Counter[str]:
     return placed
 
 
+def _wakes(pid: int) -> list[psutil.Process]:
+    """The daemon's wake process (not the dev-mode broker, which outlives it by design)."""
+    wakes = []
+    try:
+        for child in psutil.Process(pid).children():
+            if child.cmdline()[1:4] == ["-m", "citizen", "wake"]:
+                wakes.append(child)
+    except psutil.Error:  # exited meanwhile
+        pass
+    return wakes
+
+
+def _wait_gone(procs: list[psutil.Process]) -> None:
+    wait_for(lambda: not any(p.is_running() for p in procs))
+
+
 def test_random_kill_9s(civ: Path, messages_api: MessagesServer) -> None:
     messages_api.responder = worker
     env = daemon_env(civ, messages_api)
@@ -49,9 +67,10 @@ def test_random_kill_9s(civ: Path, messages_api: MessagesServer) -> None:
     for _ in range(KILLS):
         proc = start(env, "opus", "--interval", "0.1", "--first-wake", "0")
         time.sleep(rng.uniform(0.05, 3.5))  # a wake needs ≈2.5 s: the SDK import alone is 2 s
+        wakes = _wakes(proc.pid)
         os.killpg(proc.pid, signal.SIGKILL)  # the daemon; its wake dies with it (PDEATHSIG)
         proc.wait()
-        time.sleep(0.05)
+        _wait_gone(wakes)  # before looking: a wake still dying could move a task meanwhile
         check_invariants(home.dir, expected)
     # A last, clean run: the interrupted task goes back to the queue exactly once.
     proc = start(env, "opus", "--interval", "0.1", "--first-wake", "0", "--max-wakes", "1")

@@ -101,7 +101,7 @@ def test_second_sigterm_stops_at_once(civ: Path, messages_api: MessagesServer) -
                        env=env, check=True, capture_output=True)
         wait_for(lambda: len(messages_api.requests) >= 4)  # the slow call is in flight
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.3)
+        wait_for(lambda: "stopping after the current wake" in proc.output())  # it heard the first
         started = time.monotonic()
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=20)

@@ -73,7 +73,7 @@ def test_writers_killed_mid_write_leave_a_parseable_document(tmp_path: Path) -> 
     for round_ in range(30):
         procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(path), f"r{round_}-{i}",
                                    "100000"], env=env) for i in range(4)]
-        time.sleep(rng.uniform(0.15, 0.6))
+        time.sleep(rng.uniform(0.15, 0.6))  # the kill's random moment is what is tested
         for p in procs:
             p.send_signal(signal.SIGKILL)
             p.wait()

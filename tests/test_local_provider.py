@@ -14,6 +14,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -21,8 +22,9 @@ import pytest
 from citizen import config
 from citizen.errors import ProviderError
 from citizen.llm.base import Request, ToolSpec
-from citizen.llm.local import FINAL, LocalProvider, _to_chat
+from citizen.llm.local import FINAL, LocalProvider, _to_chat, action_schema
 from citizen.llm.model_file import MODEL_FILE, ensure_model, model_path
+from citizen.llm.structured import minimum_tokens
 from tests.mailserver import free_port
 
 pytestmark = pytest.mark.model
@@ -84,7 +86,7 @@ def test_tool_choice_is_a_tool_call_or_an_answer(local: LocalProvider) -> None:
                                max_tokens=60))
     if reply.tool_calls:
         (call,) = reply.tool_calls
-        assert call.name in {"read_file", "task_progress"}
+        assert call.name in {"read_file", "task_progress"} and reply.stop_reason == "tool_use"
         # The grammar only allows valid arguments; one that filled its bound (60 tokens
         # leave a path of a character or two) is marked cut, never run as if whole.
         assert call.problem == "" or "was cut at" in call.problem
@@ -166,7 +168,8 @@ def test_openai_compatible_server_by_url(model_server: str) -> None:
     jsonschema.validate(reply.data, VOTE)
     assert reply.usage.output_tokens > 0
     plain = llm.complete(ask("Say hi.", max_tokens=8))
-    assert plain.usage.output_tokens <= 8
+    assert plain.usage.output_tokens <= 8 and plain.usage.input_tokens > 0
+    assert plain.stop_reason in {"length", "stop"}  # the server's own finish reason
 
 
 def test_unreachable_server_names_the_fix() -> None:
@@ -179,5 +182,19 @@ def test_a_cap_too_small_for_the_tool_schema_is_raised_not_a_crash() -> None:
     from citizen.tools import core_tools
 
     tools = tuple(t.spec() for t in core_tools().values())
-    reply = make().complete(ask("Read README.md", tools=tools, max_tokens=16))
-    assert reply.tool_calls or reply.stop_reason == "end_turn"
+    llm = make()
+    sent: list[dict[str, Any]] = []
+    chat = llm.backend.chat
+    def spy(body: dict[str, Any]) -> dict[str, Any]:
+        sent.append(body)
+        return chat(body)
+    llm.backend.chat = spy  # type: ignore[method-assign]
+    reply = llm.complete(ask("Read README.md", tools=tools, max_tokens=16))
+    raised = minimum_tokens(action_schema(tools))
+    assert raised > 16 and [b["max_tokens"] for b in sent] == [raised]
+    assert 0 < reply.usage.output_tokens <= raised
+    if reply.tool_calls:  # the action decoded whole: one call, or the final answer
+        (call,) = reply.tool_calls
+        assert call.name in {t.name for t in tools} and reply.stop_reason == "tool_use"
+    else:
+        assert reply.stop_reason == "end_turn"

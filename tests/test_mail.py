@@ -31,6 +31,7 @@ from citizen.home.tasks import TaskQueue
 from citizen.mail import MailError
 from citizen.mail.intake import Intake
 from citizen.wake.flow import run_wake
+from tests.daemons import wait_for
 from tests.mailserver import USERS, MailSystem, new_mail_system, unavailable
 from tests.scripts import Actor, call, provides
 
@@ -186,20 +187,24 @@ def test_small_attachments_are_saved_with_the_task(opus_mail: Path, mx: MailSyst
     assert ".." not in saved
 
 
-def test_idle_survives_a_server_killed_and_restarted(opus_mail: Path, mx: MailSystem) -> None:
-    arrived = threading.Event()
+def test_idle_survives_a_server_killed_and_restarted(opus_mail: Path, mx: MailSystem,
+                                                    caplog: pytest.LogCaptureFixture) -> None:
+    arrived: list[float] = []
     stop = threading.Event()
     box = intake(timeout=5)
     box.idle_renew_s = 2.0  # notice the dead server quickly
-    watcher = threading.Thread(target=box.watch, args=(arrived.set, stop), daemon=True)
+    watcher = threading.Thread(target=box.watch, args=(lambda: arrived.append(1), stop),
+                               daemon=True)
     watcher.start()
-    time.sleep(1.0)
-    mx.kill_dovecot()
-    time.sleep(1.0)
-    mx.start_dovecot()
-    mx.send(mail("after the restart"), OPERATOR, OPUS)
     try:
-        assert arrived.wait(30), "IDLE did not notice new mail after the server came back"
+        # Its first answer is the catch-up (it had no uidnext): the watch is up.
+        wait_for(lambda: arrived)
+        mx.kill_dovecot()
+        wait_for(lambda: "mail IDLE:" in caplog.text)  # it noticed the dead server
+        mx.start_dovecot()
+        mx.send(mail("after the restart"), OPERATOR, OPUS)
+        # IDLE did notice new mail after the server came back
+        wait_for(lambda: len(arrived) >= 2)
     finally:
         stop.set()
     (outcome,) = box.poll()
@@ -244,7 +249,7 @@ def test_kill_9_between_fetch_and_move_loses_nothing_and_duplicates_nothing(
     for _ in range(25):
         proc = subprocess.Popen([sys.executable, "-m", "citizen", "mail", "poll", "opus"],
                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        time.sleep(rng.uniform(0.2, 1.2))
+        time.sleep(rng.uniform(0.2, 1.2))  # the kill's random moment is what is tested
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     intake().poll()  # a last clean poll

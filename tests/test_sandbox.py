@@ -7,7 +7,6 @@ import os
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from citizen.home.tasks import TaskQueue
 from citizen.llm.base import estimate_tokens
 from citizen.tools import ToolFailure, core_tools, sandbox
 from citizen.tools.base import ToolEnv
+from tests.daemons import wait_for
 
 CANARY = "canary-7f3e9b"
 pytestmark = pytest.mark.skipif(sandbox.bwrap() is None, reason="bubblewrap is not installed")
@@ -84,10 +84,11 @@ def test_no_attack_reaches_a_secret_in_the_sandbox(env: ToolEnv) -> None:
 
 def test_nothing_outlives_the_call_and_there_is_no_network(env: ToolEnv) -> None:
     run(env, "setsid sleep 417 & nohup sleep 418 >/dev/null 2>&1 & echo started")
-    time.sleep(0.3)
-    left = [p.info["cmdline"] for p in psutil.process_iter(["cmdline"])
-            if p.info["cmdline"] and p.info["cmdline"][:2] in (["sleep", "417"], ["sleep", "418"])]
-    assert left == [], f"background processes survived the call: {left}"
+    def left() -> list[list[str]]:
+        return [p.info["cmdline"] for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"]
+                and p.info["cmdline"][:2] in (["sleep", "417"], ["sleep", "418"])]
+    # Killed with the call, gone once reaped; a survivor would sleep on for 417 s.
+    wait_for(lambda: not left(), timeout=10)
     out = run(env, "exec 3<>/dev/tcp/1.1.1.1/80 && echo connected || echo refused", timeout=10)
     assert "refused" in out and "connected" not in out
 

@@ -186,7 +186,7 @@ def test_a_decision_record_keeps_what_the_bidder_saw_and_a_replay_sends_it(
     sid2 = streams.open("<seen2@example.org>", "And restores?", participants=["opus"]).id
     run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
     ambient2 = streams.read_record(sid2, "opus")["ambient"]  # type: ignore[index]
-    assert ambient2["time_since_last_response_s"] is not None
+    assert ambient2["time_since_last_response_s"] >= 0  # a number: opus had answered
     assert ambient2["messages_in_last_minute"] == 2
 
     replayer = ScriptedProvider(default=lambda r: say(json.dumps(

@@ -178,7 +178,7 @@ def _hold(directory: str, size: int, out: str) -> None:
     with sem.slot(timeout_s=60):
         with Path(out).open("a") as fh:
             fh.write(f"in {time.monotonic()}\n")
-        time.sleep(0.05)
+        time.sleep(0.05)  # holding the slot a while, so the ten processes overlap
         with Path(out).open("a") as fh:
             fh.write(f"out {time.monotonic()}\n")
 
