@@ -126,7 +126,7 @@ def code_adopt(env: ToolEnv, change_id: str) -> str:
 @tool(reads=True, cacheable=True)
 def code_my_divergence(env: ToolEnv) -> str:
     """List the files in which your code differs from the baseline."""
-    return _run(lambda: divergence(env.home.code, paths.shared_dir() / "baseline"))
+    return _run(lambda: divergence(env.home.code, paths.commons_layout().baseline))
 
 
 @tool(reads=True, cacheable=True)
