@@ -152,3 +152,24 @@ def test_the_rules_machine_reaches_execution_and_a_human() -> None:
         m.integrate("approve", compromise=False, values=["truth"])
         assert m._derive().phase == expect
         m.the_rules_hold()
+
+
+def test_deriving_again_keeps_no_result_an_earlier_derivation_reached() -> None:
+    """Found by the machine above: a proposal a person approved ran, and its outcome was
+    verified ("approved"); late votes sent it to a new round, whose verifier gave up.
+    The stale execution is set aside for the new round - yet the old "approved" stayed,
+    because `derive` kept the result of the derivation before."""
+    m = RulesMachine()
+    m.revise("low", in_turn=False, cited=[], flagged=False, answer=False)
+    m.give_up()
+    m.human("approve")
+    m.execute(success=True)
+    m.check(ok=True)
+    assert m._derive().result == "approved"
+    m.verify("reject", [], in_turn=False)
+    m.integrate("reject", compromise=False, values=[])
+    m.revise("low", in_turn=False, cited=[], flagged=False, answer=False)
+    m.give_up()
+    d = m._derive()
+    assert d.result != "approved" and d.execution is None and d.phase == "execute"
+    m.the_rules_hold()

@@ -170,7 +170,9 @@ def derive(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None = None
     sees the other proposals); `medium`, the operator's medium programs.
     """
     revisions, d.revisions = list(d.revisions), []
-    d.phase, d.blocked = "propose", set()
+    # Everything below is derived, never carried over: deriving the same proposal again
+    # after more records arrive must not keep a result an earlier derivation reached.
+    d.phase, d.blocked, d.result, d.why = "propose", set(), "", ""
     for rev in revisions:
         d.revisions.append(rev)
         d.level, d.tiebreak, d.consensus, d.escalation = "", None, None, ""

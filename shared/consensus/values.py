@@ -12,8 +12,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 from shared import clock
 from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.consensus import weighing
@@ -28,6 +26,8 @@ HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by
 
 def load_framework(path: Path) -> Framework:
     """The framework `values.yaml` at `path` describes."""
+    import yaml  # noqa: PLC0415 - ≈30 ms that `citizen --help` and every idle wake need not pay
+
     return Framework.parse(yaml.safe_load(path.read_text(encoding="utf-8")))
 
 
