@@ -25,6 +25,17 @@ fail() { printf 'bootstrap: FAILED at step: %s\n' "$*" >&2; exit 1; }
 "$python" -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
     || fail "Python >= 3.11 is required (found $("$python" --version 2>&1)); set PYTHON=…"
 
+# A venv of another checkout (a worktree's .venv linked to main's) would have its editable
+# install re-pointed at this checkout by the `pip install -e` below: every test of that
+# checkout would then run this one's code. Refuse, and say what to do instead.
+installed="$("$venv/bin/python" -c 'import json, importlib.metadata as m
+print(json.loads(m.distribution("experience").read_text("direct_url.json") or "{}").get("url", ""))' \
+    2>/dev/null || true)"
+if [ -n "$installed" ] && [ "$installed" != "file://$here" ] \
+        && [ "$installed" != "file://$(cd "$here" && pwd -P)" ]; then
+    fail "$venv has ${installed#file://} installed, not this checkout: give this checkout a venv of its own (VENV=$here/.venv-own $0, or remove the link)"
+fi
+
 if [ ! -x "$venv/bin/python" ]; then
     step "creating venv $venv"
     "$python" -m venv "$venv" || fail "create venv (on Debian: apt-get install python3-venv)"
