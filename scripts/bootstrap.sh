@@ -28,7 +28,7 @@ fail() { printf 'bootstrap: FAILED at step: %s\n' "$*" >&2; exit 1; }
 # A venv of another checkout (a worktree's .venv linked to main's) would have its editable
 # install re-pointed at this checkout by the `pip install -e` below: every test of that
 # checkout would then run this one's code. Refuse, and say what to do instead.
-installed="$("$venv/bin/python" -c 'import json, importlib.metadata as m
+installed="$("$venv/bin/python" -I -c 'import json, importlib.metadata as m
 print(json.loads(m.distribution("experience").read_text("direct_url.json") or "{}").get("url", ""))' \
     2>/dev/null || true)"
 if [ -n "$installed" ] && [ "$installed" != "file://$here" ] \
