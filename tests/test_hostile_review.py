@@ -64,3 +64,43 @@ def test_a_dynamic_tool_never_takes_a_built_in_name(civ: Path) -> None:
     tools = dynamic_tools(tool_env("mira").config)
     assert "send_email" not in tools
     assert "email_send" not in tools and "innocent" not in tools
+
+
+def test_a_malformed_peer_report_never_stops_the_peer_or_its_monitors(civ: Path) -> None:
+    """A report is its author's own file: one whose `ts` is no time or whose findings are
+    no findings must not raise in every monitor's `recent` (each PEER_MONITOR wake about
+    the peer) or in the peer's REFLECT wake - crashed wakes roll its code back."""
+    from citizen.wake.flow import run_wake
+    from shared.monitor import Finding, Monitor
+    from tests.scripts import Actor, say
+
+    findings = civ / "shared" / "monitor" / "findings"
+    monitor = Monitor(findings, enforce_identity=False)
+    monitor.file("aria", "opus", [Finding("stuck", "real")])
+    for i, (ts, found) in enumerate([("no time", [{"kind": "k", "detail": "d"}]),
+                                     ({"a": 1}, [{"kind": "k", "detail": "d"}]),
+                                     ("2026-01-01T00:00:00+00:00", "xyz"),
+                                     ("2026-01-01T00:00:00+00:00", [1, 2]),
+                                     ("2026-01-01T00:00:00+00:00", [{"kind": 3}])]):
+        write_json(findings / "aria" / f"2000010{i}T000000-opus-bad.json",
+                   {"author": "opus", "peer": "aria", "ts": ts, "findings": found})
+    assert monitor.recent("aria") == 1
+    assert [r["findings"] for r in monitor.about("aria")] == [[{"kind": "stuck",
+                                                                "detail": "real"}]]
+    assert run_wake("aria", wake_type="REFLECT",
+                    provider=lambda c, s: Actor(say("noted"))).status == "ok"
+
+
+def test_a_flood_of_peer_reports_never_keeps_the_peer_from_reflecting(civ: Path) -> None:
+    """Any citizen may file as many reports as it likes about a peer, each as long as it
+    likes: the peer's REFLECT prompt must stay within its budget (else the wake ends
+    'budget' before any reflection, the reports stay unseen, and so on forever)."""
+    from citizen.wake.flow import run_wake
+    from shared.monitor import Finding, Monitor
+    from tests.scripts import Actor, say
+
+    monitor = Monitor(civ / "shared" / "monitor" / "findings", enforce_identity=False)
+    for _ in range(30):
+        monitor.file("aria", "opus", [Finding("stuck", "x " * 20000)] * 20)
+    assert run_wake("aria", wake_type="REFLECT",
+                    provider=lambda c, s: Actor(say("noted"))).status == "ok"
