@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 from pathlib import Path
 
+import pytest
+
 from citizen.tools.dynamic import dynamic_tools
 from shared.atomic import write_json
 from tests.scripts import tool_env
@@ -104,3 +106,57 @@ def test_a_flood_of_peer_reports_never_keeps_the_peer_from_reflecting(civ: Path)
         monitor.file("aria", "opus", [Finding("stuck", "x " * 20000)] * 20)
     assert run_wake("aria", wake_type="REFLECT",
                     provider=lambda c, s: Actor(say("noted"))).status == "ok"
+
+
+def test_a_citizen_never_plants_the_quiesce_directory(civ: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """shared/monitor is the citizens' (3775): before root makes monitor/quiesce (at the
+    first onboarding), a citizen may make it - its own directory, or a link to one. Then
+    root's onboarding would make the next citizen's lock in it, and the planter, owning
+    the directory, swaps in a lock of its own, holds it, and freezes that daemon
+    WORK_WAIT_S before every wake. Root must refuse the directory; a daemon must not wait
+    on a lock in a directory that is not root's."""
+    import fcntl
+    import os
+    import time
+
+    from citizen.home import quiesce
+
+    monkeypatch.setattr(quiesce, "server_mode", lambda _: True)
+    elsewhere = civ / "opus" / "planted"
+    elsewhere.mkdir()
+    quiesce.lock_dir().symlink_to(elsewhere)  # the planter's link
+    with pytest.raises(OSError, match="not root's"):
+        quiesce.prepare("aria", os.getuid(), os.getgid())
+    assert not (elsewhere / "aria.lock").exists()
+    quiesce.lock_dir().unlink()
+    quiesce.lock_dir().mkdir()  # the planter's own directory, and a lock it holds
+    if os.geteuid() == 0:  # run as root: the directory is some other user's, as planted
+        os.chown(quiesce.lock_dir(), 65534, -1)
+    planted = os.open(quiesce.lock_path("aria"), os.O_RDWR | os.O_CREAT, 0o666)
+    fcntl.flock(planted, fcntl.LOCK_EX)
+    try:
+        started = time.monotonic()
+        with quiesce.working("aria", wait_s=3.0):
+            assert time.monotonic() - started < 1.0
+        with quiesce.still(["aria"], wait_s=0.1) as busy:
+            assert busy == ["aria"]  # a backup never calls a lock in such a place quiescent
+    finally:
+        os.close(planted)
+    # The directory made root's later (setup_server.sh's `install -d` takes it over), its
+    # planted lock left in it: still the planter's, never waited on.
+    if os.geteuid() == 0:
+        os.chown(quiesce.lock_dir(), 0, -1)
+    os.chmod(quiesce.lock_dir(), 0o755)  # noqa: S103 - root's lock directory is 0755
+    planted = os.open(quiesce.lock_path("aria"), os.O_RDWR)
+    fcntl.flock(planted, fcntl.LOCK_EX)
+    if os.geteuid() == 0:
+        os.fchown(planted, 65534, -1)
+    try:
+        started = time.monotonic()
+        with quiesce.working("aria", wait_s=3.0):
+            assert time.monotonic() - started < 1.0
+    finally:
+        os.close(planted)
+    with pytest.raises(OSError, match=r"not (root|aria)'s"):  # never the planted lock
+        quiesce.prepare("aria", 1234, os.getgid())
