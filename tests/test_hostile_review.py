@@ -160,3 +160,22 @@ def test_a_citizen_never_plants_the_quiesce_directory(civ: Path,
         os.close(planted)
     with pytest.raises(OSError, match=r"not (root|aria)'s"):  # never the planted lock
         quiesce.prepare("aria", 1234, os.getgid())
+
+
+def test_a_model_cannot_crash_its_wake_with_arguments_of_the_wrong_type(civ: Path) -> None:
+    """Binding checks names only: a list where a path goes, a text where a number goes or a
+    word outside a Literal raised inside the tool and ended the wake as our bug - a
+    hostile model (or a page that steers it) ends three wakes so, and the daemon rolls the
+    citizen's code back. Each must be a ToolFailure the model reads."""
+    from citizen.tools import ToolFailure, core_tools
+
+    tools = core_tools()
+    for name, args in (("read_file", {"path": ["x"]}), ("read_file", {"path": {"a": 1}}),
+                       ("read_file", {"path": "x", "limit": "9"}),
+                       ("read_file", {"path": "x", "limit": True}),
+                       ("read_file", {"path": "x", "limit": None}),
+                       ("context_add", {"context": "nonexistent", "text": "x"})):
+        with pytest.raises(ToolFailure, match=f"^bad arguments for {name}"):
+            tools[name].run(tool_env("opus"), args)
+    (civ / "opus" / "note.txt").write_text("hello")
+    assert tools["read_file"].run(tool_env("opus"), {"path": "note.txt", "limit": 3}) == "hel"
