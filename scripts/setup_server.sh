@@ -428,6 +428,15 @@ for home in /home/*/; do
     # Its quiescent-point lock (citizen/home/quiesce.py), for citizens onboarded before locks
     # were per citizen: root's directory, the citizen's 0600 file.
     lock="$shared/monitor/quiesce/$name.lock"
+    # shared/monitor is the citizens': a quiesce directory or lock one of them planted
+    # (before root made it) would let the planter hold another's lock - never adopt one.
+    if [ -L "$shared/monitor/quiesce" ] || { [ -e "$shared/monitor/quiesce" ] \
+            && [ "$(stat -c '%u' "$shared/monitor/quiesce")" != 0 ]; }; then
+        fail "$shared/monitor/quiesce is not root's - remove it and run again"
+    fi
+    if [ -L "$lock" ] || { [ -e "$lock" ] && [ "$(stat -c '%U' "$lock")" != "$name" ]; }; then
+        fail "$lock is not $name's - remove it and run again"
+    fi
     if [ ! -e "$lock" ] && [ ! -L "$lock" ]; then
         install -d -m 0755 -o root -g root "$shared/monitor/quiesce"
         install -m 0600 -o "$name" -g citizens /dev/null "$lock"

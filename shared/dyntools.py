@@ -19,6 +19,7 @@ import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -70,6 +71,15 @@ def _exact(path: Path, sha: str) -> bytes:
     return data
 
 
+def _whole(data: dict[str, Any], name: str) -> bool:
+    """A manifest every reader may use: filed under its own name (a valid one), with the
+    fields a listing and a call read, each of its type."""
+    return (data.get("name") == name and bool(NAME_RE.match(name))
+            and isinstance(data.get("description"), str)
+            and isinstance(data.get("input_schema"), dict)
+            and all(isinstance(data.get(k), str) for k in ("impl_sha", "tests_sha")))
+
+
 class DynTools:
     def __init__(self, shared_dir: Path, approvals: int, enforce_identity: bool) -> None:
         self.dir = Layout(shared_dir).tools
@@ -99,7 +109,9 @@ class DynTools:
 
     def manifest(self, name: str) -> dict[str, Any]:
         _, _, manifest = self._paths(name)
-        data = records.read(manifest, None, self.enforce)
+        # Why: a citizen writes its manifest itself - a malformed one, or one claiming
+        # another file's name, must be no tool rather than a KeyError in every wake.
+        data = records.read(manifest, None, self.enforce, accept=lambda d: _whole(d, name))
         if data is None:
             raise NotFound(f"no tool {name} - see tool_list")
         return data
@@ -158,16 +170,17 @@ class DynTools:
         approvals = 0
         for path in (self.dir / "registry" / f"{name}.reviews").glob("*.json"):
             review = records.read(path, path.stem, self.enforce, by_name=True)
-            if (review and path.stem != data["author"] and review["decision"] == "approve"
-                    and review["tests_passed"]
-                    and (review["impl_sha"], review["tests_sha"]) == current):
+            # Why .get: a review is its author's own file; a bare one is no approval, no crash.
+            if (review and path.stem != data["author"] and review.get("decision") == "approve"
+                    and review.get("tests_passed") is True
+                    and (review.get("impl_sha"), review.get("tests_sha")) == current):
                 approvals += 1
         return approvals >= self.approvals
 
     def listing(self) -> list[dict[str, Any]]:
         out = []
         for path in sorted((self.dir / "registry").glob("*.json")):
-            data = records.read(path, None, self.enforce)
+            data = records.read(path, None, self.enforce, accept=partial(_whole, name=path.stem))
             if data:
                 out.append({k: data[k] for k in ("name", "description", "author")}
                            | {"callable": self.callable(data["name"])})

@@ -134,6 +134,19 @@ def check_task(active_dir: Path, now: float | None = None) -> list[Finding]:
     return findings
 
 
+def _whole(report: dict[str, Any]) -> bool:
+    """A report its readers can use: a time `clock.epoch` reads, and findings that are
+    each a kind and a detail (texts)."""
+    try:
+        clock.epoch(report.get("ts"))
+    except (ValueError, TypeError, AttributeError):
+        return False
+    found = report.get("findings")
+    return isinstance(found, list) and all(
+        isinstance(f, dict) and isinstance(f.get("kind"), str)
+        and isinstance(f.get("detail"), str) for f in found)
+
+
 class Monitor:
     """The peer reports of one commons: `<findings>/<peer>/<time>-<author>-<random>.json`,
     each a record of its author's (`shared.records`), read back only if its file is the
@@ -156,8 +169,10 @@ class Monitor:
         folder = self.dir / peer
         out = []
         for path in sorted(folder.glob("*.json")) if folder.is_dir() else ():
+            # Why _whole: a report is its author's own file - one that is no report must be
+            # skipped here, not raise in every monitor's `recent` and the peer's REFLECT.
             report = records.read(path, None, self.enforce, legacy=("by",),
-                                  accept=lambda r: r.get("peer") == peer)
+                                  accept=lambda r: r.get("peer") == peer and _whole(r))
             if report is not None:
                 out.append(report)
         return out

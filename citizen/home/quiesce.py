@@ -17,8 +17,10 @@ with -9 leaves nobody waiting, and it never opens a link or a FIFO as a lock.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
+import stat
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,14 +44,47 @@ def lock_path(name: str) -> Path:
     return lock_dir() / f"{paths.check_name(name)}.lock"
 
 
+def _untrusted() -> str:
+    """Why the lock directory is no place for a lock on a server ('' when it is root's):
+    shared/monitor is the citizens', so one may have made monitor/quiesce (or a link)
+    before root did - its owner could swap any lock in it for one it holds."""
+    if not server_mode(paths.shared_dir()):
+        return ""
+    try:
+        info = lock_dir().lstat()
+    except FileNotFoundError:
+        return ""
+    if stat.S_ISLNK(info.st_mode) or not stat.S_ISDIR(info.st_mode):
+        return f"{lock_dir()} is not root's directory (a link or no directory)"
+    if info.st_uid != 0 or info.st_mode & 0o022:
+        return f"{lock_dir()} is not root's directory (uid {info.st_uid}, " \
+               f"mode {info.st_mode & 0o7777:o})"
+    return ""
+
+
+def _not_own(name: str) -> str:
+    """Why this process may not wait on `name`'s lock on a server ('' when it may): a
+    lock file left from a planted directory root has since taken over is its planter's."""
+    path = lock_path(name)
+    if not server_mode(paths.shared_dir()) or not os.path.lexists(path):
+        return ""
+    owner = path.lstat().st_uid
+    return "" if owner == os.geteuid() else f"{path} is not this user's (uid {owner})"
+
+
 def prepare(name: str, uid: int, gid: int) -> list[str]:
     """Root, at onboarding: the citizen's lock file, its own (0600) in root's directory."""
     made = []
     directory = lock_dir()
+    refused = _untrusted()  # why: a planted directory would let its owner swap this lock
+    if refused:
+        raise OSError(errno.EPERM, f"{refused}: remove it and onboard again")
     if not directory.is_dir():
         directory.mkdir(mode=0o755, parents=True)  # root's: no citizen adds or swaps a lock
         made.append(str(directory))
     path = lock_path(name)
+    if os.path.lexists(path) and path.lstat().st_uid != uid:  # why: a planted lock, kept
+        raise OSError(errno.EPERM, f"{path} is not {name}'s: remove it and onboard again")
     if not path.exists():
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, MODE)
         os.fchown(fd, uid, gid)
@@ -71,6 +106,9 @@ def working(name: str, wait_s: float = WORK_WAIT_S) -> Iterator[None]:
     reads - at most `wait_s`, then works anyway, saying so."""
     with contextlib.ExitStack() as hold:
         try:
+            refused = _untrusted() or _not_own(name)  # why: a planted lock is the planter's
+            if refused:
+                raise OSError(errno.EPERM, refused)
             hold.enter_context(locked(lock_path(name), lock_file=lock_path(name), shared=True,
                                       timeout=wait_s, mode=MODE, create=_create()))
         except LockTimeout:  # before OSError: a LockTimeout is a TimeoutError
@@ -87,8 +125,12 @@ def still(names: list[str], wait_s: float) -> Iterator[list[str]]:
     were NOT quiet within `wait_s` (empty: a quiescent point) - the backup goes on."""
     create = _create()
     busy: list[str] = []
+    refused = _untrusted()  # why: a planted lock says nothing of its daemon's work
+    if refused:
+        log.warning("%s: no daemon is held back", refused)
     with contextlib.ExitStack() as hold:
-        pending = list(names)
+        pending = [] if refused else list(names)
+        busy += sorted(names) if refused else []
         deadline = time.monotonic() + wait_s
         while pending:  # round by round: a daemon between wakes is caught in its gap
             for name in list(pending):

@@ -149,6 +149,19 @@ class Tool:
         except TypeError as exc:  # before the call: only the arguments can be wrong here
             raise ToolFailure(f"bad arguments for {self.name} ({exc}); its parameters: "
                               f"{self.parameters()}") from exc
+        # Why: binding checks names, not types - a list for a path, or a word outside a
+        # Literal, would raise inside the tool and end the wake (three such: a rollback).
+        props, need = self.schema.get("properties"), self.schema.get("required")
+        need = need if isinstance(need, list) else []
+        for key, value in args.items():
+            prop = props.get(key) if isinstance(props, dict) else None
+            if not isinstance(prop, dict) or (value is None and key not in need
+                                              and prop.get("default") is None):
+                continue  # unknown to the schema, or an optional None meaning "left out"
+            wrong = _mismatch(value, prop)
+            if wrong:
+                raise ToolFailure(f"bad arguments for {self.name} ({key}: {wrong}); its "
+                                  f"parameters: {self.parameters()}")
         try:
             out = self.func(*bound.args, **bound.kwargs)
         except (ToolFailure, SharedError):
@@ -158,6 +171,29 @@ class Tool:
                          "not of its arguments")
             raise
         return clip(out)
+
+
+# A JSON schema's types, as the Python values a model's JSON input decodes to.
+_PY_TYPES: dict[str, tuple[type, ...]] = {
+    "string": (str,), "integer": (int,), "number": (int, float), "boolean": (bool,),
+    "array": (list,), "object": (dict,), "null": (type(None),)}
+
+
+def _mismatch(value: Any, prop: dict[str, Any]) -> str:
+    """Why `value` is not what the schema property `prop` takes ('' when it is)."""
+    enum = prop.get("enum")
+    if isinstance(enum, list) and value not in enum:
+        return f"{value!r} is not one of {', '.join(map(repr, enum))}"
+    wanted = prop.get("type")
+    names = [wanted] if isinstance(wanted, str) else wanted if isinstance(wanted, list) else []
+    known = [n for n in names if isinstance(n, str) and n in _PY_TYPES]
+    if not known:
+        return ""
+    for name in known:  # a bool is an int to Python, never to JSON
+        if isinstance(value, _PY_TYPES[name]) and (name == "boolean"
+                                                   or not isinstance(value, bool)):
+            return ""
+    return f"expected {' or '.join(known)}, got {type(value).__name__}"
 
 
 def clip(text: str, limit: int = RESULT_CHARS) -> str:

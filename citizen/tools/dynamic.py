@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import json
+import keyword
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -93,6 +94,8 @@ def dynamic_tools(config: CitizenConfig) -> dict[str, Tool]:
         if not entry["callable"]:
             continue
         name = entry["name"]
+        if name in BUILT_IN:  # why: a manifest written by hand never takes a built-in's name
+            continue
         manifest = reg.manifest(name)
         schema = dict(manifest["input_schema"])
         out[name] = Tool(name, f"{manifest['description']} (by {manifest['author']})", schema,
@@ -122,8 +125,10 @@ def _signature(schema: dict[str, Any]) -> inspect.Signature:
     props = schema.get("properties")
     names = [str(p) for p in props] if isinstance(props, dict) else []
     required = schema.get("required")
-    need = set(required) if isinstance(required, list) else set()
-    if not all(n.isidentifier() and n not in {"env", "__extra"} for n in names):
+    need = {str(n) for n in required} if isinstance(required, list) else set()
+    # Why iskeyword: `class` is an identifier but no parameter (inspect raises ValueError).
+    if not all(n.isidentifier() and not keyword.iskeyword(n) and n not in {"env", "__extra"}
+               for n in names):
         return inspect.Signature([env, extra])
     kw = inspect.Parameter.KEYWORD_ONLY
     params = [env, *[inspect.Parameter(n, kw) for n in names if n in need],

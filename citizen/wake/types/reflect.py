@@ -13,6 +13,9 @@ from shared.records import AUTHOR
 
 MARK = "reflected_through_wake"
 SEEN = "peer_reports_seen"
+# Why: any citizen files as many and as long reports as it likes - the prompt shows the
+# latest few, clipped, or a flood would keep it over budget and the peer never reflects.
+SHOWN_REPORTS, SHOWN_FINDINGS, DETAIL_CHARS = 10, 5, 300
 
 
 def _reports_about(setup: Setup) -> list[dict[str, Any]]:
@@ -34,9 +37,16 @@ class ReflectWake(WakeType):
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         text = setup.templates.wake_prompt(self.name)
-        for report in gate.data["reports"]:
+        reports = gate.data["reports"]
+        if len(reports) > SHOWN_REPORTS:
+            text += f"\n\n({len(reports) - SHOWN_REPORTS} earlier peer reports not shown.)"
+        for report in reports[-SHOWN_REPORTS:]:
+            found = report["findings"]
             text += (f"\n\nA peer, {report[AUTHOR]}, reported about you: "
-                     + "; ".join(f"{f['kind']}: {f['detail']}" for f in report["findings"]))
+                     + "; ".join(f"{f['kind'][:40]}: {f['detail'][:DETAIL_CHARS]}"
+                                 for f in found[:SHOWN_FINDINGS])
+                     + (f" (and {len(found) - SHOWN_FINDINGS} more)"
+                        if len(found) > SHOWN_FINDINGS else ""))
         return text
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
