@@ -3,6 +3,7 @@ permission, never the machine's own addresses, the search backend on its one por
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import socket
 import threading
@@ -14,7 +15,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from citizen.config import paths
+from citizen.config import WebSettings, paths
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
 from tests.scripts import tool_env
@@ -52,18 +53,22 @@ def server() -> Iterator[tuple[int, list[str]]]:
     httpd.server_close()
 
 
-def _search(env: ToolEnv, args: dict[str, str]) -> str:
-    from citizen.tools.web import web_search  # offered only with a backend configured
+def searching(env: ToolEnv, port: int) -> ToolEnv:
+    """`env` with the operator's search backend at 127.0.0.1:`port`."""
+    env.config = dataclasses.replace(
+        env.config, web=WebSettings(search_url=f"http://127.0.0.1:{port}/search"))
+    return env
 
-    return web_search.run(env, args)
+
+def _search(env: ToolEnv, args: dict[str, str]) -> str:
+    return core_tools(search=True)["web_search"].run(env, args)
 
 
 def test_without_can_use_network_the_web_tools_refuse(
         civ: Path, server: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
     port, hits = server
     monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # even a host the operator opens
-    monkeypatch.setenv("EXPERIENCE_SEARCH_URL", f"http://127.0.0.1:{port}/search")
-    env = tool_env("opus")  # the templates grant no network
+    env = searching(tool_env("opus"), port)  # the templates grant no network
     attempts: tuple[Callable[[], str], ...] = (
         lambda: core_tools()["web_fetch"].run(env, {"url": f"http://127.0.0.1:{port}/"}),
         lambda: _search(env, {"query": "x"}))
@@ -88,14 +93,13 @@ def test_the_machines_own_public_address_is_refused(
 
 
 def test_the_search_backend_is_open_on_its_one_port_to_web_search_alone(
-        env: ToolEnv, server: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+        env: ToolEnv, server: tuple[int, list[str]]) -> None:
     port, hits = server
     other = socket.socket()
     other.bind(("127.0.0.1", 0))
     other_port = other.getsockname()[1]
     other.close()
-    monkeypatch.setenv("EXPERIENCE_SEARCH_URL", f"http://127.0.0.1:{port}/search")
-    assert "inside" in _search(env, {"query": "lighthouse"})
+    assert "inside" in _search(searching(env, port), {"query": "lighthouse"})
     assert hits and hits[0].startswith("/search?")
     for url in (f"http://127.0.0.1:{other_port}/", f"http://127.0.0.1:{port}/admin"):
         with pytest.raises(ToolFailure, match="not a public address"):

@@ -62,9 +62,8 @@ def test_core_tools_are_registered() -> None:
     assert "web_search" not in names  # offered only when a search backend is configured
 
 
-def test_web_search_is_offered_when_configured(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXPERIENCE_SEARCH_URL", "http://127.0.0.1:9/search")
-    assert "web_search" in core_tools()
+def test_web_search_is_offered_when_configured() -> None:
+    assert "web_search" in core_tools(search=True)  # the citizen's web.search_url is set
 
 
 def test_shell_runs_in_the_home_without_secrets(env: ToolEnv,

@@ -20,7 +20,7 @@ from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
 from citizen.mail import link
-from citizen.tools import sandbox
+from citizen.tools import ToolFailure, sandbox, web
 from citizen.wake.flow import call_outside_wake
 from shared.identity import server_mode
 
@@ -156,6 +156,25 @@ def _broker_check() -> Check:
     return Check("broker", OK, f"not running yet: the first model call starts it at {sock}")
 
 
+def _search_check(cfg: config.CitizenConfig) -> Check:
+    """The operator's search backend (`web.search_url`): unset, answering, or failing."""
+    url = cfg.web.search_url
+    if not url:
+        return Check("search", OK, f"no search backend: web_search is not offered (the "
+                     f"operator sets {web.SEARCH_KEY} to a SearXNG instance's /search URL, "
+                     f"its json format enabled, in {paths.operator_rules_file(cfg.name)})")
+    if not cfg.permissions.get("can_use_network", False):
+        return Check("search", FAIL, f"{web.SEARCH_KEY} is {url} but web_search refuses "
+                     f"without the network: set permissions.can_use_network to true in "
+                     f"{cfg.source} (then `citizen onboard {cfg.name}` on a server)")
+    try:
+        found = web.search(url, "experience")
+    except ToolFailure as exc:
+        return Check("search", FAIL, f"{exc} - check that the instance runs and answers "
+                     f"{url}?q=test&format=json, or correct {web.SEARCH_KEY} in {cfg.source}")
+    return Check("search", OK, f"{url} answers ({len(found)} results for a test query)")
+
+
 def run_checks(name: str | None, provider: str | None) -> list[Check]:
     """Every check, in order; stops early only when later checks cannot run."""
     checks: list[Check] = []
@@ -176,6 +195,7 @@ def run_checks(name: str | None, provider: str | None) -> list[Check]:
         if choice.name == "anthropic":
             checks.append(_budget_check(cfg, tpl))
         checks.append(_mail_check(name, secrets))
+        checks.append(_search_check(cfg))
     except CitizenError as exc:
         checks.append(Check("config", FAIL, str(exc)))
         return checks

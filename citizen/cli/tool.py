@@ -30,7 +30,9 @@ def tool_cmd(name: str, tool_name: str, args: str) -> None:
       citizen tool opus read_file '{"path": "contexts/identity.json"}'
       citizen tool opus memory_search '{"query": "lock"}'
     """
-    tools = {**dynamic_tools(config.load_citizen(name)), **core_tools(mail=True, code=True)}
+    # Every tool, the operator's unconfigured ones too: each says what it lacks.
+    tools = {**dynamic_tools(config.load_citizen(name)),
+             **core_tools(mail=True, code=True, search=True)}
     if tool_name not in tools:
         raise click.ClickException(f"no tool '{tool_name}' - known: {', '.join(sorted(tools))}")
     try:

@@ -30,6 +30,7 @@ from citizen.config.settings import (
     MailSettings,
     ModelPrice,
     RoleValues,
+    WebSettings,
 )
 from citizen.config.templates import Templates, templates
 
@@ -37,6 +38,6 @@ __all__ = [
     "CITIZEN_KEYS", "CONTEXT_TYPES", "MANDATORY_SLOTS", "OWN_SLOTS", "PROVIDERS",
     "SCHEMA_VERSION", "SECRET_KEYS", "Budget", "CitizenConfig", "CouncilSeat", "LLMSettings",
     "LocalModelSettings", "LogSettings", "MailSettings", "ModelPrice", "RoleValues",
-    "Secrets", "Templates", "load_citizen", "load_secrets", "medium_programs", "parse_env",
-    "secrets_file", "server_mode", "templates",
+    "Secrets", "Templates", "WebSettings", "load_citizen", "load_secrets", "medium_programs",
+    "parse_env", "secrets_file", "server_mode", "templates",
 ]

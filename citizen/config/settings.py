@@ -100,6 +100,16 @@ class MailSettings:
 
 
 @dataclass(frozen=True)
+class WebSettings:
+    """The web the operator opens to a citizen's tools (citizen.tools.web)."""
+
+    # A SearXNG instance's search endpoint (`GET <url>?q=...&format=json`); "" offers no
+    # web_search. The operator's: on a server only `/etc/experience/<name>.json` sets it,
+    # since its host is reachable even when private (the operator chose it).
+    search_url: str = ""
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Wake-log retention (citizen.home.retention), in world days; operator-owned on a server."""
 
@@ -127,6 +137,7 @@ class CitizenConfig:
     debate_budgets: Mapping[str, tuple[int, int]] | None = None
     stream_bid: str = "auto"
     logs: LogSettings = LogSettings()
+    web: WebSettings = WebSettings()
 
     def seat(self, tier: str) -> CouncilSeat:
         """The council seat serving `tier`; the primary seat when no seat has that role."""

@@ -27,6 +27,7 @@ from citizen.config.settings import (
     MailSettings,
     ModelPrice,
     RoleValues,
+    WebSettings,
 )
 from citizen.errors import ConfigError
 
@@ -125,6 +126,7 @@ class Templates:
             else None,
             stream_bid=str(data.get("stream_bid", "auto")),
             logs=LogSettings(**data.get("logs", {})),
+            web=WebSettings(**data.get("web", {})),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

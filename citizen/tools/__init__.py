@@ -22,13 +22,14 @@ from citizen.tools.memory import context_add, identity_update, memory_search
 from citizen.tools.newcomer import citizen_request
 from citizen.tools.shell import shell_command
 from citizen.tools.task import task_complete, task_progress, task_stuck
-from citizen.tools.web import search_configured, web_fetch, web_search
+from citizen.tools.web import web_fetch, web_search
 
 __all__ = ["Tool", "ToolEnv", "ToolFailure", "core_tools", "tool"]
 
 
-def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
-    """Every core tool by name; `web_search` only when a search backend is configured,
+def core_tools(mail: bool = False, code: bool = False, search: bool = False) -> dict[str, Tool]:
+    """Every core tool by name; `web_search` only when the operator configured a search
+    backend (`search`: the citizen's `web.search_url` is set),
     the mail tools only when the citizen has a mailbox, the code evolution tools only
     when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, append_file, str_replace_file, memory_search,
@@ -37,7 +38,7 @@ def core_tools(mail: bool = False, code: bool = False) -> dict[str, Tool]:
              *LIBRARY_TOOLS, *COMMONS_TOOLS, *DYNAMIC_ADMIN_TOOLS]
     if code:
         tools += CODE_TOOLS
-    if search_configured():
+    if search:
         tools.append(web_search)
     if mail:
         tools += [send_email, check_email]

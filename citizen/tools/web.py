@@ -1,4 +1,5 @@
-"""Web tools: fetch a page as text; search only when a search backend is configured."""
+"""Web tools: fetch a page as text; search a SearXNG instance the operator configured
+(`web.search_url` in its rules: citizen.config.WebSettings)."""
 
 from __future__ import annotations
 
@@ -20,32 +21,33 @@ from shared.webtext import html_to_text
 
 MAX_BYTES = 500_000
 TIMEOUT_S = 20
-SEARCH_URL_ENV = "EXPERIENCE_SEARCH_URL"  # a SearXNG-style JSON endpoint, e.g. http://host/search
+# What one search may put in front of the model: a few results, each field clipped.
+MAX_RESULTS = 8
+MAX_QUERY_CHARS = 400
+FIELD_CHARS = {"title": 200, "url": 500, "snippet": 400}
 # Hosts the operator opens although they resolve to loopback or private addresses
 # (comma-separated names or addresses). Set in the service's environment, not by a citizen.
 ALLOW_ENV = "EXPERIENCE_WEB_ALLOW"
+SEARCH_KEY = "web.search_url"  # the operator's setting (citizen.config.WebSettings)
 
 
 def _allowed_hosts() -> set[str]:
     return {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
 
 
-def search_endpoint() -> tuple[str, int] | None:
-    """The search backend's one host and port (EXPERIENCE_SEARCH_URL), or None.
+def search_endpoint(url: str) -> tuple[str, int]:
+    """The search backend's one host and port, from the operator's `web.search_url`.
 
     :raises ToolFailure: the setting is not one http(s) URL with a host.
     """
-    url = os.environ.get(SEARCH_URL_ENV, "")
-    if not url:
-        return None
     parts = urllib.parse.urlsplit(url)
     try:
         port = parts.port or (443 if parts.scheme == "https" else 80)
     except ValueError:
         port = 0
     if parts.scheme not in ("http", "https") or not parts.hostname or not port \
-            or parts.username or parts.password:
-        raise ToolFailure(f"{SEARCH_URL_ENV}={url!r} is not one http(s) URL with a host; "
+            or parts.username or parts.password or parts.query or parts.fragment:
+        raise ToolFailure(f"{SEARCH_KEY}={url!r} is not one http(s) URL with a host; "
                           "the operator sets it like http://search.example:8080/search")
     return parts.hostname.lower(), port
 
@@ -172,28 +174,53 @@ def web_fetch(env: ToolEnv, url: str) -> str:
     return html_to_text(text) if ctype == "text/html" else text
 
 
-def search_configured() -> bool:
-    return bool(os.environ.get(SEARCH_URL_ENV))
+def search(url: str, query: str) -> list[dict[str, str]]:
+    """Ask the SearXNG instance at `url` (its JSON API) for `query`: at most MAX_RESULTS
+    results of title, url and snippet, each clipped (`citizen doctor` asks it too).
+
+    :raises ToolFailure: the backend is unreachable, refuses, or answers no SearXNG JSON.
+    """
+    endpoint = search_endpoint(url)
+    # Why: the operator named this host and port, so it is reachable even when private -
+    # for this request alone (a redirect elsewhere is checked as any fetch is).
+    token = _SEARCHING.set(endpoint)
+    try:
+        body, _ = _get(f"{url}?{urllib.parse.urlencode({'q': query, 'format': 'json'})}")
+    except ToolFailure as exc:
+        hint = (" - enable `json` in the instance's settings.yml (search: formats)"
+                if "403" in str(exc) else "")
+        raise ToolFailure(f"the search backend ({SEARCH_KEY}) failed: {exc}{hint}") from exc
+    finally:
+        _SEARCHING.reset(token)
+    try:
+        results = json.loads(body)["results"]
+        if not isinstance(results, list):
+            raise TypeError("results is not a list")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ToolFailure(f"the search backend at {url} did not answer SearXNG's JSON "
+                          f"({type(exc).__name__}: {str(exc)[:100]})") from exc
+    return [_result(r) for r in results if isinstance(r, dict)][:MAX_RESULTS]
+
+
+def _result(raw: dict[str, Any]) -> dict[str, str]:
+    got = {"title": raw.get("title"), "url": raw.get("url"), "snippet": raw.get("content")}
+    return {k: (v if isinstance(v, str) else "")[:FIELD_CHARS[k]] for k, v in got.items()}
 
 
 @tool(reads=True)  # the world changes its result: never cached
 def web_search(env: ToolEnv, query: str) -> str:
-    """Search the web; returns titles, URLs and snippets.
+    """Search the web; returns up to 8 results, each a title, a URL and a snippet.
 
     :param query: what to search for
     """
     _network_allowed(env)
-    endpoint = search_endpoint()
-    if endpoint is None:
-        raise ToolFailure(f"no search backend is configured ({SEARCH_URL_ENV})")
-    base = os.environ[SEARCH_URL_ENV]
-    token = _SEARCHING.set(endpoint)
-    try:
-        body, _ = _get(f"{base}?{urllib.parse.urlencode({'q': query, 'format': 'json'})}")
-    finally:
-        _SEARCHING.reset(token)
-    try:
-        results = json.loads(body).get("results", [])[:8]
-    except (json.JSONDecodeError, AttributeError) as exc:
-        raise ToolFailure(f"the search backend answered something that is not JSON: {exc}") from exc
-    return json.dumps([{k: r.get(k) for k in ("title", "url", "content")} for r in results])
+    url = env.config.web.search_url
+    if not url:
+        raise ToolFailure(f"no search backend is configured: the operator sets {SEARCH_KEY} "
+                          f"in {env.config.source}")
+    if not query.strip() or len(query) > MAX_QUERY_CHARS:
+        raise ToolFailure(f"the query must be 1 to {MAX_QUERY_CHARS} characters")
+    results = search(url, query)
+    if not results:
+        return f"no results for {query!r}"
+    return json.dumps(results, ensure_ascii=False, indent=1)

@@ -267,7 +267,8 @@ class _Run:
             return self._ended(kind, setup, env, ending)
         tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
                  **core_tools(mail=mail_configured(env.secrets),
-                              code=(self.home.code / ".git").exists())}
+                              code=(self.home.code / ".git").exists(),
+                              search=bool(self.cfg.web.search_url))}
         # Only what the operator permits is offered (Tool.run refuses the rest anyway).
         tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
