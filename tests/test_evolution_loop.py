@@ -4,19 +4,25 @@ names that work; with nothing waiting it is idle and calls no model."""
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
 
 from citizen import civilization
 from citizen.config import paths
+from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request
 from citizen.wake.flow import WakeResult, run_wake
 from citizen.wake.types.review import MAX_SHOWINGS
 from shared import doorbell
+from shared.evolution import Evolution
+from tests.anthropic_server import MessagesServer, text, tool_use
+from tests.daemons import cli, daemon_env, routing, start, wait_for
 from tests.scripts import Actor, call, say
 from tests.test_evolution import APP, commit, evo, run  # noqa: F401 - evo: the fixture
 
@@ -118,8 +124,9 @@ def test_the_report_that_verifies_a_change_rings_those_who_lack_it(civ: Path) ->
     run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
     assert doorbell.drain(paths.home("aria").doorbell) == []  # one report verifies nothing
     run("aria", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
-    (ring,) = doorbell.drain(paths.home("mira").doorbell)
-    assert ring.wake_type == "REVIEW" and "verified" in ring.reason
+    for lacking in ("mira", "aria"):  # the reporter that verified it decides too
+        (ring,) = doorbell.drain(paths.home(lacking).doorbell)
+        assert ring.wake_type == "REVIEW" and "verified" in ring.reason
     assert doorbell.drain(paths.home("opus").doorbell) == []  # the author holds it
 
 
@@ -143,3 +150,52 @@ def test_a_peers_tool_and_module_wait_for_review(civ: Path) -> None:
     assert "shout" in agent.prompts[0] and "git-tips" in agent.prompts[0]
     assert review("mira").status == "idle"
     assert review("opus").status == "idle"  # its own
+
+
+def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
+    """A model behind the broker doing what a REVIEW prompt asks: test a change, report
+    what the tests said, adopt a verified one."""
+    answer = routing(body, lambda t: t.startswith("code_"))
+    if answer is not None:
+        return answer
+    prompt = str(body["messages"][0]["content"])
+    results = [str(b["content"]) for m in body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    plan: list[tuple[str, dict[str, Any]]] = []
+    for _, cid, ask in ITEM.findall(prompt):
+        plan += ([("code_adopt", {"change_id": cid})] if "code_adopt" in ask else
+                 [("code_test", {"change_id": cid}), ("code_report_outcome", {
+                     "change_id": cid, "note": "ran its tests in my sandbox"})])
+    if len(results) >= len(plan):
+        return text("every item has my answer")
+    name, args = plan[len(results)]
+    if name == "code_report_outcome":
+        args["outcome"] = "worked" if results[-1].startswith("tests passed") else "failed"
+    return tool_use(name, args)
+
+
+def test_daemons_review_and_merge_an_announced_change_with_no_task_queued(
+        civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.responder = reviewer_model
+    env = daemon_env(civ, messages_api)
+    # No scheduled wake within the test: every wake here is one a doorbell rang.
+    daemons = [start(env, name, "--interval", "3600", "--first-wake", "3600")
+               for name in ("opus", "mira", "aria")]
+    try:
+        commit(git.Repo(civ / "opus" / "code"), {"app.py": APP.replace("'hi'", "'hello'")},
+               "warmer greeting")
+        cli(env, "tool", "opus", "code_announce", json.dumps({
+            "description": "warmer greeting", "expected_outcome": "greet() says hello"}))
+        evolution = Evolution(civ / "shared", ["aria", "mira", "opus"], False)
+        wait_for(lambda: evolution.changes()[0].status == "merged", timeout=180, every=0.5)
+    finally:
+        for d in daemons:
+            d.terminate()
+        for d in daemons:
+            d.wait(timeout=60)
+    (change,) = evolution.changes()
+    assert {"mira", "aria"} <= set(change.reports)  # both tested and reported it
+    assert len(change.holders()) >= evolution.quorum()
+    assert "'hello'" in (civ / "shared" / "baseline" / "app.py").read_text()
+    for name in ("mira", "aria"):
+        assert all(TaskQueue(paths.home(name).tasks).ids(s) == [] for s in ("queue", "done"))

@@ -41,12 +41,11 @@ REVIEW_WAKE = "REVIEW"  # the wake that tests, reports, adopts (citizen.wake.typ
 
 
 def _ring(me: str, whom: Iterable[str], reason: str) -> None:
-    """Ring each of `whom` but `me` for a REVIEW wake. Any citizen may ring any peer: its
+    """Ring each of `whom` for a REVIEW wake. Any citizen may ring any other: the wake's
     gate opens only on work the records show, and the daemon rate-limits rings."""
     commons = civilization.commons()
-    for peer in whom:
-        if peer != me:
-            commons.ring(peer, REVIEW_WAKE, reason, sender=me)
+    for citizen in sorted(whom):
+        commons.ring(citizen, REVIEW_WAKE, reason, sender=me)
 
 
 # An announced change is code peers test and may adopt: only if the operator grants it.
@@ -59,7 +58,7 @@ def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
     """
     me = env.home.name
     change = evolution().announce(me, env.home.code, description, expected_outcome)
-    _ring(me, civilization.commons().citizens, f"{me} announced change {change.id}")
+    _ring(me, set(evolution().citizens) - {me}, f"{me} announced change {change.id}")
     return _run(change.summary())
 
 
@@ -76,6 +75,8 @@ def code_report_outcome(env: ToolEnv, change_id: str,
     before = evo.get(change_id).status
     change = evo.report(change_id, me, outcome, note)
     if change.status == "verified_good" and before != "verified_good":  # this report verified it
+        # Everyone who lacks it decides now whether to adopt - the reporter too, in a wake
+        # of its own (this one was for testing).
         _ring(me, set(evo.citizens) - change.holders(), f"change {change_id} is verified")
     return _run(change.summary())
 
