@@ -186,6 +186,21 @@ class DynTools:
                            | {"callable": self.callable(data["name"])})
         return out
 
+    def awaiting(self, citizen: str) -> list[dict[str, Any]]:
+        """Peers' tools not yet callable that `citizen` has not reviewed as they are now
+        (a review of older files no longer counts: the tool changed under it)."""
+        out = []
+        for path in sorted((self.dir / "registry").glob("*.json")):
+            data = records.read(path, None, self.enforce, accept=partial(_whole, name=path.stem))
+            if not data or data["author"] == citizen or self.callable(path.stem):
+                continue
+            mine = records.read(self.dir / "registry" / f"{path.stem}.reviews"
+                                / f"{citizen}.json", citizen, self.enforce, by_name=True)
+            if mine is None or (mine.get("impl_sha"), mine.get("tests_sha")) != (
+                    data["impl_sha"], data["tests_sha"]):
+                out.append({k: data[k] for k in ("name", "description", "author")})
+        return out
+
     def call(self, name: str, args: dict[str, Any], cwd: Path, env: dict[str, str],
              wrap: Wrap | None = None) -> str:
         """Run an approved tool in a fresh interpreter with a timeout (inside `wrap`)."""

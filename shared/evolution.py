@@ -62,6 +62,7 @@ class Change:
     announced: str
     reports: dict[str, dict[str, Any]] = field(default_factory=dict)
     adoptions: dict[str, dict[str, Any]] = field(default_factory=dict)
+    declines: dict[str, dict[str, Any]] = field(default_factory=dict)  # held out, with why
     merged: dict[str, Any] | None = None
 
     @property
@@ -85,7 +86,7 @@ class Change:
                 "files": self.files, "description": self.description,
                 "expected_outcome": self.expected_outcome, "status": self.status,
                 "reports": {c: r["outcome"] for c, r in self.reports.items()},
-                "adopted_by": sorted(self.adoptions)}
+                "adopted_by": sorted(self.adoptions), "declined_by": sorted(self.declines)}
 
 
 def _now() -> str:
@@ -128,7 +129,7 @@ class Evolution:
                              "author's; it is ignored (the log says why)")
         change = Change(citizen=announce[records.AUTHOR], **{k: announce[k] for k in (
             "id", "commit", "files", "description", "expected_outcome", "announced")})
-        for kind in ("reports", "adoptions"):
+        for kind in ("reports", "adoptions", "declines"):
             for path in sorted((base / kind).glob("*.json")):
                 record = records.read(path, path.stem, self.enforce, by_name=True)
                 if record is not None:
@@ -200,6 +201,23 @@ class Evolution:
 
     def verified_good(self) -> list[Change]:
         return [c for c in self.changes() if c.status in ("verified_good", "merged")]
+
+    def to_adopt(self, citizen: str) -> list[Change]:
+        """Verified changes `citizen` has neither adopted nor declined (nor wrote)."""
+        return [c for c in self.verified_good()
+                if citizen not in c.holders() and citizen not in c.declines]
+
+    def decline(self, change_id: str, citizen: str, reason: str) -> Change:
+        """Record that `citizen` holds out from a change (Onboarding: adopting is a choice)."""
+        change = self.get(change_id)
+        # Why: a holder's decline would say it lacks code it runs - the records would lie.
+        if citizen in change.holders():
+            raise NotAllowed(f"{citizen} already has {change_id}; there is nothing to decline")
+        if not reason.strip():
+            raise Invalid("a decline needs a reason: say why you hold out")
+        self._write(self.dir / change_id / "declines" / f"{citizen}.json", citizen,
+                    {"reason": reason, "ts": _now()})
+        return self.get(change_id)
 
     def fetch(self, change: Change, into: Path) -> None:
         """Bring the change's commit from its author's repository into `into`.

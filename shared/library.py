@@ -167,6 +167,11 @@ class Library:
                         "reviews": {r.citizen: r.decision for r in reviews}})
         return out
 
+    def awaiting(self, citizen: str) -> list[dict[str, Any]]:
+        """Pending proposals of peers that `citizen` has not reviewed yet."""
+        return [p for p in self.pending()
+                if p["maintainer"] != citizen and citizen not in p["reviews"]]
+
     def rejected(self, maintainer: str = "") -> list[dict[str, Any]]:
         """Proposals a peer rejected (optionally one maintainer's), with the reasons.
 

@@ -100,6 +100,10 @@ def test_three_daemons_evolve_a_change_into_the_baseline(
     evolution = Evolution(civ / "shared", list(CITIZENS), False)
     (change,) = evolution.changes()
     assert change.commit == change_commit and change.status == "merged"
-    assert change.holders() == {"opus", "aria"}  # mira reported before it was verified
+    # Who adopted it depends on the order of the wakes: announcing and verifying ring
+    # REVIEW wakes (test_evolution_loop.py) beside these tasks.
+    adopters = change.holders() - {"opus"}
+    assert adopters and "opus" in change.holders()
     assert "Evolved by opus." in (civ / "shared" / "baseline" / "README.md").read_text()
-    assert "Evolved by opus." in (codes["aria"] / "README.md").read_text()
+    for name in adopters:
+        assert "Evolved by opus." in (codes[name] / "README.md").read_text()

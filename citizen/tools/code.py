@@ -7,6 +7,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Literal
 
@@ -36,6 +37,17 @@ def _run(step: object) -> str:
     return json.dumps(step() if callable(step) else step, default=str)
 
 
+REVIEW_WAKE = "REVIEW"  # the wake that tests, reports, adopts (citizen.wake.types.review)
+
+
+def _ring(me: str, whom: Iterable[str], reason: str) -> None:
+    """Ring each of `whom` for a REVIEW wake. Any citizen may ring any other: the wake's
+    gate opens only on work the records show, and the daemon rate-limits rings."""
+    commons = civilization.commons()
+    for citizen in sorted(whom):
+        commons.ring(citizen, REVIEW_WAKE, reason, sender=me)
+
+
 # An announced change is code peers test and may adopt: only if the operator grants it.
 @tool(permission="can_modify_shared_code")
 def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
@@ -44,8 +56,10 @@ def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
     :param description: what the change does and why
     :param expected_outcome: a falsifiable prediction of what it improves
     """
-    return _run(lambda: evolution().announce(env.home.name, env.home.code, description,
-                                             expected_outcome).summary())
+    me = env.home.name
+    change = evolution().announce(me, env.home.code, description, expected_outcome)
+    _ring(me, set(evolution().citizens) - {me}, f"{me} announced change {change.id}")
+    return _run(change.summary())
 
 
 @tool
@@ -57,7 +71,14 @@ def code_report_outcome(env: ToolEnv, change_id: str,
     :param outcome: worked, failed or unclear
     :param note: the evidence: what you ran and what you saw
     """
-    return _run(lambda: evolution().report(change_id, env.home.name, outcome, note).summary())
+    me, evo = env.home.name, evolution()
+    before = evo.get(change_id).status
+    change = evo.report(change_id, me, outcome, note)
+    if change.status == "verified_good" and before != "verified_good":  # this report verified it
+        # Everyone who lacks it decides now whether to adopt - the reporter too, in a wake
+        # of its own (this one was for testing).
+        _ring(me, set(evo.citizens) - change.holders(), f"change {change_id} is verified")
+    return _run(change.summary())
 
 
 @tool(reads=True, cacheable=True)
@@ -123,6 +144,16 @@ def code_adopt(env: ToolEnv, change_id: str) -> str:
     return _run(lambda: evolution().adopt(change_id, env.home.name, env.home.code).summary())
 
 
+@tool
+def code_decline(env: ToolEnv, change_id: str, reason: str) -> str:
+    """Hold out from a change: record that you will not adopt it, and why (peers see it).
+
+    :param change_id: the change you decline
+    :param reason: why you hold out (what it would break or cost you)
+    """
+    return _run(lambda: evolution().decline(change_id, env.home.name, reason).summary())
+
+
 @tool(reads=True, cacheable=True)
 def code_my_divergence(env: ToolEnv) -> str:
     """List the files in which your code differs from the baseline."""
@@ -147,4 +178,5 @@ def code_status(env: ToolEnv) -> str:
 
 
 CODE_TOOLS = (code_announce, code_report_outcome, code_pending_reviews, code_verified_good,
-              code_test, code_adopt, code_my_divergence, code_list_changes, code_status)
+              code_test, code_adopt, code_decline, code_my_divergence, code_list_changes,
+              code_status)

@@ -13,6 +13,7 @@ from citizen.wake.types.dry_audit import DryAuditWake
 from citizen.wake.types.library import LibraryWake
 from citizen.wake.types.peer_monitor import PeerMonitorWake
 from citizen.wake.types.reflect import ReflectWake
+from citizen.wake.types.review import ReviewWake
 from citizen.wake.types.stream import StreamWake
 from citizen.wake.types.task import CodeWake, DebugWake, ResearchWake, TaskWake
 
@@ -38,5 +39,5 @@ def registered() -> list[str]:
 
 
 for _cls in (TaskWake, CodeWake, DebugWake, ResearchWake, ReflectWake, LibraryWake,
-             PeerMonitorWake, DryAuditWake, ConsensusWake, DebateWake, StreamWake):
+             PeerMonitorWake, DryAuditWake, ConsensusWake, DebateWake, StreamWake, ReviewWake):
     register(_cls)

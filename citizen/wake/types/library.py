@@ -22,8 +22,7 @@ class LibraryWake(WakeType):
         library = civilization.commons(setup.templates,
                                        approvals=setup.config.library_approvals).library
         me = setup.home.name
-        to_review = [p for p in library.pending()
-                     if p["maintainer"] != me and me not in p["reviews"]]
+        to_review = library.awaiting(me)
         rejected = library.rejected(maintainer=me)
         untold = [r for r in rejected if r["round"] not in setup.marks.get(TOLD, [])]
         data = {"to_review": to_review, "rejected": rejected}

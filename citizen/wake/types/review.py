@@ -1,0 +1,101 @@
+"""REVIEW wakes: the evolution loop's own work, open only when the commons shows some.
+
+The gate reads the records alone (no model): peers' changes this citizen has not
+reported on, verified changes it has neither adopted nor declined, peers' dynamic tools
+and library modules waiting for its review. Nothing waiting: an idle wake at $0.00.
+`code_announce` rings every peer for this wake, and the report that verifies a change
+rings those who lack it; its slot in `wake_allocations.json` catches whatever a ring
+missed. A kind of its own, not the CODE wake's gate: CODE carries out a queued task
+(claimed, verified, filed), while this work has no task - it is derived afresh from
+the records every time, so it can never disagree with them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from citizen import civilization
+from citizen.home import state
+from citizen.tools.base import ToolEnv
+from citizen.tools.code import code_adopt
+from citizen.wake.meter import Ending
+from citizen.wake.types.base import Gate, Setup, WakeType
+from shared.evolution import Change
+
+SHOWN = "review_items_shown"  # item -> how many REVIEW wakes have shown it
+# Why: a model that cannot finish an item (no sandbox to test in, a conflict it cannot
+# resolve) would reopen a paid wake for it at every slot and ring; after this many
+# showings the item no longer opens the gate (it stays listed by code_pending_reviews).
+MAX_SHOWINGS = 3
+# Why: peers write these descriptions, as many and as long as they like: the prompt
+# names a bounded number of items, each clipped.
+MAX_ITEMS, TEXT_CHARS = 8, 200
+
+
+def _clip(text: object) -> str:
+    return " ".join(str(text).split())[:TEXT_CHARS]
+
+
+def _change(c: Change, verb: str) -> str:
+    return (f"- change {c.id} by {c.citizen} ({', '.join(c.files[:5])}): "
+            f"{_clip(c.description)} [expected: {_clip(c.expected_outcome)}] - {verb}")
+
+
+def work_items(setup: Setup) -> dict[str, str]:
+    """What waits for this citizen, from the records alone: item key -> its prompt line."""
+    me, cfg = setup.home.name, setup.config
+    commons = civilization.commons(setup.templates, approvals=cfg.library_approvals)
+    items: dict[str, str] = {}
+    # Why: testing and adopting run git in ~/code; without that repository a citizen
+    # has no code tools, so a change is nothing it can act on.
+    if (setup.home.code / ".git").exists():
+        evo = commons.evolution
+        for c in evo.pending_reviews(me):
+            items[f"test:{c.id}"] = _change(
+                c, "test it (code_test) and report what you saw (code_report_outcome)")
+        # Why: adopting changes the code this citizen runs - only with the operator's grant.
+        if code_adopt.allowed(cfg):
+            for c in evo.to_adopt(me):
+                items[f"adopt:{c.id}"] = _change(
+                    c, "verified by peers: adopt it (code_adopt) or hold out (code_decline)")
+    for t in commons.tools.awaiting(me):
+        items[f"tool:{t['name']}"] = (f"- dynamic tool {t['name']} by {t['author']}: "
+                                      f"{_clip(t['description'])} - review it (tool_review)")
+    for m in commons.library.awaiting(me):
+        items[f"module:{m['id']}:{m['version']}"] = (
+            f"- library module {m['id']} v{m['version']} by {m['maintainer']}: "
+            f"{_clip(m['summary'])} - review it (library_review)")
+    return items
+
+
+class ReviewWake(WakeType):
+    name = "REVIEW"
+    required_tools = ("code_test", "code_report_outcome", "code_adopt", "code_decline",
+                      "tool_review", "library_review")
+
+    def gate(self, setup: Setup) -> Gate:
+        shown = setup.marks.get(SHOWN, {})
+        items = work_items(setup)
+        open_ = {k: v for k, v in items.items() if int(shown.get(k, 0)) < MAX_SHOWINGS}
+        if not open_:
+            why = (f"{len(items)} items were shown {MAX_SHOWINGS} times already" if items
+                   else "no peer's work waits for my review or adoption")
+            return Gate(False, why)
+        kinds = sorted({k.split(":")[0] for k in open_})
+        return Gate(True, f"{len(open_)} items wait for me ({', '.join(kinds)})",
+                    {"items": open_, "all": sorted(items)})
+
+    def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        items: dict[str, str] = gate.data["items"]
+        named = list(items)[:MAX_ITEMS]
+        work = "\n".join(items[k] for k in named)
+        if len(items) > MAX_ITEMS:
+            work += f"\n(and {len(items) - MAX_ITEMS} more, for a later wake)"
+        # Counted for the items still waiting only: the mark never outgrows the records.
+        old: dict[str, Any] = setup.marks.get(SHOWN, {})
+        counts = {k: int(old.get(k, 0)) + int(k in named) for k in gate.data["all"]}
+        state.mark(setup.home, SHOWN, {k: n for k, n in counts.items() if n})
+        return setup.templates.wake_prompt(self.name, work=work)
+
+    def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
+        return f"review {ending.status}: {(ending.text or ending.reason)[:200]}"

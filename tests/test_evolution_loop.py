@@ -1,0 +1,201 @@
+"""The evolution loop runs by itself (issue 30, item 1): announcing rings the peers; a
+REVIEW wake opens only when the records show work for this citizen, and its prompt
+names that work; with nothing waiting it is idle and calls no model."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import git
+import pytest
+
+from citizen import civilization
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
+from citizen.llm.base import Reply, Request
+from citizen.wake.flow import WakeResult, run_wake
+from citizen.wake.types.review import MAX_SHOWINGS
+from shared import doorbell
+from shared.evolution import Evolution
+from tests.anthropic_server import MessagesServer, text, tool_use
+from tests.daemons import cli, daemon_env, routing, start, wait_for
+from tests.scripts import Actor, call, say
+from tests.test_evolution import APP, commit, evo, run  # noqa: F401 - evo: the fixture
+
+pytestmark = pytest.mark.usefixtures("evo")  # each citizen's ~/code cloned from a baseline
+
+ITEM = re.compile(r"^- (change|dynamic tool|library module) (\S+) .* - (.*)$", re.MULTILINE)
+
+
+class Reviewer(Actor):
+    """Does what a REVIEW prompt asks, item by item, as a model reading it would: tests
+    and reports a change, adopts a verified one, reviews a tool or a module."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.prompts: list[str] = []
+
+    def _answer(self, request: Request) -> Reply:
+        if request.purpose == "execute" and len(request.messages) == 1:
+            prompt = str(request.messages[0]["content"])
+            self.prompts.append(prompt)
+            self.work = [self._step(kind, name, ask) for kind, name, ask in ITEM.findall(prompt)]
+        return super()._answer(request)
+
+    @staticmethod
+    def _step(kind: str, name: str, ask: str) -> Reply:
+        if kind == "change" and "code_adopt" in ask:
+            return call("code_adopt", change_id=name)
+        if kind == "change":
+            return call("code_report_outcome", change_id=name, outcome="unclear",
+                        note="read the diff; did not run it")
+        if kind == "dynamic tool":
+            review_tool = call("tool_review", decision="reject", note="no use for it")
+            (asked,) = review_tool.tool_calls  # `name` is the tool's argument here, not call's
+            return replace(review_tool, tool_calls=(
+                replace(asked, input={**asked.input, "name": name}),))
+        return call("library_review", module_id=name, decision="approve", note="clear")
+
+
+def never(*_: object) -> Actor:
+    raise AssertionError("an idle REVIEW wake built a model")
+
+
+def review(name: str, agent: Actor | None = None) -> WakeResult:
+    return run_wake(name, wake_type="REVIEW",
+                    provider=(lambda c, s: agent) if agent is not None else never)
+
+
+def announce(civ: Path, text: str = "'hello'") -> str:
+    commit(git.Repo(civ / "opus" / "code"), {"app.py": APP.replace("'hi'", text)}, "greeting")
+    return str(run("opus", "code_announce", description="warmer greeting",
+                   expected_outcome="greet() says hello; tests pass")["id"])
+
+
+def test_with_nothing_to_review_the_wake_is_idle_and_free(civ: Path) -> None:
+    for name in ("opus", "mira", "aria"):
+        result = review(name)
+        assert result.status == "idle" and result.calls == 0 and result.cost_usd == 0
+
+
+def test_announcing_a_change_rings_every_peer_for_a_review(civ: Path) -> None:
+    cid = announce(civ)
+    for peer in ("mira", "aria"):
+        (ring,) = doorbell.drain(paths.home(peer).doorbell)
+        assert ring.wake_type == "REVIEW" and cid in ring.reason and ring.sender == "opus"
+    assert doorbell.drain(paths.home("opus").doorbell) == []  # not its own
+
+
+def test_a_peer_reviews_the_change_its_wake_names_then_the_gate_closes(civ: Path) -> None:
+    cid = announce(civ)
+    assert review("opus").status == "idle"  # nobody reviews their own change
+    agent = Reviewer()
+    result = review("mira", agent)
+    assert result.status == "ok" and cid in agent.prompts[0]
+    assert "code_report_outcome" in agent.prompts[0]
+    (change,) = civilization.commons().evolution.changes()
+    assert set(change.reports) == {"mira"}
+    assert review("mira").status == "idle"  # reported: nothing more for mira
+    assert review("aria", Reviewer()).status == "ok"  # aria has not reported yet
+
+
+def test_a_verified_change_opens_the_gate_until_adopted_or_declined(civ: Path) -> None:
+    cid = announce(civ)
+    for peer in ("mira", "aria"):
+        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+    agent = Reviewer()
+    assert review("mira", agent).status == "ok"
+    assert cid in agent.prompts[0] and "code_adopt" in agent.prompts[0]
+    assert "'hello'" in (civ / "mira" / "code" / "app.py").read_text()  # adopted
+    assert review("mira").status == "idle"
+    declined = run("aria", "code_decline", change_id=cid, reason="I keep my greeting")
+    assert declined["declined_by"] == ["aria"]
+    assert review("aria").status == "idle"  # held out: nothing more to ask of aria
+
+
+def test_the_report_that_verifies_a_change_rings_those_who_lack_it(civ: Path) -> None:
+    cid = announce(civ)
+    for name in ("mira", "aria"):
+        doorbell.drain(paths.home(name).doorbell)
+    run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    assert doorbell.drain(paths.home("aria").doorbell) == []  # one report verifies nothing
+    run("aria", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    for lacking in ("mira", "aria"):  # the reporter that verified it decides too
+        (ring,) = doorbell.drain(paths.home(lacking).doorbell)
+        assert ring.wake_type == "REVIEW" and "verified" in ring.reason
+    assert doorbell.drain(paths.home("opus").doorbell) == []  # the author holds it
+
+
+def test_an_item_the_model_leaves_undone_stops_opening_the_gate(civ: Path) -> None:
+    announce(civ)
+    for _ in range(MAX_SHOWINGS):  # a model that never gets round to it
+        assert review("mira", Actor(say("later"))).status == "ok"
+    assert review("mira").status == "idle"
+
+
+def test_a_peers_tool_and_module_wait_for_review(civ: Path) -> None:
+    commons = civilization.commons()
+    commons.tools.propose("opus", "shout", description="upper-cases text",
+                          input_schema={"type": "object"}, reserved=set(),
+                          code="def run(text=''):\n    return text.upper()\n",
+                          tests="from shout import run\n\n\ndef test_it():\n"
+                                "    assert run('a') == 'A'\n")
+    commons.library.propose("opus", "git-tips", "git", "how to bisect", "Use git bisect.")
+    agent = Reviewer()
+    assert review("mira", agent).status == "ok"
+    assert "shout" in agent.prompts[0] and "git-tips" in agent.prompts[0]
+    assert review("mira").status == "idle"
+    assert review("opus").status == "idle"  # its own
+
+
+def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
+    """A model behind the broker doing what a REVIEW prompt asks: test a change, report
+    what the tests said, adopt a verified one."""
+    answer = routing(body, lambda t: t.startswith("code_"))
+    if answer is not None:
+        return answer
+    prompt = str(body["messages"][0]["content"])
+    results = [str(b["content"]) for m in body["messages"] if isinstance(m["content"], list)
+               for b in m["content"] if b.get("type") == "tool_result"]
+    plan: list[tuple[str, dict[str, Any]]] = []
+    for _, cid, ask in ITEM.findall(prompt):
+        plan += ([("code_adopt", {"change_id": cid})] if "code_adopt" in ask else
+                 [("code_test", {"change_id": cid}), ("code_report_outcome", {
+                     "change_id": cid, "note": "ran its tests in my sandbox"})])
+    if len(results) >= len(plan):
+        return text("every item has my answer")
+    name, args = plan[len(results)]
+    if name == "code_report_outcome":
+        args["outcome"] = "worked" if results[-1].startswith("tests passed") else "failed"
+    return tool_use(name, args)
+
+
+def test_daemons_review_and_merge_an_announced_change_with_no_task_queued(
+        civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.responder = reviewer_model
+    env = daemon_env(civ, messages_api)
+    # No scheduled wake within the test: every wake here is one a doorbell rang.
+    daemons = [start(env, name, "--interval", "3600", "--first-wake", "3600")
+               for name in ("opus", "mira", "aria")]
+    try:
+        commit(git.Repo(civ / "opus" / "code"), {"app.py": APP.replace("'hi'", "'hello'")},
+               "warmer greeting")
+        cli(env, "tool", "opus", "code_announce", json.dumps({
+            "description": "warmer greeting", "expected_outcome": "greet() says hello"}))
+        evolution = Evolution(civ / "shared", ["aria", "mira", "opus"], False)
+        wait_for(lambda: evolution.changes()[0].status == "merged", timeout=180, every=0.5)
+    finally:
+        for d in daemons:
+            d.terminate()
+        for d in daemons:
+            d.wait(timeout=60)
+    (change,) = evolution.changes()
+    assert {"mira", "aria"} <= set(change.reports)  # both tested and reported it
+    assert len(change.holders()) >= evolution.quorum()
+    assert "'hello'" in (civ / "shared" / "baseline" / "app.py").read_text()
+    for name in ("mira", "aria"):
+        assert all(TaskQueue(paths.home(name).tasks).ids(s) == [] for s in ("queue", "done"))
