@@ -15,11 +15,8 @@ from typing import Any
 from shared import clock
 from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.consensus import weighing
-from shared.consensus.weighing import MAX_STEP, Framework, Vouch
+from shared.consensus.weighing import Framework, Vouch
 from shared.layout import Layout
-
-# MAX_STEP and Framework are the arithmetic's, named here too for the callers of the store.
-__all__ = ["HISTORY_MODE", "MAX_STEP", "Framework", "Weights", "load_framework"]
 
 HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 

@@ -33,7 +33,7 @@ from shared.consensus import (
     render,
     stakes,
 )
-from shared.consensus.values import MAX_STEP
+from shared.consensus.weighing import MAX_STEP
 from shared.errors import SharedError
 
 log = logging.getLogger(__name__)
