@@ -81,3 +81,12 @@ def own_code(civ: Path) -> Path:
     with clone.config_writer() as cw:
         cw.set_value("user", "name", "opus").set_value("user", "email", "opus@x")
     return code
+
+
+@pytest.fixture
+def rules_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The operator's directory (/etc/experience on a server), empty, in this test's tmp."""
+    folder = tmp_path / "etc-experience"
+    folder.mkdir()
+    monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(folder))
+    return folder

@@ -37,14 +37,6 @@ from tests.thoughtworld import proposal, vote
 as_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root to own files as others")
 
 
-@pytest.fixture
-def rules_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    folder = tmp_path / "etc-experience"
-    folder.mkdir()
-    monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(folder))
-    return folder
-
-
 def _server(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)
 

@@ -85,17 +85,8 @@ def searx() -> Iterator[Searx]:
     httpd.server_close()
 
 
-@pytest.fixture
-def rules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """The operator's directory (/etc/experience on a server)."""
-    etc = tmp_path / "etc"
-    etc.mkdir()
-    monkeypatch.setenv("EXPERIENCE_OPERATOR_DIR", str(etc))
-    return etc
-
-
-def operator_sets(rules: Path, **web: str) -> None:
-    (rules / "opus.json").write_text(json.dumps(
+def operator_sets(rules_dir: Path, **web: str) -> None:
+    (rules_dir / "opus.json").write_text(json.dumps(
         {"permissions": {"can_use_network": True}, **({"web": web} if web else {})}))
 
 
@@ -112,8 +103,8 @@ def searching_wake() -> tuple[Actor, list[str]]:
     return actor, offered[0]
 
 
-def test_a_configured_search_returns_the_results(civ: Path, rules: Path, searx: Searx) -> None:
-    operator_sets(rules, search_url=searx.url)
+def test_a_configured_search_returns_the_results(civ: Path, rules_dir: Path, searx: Searx) -> None:
+    operator_sets(rules_dir, search_url=searx.url)
     actor, offered = searching_wake()
     assert "web_search" in offered
     assert searx.queries == [{"q": ["lighthouse"], "format": ["json"]}]
@@ -125,10 +116,10 @@ def test_a_configured_search_returns_the_results(civ: Path, rules: Path, searx: 
     assert "duckduckgo" not in seen  # title, url and snippet only
 
 
-def test_results_are_few_and_short(civ: Path, rules: Path, searx: Searx) -> None:
+def test_results_are_few_and_short(civ: Path, rules_dir: Path, searx: Searx) -> None:
     from citizen.tools.web import FIELD_CHARS, MAX_RESULTS  # new in issue 30: imported here
 
-    operator_sets(rules, search_url=searx.url)
+    operator_sets(rules_dir, search_url=searx.url)
     searx.results = [{"url": f"https://example.org/{i}", "title": "t" * 1000,
                       "content": "c" * 5000} for i in range(40)]
     out = json.loads(core_tools(search=True)["web_search"].run(tool_env("opus"),
@@ -140,10 +131,10 @@ def test_results_are_few_and_short(civ: Path, rules: Path, searx: Searx) -> None
 
 
 def test_the_process_environment_configures_no_search(
-        civ: Path, rules: Path, searx: Searx, monkeypatch: pytest.MonkeyPatch) -> None:
+        civ: Path, rules_dir: Path, searx: Searx, monkeypatch: pytest.MonkeyPatch) -> None:
     """An unconfigured citizen is not offered web_search, whatever its environment says:
     the backend's host is reachable even when private, so only the operator names it."""
-    operator_sets(rules)  # networked, no backend
+    operator_sets(rules_dir)  # networked, no backend
     monkeypatch.setenv("EXPERIENCE_SEARCH_URL", searx.url)  # the old way in
     _, offered = searching_wake()
     assert "web_search" not in offered and "web_fetch" in offered
@@ -151,9 +142,9 @@ def test_the_process_environment_configures_no_search(
 
 
 def test_on_a_server_the_citizens_own_config_sets_no_search_url(
-        civ: Path, rules: Path, searx: Searx, monkeypatch: pytest.MonkeyPatch) -> None:
+        civ: Path, rules_dir: Path, searx: Searx, monkeypatch: pytest.MonkeyPatch) -> None:
     """The attack: point web_search at a private service through one's own config.json."""
-    operator_sets(rules)
+    operator_sets(rules_dir)
     paths.citizen_config_file("opus").write_text(json.dumps({"web": {"search_url": searx.url}}))
     assert config.load_citizen("opus").web.search_url == searx.url  # dev mode: its own rules
     monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)  # server mode
@@ -162,21 +153,21 @@ def test_on_a_server_the_citizens_own_config_sets_no_search_url(
     assert "web_search" not in offered
     with pytest.raises(ToolFailure, match="no search backend is configured") as info:
         core_tools(search=True)["web_search"].run(tool_env("opus"), {"query": "x"})
-    assert str(rules / "opus.json") in str(info.value)  # names the operator's file
+    assert str(rules_dir / "opus.json") in str(info.value)  # names the operator's file
     assert searx.queries == []
 
 
-def test_a_server_error_is_a_clear_tool_failure(civ: Path, rules: Path, searx: Searx) -> None:
-    operator_sets(rules, search_url=searx.url)
+def test_a_server_error_is_a_clear_tool_failure(civ: Path, rules_dir: Path, searx: Searx) -> None:
+    operator_sets(rules_dir, search_url=searx.url)
     searx.status = 500
     with pytest.raises(ToolFailure, match=r"the search backend \(web.search_url\) failed: .*500"):
         core_tools(search=True)["web_search"].run(tool_env("opus"), {"query": "x"})
 
 
-def test_the_schema_takes_only_one_http_url_with_a_host(civ: Path, rules: Path) -> None:
+def test_the_schema_takes_only_one_http_url_with_a_host(civ: Path, rules_dir: Path) -> None:
     for bad in ("ftp://search.example/", "http://", "http://a/search?q=", "searx.local",
                 "http://user:pw@search.example/"):
-        operator_sets(rules, search_url=bad)
+        operator_sets(rules_dir, search_url=bad)
         with pytest.raises(ConfigError, match=r"web\.search_url"):
             config.load_citizen("opus")
 
@@ -192,13 +183,13 @@ def doctor_says(messages_api: MessagesServer, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_doctor_reports_each_state_of_the_search_backend(
-        civ: Path, rules: Path, searx: Searx, messages_api: MessagesServer,
+        civ: Path, rules_dir: Path, searx: Searx, messages_api: MessagesServer,
         monkeypatch: pytest.MonkeyPatch) -> None:
     unset = doctor_says(messages_api, monkeypatch)
     assert unset["status"] == "ok" and "web.search_url" in unset["detail"]
-    assert str(rules / "opus.json") in unset["detail"]  # where to set it
+    assert str(rules_dir / "opus.json") in unset["detail"]  # where to set it
 
-    operator_sets(rules, search_url=searx.url)
+    operator_sets(rules_dir, search_url=searx.url)
     answering = doctor_says(messages_api, monkeypatch)
     assert answering == {"status": "ok",
                          "detail": f"{searx.url} answers (2 results for a test query)"}
@@ -206,8 +197,8 @@ def test_doctor_reports_each_state_of_the_search_backend(
     searx.status = 500
     failing = doctor_says(messages_api, monkeypatch)
     assert failing["status"] == "FAIL" and "500" in failing["detail"]
-    assert f"correct web.search_url in {rules / 'opus.json'}" in failing["detail"]
+    assert f"correct web.search_url in {rules_dir / 'opus.json'}" in failing["detail"]
 
-    (rules / "opus.json").write_text(json.dumps({"web": {"search_url": searx.url}}))
+    (rules_dir / "opus.json").write_text(json.dumps({"web": {"search_url": searx.url}}))
     offline = doctor_says(messages_api, monkeypatch)
     assert offline["status"] == "FAIL" and "permissions.can_use_network" in offline["detail"]
