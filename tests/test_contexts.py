@@ -104,3 +104,23 @@ def test_init_never_overwrites(store: ContextStore) -> None:
     store.save_all({"identity": ctx})
     store.init("I am someone else.")
     assert [e["text"] for e in store.load("identity").entries] == ["I am opus.", "grown since"]
+
+
+def test_the_working_context_is_emptied_when_a_wake_files_its_task(civ: Path) -> None:
+    """The seed's clear_on_task_complete: a filed task's working state does not follow the
+    citizen into its next wake (it is in history, in one line)."""
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
+    from citizen.wake.flow import run_wake
+    from tests.scripts import Actor, call
+
+    home = paths.home("opus")
+    task = TaskQueue(home.tasks).add("Write notes/a.md saying hello")
+    actor = Actor(call("write_file", path="notes/a.md", content="hello"),
+                  call("task_complete", summary="wrote it"))
+    run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert TaskQueue(home.tasks).where(task.id) == "done"
+    store = ContextStore(home.contexts, dict(templates().citizen("opus").context_limits),
+                         estimate_tokens)
+    assert store.load("working").entries == []
+    assert any(task.id in e["text"] for e in store.load("history").entries)
