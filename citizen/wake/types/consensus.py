@@ -32,6 +32,7 @@ from shared.consensus import (
     episodes,
     render,
     stakes,
+    tasks,
 )
 from shared.consensus.weighing import MAX_STEP
 from shared.errors import SharedError
@@ -83,6 +84,9 @@ class ConsensusWake(OwedStepsWake[Proposal]):
                 "summary": f"{item.phase} -> {after.phase}"}
 
     def rings(self, setup: Setup, after: Proposal) -> list[tuple[str, str]]:
+        following = str((after.episode or {}).get("next_proposal", ""))
+        if following:  # the task's next step: its executor proposes it
+            return [(after.roles["executor"], f"propose {following}")]
         return [(after.owed_by, f"{after.phase} of {after.id}")] if after.owed_by else []
 
     def from_task(self, setup: Setup, env: ToolEnv) -> str:
@@ -221,9 +225,12 @@ class _Steps:
                        "red_flags_found_by_the_system": d.round_flags.get(r, []),
                        "sent_back_for_flags": r in d.blocked}
                       for r in range(1, d.round + 1)]
+        task = self.tpl.prompt("workspace", task=d.request.get("task", ""),
+                               max_steps=tasks.MAX_STEPS, workspace_json=_dump(
+                                   self.c.workspace.brief(self.c.task_of(d.id))))
         text = self.tpl.prompt("executor", weights_json=self._weights(),
                                recent_episodes_json=self._episodes(d),
-                               task_description=d.request.get("task", ""),
+                               task_description=task,
                                discussion_json=_dump(discussion) if discussion else "(none yet)")
         data = self.ask(self._prompt("executor", d, text),
                         self.tpl.schema("consensus_proposal", values=self.values,
