@@ -37,7 +37,7 @@ from shared.consensus.rules import (
     rotation,
 )
 from shared.consensus.view import episode_record
-from shared.consensus.weighing import Framework
+from shared.consensus.weighing import Framework, request_problem
 from shared.consensus.workspace import Workspace
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound
@@ -116,11 +116,12 @@ class Consensus(Reader):
     def propose(self, pid: str, me: str, body: Mapping[str, Any]) -> Proposal:
         """The executor's proposal (first revision, or a revision after discussion)."""
         d = self._owe(pid, me, "propose", "revise")
-        problem = proposal_problem(body)
+        problem = proposal_problem(body) or self._request_problem(body)
         if problem:
             raise Invalid(f"{pid}: {problem}")
         rev = {k: body[k] for k in ("goal", "actions", "value_justification",
-                                    "expected_outcomes", "risk_assessment") if k in body}
+                                    "expected_outcomes", "risk_assessment",
+                                    "weight_request") if k in body}
         rev.update(round=d.round + 1, cites=list(body.get("cites", []))[:10],
                    response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
                    level=d.level or "proposal",
@@ -138,8 +139,11 @@ class Consensus(Reader):
     def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Proposal:
         """The verifier's vote (it never sees the integrator's)."""
         d = self._owe(pid, me, "verify")
+        problem = self._request_problem(vote)
+        if problem:
+            raise Invalid(f"{pid}: {problem}")
         body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
-                                                              "suggestions"))
+                                                              "suggestions", "weight_request"))
         adversarial = d.red_team
         if adversarial and not [c for c in body.get("concerns") or [] if str(c).strip()]:
             raise Invalid(f"{pid} is a red-team review: name at least one way the proposal "
@@ -273,7 +277,11 @@ class Consensus(Reader):
                     approved_by=me, reason=str(adj.get("reason", ""))))
             except (TypeError, ValueError) as exc:  # Invalid is a ValueError
                 refused.append({**adj, "refused": str(exc)})
+        requests = self._requests(d, ep_id, me, notes)
+        applied += [r["line"] for r in requests if "line" in r]
         episode = episode_record(d, ep_id, notes, applied, refused)
+        episode["weight_requests"] = [{k: v for k, v in r.items() if k != "line"}
+                                      for r in requests]
         what, stopped = tasks.next_step(d)
         chain = tasks.chain_of(d.request, pid)
         episode["task_chain"] = {k: chain[k] for k in ("task", "step", "previous")}
@@ -286,6 +294,44 @@ class Consensus(Reader):
         after = self._write(pid, "episode.json", me, episode)
         self.episodes.add(episode)
         return after
+
+    def _request_problem(self, body: Mapping[str, Any]) -> str:
+        """What is wrong with a step's request to change its author's own weights."""
+        if body.get("weight_request") is None:
+            return ""
+        return request_problem(self.framework, body["weight_request"])
+
+    def _requests(self, d: Proposal, ep_id: str, me: str,
+                  notes: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The participants' requests to change their own weights (the executor's in its
+        last revision, the verifier's in its last vote - each its author's own file) and
+        what the integrator `me` decided: an approved one moves exactly what was asked,
+        within the bounds; nobody approves its own."""
+        decided = {str(x.get("citizen")): x for x in notes.get("weight_requests", [])
+                   if isinstance(x, Mapping)}
+        asked = [(d.roles["executor"], d.revisions[-1].get("weight_request") if d.revisions
+                  else None),
+                 (d.roles["verifier"], (d.verifications.get(d.round) or {}).get(
+                     "weight_request"))]
+        out = []
+        for who, req in asked:
+            if not isinstance(req, Mapping) or request_problem(self.framework, req):
+                continue
+            answer = decided.get(who, {})
+            entry = {"citizen": who, "value": req["value"], "delta": float(req["delta"]),
+                     "reason": str(req.get("reason", ""))[:400],
+                     "decision": "approve" if answer.get("decision") == "approve"
+                     else "decline", "why": str(answer.get("reason", ""))[:400]}
+            if entry["decision"] == "approve":
+                try:
+                    entry["line"] = self.weights.adjust(
+                        who, entry["value"], entry["delta"],
+                        episodes=[ep_id, *[str(e) for e in req["episodes"]][:5]],
+                        approved_by=me, reason=f"requested by {who}: {entry['reason']}")
+                except (TypeError, ValueError) as exc:  # Invalid is a ValueError
+                    entry["refused"] = str(exc)
+            out.append(entry)
+        return out
 
     # ------------------------------------------------------------ views
 
