@@ -37,6 +37,7 @@ MERGED = "merged"  # the broker's records of merges (its user alone writes there
 MEMORY = "memory"
 VALUES = "values"
 WORLD = "world"
+WORKSPACE = "workspace"
 DRY = "dry"
 GOALS = "goals"
 
@@ -132,6 +133,11 @@ class Layout:
     def world(self) -> Path:
         """The world repository that executed proposals act on."""
         return self.root / WORLD
+
+    @property
+    def workspace(self) -> Path:
+        """Thought World tasks' scratch space: <task id>/ (shared.consensus.workspace)."""
+        return self.root / WORKSPACE
 
     @property
     def world_lock(self) -> Path:

@@ -233,7 +233,8 @@ def test_a_broken_schema_file_fails_at_load_naming_it(tpl_dir: Path, name: str) 
 
 def test_output_schemas_are_filled_from_code(tpl_dir: Path) -> None:
     tpl = config.Templates(tpl_dir)
-    schema = tpl.schema("consensus_verify", values=["truth"], decisions=["approve", "reject"])
+    schema = tpl.schema("consensus_verify", values=["truth"], decisions=["approve", "reject"],
+                        min_step=-0.1, max_step=0.1)
     assert schema["properties"]["decision"] == {"enum": ["approve", "reject"]}
     assert schema["properties"]["values"]["items"] == {"enum": ["truth"]}
     with pytest.raises(ConfigError, match="placeholder 'decisions' is not filled"):

@@ -26,7 +26,7 @@ import pytest
 from citizen.config import paths
 
 PURE = ["shared.consensus.rules", "shared.consensus.stakes", "shared.consensus.gaming",
-        "shared.consensus.rubric", "shared.consensus.weighing",
+        "shared.consensus.rubric", "shared.consensus.weighing", "shared.consensus.tasks",
         "shared.debates.rules", "shared.debates.state", "shared.debates.moves",
         "shared.debates.crux", "shared.streams.decision", "shared.streams.temperature"]
 ALSO_PURE = {"shared.errors"}  # exception classes only: a rule may raise them

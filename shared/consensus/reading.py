@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, cast
 
-from shared.consensus import gaming, human
+from shared.consensus import gaming, human, weighing
 from shared.consensus.justifications import Justifications
 from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
@@ -83,6 +83,7 @@ class Reader:
         folder = self.records_dir / pid
         d = Proposal(pid, self.threads.header(pid))
         d.red_team = red_team(self._place(pid))
+        d.experimental = weighing.experimental(self._place(pid))
         roles = d.roles
         if len({roles.get(k) for k in ("executor", "verifier", "integrator")} - {None}) != 3:
             # The request is its opener's file: one naming the executor its own reviewer
@@ -117,10 +118,17 @@ class Reader:
         d.round_flags = {r: gaming.flags(rev, self.framework.base_values, elsewhere)
                          for r, rev in enumerate(d.revisions, 1)}
         d.flags = d.round_flags.get(len(d.revisions), [])
-        derive(d, {c: self.weights.current(c) for c in roles.values()}, self.medium_programs)
+        derive(d, {c: self.weights_in(d, c) for c in roles.values()}, self.medium_programs)
         for why in d.ignored:
             log.warning("%s", why)
         return d
+
+    def weights_in(self, d: Proposal, citizen: str) -> dict[str, float]:
+        """`citizen`'s weights as they count in proposal `d`: its current ones, or in an
+        experimental round their mirror within its bounds (the history is untouched)."""
+        now = self.weights.current(citizen)
+        return weighing.counter(self.framework, self.weights.profile(citizen), now) \
+            if d.experimental else now
 
     def _vouched(self, line: Mapping[str, Any]) -> bool:
         """A weight-history line is one its episode's record approved: the integrator of
@@ -136,8 +144,9 @@ class Reader:
             return False
         integrator = roles.get("integrator")
         if not integrator or integrator == roles.get("executor") \
-                or line.get("approved_by") != integrator:
-            return False
+                or line.get("approved_by") != integrator or line["citizen"] == integrator \
+                or line["citizen"] not in roles.values():
+            return False  # only another participant's weights, approved by the integrator
         record = self.threads.read(pid, "episode.json", integrator)
         return record is not None and any(
             a.get("citizen") == line["citizen"] and a.get("value") == line["value"]

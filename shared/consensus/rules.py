@@ -85,6 +85,7 @@ class Proposal:
     blocked: set[int] = field(default_factory=set)  # rounds sent back for their flags
     escalation: str = ""  # why a person decides, once one must
     red_team: bool = False  # its verifier must review adversarially (`red_team`)
+    experimental: bool = False  # weighed with counter-intuitive weights (`weighing.counter`)
     ignored: list[str] = field(default_factory=list)  # records set aside, why (the store logs)
 
     @property

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock
-from shared.consensus import human
+from shared.consensus import human, tasks
 from shared.consensus.episodes import Episodes
 from shared.consensus.reading import REVISION, Reader, revision_digest
 from shared.consensus.rules import (
@@ -37,7 +37,8 @@ from shared.consensus.rules import (
     rotation,
 )
 from shared.consensus.view import episode_record
-from shared.consensus.weighing import Framework
+from shared.consensus.weighing import Framework, request_problem
+from shared.consensus.workspace import Workspace
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound
 
@@ -59,22 +60,37 @@ class Consensus(Reader):
         self.episodes = Episodes(shared_dir)
         self.world = World(shared_dir, runner)
         self.world_request = world_request
+        self.workspace = Workspace(shared_dir, enforce_identity)
 
     # ------------------------------------------------------------ steps
 
     def request(self, task: str, executor: str, requested_by: str,
-                source: Mapping[str, Any] | None = None, pid: str = "") -> Proposal:
+                source: Mapping[str, Any] | None = None, pid: str = "", *,
+                chain: Mapping[str, Any] | None = None) -> Proposal:
         """Open a proposal: `executor` owes its first revision. (`pid`: a chosen id, for
-        replays and tests; by default a new time-sortable one.)"""
+        replays and tests; by default a new time-sortable one. `chain`: its place in a
+        task of several proposals, `tasks.next_request`; none opens a new task.)"""
         if executor not in self.citizens:
             raise NotFound(f"{executor} is not a citizen here "
                                  f"({', '.join(self.citizens)})")
         pid = pid or self.threads.new_id()
         pid = self.threads.open({"task": task[:4000],
                                  "roles": rotation(pid, executor, self.citizens),
-                                 "requested_by": requested_by, "source": dict(source or {})},
+                                 "requested_by": requested_by, "source": dict(source or {}),
+                                 **({"chain": dict(chain)} if chain else {})},
                                 pid)
+        self.workspace.open(self.task_of(pid), task, requested_by)
         return self.refresh(pid)
+
+    def task_of(self, pid: str) -> str:
+        """The task `pid` is a step of (its workspace's name)."""
+        return str(tasks.chain_of(self.threads.header(pid), pid)["task"])
+
+    def _note(self, d: Proposal, me: str, body: Mapping[str, Any]) -> None:
+        """A step's note for the task's scratchpad (`workspace/<task>/notes/`)."""
+        text = str(body.get("note", "")).strip()
+        if text:
+            self.workspace.note(tasks.chain_of(d.request, d.id)["task"], me, text)
 
     def owing(self, pid: str, me: str, *phases: str) -> Proposal:
         """The proposal, if one of `phases` is its step now and `me` owes it.
@@ -100,15 +116,19 @@ class Consensus(Reader):
     def propose(self, pid: str, me: str, body: Mapping[str, Any]) -> Proposal:
         """The executor's proposal (first revision, or a revision after discussion)."""
         d = self._owe(pid, me, "propose", "revise")
-        problem = proposal_problem(body)
+        problem = proposal_problem(body) or self._request_problem(body)
         if problem:
             raise Invalid(f"{pid}: {problem}")
         rev = {k: body[k] for k in ("goal", "actions", "value_justification",
-                                    "expected_outcomes", "risk_assessment") if k in body}
+                                    "expected_outcomes", "risk_assessment",
+                                    "weight_request") if k in body}
         rev.update(round=d.round + 1, cites=list(body.get("cites", []))[:10],
                    response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
-                   level=d.level or "proposal")
-        return self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
+                   level=d.level or "proposal",
+                   next_step=str(body.get("next_step", ""))[:tasks.NEXT_CHARS])
+        after = self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
+        self._note(d, me, body)
+        return after
 
     def give_up(self, pid: str, me: str, why: str) -> Proposal:
         """The owner of a proposal, vote or decision says it cannot take its step."""
@@ -119,15 +139,20 @@ class Consensus(Reader):
     def verify(self, pid: str, me: str, vote: Mapping[str, Any]) -> Proposal:
         """The verifier's vote (it never sees the integrator's)."""
         d = self._owe(pid, me, "verify")
+        problem = self._request_problem(vote)
+        if problem:
+            raise Invalid(f"{pid}: {problem}")
         body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
-                                                              "suggestions"))
+                                                              "suggestions", "weight_request"))
         adversarial = d.red_team
         if adversarial and not [c for c in body.get("concerns") or [] if str(c).strip()]:
             raise Invalid(f"{pid} is a red-team review: name at least one way the proposal "
                           "could fail or be gaming (concerns), whatever the decision")
-        return self._write(pid, f"verify-{d.round:02d}.json", me,
-                           {**body, "deterministic_flags": d.flags, "red_team": adversarial,
-                            REVISION: revision_digest(d.revisions[-1])})
+        after = self._write(pid, f"verify-{d.round:02d}.json", me,
+                            {**body, "deterministic_flags": d.flags, "red_team": adversarial,
+                             REVISION: revision_digest(d.revisions[-1])})
+        self._note(d, me, vote)
+        return after
 
     def integrate(self, pid: str, me: str, decision: Mapping[str, Any]) -> Proposal:
         """The integrator's decision, which closes the round (and is logged as an episode
@@ -140,6 +165,7 @@ class Consensus(Reader):
         self.episodes.decision({"ts": clock.now(), "proposal": pid, "round": d.round,
                                 "stakes": after.stakes, "consensus": after.consensus,
                                 "flags": after.flags})
+        self._note(d, me, decision)
         return after
 
     def decide_human(self, pid: str, operator: str, decision: str, why: str = "", *,
@@ -176,12 +202,15 @@ class Consensus(Reader):
         else:  # no broker (the broker itself, a bare Consensus): run here, no command runs
             with self.world.lock:
                 done = self.carry_out(pid, me)
-        return self._write(pid, "execution.json", me,
-                           {"round": d.round, "started": started, "completed": clock.now(),
-                            "success": bool(done.get("success")),
-                            "results": list(done.get("results", [])),
-                            "commit": done.get("commit"),
-                            "error": str(done.get("error", ""))[:2000]})
+        record = {"round": d.round, "started": started, "completed": clock.now(),
+                  "success": bool(done.get("success")),
+                  "results": list(done.get("results", [])), "commit": done.get("commit"),
+                  "error": str(done.get("error", ""))[:2000]}
+        after = self._write(pid, "execution.json", me, record)
+        # The step's intermediate output, for the task's next steps (its artifacts/).
+        chain = tasks.chain_of(d.request, pid)
+        self.workspace.artifact(chain["task"], pid, chain["step"], me, record)
+        return after
 
     def carry_out(self, pid: str, me: str) -> dict[str, Any]:
         """The world's owner's step (the broker, which holds its own lock): run the
@@ -248,10 +277,61 @@ class Consensus(Reader):
                     approved_by=me, reason=str(adj.get("reason", ""))))
             except (TypeError, ValueError) as exc:  # Invalid is a ValueError
                 refused.append({**adj, "refused": str(exc)})
+        requests = self._requests(d, ep_id, me, notes)
+        applied += [r["line"] for r in requests if "line" in r]
         episode = episode_record(d, ep_id, notes, applied, refused)
+        episode["weight_requests"] = [{k: v for k, v in r.items() if k != "line"}
+                                      for r in requests]
+        what, stopped = tasks.next_step(d)
+        chain = tasks.chain_of(d.request, pid)
+        episode["task_chain"] = {k: chain[k] for k in ("task", "step", "previous")}
+        if what:  # the task goes on: its next step is a proposal of its own
+            text, successor = tasks.next_request(d, what)
+            episode["next_proposal"] = self.request(
+                text, d.roles["executor"], me, d.request.get("source"), chain=successor).id
+        elif stopped:
+            episode["chain_stopped"] = stopped
         after = self._write(pid, "episode.json", me, episode)
         self.episodes.add(episode)
         return after
+
+    def _request_problem(self, body: Mapping[str, Any]) -> str:
+        """What is wrong with a step's request to change its author's own weights."""
+        if body.get("weight_request") is None:
+            return ""
+        return request_problem(self.framework, body["weight_request"])
+
+    def _requests(self, d: Proposal, ep_id: str, me: str,
+                  notes: Mapping[str, Any]) -> list[dict[str, Any]]:
+        """The participants' requests to change their own weights (the executor's in its
+        last revision, the verifier's in its last vote - each its author's own file) and
+        what the integrator `me` decided: an approved one moves exactly what was asked,
+        within the bounds; nobody approves its own."""
+        decided = {str(x.get("citizen")): x for x in notes.get("weight_requests", [])
+                   if isinstance(x, Mapping)}
+        asked = [(d.roles["executor"], d.revisions[-1].get("weight_request") if d.revisions
+                  else None),
+                 (d.roles["verifier"], (d.verifications.get(d.round) or {}).get(
+                     "weight_request"))]
+        out = []
+        for who, req in asked:
+            if not isinstance(req, Mapping) or request_problem(self.framework, req):
+                continue
+            answer = decided.get(who, {})
+            entry = {"citizen": who, "value": req["value"], "delta": float(req["delta"]),
+                     "reason": str(req.get("reason", ""))[:400],
+                     "decision": "approve" if answer.get("decision") == "approve"
+                     else "decline", "why": str(answer.get("reason", ""))[:400]}
+            if entry["decision"] == "approve":
+                try:
+                    entry["line"] = self.weights.adjust(
+                        who, entry["value"], entry["delta"],
+                        episodes=[ep_id, *[str(e) for e in req["episodes"]][:5]],
+                        approved_by=me, reason=f"requested by {who}: {entry['reason']}")
+                except (TypeError, ValueError) as exc:  # Invalid is a ValueError
+                    entry["refused"] = str(exc)
+            out.append(entry)
+        return out
 
     # ------------------------------------------------------------ views
 

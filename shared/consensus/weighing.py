@@ -24,6 +24,12 @@ DIVERSITY_STEP = 0.05  # at most half the largest step an episode may make
 # episode"): an integrator listing the same value twice must not move it 0.2.
 
 Vouch = Callable[[Mapping[str, Any]], bool]
+# The seed's experimental rounds ("periodically try counter-intuitive weights to test
+# assumptions"): every EXPERIMENT_EVERYth proposal of the commons, by its place, its
+# participants weigh with their weights mirrored within their bounds (`counter`). Offset
+# so it never falls on a red-team round (`rules.red_team`: places 4, 9, 14, ...).
+EXPERIMENT_EVERY = 10
+EXPERIMENT_AT = 7
 
 
 @dataclass(frozen=True)
@@ -108,6 +114,8 @@ def replay(framework: Framework, profiles: Mapping[str, str],
         citizen, value, episode = line["citizen"], line["value"], episode_of(line)
         if value not in framework.base_values:
             continue
+        if line.get("approved_by") == citizen:  # nobody sets its own weights, whoever wrote it
+            continue
         row = weights.setdefault(citizen, framework.start(profile(citizen)))
         delta = float(line["delta"])
         new = round(row[value] + delta, 4)
@@ -155,6 +163,46 @@ def adjusted(framework: Framework, citizen: str, value: str, delta: float, *,
         raise Invalid(f"{citizen}'s {value} would become {new:.2f}, outside its "
                       f"bounds [{low}, {high}]")
     return new
+
+
+def request_problem(framework: Framework, request: Any) -> str:
+    """What is wrong with a participant's request to change its own weights (`value`,
+    `delta`, `reason`, the `episodes` behind it), or "" when it is well-formed. A request
+    moves nothing: the proposal's integrator approves it or not at its record step."""
+    if not isinstance(request, Mapping):
+        return "a weight request is {value, delta, reason, episodes}"
+    if request.get("value") not in framework.base_values:
+        return (f"weight request: '{request.get('value')}' is not a base value "
+                f"({', '.join(framework.base_values)})")
+    delta = request.get("delta")
+    if not isinstance(delta, int | float) or isinstance(delta, bool) or delta == 0 \
+            or abs(delta) > MAX_STEP + 1e-9:
+        return f"weight request: delta must be a non-zero number within ±{MAX_STEP}"
+    episodes = request.get("episodes")
+    if not isinstance(episodes, list) or not episodes \
+            or not all(isinstance(e, str) and e for e in episodes):
+        return "weight request: cite the episodes that motivate it (episodes: [ids])"
+    if not str(request.get("reason", "")).strip():
+        return "weight request: say why (reason)"
+    return ""
+
+
+def experimental(place: int) -> bool:
+    """Whether the proposal at `place` (0 for the commons' first) is an experimental
+    round (bounded: one proposal in EXPERIMENT_EVERY, and nothing of the history moves)."""
+    return place >= 0 and place % EXPERIMENT_EVERY == EXPERIMENT_AT
+
+
+def counter(framework: Framework, profile: str, weights: Mapping[str, float]
+            ) -> dict[str, float]:
+    """Counter-intuitive weights for one experimental round: each weight mirrored within
+    its profile's bounds (low + high - w), so the heaviest value becomes the lightest the
+    bounds allow - never outside them."""
+    out = {}
+    for value, w in weights.items():
+        low, high = framework.bounds[profile].get(value, (w, w))
+        out[value] = round(min(high, max(low, low + high - w)), 4)
+    return out
 
 
 def diversity(framework: Framework, rows: list[Mapping[str, float]]) -> dict[str, float]:

@@ -32,6 +32,7 @@ from shared.consensus import (
     episodes,
     render,
     stakes,
+    tasks,
 )
 from shared.consensus.weighing import MAX_STEP
 from shared.errors import SharedError
@@ -83,6 +84,9 @@ class ConsensusWake(OwedStepsWake[Proposal]):
                 "summary": f"{item.phase} -> {after.phase}"}
 
     def rings(self, setup: Setup, after: Proposal) -> list[tuple[str, str]]:
+        following = str((after.episode or {}).get("next_proposal", ""))
+        if following:  # the task's next step: its executor proposes it
+            return [(after.roles["executor"], f"propose {following}")]
         return [(after.owed_by, f"{after.phase} of {after.id}")] if after.owed_by else []
 
     def from_task(self, setup: Setup, env: ToolEnv) -> str:
@@ -202,8 +206,13 @@ class _Steps:
                 "record": self.record}[d.phase]
         return step(d)
 
-    def _weights(self) -> str:
-        return _dump(self.c.weights.current(self.me))
+    def _weights(self, d: Proposal) -> str:
+        weights = self.c.weights_in(d, self.me)
+        if d.experimental:  # the seed's experimental round: the prompt says so
+            return _dump({"experimental_round": "for this proposal only, your weights are "
+                          "mirrored within your bounds, to test the collective's assumptions",
+                          "weights": weights})
+        return _dump(weights)
 
     def _episodes(self, d: Proposal) -> str:
         return _dump(episodes.brief(self.c.episodes.relevant(
@@ -221,13 +230,17 @@ class _Steps:
                        "red_flags_found_by_the_system": d.round_flags.get(r, []),
                        "sent_back_for_flags": r in d.blocked}
                       for r in range(1, d.round + 1)]
-        text = self.tpl.prompt("executor", weights_json=self._weights(),
+        task = self.tpl.prompt("workspace", task=d.request.get("task", ""),
+                               max_steps=tasks.MAX_STEPS, workspace_json=_dump(
+                                   self.c.workspace.brief(self.c.task_of(d.id))))
+        text = self.tpl.prompt("executor", weights_json=self._weights(d),
                                recent_episodes_json=self._episodes(d),
-                               task_description=d.request.get("task", ""),
+                               task_description=task,
                                discussion_json=_dump(discussion) if discussion else "(none yet)")
         data = self.ask(self._prompt("executor", d, text),
                         self.tpl.schema("consensus_proposal", values=self.values,
-                                        action_tools=list(stakes.ACTION_TOOLS)),
+                                        action_tools=list(stakes.ACTION_TOOLS),
+                                        min_step=-MAX_STEP, max_step=MAX_STEP),
                         f"consensus_{d.phase}", max_tokens=1200)
         return self.c.propose(d.id, self.me, data)
 
@@ -243,11 +256,12 @@ class _Steps:
                 "red_flags_found_by_the_system": d.flags,
                 "your_earlier_votes": [_said(d.verifications.get(r))
                                        for r in range(1, d.round)]}
-        text = self.tpl.prompt("verifier", weights_json=self._weights(),
+        text = self.tpl.prompt("verifier", weights_json=self._weights(d),
                                proposal_json=_dump(view), recent_episodes_json=self._episodes(d),
                                stance=self.tpl.prompt("red_team") if d.red_team else "")
         schema = self.tpl.schema("consensus_verify", values=self.values,
-                                 decisions=list(VERIFY_DECISIONS))
+                                 decisions=list(VERIFY_DECISIONS),
+                                 min_step=-MAX_STEP, max_step=MAX_STEP)
         if d.red_team:  # the store refuses a red-team vote naming no way it could fail
             schema["properties"]["concerns"]["minItems"] = 1
         data = self.ask(self._prompt("verifier", d, text), schema,
@@ -268,7 +282,7 @@ class _Steps:
         proposal = {k: view[k] for k in ("goal", "actions", "value_justification",
                                          "expected_outcomes", "risk_assessment", "cites")}
         proposal["red_flags_found_by_the_system"] = d.flags
-        text = self.tpl.prompt("integrator", weights_json=self._weights(),
+        text = self.tpl.prompt("integrator", weights_json=self._weights(d),
                                consensus_rules_json=_dump(rules), proposal_json=_dump(proposal),
                                verification_json=_dump(d.verifications[d.round]),
                                recent_episodes_json=self._episodes(d))
@@ -284,7 +298,7 @@ class _Steps:
 
     def check(self, d: Proposal) -> Proposal:
         text = self.tpl.prompt(
-            "outcome_check", weights_json=self._weights(),
+            "outcome_check", weights_json=self._weights(d),
             expected_json=_dump(d.revisions[-1].get("expected_outcomes", [])),
             execution_json=_dump(d.execution),
             mechanical_json=_dump(self.c.world.check(d.revisions[-1].get("actions", []))))
@@ -294,7 +308,7 @@ class _Steps:
 
     def record(self, d: Proposal) -> Proposal:
         others = [c for c in d.roles.values() if c != self.me]
-        text = self.tpl.prompt("record", weights_json=self._weights(),
+        text = self.tpl.prompt("record", weights_json=self._weights(d),
                                proposal_json=_dump(render(d)),
                                participants_json=_dump({c: self.c.weights.current(c)
                                                         for c in others}))

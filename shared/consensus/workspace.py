@@ -1,0 +1,106 @@
+"""A Thought World task's scratch space (the seed's `workspace/{task_id}/`).
+
+    workspace/<task>/context.md     the task as asked (written once, by its opener)
+    workspace/<task>/notes/         the shared scratchpad: one record per note, its file
+                                    owned by its author (the seed's single `notes.md`,
+                                    which any participant could rewrite, would let one
+                                    citizen put words in another's name)
+    workspace/<task>/artifacts/     intermediate outputs: each step's execution results,
+                                    `<step>-<proposal>.json`, written by that step's executor
+
+`<task>` is the id of the proposal that opened the task (`tasks.chain_of`), so every
+step of a chained task shares one workspace. Everything here is data for the next
+step's prompt, never trusted for a decision: the decisions are the proposals' records.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from shared import clock, records
+from shared.atomic import create_json
+from shared.layout import Layout
+
+CONTEXT_MODE = 0o644  # its opener writes it once; every citizen reads
+NOTE_CHARS = 1000
+SHOWN_NOTES = 20  # the latest notes shown to a step; older ones stay on disk
+
+
+class Workspace:
+    """The workspaces of one commons."""
+
+    def __init__(self, shared_dir: Path, enforce: bool) -> None:
+        self.top = shared_dir
+        self.dir = Layout(shared_dir).workspace
+        self.enforce = enforce
+
+    def path(self, task: str) -> Path:
+        return self.dir / task
+
+    def open(self, task: str, text: str, opener: str) -> None:
+        """Make `task`'s workspace with its context (once: a later step leaves it)."""
+        folder = self.path(task)
+        # Record directories (3775): every participant adds its own notes and artifacts;
+        # the sticky bit stops anyone removing or replacing another's.
+        for sub in (folder / "notes", folder / "artifacts"):
+            records.make_dirs(sub, self.top)
+        context = folder / "context.md"
+        if not context.exists():
+            try:
+                data = f"# Task {task}\n\nOpened by {opener} at {clock.now()}.\n\n{text}\n"
+                with context.open("x", encoding="utf-8") as fh:
+                    fh.write(data)
+                context.chmod(CONTEXT_MODE)
+            except FileExistsError:  # a concurrent opener made it first: theirs stands
+                pass
+
+    def note(self, task: str, author: str, text: str) -> Path:
+        """Add `author`'s note to the scratchpad."""
+        return records.add(self.top, self.path(task) / "notes", author,
+                           {"task": task, "note": text[:NOTE_CHARS], "ts": clock.now()})
+
+    def artifact(self, task: str, pid: str, step: int, author: str,
+                 data: Mapping[str, Any]) -> None:
+        """`author`'s intermediate output of proposal `pid`, the task's step `step`."""
+        path = self.path(task) / "artifacts" / f"{step:02d}-{pid}.json"
+        records.make_dirs(path.parent, self.top)
+        with contextlib.suppress(FileExistsError):  # one per step: a retry keeps the first
+            create_json(path, {**data, records.AUTHOR: author, "proposal": pid, "step": step},
+                        mode=records.RECORD_MODE)
+
+    def notes(self, task: str) -> list[dict[str, Any]]:
+        """The scratchpad's notes, oldest first (a note whose file is not its author's
+        counts for nothing)."""
+        folder = self.path(task) / "notes"
+        if not folder.is_dir():
+            return []
+        found = [records.read(p, None, self.enforce) for p in sorted(folder.glob("*.json"))]
+        return [{"author": n[records.AUTHOR], "ts": n.get("ts"), "note": str(n.get("note"))}
+                for n in found if n is not None]
+
+    def artifacts(self, task: str) -> list[dict[str, Any]]:
+        """Each step's artifact, by proposal id (forged ones left out)."""
+        folder = self.path(task) / "artifacts"
+        if not folder.is_dir():
+            return []
+        found = [records.read(p, None, self.enforce) for p in sorted(folder.glob("*.json"))]
+        return [a for a in found if a is not None]
+
+    def brief(self, task: str) -> dict[str, Any]:
+        """What a step's prompt shows of the workspace: the context, the latest notes and
+        each artifact's outcome."""
+        context = self.path(task) / "context.md"
+        return {"task": task, "path": str(self.path(task)),
+                "context_md": context.read_text(errors="replace")[:4000]
+                if context.is_file() else "",
+                "notes": self.notes(task)[-SHOWN_NOTES:],
+                "artifacts": [{"proposal": a.get("proposal"), "step": a.get("step"),
+                               "success": a.get("success"),
+                               "results": [{k: str(r.get(k))[:300] for k in ("tool", "ok",
+                                                                            "output")}
+                                           for r in a.get("results", [])
+                                           if isinstance(r, Mapping)][:8]}
+                              for a in self.artifacts(task)]}
