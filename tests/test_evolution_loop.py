@@ -152,6 +152,24 @@ def test_a_peers_tool_and_module_wait_for_review(civ: Path) -> None:
     assert review("opus").status == "idle"  # its own
 
 
+def test_an_open_dry_violation_in_its_code_opens_the_gate_until_fixed(civ: Path) -> None:
+    dry = civilization.commons().dry
+    mine = dry.report("mira", "app.py:1-2", "greet and hello say the same", "keep greet")
+    peers = dry.report("mira", f"{civ / 'aria' / 'code'}/app.py", "two greetings", "one")
+    agent = Actor(say("fixed it"))
+    result = review("mira", agent)
+    assert result.status == "ok"
+    prompt = str(agent.requests[-1].messages[0]["content"])
+    assert mine in prompt and "dry_violation_fixed" in prompt and "keep greet" in prompt
+    assert peers not in prompt  # in aria's code: aria's work
+    assert review("opus").status == "idle"  # neither found by opus nor in its code
+    aria = Actor(say("later"))
+    assert review("aria", aria).status == "ok"
+    assert peers in str(aria.requests[-1].messages[0]["content"])
+    dry.fixed("mira", mine, "one greeting now")
+    assert review("mira").status == "idle"
+
+
 def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
     """A model behind the broker doing what a REVIEW prompt asks: test a change, report
     what the tests said, adopt a verified one."""
