@@ -5,8 +5,11 @@ names that work; with nothing waiting it is idle and calls no model."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -15,11 +18,15 @@ import pytest
 
 from citizen import civilization
 from citizen.config import paths
+from citizen.home import spend, state
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request
+from citizen.llm.scripted import ScriptedProvider
 from citizen.wake.flow import WakeResult, run_wake
+from citizen.wake.types.dry_audit import MARK as DRY_MARK
 from citizen.wake.types.review import MAX_SHOWINGS
-from shared import doorbell
+from shared import clock, doorbell
+from shared.atomic import write_json
 from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer, text, tool_use
 from tests.daemons import cli, daemon_env, routing, start, wait_for
@@ -168,6 +175,34 @@ def test_an_open_dry_violation_in_its_code_opens_the_gate_until_fixed(civ: Path)
     assert peers in str(aria.requests[-1].messages[0]["content"])
     dry.fixed("mira", mine, "one greeting now")
     assert review("mira").status == "idle"
+
+
+def test_an_idle_civilization_makes_no_model_call_over_a_simulated_day(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every slot of a day cycled (hourly wakes, the shipped allocation), with nothing to
+    review, no task and no goal - self-directed slots included: not one model call."""
+    built: list[str] = []
+
+    def counting(cfg: Any, _secrets: Any) -> ScriptedProvider:
+        built.append(cfg.name)
+        return ScriptedProvider(default=lambda r: say("should not be asked"))
+
+    day = datetime(2026, 11, 24, tzinfo=UTC).timestamp()
+    for name in ("opus", "mira", "aria"):  # audited yesterday; a daemon cleanly stopped
+        state.mark(paths.home(name), DRY_MARK, str(git.Repo(civ / name / "code").head.commit))
+        write_json(paths.home(name).heartbeat, {"state": "stopped", "pid": os.getpid(),
+                                                "updated": clock.now()})
+    seen: set[str] = set()
+    for hour in range(24):
+        monkeypatch.setenv(clock.CLOCK_ENV, f"{day + hour * 3600},{time.time()},1")
+        for name in ("opus", "mira", "aria"):
+            result = run_wake(name, provider=counting)
+            assert (result.status, result.calls, result.cost_usd) == ("idle", 0, 0.0), (
+                name, result.wake_type, result.reason)
+            seen.add(result.wake_type)
+    assert built == []  # no provider was even built
+    assert {"CODE", "DEBUG", "RESEARCH", "REVIEW", "TASK", "DRY_AUDIT", "REFLECT"} <= seen
+    assert all(spend.spent(paths.home(n), clock.today()) == 0 for n in ("opus", "mira", "aria"))
 
 
 def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
