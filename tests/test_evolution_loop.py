@@ -17,6 +17,7 @@ import git
 import pytest
 
 from citizen import civilization
+from citizen.cli import demo
 from citizen.config import paths
 from citizen.home import spend, state
 from citizen.home.tasks import TaskQueue
@@ -203,6 +204,21 @@ def test_an_idle_civilization_makes_no_model_call_over_a_simulated_day(
     assert built == []  # no provider was even built
     assert {"CODE", "DEBUG", "RESEARCH", "REVIEW", "TASK", "DRY_AUDIT", "REFLECT"} <= seen
     assert all(spend.spent(paths.home(n), clock.today()) == 0 for n in ("opus", "mira", "aria"))
+
+
+def test_the_demo_queues_no_review_and_waits_while_a_review_gate_is_open(civ: Path) -> None:
+    """`citizen demo` asks no one to review: the announcement's doorbell does. It stops
+    the reviewers' daemons only once no REVIEW gate would open."""
+    assert all("review" not in t.lower() for t in (*demo.TASKS.values(), demo.EVOLVE))
+    assert not any(map(demo.owes_review, demo.CITIZENS))
+    cid = announce(civ)
+    assert [demo.owes_review(n) for n in ("opus", "mira", "aria")] == [False, True, True]
+    for peer in ("mira", "aria"):
+        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+    assert demo.owes_review("mira") and demo.owes_review("aria")  # adopt or hold out
+    run("mira", "code_adopt", change_id=cid)
+    run("aria", "code_decline", change_id=cid, reason="mine is fine")
+    assert not any(map(demo.owes_review, demo.CITIZENS))
 
 
 def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
