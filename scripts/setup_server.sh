@@ -442,8 +442,10 @@ for home in /home/*/; do
         install -m 0600 -o "$name" -g citizens /dev/null "$lock"
         changed "$lock"
     fi
-    # The new baseline offered to the citizen's own code, as the citizen (its hooks run
-    # as itself, never root): merged when it merges cleanly, else left as it was.
+    # The operator's new release offered to the citizen's own code, as the citizen (its
+    # hooks run as itself, never root): merged when it merges cleanly, else left as it was.
+    # The baseline's `release` branch, never its `main`: peers' changes reach a citizen by
+    # its own adoption only, so one it declined (or has not adopted) never comes by upgrade.
     code="/home/$name/code"
     if [ -d "$code/.git" ] && [ ! -L "$code" ]; then
         out="$(runuser -u "$name" -- sh -s "$code" "$baseline" <<'SH'
@@ -451,17 +453,17 @@ set -eu
 code="$1" baseline="$2"
 me="$(id -un)"
 g() { git -C "$code" -c user.name="$me" -c user.email="$me@localhost" "$@"; }
-g fetch --quiet "$baseline" main
+g fetch --quiet "$baseline" release
 if g merge-base --is-ancestor FETCH_HEAD HEAD; then exit 0; fi
-if g merge --quiet --no-edit -m "upgrade: merge the new baseline" FETCH_HEAD >/dev/null 2>&1; then
-    echo "changed: $code merged the new baseline"
+if g merge --quiet --no-edit -m "upgrade: merge the new release" FETCH_HEAD >/dev/null 2>&1; then
+    echo "changed: $code merged the new release"
 else
     files="$(g diff --name-only --diff-filter=U | tr '\n' ' ')"
     g merge --abort 2>/dev/null || true
-    echo "note: $code keeps its own code: the new baseline conflicts with it in ${files:-its uncommitted changes} - the citizen can merge it (git -C $code pull)"
+    echo "note: $code keeps its own code: the new release conflicts with it in ${files:-its uncommitted changes} - the citizen can merge it (git -C $code pull $baseline release)"
 fi
 SH
-)" || out="note: $code was not offered the new baseline (git failed as $name)"
+)" || out="note: $code was not offered the new release (git failed as $name)"
         if [ -n "$out" ]; then
             printf '%s\n' "$out" | sed 's/^/    /'
             changes=$((changes + $(grep -c '^changed: ' <<<"$out" || true)))

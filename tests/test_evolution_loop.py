@@ -5,8 +5,11 @@ names that work; with nothing waiting it is idle and calls no model."""
 from __future__ import annotations
 
 import json
+import os
 import re
+import time
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -14,12 +17,17 @@ import git
 import pytest
 
 from citizen import civilization
+from citizen.cli import demo
 from citizen.config import paths
+from citizen.home import spend, state
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request
+from citizen.llm.scripted import ScriptedProvider
 from citizen.wake.flow import WakeResult, run_wake
+from citizen.wake.types.dry_audit import MARK as DRY_MARK
 from citizen.wake.types.review import MAX_SHOWINGS
-from shared import doorbell
+from shared import clock, doorbell
+from shared.atomic import write_json
 from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer, text, tool_use
 from tests.daemons import cli, daemon_env, routing, start, wait_for
@@ -150,6 +158,67 @@ def test_a_peers_tool_and_module_wait_for_review(civ: Path) -> None:
     assert "shout" in agent.prompts[0] and "git-tips" in agent.prompts[0]
     assert review("mira").status == "idle"
     assert review("opus").status == "idle"  # its own
+
+
+def test_an_open_dry_violation_in_its_code_opens_the_gate_until_fixed(civ: Path) -> None:
+    dry = civilization.commons().dry
+    mine = dry.report("mira", "app.py:1-2", "greet and hello say the same", "keep greet")
+    peers = dry.report("mira", f"{civ / 'aria' / 'code'}/app.py", "two greetings", "one")
+    agent = Actor(say("fixed it"))
+    result = review("mira", agent)
+    assert result.status == "ok"
+    prompt = str(agent.requests[-1].messages[0]["content"])
+    assert mine in prompt and "dry_violation_fixed" in prompt and "keep greet" in prompt
+    assert peers not in prompt  # in aria's code: aria's work
+    assert review("opus").status == "idle"  # neither found by opus nor in its code
+    aria = Actor(say("later"))
+    assert review("aria", aria).status == "ok"
+    assert peers in str(aria.requests[-1].messages[0]["content"])
+    dry.fixed("mira", mine, "one greeting now")
+    assert review("mira").status == "idle"
+
+
+def test_an_idle_civilization_makes_no_model_call_over_a_simulated_day(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every slot of a day cycled (hourly wakes, the shipped allocation), with nothing to
+    review, no task and no goal - self-directed slots included: not one model call."""
+    built: list[str] = []
+
+    def counting(cfg: Any, _secrets: Any) -> ScriptedProvider:
+        built.append(cfg.name)
+        return ScriptedProvider(default=lambda r: say("should not be asked"))
+
+    day = datetime(2026, 11, 24, tzinfo=UTC).timestamp()
+    for name in ("opus", "mira", "aria"):  # audited yesterday; a daemon cleanly stopped
+        state.mark(paths.home(name), DRY_MARK, str(git.Repo(civ / name / "code").head.commit))
+        write_json(paths.home(name).heartbeat, {"state": "stopped", "pid": os.getpid(),
+                                                "updated": clock.now()})
+    seen: set[str] = set()
+    for hour in range(24):
+        monkeypatch.setenv(clock.CLOCK_ENV, f"{day + hour * 3600},{time.time()},1")
+        for name in ("opus", "mira", "aria"):
+            result = run_wake(name, provider=counting)
+            assert (result.status, result.calls, result.cost_usd) == ("idle", 0, 0.0), (
+                name, result.wake_type, result.reason)
+            seen.add(result.wake_type)
+    assert built == []  # no provider was even built
+    assert {"CODE", "DEBUG", "RESEARCH", "REVIEW", "TASK", "DRY_AUDIT", "REFLECT"} <= seen
+    assert all(spend.spent(paths.home(n), clock.today()) == 0 for n in ("opus", "mira", "aria"))
+
+
+def test_the_demo_queues_no_review_and_waits_while_a_review_gate_is_open(civ: Path) -> None:
+    """`citizen demo` asks no one to review: the announcement's doorbell does. It stops
+    the reviewers' daemons only once no REVIEW gate would open."""
+    assert all("review" not in t.lower() for t in (*demo.TASKS.values(), demo.EVOLVE))
+    assert not any(map(demo.owes_review, demo.CITIZENS))
+    cid = announce(civ)
+    assert [demo.owes_review(n) for n in ("opus", "mira", "aria")] == [False, True, True]
+    for peer in ("mira", "aria"):
+        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+    assert demo.owes_review("mira") and demo.owes_review("aria")  # adopt or hold out
+    run("mira", "code_adopt", change_id=cid)
+    run("aria", "code_decline", change_id=cid, reason="mine is fine")
+    assert not any(map(demo.owes_review, demo.CITIZENS))
 
 
 def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:

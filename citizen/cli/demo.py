@@ -15,13 +15,17 @@ from pathlib import Path
 
 import click
 
-from citizen import civilization
+from citizen import civilization, config
 from citizen.admin import founding
 from citizen.config import paths
 from citizen.home import wakelog
+from citizen.home.memory import Memory
+from citizen.home.state import load as load_state
 from citizen.home.tasks import TaskQueue
 from citizen.llm.model_file import ensure_model
 from citizen.tools import evidence
+from citizen.wake.types import Setup
+from citizen.wake.types.review import ReviewWake
 
 CITIZENS = ("opus", "mira", "aria")
 TASKS = {
@@ -29,17 +33,14 @@ TASKS = {
     "mira": "Run the shell command `ls -la` in your home and write what you see to notes/home.md.",
     "aria": "Write a short poem about persistence to notes/poem.md.",
 }
-# Then the self-evolution the project exists for: one change, announced, tested by
-# peers, adopted by 2/3 and merged into the baseline (the summary says how far it got).
-EVOLVE = {
-    "opus": "Improve your own code: append the line 'Evolved in the demo.' to code/README.md, "
-            "commit it with `git -C code commit -am 'demo change'`, then announce it with "
-            "code_announce.",
-    "mira": "Review the code changes your peers announced (code_pending_reviews), report "
-            "the outcome (code_report_outcome) and adopt the ones that worked (code_adopt).",
-    "aria": "Review the code changes your peers announced (code_pending_reviews), report "
-            "the outcome (code_report_outcome) and adopt the ones that worked (code_adopt).",
-}
+# Then the self-evolution the project exists for: opus changes its code and announces
+# it; nobody is told to review. The announcement rings mira's and aria's doorbells for a
+# REVIEW wake (test and report), the report that verifies it rings them to adopt, and 2/3
+# holding it merges it into the baseline (the summary says how far it got).
+EVOLVE = ("Improve your own code: append the line 'Evolved in the demo.' to code/README.md, "
+          "commit it with `git -C code commit -am 'demo change'`, then announce it with "
+          "code_announce.")
+AUTHOR = "opus"
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
 DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 3, "max_output_tokens": 192}
 
@@ -110,24 +111,30 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     for name in CITIZENS:
         queue = TaskQueue(paths.home(name).tasks)
         task = queue.add(TASKS[name], source="demo")
-        queue.add(EVOLVE[name], source="demo")
         civilization.commons().ring(name, "TASK", f"task {task.id}", sender="demo")
-        click.echo(f"tasks for {name}: {TASKS[name]} / then: {EVOLVE[name]}")
+        click.echo(f"task for {name}: {TASKS[name]}")
+    TaskQueue(paths.home(AUTHOR).tasks).add(EVOLVE, source="demo")
+    click.echo(f"then for {AUTHOR}: {EVOLVE}")
     daemons = {}
     for name in CITIZENS:
         out = (base / f"daemon-{name}.log").open("wb")
         code = paths.home(name).code  # each daemon runs its own code, as on a server
+        # The reviewers run until nothing waits for their review: their REVIEW wakes
+        # come when opus announces, however many wakes that takes (see below).
+        limit = ["--max-wakes", str(wakes)] if name == AUTHOR else []
         daemons[name] = subprocess.Popen(
             [sys.executable, "-m", "citizen", "run", name, "--interval", str(interval),
-             "--max-wakes", str(wakes), "--wake-timeout", "600", "--first-wake",
+             *limit, "--wake-timeout", "600", "--first-wake",
              str(interval)], stdout=out, stderr=subprocess.STDOUT, cwd=code,
             env={**os.environ, "PYTHONPATH": str(code)})
     seen: set[Path] = set()
-    deadline = time.monotonic() + wakes * (interval + 600) + 60
+    deadline = time.monotonic() + (wakes + 2) * (interval + 600) + 60  # +2: REVIEW wakes
     try:
         while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
             time.sleep(1)
             _print_new(seen)
+            if daemons[AUTHOR].poll() is not None and not any(map(owes_review, CITIZENS)):
+                break  # the author is done and no REVIEW wake would open: SIGTERM below
     finally:
         for d in daemons.values():
             if d.poll() is None:
@@ -139,6 +146,14 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
             server.wait(timeout=30)
     _print_new(seen)
     _summary(base)
+
+
+def owes_review(name: str) -> bool:
+    """Whether a REVIEW wake of `name` would open now: its own gate, from files alone."""
+    home = paths.home(name)
+    setup = Setup(home, config.load_citizen(name), config.templates(), TaskQueue(home.tasks),
+                  Memory(home.memory), 0, load_state(home)["marks"])
+    return ReviewWake().gate(setup).work
 
 
 def _print_new(seen: set[Path]) -> None:
@@ -183,6 +198,12 @@ def _evolution() -> None:
                    "through; with a capable model (ANTHROPIC_API_KEY) three daemons take a "
                    "change from announce to merge (tests/test_evolution_daemons.py).")
         return
+    for name in CITIZENS:  # no task asked for these: the announcement's doorbell did
+        rows = [wakelog.summary(p) for p in wakelog.wake_logs(paths.home(name))]
+        worked = [r for r in rows if r["type"] == "REVIEW" and r["status"] != "idle"]
+        if worked:
+            click.echo(f"  {name} reviewed in {len(worked)} REVIEW wakes: "
+                       + "; ".join(str(r["why"] or r["status"])[:60] for r in worked))
     rates = {x["id"]: x["adoption_rate"] for x in evolution.status()["changes"]}
     for c in changes:
         click.echo(f"  {c.id} by {c.citizen}: {c.status}; reports "

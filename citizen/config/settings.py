@@ -70,6 +70,9 @@ class Budget:
     max_debates_per_day: int = 3
     max_proposals_per_day: int = 5
     max_calls_per_task: int = 50
+    # CODE, DEBUG and RESEARCH slots with no task that may improve the citizen's own code
+    # toward its goals, per UTC day (citizen.wake.types.self_directed); beyond, idle at $0.
+    max_self_directed_wakes_per_day: int = 1
     max_usd_per_debate: float = 0.5  # the seed's target: past it the debate ends, saying so
     # What its home may hold on disk, in MiB: measured by root's timer (citizen.admin.disk),
     # which stops the citizen's unit past it - the citizen cannot change either.

@@ -112,20 +112,37 @@ def test_backup_and_restore(server: Server) -> None:
 def test_upgrade_merges_and_removal(server: Server) -> None:
     # Upgrade (DEPLOY.md §5) after the citizens adopted opus's change to DEPLOY.md
     # (test_code_evolution_…): a release touching other files merges - both survive, in
-    # the baseline and in each citizen's code. The old setup overwrote the baseline.
+    # the baseline and in the code of each citizen that holds the change (opus wrote it,
+    # nova was cloned from the baseline after it merged). The old setup overwrote the
+    # baseline. aria holds out (declines it, issue 30): the release reaches its code,
+    # opus's change does not - the old upgrade merged the baseline's main, peers'
+    # merged changes included, into every ~/code.
     baseline = "/home/shared/baseline"
     as_experience = ("runuser", "-u", "experience-broker", "--", "git", "-C", baseline)
     assert "# evolved by opus" in server.run("tail", "-1", f"{baseline}/DEPLOY.md")
+    status = json.loads(server.run("runuser", "-u", "aria", "--", "citizen", "tool", "aria",
+                                   "code_status", "{}"))
+    (cid,) = [c["id"] for c in status["changes"] if c["description"] == "a note"]
+    declined = json.loads(server.run("runuser", "-u", "aria", "--", "citizen", "tool", "aria",
+                                     "code_decline", json.dumps({
+                                         "change_id": cid, "reason": "I keep my DEPLOY.md"})))
+    assert "aria" in declined["declined_by"], declined
+    aria_deploy = server.run("cat", "/home/aria/code/DEPLOY.md")
+    assert "# evolved by opus" not in aria_deploy
     # As an install from before upgrades merged: no `release` branch yet.
     server.run(*as_experience, "update-ref", "-d", "refs/heads/release")
     server.run("cp", "-a", "/srv/project", "/root/experience-new")
     server.run("sh", "-c", "echo '# upgraded' >> /root/experience-new/README.md")
     upgrade = server.box.run("/root/experience-new/scripts/setup_server.sh", env=PIP_ENV).stdout
     assert "changed: baseline commit" in upgrade and "merged" in upgrade, upgrade
-    assert "changed: /home/nova/code merged the new baseline" in upgrade, upgrade
+    assert "changed: /home/nova/code merged the new release" in upgrade, upgrade
+    assert "changed: /home/aria/code merged the new release" in upgrade, upgrade
     for where in (baseline, "/home/nova/code", "/home/opus/code"):
         assert "# upgraded" in server.run("tail", "-1", f"{where}/README.md"), where
         assert "# evolved by opus" in server.run("tail", "-1", f"{where}/DEPLOY.md"), where
+    # aria held out: the release's line arrives, the declined change does not.
+    assert "# upgraded" in server.run("tail", "-1", "/home/aria/code/README.md")
+    assert server.run("cat", "/home/aria/code/DEPLOY.md") == aria_deploy
     # A release that changes what the citizens adopted stops, changes nothing, says why.
     head = server.run(*as_experience, "rev-parse", "HEAD")
     server.run("cp", "-a", "/srv/project", "/root/experience-conflict")
@@ -150,9 +167,16 @@ def test_upgrade_merges_and_removal(server: Server) -> None:
                baseline, "commit", "-a", "--no-edit")
     again = server.box.run("/root/experience-conflict/scripts/setup_server.sh", env=PIP_ENV)
     assert "the release merged by hand is the baseline's release" in again.stdout
-    assert "/home/nova/code merged the new baseline" in again.stdout, again.stdout
-    assert server.run("tail", "-2", "/home/nova/code/DEPLOY.md").split("\n")[:2] == [
-        "# evolved by opus", "# the vendor disagrees"]
+    # Offered the release alone, a citizen holding the adopted change meets the conflict
+    # the operator resolved in the baseline: its code stays as it was, and it is told.
+    assert "note: /home/nova/code keeps its own code: the new release conflicts with it " \
+           "in DEPLOY.md" in again.stdout, again.stdout
+    assert server.run("tail", "-1", "/home/nova/code/DEPLOY.md").strip() == "# evolved by opus"
+    # aria, who declined it, takes the vendor's line cleanly - and still not opus's.
+    assert "/home/aria/code merged the new release" in again.stdout, again.stdout
+    aria_deploy = server.run("cat", "/home/aria/code/DEPLOY.md")
+    assert aria_deploy.rstrip().endswith("# the vendor disagrees")
+    assert "# evolved by opus" not in aria_deploy
     server.run("systemctl", "restart", "citizen@nova")
     until(lambda: server.sleeping("nova"))
     # Removal.

@@ -2,7 +2,8 @@
 
 The gate reads the records alone (no model): peers' changes this citizen has not
 reported on, verified changes it has neither adopted nor declined, peers' dynamic tools
-and library modules waiting for its review. Nothing waiting: an idle wake at $0.00.
+and library modules waiting for its review, open DRY violations in its own code.
+Nothing waiting: an idle wake at $0.00.
 `code_announce` rings every peer for this wake, and the report that verifies a change
 rings those who lack it; its slot in `wake_allocations.json` catches whatever a ring
 missed. A kind of its own, not the CODE wake's gate: CODE carries out a queued task
@@ -15,11 +16,13 @@ from __future__ import annotations
 from typing import Any
 
 from citizen import civilization
+from citizen.config import paths
 from citizen.home import state
 from citizen.tools.base import ToolEnv
 from citizen.tools.code import code_adopt
 from citizen.wake.meter import Ending
 from citizen.wake.types.base import Gate, Setup, WakeType
+from shared import records
 from shared.evolution import Change
 
 SHOWN = "review_items_shown"  # item -> how many REVIEW wakes have shown it
@@ -41,6 +44,15 @@ def _change(c: Change, verb: str) -> str:
             f"{_clip(c.description)} [expected: {_clip(c.expected_outcome)}] - {verb}")
 
 
+def _in_my_code(violation: dict[str, Any], me: str) -> bool:
+    """Whether an open DRY violation is in this citizen's code: its location names this
+    citizen's `~/code`, or names no citizen's and its own DRY_AUDIT found it (the record's
+    author, from the file's owner - never what the record says)."""
+    where = str(violation.get("location", ""))
+    named = [c for c in civilization.citizens() if str(paths.home(c).code) in where]
+    return me in named if named else violation.get(records.AUTHOR) == me
+
+
 def work_items(setup: Setup) -> dict[str, str]:
     """What waits for this citizen, from the records alone: item key -> its prompt line."""
     me, cfg = setup.home.name, setup.config
@@ -58,6 +70,12 @@ def work_items(setup: Setup) -> dict[str, str]:
             for c in evo.to_adopt(me):
                 items[f"adopt:{c.id}"] = _change(
                     c, "verified by peers: adopt it (code_adopt) or hold out (code_decline)")
+        for v in commons.dry.violations("open"):
+            if _in_my_code(v, me):
+                items[f"dry:{v['id']}"] = (
+                    f"- DRY violation {v['id']} at {_clip(v['location'])}: "
+                    f"{_clip(v['description'])} [fix: {_clip(v['fix'])}] - fix it in your "
+                    "code, commit, then mark it fixed (dry_violation_fixed)")
     for t in commons.tools.awaiting(me):
         items[f"tool:{t['name']}"] = (f"- dynamic tool {t['name']} by {t['author']}: "
                                       f"{_clip(t['description'])} - review it (tool_review)")
@@ -71,7 +89,8 @@ def work_items(setup: Setup) -> dict[str, str]:
 class ReviewWake(WakeType):
     name = "REVIEW"
     required_tools = ("code_test", "code_report_outcome", "code_adopt", "code_decline",
-                      "tool_review", "library_review")
+                      "tool_review", "library_review", "dry_violation_fixed",
+                      "str_replace_file")
 
     def gate(self, setup: Setup) -> Gate:
         shown = setup.marks.get(SHOWN, {})

@@ -1,4 +1,5 @@
-"""TASK wakes, and their task-driven variants CODE, DEBUG and RESEARCH."""
+"""TASK wakes, and their task-driven variants CODE, DEBUG and RESEARCH (which, with no
+task, may run self-directed within the operator's number a day: `self_directed`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from citizen.mail.outbox import answer
 from citizen.tools import evidence
 from citizen.tools.base import ToolEnv
 from citizen.wake.meter import Ending
+from citizen.wake.types import self_directed
 from citizen.wake.types.base import Gate, Setup, WakeType
 
 # Task kinds with a wake type of their own that is not a tool loop: never taken here.
@@ -28,15 +30,21 @@ class TaskWake(WakeType):
 
     name = "TASK"
     prefer: ClassVar[tuple[str, ...]] = ()
+    # Whether an empty queue's slot may work on the citizen's own code (self_directed).
+    self_directed: ClassVar[bool] = False
     required_tools = ("task_complete", "task_stuck", "task_progress")
 
     def gate(self, setup: Setup) -> Gate:
         task_id = setup.tasks.peek(self.prefer, exclude=OWN_WAKE_KINDS)
         if task_id is None:
+            if self.self_directed:
+                return self_directed.gate(setup, self.name)
             return Gate(False, "task queue is empty")
         return Gate(True, f"task {task_id} is waiting", {"task_id": task_id})
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
+        if "self_directed" in gate.data:
+            return self_directed.begin(setup, self.name, gate.data["self_directed"])
         task = setup.tasks.claim(gate.data["task_id"])
         # What "done" will be checked against, fixed when the task is taken (read again
         # next time if the model could not be asked now).
@@ -53,8 +61,8 @@ class TaskWake(WakeType):
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         task = env.task
-        if task is None:
-            return ending.status
+        if task is None:  # a self-directed wake: no task to file
+            return f"self-directed {ending.status}: {(ending.text or ending.reason)[:200]}"
         if env.task_outcome is not None:
             status, result = env.task_outcome
             finish_task(setup, env, task, status if status in ("done", "failed") else "stuck",
@@ -117,14 +125,17 @@ def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str
 
 class CodeWake(TaskWake):
     name = "CODE"
+    self_directed = True
     prefer = ("CODE",)
 
 
 class DebugWake(TaskWake):
     name = "DEBUG"
+    self_directed = True
     prefer = ("DEBUG",)
 
 
 class ResearchWake(TaskWake):
     name = "RESEARCH"
+    self_directed = True
     prefer = ("RESEARCH",)
