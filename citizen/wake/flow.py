@@ -250,9 +250,7 @@ class _Run:
         contexts = env.contexts
         self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
         budget = self.cfg.budget
-        base = self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
-                               max_usd_per_wake=budget.max_usd_per_wake,
-                               max_iterations=budget.max_iterations)
+        base = self.tpl.system_prompt(self.name, self.cfg.focus, budget)
         # Built once: the same bytes on every call of the wake, so the cache serves them.
         purpose = "execute" if kind.loop else "step"
         limit = budget.prompt_tokens_execute if kind.loop else budget.prompt_tokens_step
