@@ -272,7 +272,8 @@ class _Run:
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)
-        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type)
+        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type,
+                          seats=[seat.role for seat in self.cfg.council])
         self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
                           instruction=instruction, tier=tier)
