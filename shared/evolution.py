@@ -40,6 +40,14 @@ log = logging.getLogger(__name__)
 
 OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2
+# A change nobody settles closes instead of waiting forever (issue 30): as "unresolved"
+# when two peers report "unclear" (the seed's 2 matching reports, agreeing they cannot
+# tell) or when every peer has reported without two agreeing (no reviewer is left to
+# break the split); as "expired" when still pending this many days after its
+# announcement. A closed change leaves every review list (no paid wake keeps coming
+# back to it); a peer may still re-report, and two matching outcomes verify it after all.
+PENDING_DAYS = 14
+CLOSED = ("unresolved", "expired")
 BUNDLE = "change.bundle"  # the change's objects, by its author: the broker cannot read homes
 MAX_BUNDLE = 64 << 20  # bytes: a change, not a repository's worth of history
 # (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
@@ -64,27 +72,45 @@ class Change:
     adoptions: dict[str, dict[str, Any]] = field(default_factory=dict)
     declines: dict[str, dict[str, Any]] = field(default_factory=dict)  # held out, with why
     merged: dict[str, Any] | None = None
+    reviewers: frozenset[str] = frozenset()  # every citizen but the author
 
     @property
     def status(self) -> str:
-        """merged, verified_good, verified_failed or pending - derived from the reports."""
+        """merged, verified_good, verified_failed, unresolved, expired or pending -
+        derived from the reports, the citizens and the world clock (see PENDING_DAYS)."""
+        return self._settled()[0]
+
+    def _settled(self) -> tuple[str, str]:
+        """(status, why) - why a change is closed, "" otherwise."""
         if self.merged:
-            return "merged"
-        peers = [r["outcome"] for c, r in self.reports.items() if c != self.citizen]
-        if peers.count("worked") >= REPORTS_TO_VERIFY:
-            return "verified_good"
-        if peers.count("failed") >= REPORTS_TO_VERIFY:
-            return "verified_failed"
-        return "pending"
+            return "merged", ""
+        peers = {c: r["outcome"] for c, r in self.reports.items() if c != self.citizen}
+        outcomes = list(peers.values())
+        if outcomes.count("worked") >= REPORTS_TO_VERIFY:
+            return "verified_good", ""
+        if outcomes.count("failed") >= REPORTS_TO_VERIFY:
+            return "verified_failed", ""
+        if outcomes.count("unclear") >= REPORTS_TO_VERIFY:
+            why = "two peers could not tell whether it works; make it testable"
+        elif self.reviewers and self.reviewers <= set(peers):
+            why = f"no reviewer is left and no two agree ({', '.join(sorted(outcomes))})"
+        elif clock.time() - clock.epoch(self.announced) > PENDING_DAYS * 86400:
+            return "expired", (f"pending more than {PENDING_DAYS} days; announce it again "
+                               "if it still matters")
+        else:
+            return "pending", ""
+        return "unresolved", f"{why}; read the notes, fix it and announce it again"
 
     def holders(self) -> set[str]:
         """Citizens who have the change: its author and every adopter."""
         return {self.citizen, *self.adoptions}
 
     def summary(self) -> dict[str, Any]:
+        status, why = self._settled()
         return {"id": self.id, "citizen": self.citizen, "commit": self.commit[:12],
                 "files": self.files, "description": self.description,
-                "expected_outcome": self.expected_outcome, "status": self.status,
+                "expected_outcome": self.expected_outcome, "status": status,
+                **({"closed_because": why} if why else {}),
                 "reports": {c: r["outcome"] for c, r in self.reports.items()},
                 "adopted_by": sorted(self.adoptions), "declined_by": sorted(self.declines)}
 
@@ -128,7 +154,8 @@ class Evolution:
             raise NotAllowed(f"the announcement of {change_id} is broken or not its "
                              "author's; it is ignored (the log says why)")
         change = Change(citizen=announce[records.AUTHOR], **{k: announce[k] for k in (
-            "id", "commit", "files", "description", "expected_outcome", "announced")})
+            "id", "commit", "files", "description", "expected_outcome", "announced")},
+            reviewers=frozenset(self.citizens) - {announce[records.AUTHOR]})
         for kind in ("reports", "adoptions", "declines"):
             for path in sorted((base / kind).glob("*.json")):
                 record = records.read(path, path.stem, self.enforce, by_name=True)
@@ -335,6 +362,8 @@ class Evolution:
             "changes": [{**c.summary(), "adoption_rate":
                          f"{len(c.holders())}/{len(self.citizens)}"} for c in changes],
             "pending": [c.id for c in changes if c.status == "pending"],
+            # The author learns here why a change of its own closed without a verdict.
+            "closed": [c.id for c in changes if c.status in CLOSED],
         }
 
 

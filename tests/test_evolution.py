@@ -127,3 +127,45 @@ def test_reviewing_a_change_does_not_hand_over_the_reviewer(evo: Path) -> None:
               expected_outcome="tests still pass")["id"]
     core_tools(code=True)["code_test"].run(tool_env("mira"), {"change_id": cid})
     assert not drop.exists() or "mira-canary-51f0" not in drop.read_text()
+
+
+def announced(evo: Path) -> str:
+    commit(git.Repo(evo / "opus" / "code"), {"app.py": APP.replace("'hi'", "'hey'")}, "hey")
+    return str(run("opus", "code_announce", description="hey", expected_outcome="warmer")["id"])
+
+
+@pytest.mark.parametrize(("mira", "aria"), [("unclear", "unclear"), ("worked", "failed"),
+                                            ("worked", "unclear")])
+def test_a_change_no_two_peers_settle_closes_as_unresolved(evo: Path, mira: str,
+                                                          aria: str) -> None:
+    """Two "unclear" reports, or a split with every peer reported (no reviewer left),
+    close the change instead of leaving it pending forever; the author sees why."""
+    cid = announced(evo)
+    run("mira", "code_report_outcome", change_id=cid, outcome=mira, note="ran the tests")
+    assert run("aria", "code_status")["changes"][0]["status"] == "pending"
+    assert [c["id"] for c in run("aria", "code_pending_reviews")] == [cid]
+    after = run("aria", "code_report_outcome", change_id=cid, outcome=aria, note="ran them")
+    assert after["status"] == "unresolved" and "announce it again" in after["closed_because"]
+    status = run("opus", "code_status")
+    assert status["closed"] == [cid] and status["pending"] == []
+    assert run("mira", "code_pending_reviews") == [] == run("aria", "code_pending_reviews")
+    with pytest.raises(NotAllowed, match="unresolved; only verified-good"):
+        run("mira", "code_adopt", change_id=cid)
+
+
+def test_a_change_pending_past_its_days_expires(evo: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    from shared import clock
+    from shared.evolution import PENDING_DAYS
+
+    cid = announced(evo)
+    run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    wall = clock.time()
+    later = wall + (PENDING_DAYS + 1) * 86400
+    monkeypatch.setenv(clock.CLOCK_ENV, f"{later},{wall},1")
+    summary = run("opus", "code_status")["changes"][0]
+    assert summary["status"] == "expired" and str(PENDING_DAYS) in summary["closed_because"]
+    assert run("aria", "code_pending_reviews") == []
+    # A late report that makes two agree still verifies it: the status is derived.
+    after = run("aria", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    assert after["status"] == "verified_good"

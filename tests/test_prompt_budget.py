@@ -128,3 +128,22 @@ def test_the_memory_relevant_to_the_work_is_recalled(civ: Path) -> None:
     system = "\n".join(next(r for r in actor.requests if r.purpose == "execute").system)
     assert "## recalled" in system and "[ledger] lives in notes/[lighthouse].csv" in system
     assert "tea was good" not in system
+
+
+def test_every_call_of_a_wake_carries_the_philosophy_within_its_budget(civ: Path) -> None:
+    """The seed's philosophy ("encoded in every citizen's identity") rides in the system
+    block of every call, full memory or not, and the prompt stays within its budget."""
+    fill("opus")
+    TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"),
+                  call("task_complete", summary="notes/a.md says a"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    lines = [line for group in config.templates().philosophy.values() for line in group]
+    assert len(lines) >= 9
+    budget = config.load_citizen("opus").budget
+    executes = [r for r in actor.requests if r.purpose == "execute"]
+    assert len(executes) == 2
+    for request in executes:  # the bookkeeping calls (select, route) carry no system
+        assert all(line in request.system[0] for line in lines), request.system[0]
+        assert tokens(request.system) <= budget.prompt_tokens_execute

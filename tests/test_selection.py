@@ -54,3 +54,36 @@ def test_a_tool_the_work_names_is_kept_when_the_model_leaves_it_out(civ: Path) -
     assert how == "fast model"
     assert "write_file" in chosen and "web_fetch" in chosen
     assert chosen.index("write_file") < chosen.index("task_complete")
+
+
+def _route_wake(name: str, tier: str) -> tuple[list[str], str]:
+    """Run one task wake of `name` whose router answers `tier`; the execute calls' tiers
+    and the route event's model."""
+    from citizen.home.tasks import TaskQueue
+    from citizen.wake.flow import run_wake
+    from tests.scripts import Actor, call, events
+
+    TaskQueue(paths.home(name).tasks).add("Write notes/a.md saying a")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"),
+                  call("task_complete", summary="notes/a.md says a"), tier=tier)
+    result = run_wake(name, wake_type="TASK", provider=lambda c, s: actor)
+    assert result.status == "ok", result.reason
+    routed = events(result.log_path, "route")
+    return [r.tier for r in actor.requests if r.purpose == "execute"], routed[0]["model"]
+
+
+def test_routing_uses_the_balanced_seat_of_a_citizen_that_has_one(civ: Path) -> None:
+    """The router is offered every seat of the council (the seed: "Haiku routes to
+    model" by complexity): opus's balanced seat serves the work it routes there."""
+    tiers, model = _route_wake("opus", "balanced")
+    assert tiers and set(tiers) == {"balanced"}
+    assert model == config.load_citizen("opus").seat("balanced").model != \
+        config.load_citizen("opus").seat("primary").model
+
+
+def test_a_citizen_without_a_balanced_seat_is_not_offered_one(civ: Path) -> None:
+    """mira has no balanced seat: the router's schema leaves it out, so a reply naming it
+    is refused and the rule (primary) decides."""
+    tiers, model = _route_wake("mira", "balanced")
+    assert set(tiers) == {"primary"}
+    assert model == config.load_citizen("mira").seat("primary").model

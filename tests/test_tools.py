@@ -231,3 +231,25 @@ def test_web_fetch_never_reaches_the_machine_or_its_network(
         assert hits == ["/page", "/hop"]  # the redirect's target was never asked
     finally:
         server.shutdown()
+
+
+def test_a_completed_goal_is_marked_and_archived_when_the_goals_fill_up(env: ToolEnv) -> None:
+    """Goals are archived when `status == "completed"` (the seed's archive_completed):
+    goal_complete is what writes that status; an ambiguous name changes nothing."""
+    tools = core_tools()
+    tools["context_add"].run(env, {"context": "goals", "text": "Ship the review gate"})
+    tools["context_add"].run(env, {"context": "goals", "text": "Ship the DRY report"})
+    with pytest.raises(ToolFailure, match="2 open goals"):
+        tools["goal_complete"].run(env, {"goal": "ship", "outcome": "x"})
+    assert all(e["status"] == "open" for e in env.contexts["goals"].entries)
+    tools["goal_complete"].run(env, {"goal": "review GATE", "outcome": "merged as c-1"})
+    goals = env.contexts["goals"]
+    assert [e["status"] for e in goals.entries] == ["completed", "open"]
+    assert "Ship the review gate (completed)" in goals.render()
+    store = ContextStore(env.home.contexts, env.config.context_limits, estimate_tokens)
+    goals.cap = 12  # over its (tiny) cap: the strategy runs at save
+    store.save_all({"goals": goals})
+    archived = (env.home.contexts / "archive" / "goals.jsonl").read_text().splitlines()
+    assert len(archived) == 1 and "review gate" in archived[0]
+    assert "merged as c-1" in archived[0]
+    assert [e["text"] for e in store.load("goals").entries] == ["Ship the DRY report"]

@@ -36,9 +36,7 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
     secrets = config.load_secrets(name)
     choice = choose(cfg, secrets, provider or "")
     llm = make_provider(cfg, secrets, provider or "")
-    system = [config.templates().prompt("system", name=cfg.name, focus=cfg.focus,
-                                         max_usd_per_wake=cfg.budget.max_usd_per_wake,
-                                         max_iterations=cfg.budget.max_iterations)]
+    system = [config.templates().system_prompt(cfg.name, cfg.focus, cfg.budget)]
     request = Request(messages=[{"role": "user", "content": prompt}], system=system,
                       max_tokens=max_tokens, tier=tier, purpose="ask")
     # The citizen's own key and budget: in its ledger and under its daily caps.

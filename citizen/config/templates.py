@@ -177,6 +177,16 @@ class Templates:
         """The philosophy every identity carries."""
         return dict(self._identities["philosophy"])
 
+    def system_prompt(self, name: str, focus: str, budget: Budget) -> str:
+        """The system prompt every call of a citizen starts with: who it is, how it works,
+        and the philosophy (the seed: "encoded in every citizen's identity"), one line
+        per principle, so every wake sees it whatever its contexts hold."""
+        philosophy = "\n".join(f"- {line}" for lines in self.philosophy.values()
+                               for line in lines)
+        return self.prompt("system", name=name, focus=focus, philosophy=philosophy,
+                           max_usd_per_wake=budget.max_usd_per_wake,
+                           max_iterations=budget.max_iterations)
+
     def _check_allocations(self, path: Path) -> None:
         mandatory = {int(k): v for k, v in self._alloc["mandatory"].items()}
         if mandatory != MANDATORY_SLOTS:

@@ -60,8 +60,13 @@ class Context:
     def render(self) -> str:
         if not self.entries:
             return ""
-        body = "\n".join(f"- {e['text']}" for e in self.entries)
-        return f"## {self.type}\n{body}"
+        return f"## {self.type}\n" + "\n".join(self.line(e) for e in self.entries)
+
+    @staticmethod
+    def line(entry: dict[str, Any]) -> str:
+        """One entry as the prompt shows it (a completed goal says so)."""
+        done = " (completed)" if entry.get("status") == "completed" else ""
+        return f"- {entry['text']}{done}"
 
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "type": self.type, "entries": self.entries,

@@ -18,7 +18,7 @@ from citizen.tools.dynamic import DYNAMIC_ADMIN_TOOLS
 from citizen.tools.files import append_file, read_file, str_replace_file, write_file
 from citizen.tools.library import LIBRARY_TOOLS
 from citizen.tools.mail import check_email, send_email
-from citizen.tools.memory import context_add, identity_update, memory_search
+from citizen.tools.memory import context_add, goal_complete, identity_update, memory_search
 from citizen.tools.newcomer import citizen_request
 from citizen.tools.shell import shell_command
 from citizen.tools.task import task_complete, task_progress, task_stuck
@@ -33,7 +33,8 @@ def core_tools(mail: bool = False, code: bool = False, search: bool = False) -> 
     the mail tools only when the citizen has a mailbox, the code evolution tools only
     when its `~/code` is a git repository."""
     tools = [shell_command, read_file, write_file, append_file, str_replace_file, memory_search,
-             web_fetch, task_progress, task_complete, task_stuck, context_add, identity_update,
+             web_fetch, task_progress, task_complete, task_stuck, context_add, goal_complete,
+             identity_update,
              propose, debate_start, citizen_request,
              *LIBRARY_TOOLS, *COMMONS_TOOLS, *DYNAMIC_ADMIN_TOOLS]
     if code:

@@ -30,8 +30,32 @@ def context_add(env: ToolEnv,
     """
     if not text.strip():
         raise ToolFailure("the entry is empty")
-    env.contexts[context].add(text.strip())
+    # A goal starts open; goal_complete closes it, and the goals context's forgetting
+    # (archive_completed) moves the completed ones to contexts/archive/goals.jsonl.
+    extra = {"status": "open"} if context == "goals" else {}
+    env.contexts[context].add(text.strip(), **extra)
     return f"added to {context}"
+
+
+@tool
+def goal_complete(env: ToolEnv, goal: str, outcome: str) -> str:
+    """Mark one of your goals completed (it is archived when your goals context fills up).
+
+    :param goal: words from the goal's text, enough to name exactly one open goal
+    :param outcome: what was achieved, and where the evidence is
+    """
+    want = " ".join(goal.lower().split())
+    if not want or not outcome.strip():
+        raise ToolFailure("name the goal (words from its text) and say what was achieved")
+    goals = env.contexts["goals"].entries
+    open_goals = [e for e in goals if e.get("status") != "completed"]
+    found = [e for e in open_goals if want in " ".join(e["text"].lower().split())]
+    if len(found) != 1:
+        listed = "; ".join(e["text"][:80] for e in open_goals[:10]) or "none"
+        raise ToolFailure(f"{len(found)} open goals contain '{goal}' - give words from "
+                          f"exactly one (open goals: {listed})")
+    found[0].update(status="completed", outcome=outcome.strip()[:500])
+    return f"goal completed: {found[0]['text'][:200]}"
 
 
 @tool

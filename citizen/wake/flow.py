@@ -31,9 +31,9 @@ from citizen.llm.base import Provider, Reply, Request
 from citizen.mail import configured as mail_configured
 from citizen.mail.outbox import notice
 from citizen.tools import core_tools
-from citizen.tools.base import ToolEnv
+from citizen.tools.base import Tool, ToolEnv
 from citizen.tools.dynamic import dynamic_tools
-from citizen.wake import prompt
+from citizen.wake import bootstrap, prompt
 from citizen.wake import types as wakes
 from citizen.wake.loop import run as run_loop
 from citizen.wake.meter import Meter
@@ -250,9 +250,19 @@ class _Run:
         contexts = env.contexts
         self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
         budget = self.cfg.budget
-        base = self.tpl.prompt("system", name=self.name, focus=self.cfg.focus,
-                               max_usd_per_wake=budget.max_usd_per_wake,
-                               max_iterations=budget.max_iterations)
+        base = self.tpl.system_prompt(self.name, self.cfg.focus, budget)
+        tools: dict[str, Tool] = {}
+        if kind.loop:
+            tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
+                     **core_tools(mail=mail_configured(env.secrets),
+                                  code=(self.home.code / ".git").exists(),
+                                  search=bool(self.cfg.web.search_url))}
+            # Only what the operator permits is offered (Tool.run refuses the rest anyway).
+            tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
+        orient = kind.loop and bootstrap.due(setup.marks)
+        if orient:  # within the budget below: it is part of the base this once
+            base += "\n\n" + bootstrap.orientation(self.tpl, self.cfg, self.home, tools)
+            self.wlog.event("orientation", first=True)
         # Built once: the same bytes on every call of the wake, so the cache serves them.
         purpose = "execute" if kind.loop else "step"
         limit = budget.prompt_tokens_execute if kind.loop else budget.prompt_tokens_step
@@ -265,19 +275,16 @@ class _Run:
         if not kind.loop:
             ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
             return self._ended(kind, setup, env, ending)
-        tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
-                 **core_tools(mail=mail_configured(env.secrets),
-                              code=(self.home.code / ".git").exists(),
-                              search=bool(self.cfg.web.search_url))}
-        # Only what the operator permits is offered (Tool.run refuses the rest anyway).
-        tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)
-        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type)
+        tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type,
+                          seats=[seat.role for seat in self.cfg.council])
         self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
                           instruction=instruction, tier=tier)
+        if orient:  # the loop ended with it seen; a crash before here orients again
+            bootstrap.done(self.home, self.number)
         return self._ended(kind, setup, env, ending)
 
     def _ended(self, kind: wakes.WakeType, setup: Setup, env: ToolEnv,

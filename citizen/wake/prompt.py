@@ -105,13 +105,13 @@ def _fitting(ctx: Context, room: int, count: Callable[[str], int]) -> str:
     order = [i for i, e in enumerate(ctx.entries) if e.get("pinned")]
     order += [i for i in reversed(range(len(ctx.entries))) if i not in order]
     for i in order:
-        cost = count(f"- {ctx.entries[i]['text']}") + 1
+        cost = count(ctx.line(ctx.entries[i])) + 1
         if used + cost <= room:  # one that does not fit is skipped, not the end
             keep.add(i)
             used += cost
     if not keep:
         return ""
-    lines = [f"- {ctx.entries[i]['text']}" for i in sorted(keep)]
+    lines = [ctx.line(ctx.entries[i]) for i in sorted(keep)]
     left = len(ctx.entries) - len(keep)
     return f"## {ctx.type}\n({left} older entries not shown)\n" + "\n".join(lines)
 

@@ -7,7 +7,7 @@ fails, a deterministic rule decides, so a wake never depends on it succeeding.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from citizen.config import Templates
 from citizen.errors import ProviderError, StructuredOutputError
@@ -18,7 +18,9 @@ from citizen.wake.meter import Meter
 SELECT_LIMIT = 12
 # What most work needs whatever its words: reading, writing and running things.
 WORKING = ("read_file", "write_file", "append_file", "str_replace_file", "shell_command")
-TIERS = ("fast", "primary")
+# The council's roles, cheapest first: the seed routes by complexity ("Haiku routes to
+# model"), so every seat the citizen has is offered - opus's balanced seat included.
+TIERS = ("fast", "balanced", "primary")
 
 
 def _words(text: str) -> set[str]:
@@ -76,10 +78,12 @@ def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mappi
 
 
 def route(llm: Provider, meter: Meter, templates: Templates, work: str,
-          wake_type: str) -> tuple[str, str]:
-    """Choose the model tier; returns (tier, how it was chosen)."""
-    schema = templates.schema("route", tiers=TIERS)
-    prompt = templates.prompt("route", work=work[:3000])
+          wake_type: str, *, seats: Collection[str]) -> tuple[str, str]:
+    """Choose the model tier among the citizen's council `seats` (its roles); returns
+    (tier, how it was chosen)."""
+    offered = [t for t in TIERS if t in seats or t == "primary"]  # primary: always a seat
+    schema = templates.schema("route", tiers=offered)
+    prompt = templates.prompt("route", work=work[:3000], tiers=", ".join(offered))
     try:
         reply = meter.call(llm, Request(messages=[{"role": "user", "content": prompt}],
                                         output_schema=schema, max_tokens=80, tier="fast",
