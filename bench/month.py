@@ -4,7 +4,8 @@
     .venv/bin/python bench/month.py --days 4 --day-seconds 30
     .venv/bin/python bench/month.py --fresh                # citizens born on day 1
     .venv/bin/python bench/month.py --code --backup        # issue 18's figures
-    .venv/bin/python bench/month.py --days 7 --announce-day 1   # the evolution loop (issue 30)
+    .venv/bin/python bench/month.py --days 9 --announce-day 8   # the evolution loop (issue 30)
+    .venv/bin/python bench/month.py --days 2 --fresh --no-stream  # nothing to do: $0.00?
 
 Real daemons (`citizen run`, one process per citizen) on a simulated clock
 (`EXPERIENCE_CLOCK`, see shared.clock): each daemon's scheduler wakes it every
@@ -294,6 +295,8 @@ def arguments() -> argparse.Namespace:
                         help="give every citizen its git ~/code and run the daemons from it")
     parser.add_argument("--backup", action="store_true",
                         help="`citizen backup now` at the end of every world day")
+    parser.add_argument("--no-stream", action="store_true",
+                        help="feed nothing: a civilization with nothing to do or review")
     parser.add_argument("--announce-day", type=int, default=0,
                         help="the world day (1-based) opus announces a change; implies --code")
     args = parser.parse_args()
@@ -338,7 +341,7 @@ def main() -> None:
         for day in range(args.days):
             at = MONDAY + timedelta(days=day)
             _sleep_until(at + timedelta(hours=TASK_HOUR))
-            fed[day] = feed(day, args.tasks_per_day)
+            fed[day] = [] if args.no_stream else feed(day, args.tasks_per_day)
             if day + 1 == args.announce_day:
                 fed[day].append(announce(day))
             _sleep_until(at + timedelta(days=1))
@@ -362,7 +365,7 @@ def main() -> None:
     per_day = report(args, fed, snaps, work)
     if backups:
         report_backups(root, backups)
-    if args.announce_day:
+    if args.code:  # the loop needs ~/code: REVIEW wakes act only there
         report_evolution(per_day, fed, args.announce_day)
 
 

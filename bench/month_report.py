@@ -223,8 +223,8 @@ def report_evolution(per_day: list[dict[str, Any]], fed: dict[int, list[str]],
 
     names = (*CITIZENS, RUNAWAY)
     wakes = {n: review_wakes(n) for n in names}
-    print(f"\nthe evolution loop (opus announced a change on day {announced}; no task asks "
-          "for its review):")
+    what = f"opus announced a change on day {announced}" if announced else "nothing announced"
+    print(f"\nthe evolution loop ({what}; no task asks for a review):")
     print(f"{'day':>3} {'kind':<8} {'$ all':>7} {'calls':>5} {'$ REVIEW':>8} "
           f"{'REVIEW calls':>12}  REVIEW wakes ran/idle")
     loop: dict[int, tuple[float, int]] = {}
