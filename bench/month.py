@@ -4,6 +4,8 @@
     .venv/bin/python bench/month.py --days 4 --day-seconds 30
     .venv/bin/python bench/month.py --fresh                # citizens born on day 1
     .venv/bin/python bench/month.py --code --backup        # issue 18's figures
+    .venv/bin/python bench/month.py --days 9 --announce-day 8   # the evolution loop (issue 30)
+    .venv/bin/python bench/month.py --days 2 --fresh --no-stream  # nothing to do: $0.00?
 
 Real daemons (`citizen run`, one process per citizen) on a simulated clock
 (`EXPERIENCE_CLOCK`, see shared.clock): each daemon's scheduler wakes it every
@@ -27,7 +29,13 @@ With `--code` each citizen has its git `~/code` (a clone of the baseline, as
 `citizen init` makes them) and runs from it; with `--backup` the operator's
 `citizen backup now` runs at the end of every world day (as experience-backup.timer
 does) and its time, the bytes it added and the repository's size are printed.
-Nothing here asserts. The figures and their report: bench/month_report.py.
+With `--announce-day N` (implies `--code`) opus commits a note in its ~/code on world
+day N and announces it (`citizen tool opus code_announce`); no task asks anyone to
+review it: the REVIEW wakes (rung by the announcement, slot 6 for the rest) report and
+adopt it, and the loop's cost per day is printed beside a day with the same stream and
+nothing announced. The model reports "worked" from the diff and never runs code_test
+(the project's whole suite in the sandbox: CPU, not dollars). Nothing here asserts.
+The figures and their report: bench/month_report.py.
 """
 
 from __future__ import annotations
@@ -57,6 +65,7 @@ from bench.month_report import (  # noqa: E402
     disk,
     report,
     report_backups,
+    report_evolution,
 )
 from citizen.llm.base import Reply, Request, ToolCall, Usage  # noqa: E402
 
@@ -65,6 +74,7 @@ HOLIDAY = (28, 29)  # a Monday and Tuesday off: with the weekend, four idle days
 WAKE_MINUTES = 120.0  # world time between scheduled wakes
 TASK_HOUR = 8  # world hour the day's tasks arrive
 PATH = re.compile(r"notes/[\w.-]+\.md")
+REVIEW_ITEM = re.compile(r"^- change (\S+) .* - (.*)$", re.MULTILINE)  # a REVIEW prompt's
 
 
 # ------------------------------------------------------------------ the model
@@ -151,12 +161,29 @@ class Model:
         acted = sum(1 for m in request.messages if m["role"] == "user"
                     and isinstance(m["content"], list)
                     and any(b.get("type") == "tool_result" for b in m["content"]))
+        prompt = first if isinstance(first, str) else " ".join(
+            str(b.get("text", "")) for b in first if isinstance(b, dict))
+        if prompt.startswith("This is a REVIEW wake"):
+            return self.review(prompt, acted)
         if target is None or "write_file" not in names or acted > 2:
             return _reply(text="Nothing more needs doing now.")
         steps = (ToolCall("c-write", "write_file", {"path": target.group(),
                                                     "content": "# Notes\n\nDone as asked.\n"}),
                  ToolCall("c-read", "read_file", {"path": target.group()}),  # as a real one does
                  ToolCall("c-done", "task_complete", {"summary": f"wrote {target.group()}"}))
+        return _reply(tool_calls=(steps[acted],))
+
+    @staticmethod
+    def review(prompt: str, acted: int) -> Reply:
+        """What a REVIEW prompt asks, one item a call: adopt a verified change, else report."""
+        steps = [ToolCall(f"c-review-{i}", "code_adopt", {"change_id": cid})
+                 if "code_adopt" in ask else
+                 ToolCall(f"c-review-{i}", "code_report_outcome", {
+                     "change_id": cid, "outcome": "worked",
+                     "note": "read the diff: one new note, nothing else touched"})
+                 for i, (cid, ask) in enumerate(REVIEW_ITEM.findall(prompt))]
+        if acted >= len(steps):
+            return _reply(text="Every item has my answer.")
         return _reply(tool_calls=(steps[acted],))
 
 
@@ -200,6 +227,26 @@ def backup() -> dict[str, float]:
     return {"seconds": took, "restic": summary.get("seconds", 0.0),
             "added": summary.get("added_bytes", 0), "repo": disk(repo),
             "ok": 1, "quiescent": 1 if summary.get("quiescent") else 0}
+
+
+def announce(day: int) -> str:
+    """opus commits a note in its ~/code and announces it, as its model would in a CODE
+    wake; what was fed."""
+    from citizen.config import paths
+
+    code = paths.home("opus").code
+    note = code / "docs" / f"month-note-{day + 1:02d}.md"
+    note.write_text(f"# A note\n\nWritten on world day {day + 1}.\n")
+    for step in (["add", str(note)], ["commit", "-q", "-m", f"a note on day {day + 1}"]):
+        subprocess.run(["git", "-C", str(code), *step], check=True, capture_output=True)
+    done = subprocess.run([sys.executable, "-m", "citizen", "tool", "opus", "code_announce",
+                           json.dumps({"description": f"a note on day {day + 1}",
+                                       "expected_outcome": "the note is there; nothing else "
+                                                           "changes"})],
+                          check=False, timeout=120, capture_output=True, text=True)
+    if done.returncode:
+        print(f"  announcing failed: {done.stderr.strip()[-300:]}", flush=True)
+    return "announce"
 
 
 def cli(*args: str) -> None:
@@ -248,7 +295,13 @@ def arguments() -> argparse.Namespace:
                         help="give every citizen its git ~/code and run the daemons from it")
     parser.add_argument("--backup", action="store_true",
                         help="`citizen backup now` at the end of every world day")
-    return parser.parse_args()
+    parser.add_argument("--no-stream", action="store_true",
+                        help="feed nothing: a civilization with nothing to do or review")
+    parser.add_argument("--announce-day", type=int, default=0,
+                        help="the world day (1-based) opus announces a change; implies --code")
+    args = parser.parse_args()
+    args.code = args.code or args.announce_day > 0
+    return args
 
 
 def main() -> None:
@@ -288,7 +341,9 @@ def main() -> None:
         for day in range(args.days):
             at = MONDAY + timedelta(days=day)
             _sleep_until(at + timedelta(hours=TASK_HOUR))
-            fed[day] = feed(day, args.tasks_per_day)
+            fed[day] = [] if args.no_stream else feed(day, args.tasks_per_day)
+            if day + 1 == args.announce_day:
+                fed[day].append(announce(day))
             _sleep_until(at + timedelta(days=1))
             now = disk(root)
             snaps[day] = (now - last_disk, {n: contexts(n) for n in (*CITIZENS, RUNAWAY)})
@@ -307,9 +362,11 @@ def main() -> None:
                 os.killpg(p.pid, signal.SIGKILL)
         for s in servers.values():
             s.stop()
-    report(args, fed, snaps, work)
+    per_day = report(args, fed, snaps, work)
     if backups:
         report_backups(root, backups)
+    if args.code:  # the loop needs ~/code: REVIEW wakes act only there
+        report_evolution(per_day, fed, args.announce_day)
 
 
 class _quiet:

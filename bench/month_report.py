@@ -1,6 +1,7 @@
 """What bench/month.py measured and how it prints it: the month's cast and calendar, the
 figures read back from the citizens' homes (ledger, wake logs, tasks, contexts, disk), the
-per-day table, the issue's goals and the backups' figures. Nothing here asserts."""
+per-day table, the issue's goals, the backups' figures and the evolution loop's. Nothing
+here asserts."""
 
 from __future__ import annotations
 
@@ -83,7 +84,7 @@ def tasks_done(name: str, day: date) -> int:
 
 
 def report(args: argparse.Namespace, fed: dict[int, list[str]],
-           snaps: dict[int, tuple[int, dict[str, int]]], work: Path) -> None:
+           snaps: dict[int, tuple[int, dict[str, int]]], work: Path) -> list[dict[str, Any]]:
     names = (*CITIZENS, RUNAWAY)
     purposes = ("execute", "select_tools", "route", "task_deliverables", "verify_task")
     print(f"\n{'day':>3} {'kind':<5} {'$ civ':>7} {'$ rex':>6} {'calls':>5} {'tasks':>5} "
@@ -139,6 +140,7 @@ def report(args: argparse.Namespace, fed: dict[int, list[str]],
     goals(per_day, refused)
     (work / "month.json").write_text(json.dumps(per_day, indent=1, default=str))
     print(f"\nthe table as JSON: {work / 'month.json'}")
+    return per_day
 
 
 def goals(per_day: list[dict[str, Any]], refused: dict[str, list[tuple[str, str, str]]]) -> None:
@@ -194,3 +196,73 @@ def report_backups(root: Path, backups: dict[int, dict[str, float]]) -> None:
           "repository "
           f"{backups[max(backups)]['repo'] / 2**20:.1f} MB")
 
+
+
+def review_wakes(name: str) -> dict[str, list[int]]:
+    """Per world date: `name`'s REVIEW wakes that ran, and those its gate kept idle."""
+    from citizen.config import paths
+    from citizen.home import wakelog
+
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for path in wakelog.wake_logs(paths.home(name)):
+        if "REVIEW" not in path.name:
+            continue
+        events = wakelog.read(path)
+        if not events:  # a wake killed before its first line
+            continue
+        end: dict[str, Any] = next((e for e in reversed(events) if e["event"] == "wake_end"), {})
+        out[str(events[0].get("ts", ""))[:10]][end.get("status") == "idle"] += 1
+    return out
+
+
+def report_evolution(per_day: list[dict[str, Any]], fed: dict[int, list[str]],
+                     announced: int) -> None:
+    """The loop's cost by day (REVIEW wakes: no task queued), the announced day beside a
+    day of the same stream with nothing announced, and the idle days."""
+    from citizen import civilization
+
+    names = (*CITIZENS, RUNAWAY)
+    wakes = {n: review_wakes(n) for n in names}
+    what = f"opus announced a change on day {announced}" if announced else "nothing announced"
+    print(f"\nthe evolution loop ({what}; no task asks for a review):")
+    print(f"{'day':>3} {'kind':<8} {'$ all':>7} {'calls':>5} {'$ REVIEW':>8} "
+          f"{'REVIEW calls':>12}  REVIEW wakes ran/idle")
+    loop: dict[int, tuple[float, int]] = {}
+    for r in per_day:
+        key = (MONDAY + timedelta(days=r["day"] - 1)).date()
+        lines = [ln for n in names for ln in ledger(n, key) if ln.get("wake_type") == "REVIEW"]
+        loop[r["day"]] = (sum(float(ln.get("cost_usd", 0)) for ln in lines), len(lines))
+        ran = sum(wakes[n][key.isoformat()][0] for n in names)
+        idle = sum(wakes[n][key.isoformat()][1] for n in names)
+        kind = ("idle" if r["idle"] else "busy") + ("+ann" if r["day"] == announced else "")
+        print(f"{r['day']:>3} {kind:<8} {r['usd'] + r['usd_rex']:7.4f} {r['calls']:>5} "
+              f"{loop[r['day']][0]:8.4f} {loop[r['day']][1]:>12}  {ran}/{idle}")
+    spent = [d for d in loop if loop[d][1]]
+    print(f"  REVIEW in all: ${sum(v[0] for v in loop.values()):.4f} in "
+          f"{sum(v[1] for v in loop.values())} calls, on days "
+          f"{', '.join(map(str, spent)) or 'none'}")
+    for c in civilization.commons().evolution.changes():
+        got = c.summary()
+        print(f"  change {got['id']} by {got['citizen']}: {got['status']}; reports "
+              f"{got['reports'] or 'none'}; adopted by {', '.join(got['adopted_by']) or '-'}"
+              f"; declined by {', '.join(got['declined_by']) or '-'}")
+
+    def stream(day: int) -> tuple[str, ...]:
+        return tuple(sorted(f.split(":")[0] for f in fed[day - 1] if f != "announce"))
+
+    rows = {r["day"]: r for r in per_day}
+    same = [d for d in rows if d != announced and not rows[d]["idle"]
+            and stream(d) == stream(announced)]
+    if announced in rows:
+        with_ = rows[announced]["usd"] + rows[announced]["usd_rex"]
+        print(f"  with the change (day {announced}): ${with_:.4f}, of which REVIEW "
+              f"${loop[announced][0]:.4f} in {loop[announced][1]} calls")
+        for d in sorted(same, key=lambda d: abs(d - announced))[:1]:
+            without = rows[d]["usd"] + rows[d]["usd_rex"]
+            print(f"  the same stream without (day {d}): ${without:.4f}, of which REVIEW "
+                  f"${loop[d][0]:.4f} in {loop[d][1]} calls "
+                  f"(the change: {(with_ / without - 1) if without else 0:+.1%})")
+    for r in per_day:
+        if r["idle"]:
+            print(f"  idle day {r['day']}: ${r['usd'] + r['usd_rex']:.4f}, {r['calls']} calls, "
+                  f"REVIEW ${loop[r['day']][0]:.4f} in {loop[r['day']][1]} calls")

@@ -1,10 +1,12 @@
 """The web tools against a hostile citizen (issue 28): no network without the operator's
-permission, never the machine's own addresses, the search backend on its one port."""
+permission, never the machine's own addresses, the search backend on its one port; a
+private host opens only by the operator's `web.allow` (issue 30)."""
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
 import socket
 import threading
 from collections import namedtuple
@@ -15,11 +17,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from citizen import config
 from citizen.config import WebSettings, paths
+from citizen.errors import ConfigError
 from citizen.tools import ToolFailure, core_tools
 from citizen.tools.base import ToolEnv
 from tests.scripts import tool_env
-from tests.test_tools import networked
+from tests.test_tools import networked, opening
 
 Addr = namedtuple("Addr", "family address netmask broadcast ptp")
 OWN_PUBLIC = "93.184.215.14"  # a global address, made this machine's own below
@@ -65,10 +69,10 @@ def _search(env: ToolEnv, args: dict[str, str]) -> str:
 
 
 def test_without_can_use_network_the_web_tools_refuse(
-        civ: Path, server: tuple[int, list[str]], monkeypatch: pytest.MonkeyPatch) -> None:
+        civ: Path, server: tuple[int, list[str]]) -> None:
     port, hits = server
-    monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # even a host the operator opens
-    env = searching(tool_env("opus"), port)  # the templates grant no network
+    # The templates grant no network; even a host the operator opens stays shut.
+    env = searching(opening(tool_env("opus"), "127.0.0.1"), port)
     attempts: tuple[Callable[[], str], ...] = (
         lambda: core_tools()["web_fetch"].run(env, {"url": f"http://127.0.0.1:{port}/"}),
         lambda: _search(env, {"query": "x"}))
@@ -105,3 +109,46 @@ def test_the_search_backend_is_open_on_its_one_port_to_web_search_alone(
         with pytest.raises(ToolFailure, match="not a public address"):
             core_tools()["web_fetch"].run(env, {"url": url})
     assert len(hits) == 1
+
+
+def test_only_the_operators_file_opens_a_private_host(
+        civ: Path, rules_dir: Path, server: tuple[int, list[str]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: a citizen opens its own machine's services to web_fetch by every place
+    it writes - the process environment (its daemon sets its wakes' own), its
+    ~/code/templates, its config.json on a server. Each is refused; the operator's
+    /etc/experience/<name>.json opens the host, and the refusal names that file."""
+    port, hits = server
+    url = f"http://127.0.0.1:{port}/admin"
+    (rules_dir / "opus.json").write_text(json.dumps({"permissions": {"can_use_network": True}}))
+    monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # the way in before issue 30
+    code, release = tmp_path / "code-templates", tmp_path / "release-templates"
+    shutil.copytree(paths.templates_dir(), code)
+    shutil.copytree(paths.templates_dir(), release)
+    configs = json.loads((code / "citizen_configs.json").read_text())
+    configs["defaults"]["web"]["allow"] = ["127.0.0.1", "localhost"]
+    (code / "citizen_configs.json").write_text(json.dumps(configs))
+    monkeypatch.setenv("EXPERIENCE_TEMPLATES", str(code))  # its own ~/code's templates
+    monkeypatch.setenv("EXPERIENCE_RULES_DIR", str(release))  # the unit's: the release
+    paths.citizen_config_file("opus").write_text(json.dumps({"web": {"allow": ["127.0.0.1"]}}))
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)  # a server
+    fetch = core_tools()["web_fetch"]
+    with pytest.raises(ToolFailure, match="not a public address") as info:
+        fetch.run(tool_env("opus"), {"url": url})
+    assert f"web.allow of {rules_dir / 'opus.json'}" in str(info.value)  # where to open it
+    assert hits == []
+
+    (rules_dir / "opus.json").write_text(json.dumps(
+        {"permissions": {"can_use_network": True}, "web": {"allow": [" 127.0.0.1 "]}}))
+    assert json.loads(fetch.run(tool_env("opus"), {"url": url}))["results"]
+    assert hits == ["/admin"]
+
+
+def test_the_allow_list_takes_hosts_only(civ: Path, rules_dir: Path) -> None:
+    (rules_dir / "opus.json").write_text(json.dumps(
+        {"web": {"allow": ["Searx.Internal", "10.0.0.5", "::1"]}}))
+    assert config.load_citizen("opus").web.allow == ("searx.internal", "10.0.0.5", "::1")
+    for bad in (["http://10.0.0.1/"], ["10.0.0.1:8080"], ["a,b"], "127.0.0.1", ["x/y"]):
+        (rules_dir / "opus.json").write_text(json.dumps({"web": {"allow": bad}}))
+        with pytest.raises(ConfigError, match=r"web"):
+            config.load_citizen("opus")

@@ -35,6 +35,13 @@ def networked(env: ToolEnv) -> ToolEnv:
     return env
 
 
+def opening(env: ToolEnv, *hosts: str) -> ToolEnv:
+    """`env` with the operator's `web.allow` opening `hosts` (private though they are)."""
+    env.config = dataclasses.replace(
+        env.config, web=dataclasses.replace(env.config.web, allow=hosts))
+    return env
+
+
 def test_schema_comes_from_the_signature_and_docstring() -> None:
     @tool
     def sample(env: ToolEnv, path: str, mode: Literal["a", "b"], count: int = 3,
@@ -125,10 +132,8 @@ def test_web_fetch_refuses_other_schemes(env: ToolEnv) -> None:
         core_tools()["web_fetch"].run(networked(env), {"url": "file:///etc/passwd"})
 
 
-def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv,
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")  # the operator opens this host
-    networked(env)
+def test_web_fetch_returns_page_text_within_its_size_cap(env: ToolEnv) -> None:
+    opening(networked(env), "127.0.0.1")  # the operator opens this host
     import threading
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -187,8 +192,7 @@ def test_a_commons_refusal_is_an_observation_and_other_errors_are_not(env: ToolE
         _dispatch(ToolCall("c2", "lookup", {"what": "bug"}), tools, env, {}, "k2")
 
 
-def test_web_fetch_never_reaches_the_machine_or_its_network(
-        env: ToolEnv, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_web_fetch_never_reaches_the_machine_or_its_network(env: ToolEnv) -> None:
     """A page or a prompt-injected model asks for the daemon's own machine: refused in
     every spelling, before any connection; a redirect from an allowed host to a
     forbidden one is refused too; the operator's allow-list opens a host."""
@@ -224,7 +228,7 @@ def test_web_fetch_never_reaches_the_machine_or_its_network(
             with pytest.raises(ToolFailure, match="not a public address"):
                 fetch.run(env, {"url": f"http://{host}:{port}/secret"})
         assert hits == [], f"a refused address was connected to: {hits}"
-        monkeypatch.setenv("EXPERIENCE_WEB_ALLOW", "127.0.0.1")
+        opening(env, "127.0.0.1")
         assert fetch.run(env, {"url": f"http://127.0.0.1:{port}/page"}) == "internal admin page"
         with pytest.raises(ToolFailure, match="localhost resolves to"):
             fetch.run(env, {"url": f"http://127.0.0.1:{port}/hop"})

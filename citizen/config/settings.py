@@ -110,6 +110,10 @@ class WebSettings:
     # web_search. The operator's: on a server only `/etc/experience/<name>.json` sets it,
     # since its host is reachable even when private (the operator chose it).
     search_url: str = ""
+    # Hosts (names or addresses) the web tools may reach although they resolve to loopback
+    # or private addresses. The operator's alone, as search_url: a citizen's environment,
+    # its own config.json or ~/code/templates never open one (the rules come from the release).
+    allow: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -126,7 +126,8 @@ class Templates:
             else None,
             stream_bid=str(data.get("stream_bid", "auto")),
             logs=LogSettings(**data.get("logs", {})),
-            web=WebSettings(**data.get("web", {})),
+            web=WebSettings(**{**data.get("web", {}), "allow": tuple(
+                h.strip().lower() for h in data.get("web", {}).get("allow", ()))}),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

@@ -1,21 +1,24 @@
 """Web tools: fetch a page as text; search a SearXNG instance the operator configured
-(`web.search_url` in its rules: citizen.config.WebSettings)."""
+(`web.search_url` in its rules: citizen.config.WebSettings). Private hosts the operator
+opens are its `web.allow`, never the process environment."""
 
 from __future__ import annotations
 
 import http.client
 import ipaddress
 import json
-import os
 import socket
 import ssl
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
 import psutil
 
+from citizen.config import paths
 from citizen.tools.base import ToolEnv, ToolFailure, tool
 from shared.webtext import html_to_text
 
@@ -25,14 +28,23 @@ TIMEOUT_S = 20
 MAX_RESULTS = 8
 MAX_QUERY_CHARS = 400
 FIELD_CHARS = {"title": 200, "url": 500, "snippet": 400}
-# Hosts the operator opens although they resolve to loopback or private addresses
-# (comma-separated names or addresses). Set in the service's environment, not by a citizen.
-ALLOW_ENV = "EXPERIENCE_WEB_ALLOW"
 SEARCH_KEY = "web.search_url"  # the operator's setting (citizen.config.WebSettings)
+# Hosts the operator opens although they resolve to loopback or private addresses. Not
+# the environment (the daemon a citizen may rewrite sets its own): the operator's file.
+ALLOW_KEY = "web.allow"
+# Set only while a web tool runs: the hosts its citizen's operator opens, and where.
+_OPENED: ContextVar[tuple[frozenset[str], str]] = ContextVar(
+    "opened", default=(frozenset(), "the operator's rules"))
 
 
-def _allowed_hosts() -> set[str]:
-    return {h.strip().lower() for h in os.environ.get(ALLOW_ENV, "").split(",") if h.strip()}
+@contextmanager
+def _operator_opens(env: ToolEnv) -> Iterator[None]:
+    where = str(paths.operator_rules_file(env.config.name))
+    token = _OPENED.set((frozenset(env.config.web.allow), where))
+    try:
+        yield
+    finally:
+        _OPENED.reset(token)
 
 
 def search_endpoint(url: str) -> tuple[str, int]:
@@ -85,19 +97,20 @@ def _public_address(host: str, port: int) -> str:
     except (OSError, UnicodeError) as exc:
         raise ToolFailure(f"could not resolve {host}: {exc}") from exc
     addresses = [str(info[4][0]) for info in infos]
-    if host.lower() in _allowed_hosts() or _SEARCHING.get() == (host.lower(), port):
+    opened, where = _OPENED.get()
+    if host.lower() in opened or _SEARCHING.get() == (host.lower(), port):
         return addresses[0]  # the operator's choice: this host (the search backend: this port)
+    fix = f"the operator may open it in {ALLOW_KEY} of {where}"
     own = local_addresses()
     for text in addresses:
         ip = ipaddress.ip_address(text.split("%", 1)[0])
         mapped = getattr(ip, "ipv4_mapped", None)
         if not (mapped or ip).is_global or (mapped or ip).is_multicast:
             raise ToolFailure(f"{host} resolves to {text}, which is not a public address; "
-                              f"the operator may allow it in {ALLOW_ENV}")
+                              f"{fix}")
         # The machine's own public address reaches its services as loopback would.
         if ip in own or (mapped is not None and mapped in own):
-            raise ToolFailure(f"{host} resolves to {text}, an address of this machine; "
-                              f"the operator may allow it in {ALLOW_ENV}")
+            raise ToolFailure(f"{host} resolves to {text}, an address of this machine; {fix}")
     return addresses[0]
 
 
@@ -169,7 +182,8 @@ def web_fetch(env: ToolEnv, url: str) -> str:
     :param url: an http or https URL
     """
     _network_allowed(env)
-    body, ctype = _get(url)
+    with _operator_opens(env):
+        body, ctype = _get(url)
     text = body.decode("utf-8", errors="replace")
     return html_to_text(text) if ctype == "text/html" else text
 
@@ -220,7 +234,8 @@ def web_search(env: ToolEnv, query: str) -> str:
                           f"in {env.config.source}")
     if not query.strip() or len(query) > MAX_QUERY_CHARS:
         raise ToolFailure(f"the query must be 1 to {MAX_QUERY_CHARS} characters")
-    results = search(url, query)
+    with _operator_opens(env):
+        results = search(url, query)
     if not results:
         return f"no results for {query!r}"
     return json.dumps(results, ensure_ascii=False, indent=1)
