@@ -12,22 +12,33 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from shared import records
 from shared.errors import Invalid, NotFound
-
-if TYPE_CHECKING:  # the store holds its ratings; ratings read the store's records
-    from shared.streams.store import Streams
+from shared.threads import Threads
 
 log = logging.getLogger(__name__)
 MIN_RATED = 3  # calibration stays 1.0 until this many ratings (§10.2)
 
 
+class Bids(Protocol):
+    """What ratings need of the streams' store (`Streams`): its bids' records."""
+
+    shared: Path
+    enforce: bool
+    citizens: list[str]
+    threads: Threads
+
+    def ids(self) -> list[str]: ...
+
+    def read_record(self, sid: str, citizen: str) -> dict[str, Any] | None: ...
+
+
 class Ratings:
     """The ratings of one commons' streams."""
 
-    def __init__(self, streams: Streams) -> None:
+    def __init__(self, streams: Bids) -> None:
         self.streams = streams
 
     def rate(self, sid: str, citizen: str, score: float, reasoning: str = "") -> None:
