@@ -197,3 +197,71 @@ def test_a_decision_record_keeps_what_the_bidder_saw_and_a_replay_sends_it(
     (again,) = replayer.requests
     assert again.messages[0]["content"] == rec["prompt"] and again.system == bid.system
     assert "replayed" in out.output
+
+
+def test_the_bid_prompt_shows_the_ambient_state(civ: Path) -> None:
+    """§8.2, §9.2: the bidding model used to see temperature, pressure and who had bid,
+    but not whether a person is here, the time since the last answer, the messages per
+    minute, or the competing bids' confidences."""
+    from citizen import civilization
+    from citizen.wake.flow import run_wake
+    from tests.scripts import say
+
+    streams = civilization.streams()
+    streams.heat("general", "present")
+    sid = streams.open("<amb@example.org>", "Who knows backups?",
+                       participants=["opus", "mira", "aria"]).id
+    streams.think(sid, "mira", True, 0.8, "backups are mine")
+    streams.think(sid, "aria", False, 0.15, "not mine")
+    provider = claimer(0.6, lambda: say("restic"))
+    assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
+    (bid,) = [r for r in provider.requests if r.purpose == "stream_bid"]
+    prompt = bid.messages[0]["content"]
+    assert "a person is watching the room: yes" in prompt
+    assert "Sent by a person: yes" in prompt
+    assert "Since the room's last answer: no answer yet" in prompt
+    assert "messages in the last minute: 1" in prompt
+    assert "aria defers (0.15); mira claims (0.80)" in prompt
+    rec = streams.read_record(sid, "opus")
+    assert rec is not None and rec["prompt"] == prompt
+    assert rec["ambient"]["competing"]["mira"] == {"claiming": True, "confidence": 0.8}
+
+
+def test_a_bid_replays_as_other_citizens_side_by_side(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """§9.6: replay used to change only the model; now the same message in the same
+    recorded room state goes to other citizens, each under its own name and focus."""
+    from click.testing import CliRunner
+
+    import citizen.llm
+    from citizen import civilization
+    from citizen.cli import cli
+    from citizen.llm.scripted import ScriptedProvider
+    from citizen.wake.flow import run_wake
+    from tests.scripts import say
+
+    streams = civilization.streams()
+    sid = streams.open("<as@example.org>", "Who knows backups? @aria",
+                       participants=["opus", "aria"]).id
+    provider = claimer(0.7, lambda: say("restic"))
+    assert run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider).status == "ok"
+    rec = streams.read_record(sid, "opus")
+    assert rec is not None
+    replayer = ScriptedProvider(default=lambda r: say(json.dumps(
+        {"claim": "You are aria" in r.messages[0]["content"], "confidence": 0.3,
+         "reasoning": "replayed"})))
+    monkeypatch.setattr(citizen.llm, "make_provider", lambda *a, **k: replayer)
+    out = CliRunner().invoke(cli, ["stream", "replay", sid, "--citizen", "opus",
+                                   "--as", "mira,aria"])
+    assert out.exit_code == 0, out.output
+    mira, aria = (r.messages[0]["content"] for r in replayer.requests)
+    assert mira.startswith("You are mira") and aria.startswith("You are aria")
+    room_lines = [line for line in rec["prompt"].splitlines() if line.startswith("- ")]
+    for prompt in (mira, aria):  # the recorded room state, line for line
+        assert [line for line in prompt.splitlines() if line.startswith("- ")
+                and "mentioned" not in line] == [
+            line for line in room_lines if "mentioned" not in line]
+    assert "mentioned by name: True" in aria and "mentioned by name: False" in mira
+    rows = out.output.splitlines()
+    assert rows[1].startswith("recorded: opus") and rows[2].startswith("mira ")
+    assert rows[3].startswith("aria ") and "True" in rows[3]

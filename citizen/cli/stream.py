@@ -87,10 +87,13 @@ def room_presence(name: str, here: bool) -> None:
 @click.option("--window-ms", type=click.IntRange(0, 60000))
 @click.option("--silence", help="Citizens who stay silent here (comma-separated; '' clears).")
 @click.option("--boost", multiple=True, help="NAME=DELTA added to a quiet voice's bids.")
+@click.option("--pause/--resume", "pause", default=None,
+              help="Everyone takes a beat: nobody is granted or answers until resumed.")
 def room_set(name: str, *, preset: str | None, max_responders: int | None,
              min_confidence: float | None, window_ms: int | None, silence: str | None,
-             boost: tuple[str, ...]) -> None:
-    """Moderate room NAME: a preset, thresholds, silence, boosts.
+             boost: tuple[str, ...], pause: bool | None) -> None:
+    """Moderate room NAME: a preset, thresholds, silence, boosts, a pause. Silence and
+    pause hold for the streams already open, too.
 
     \b
     Example:
@@ -105,6 +108,8 @@ def room_set(name: str, *, preset: str | None, max_responders: int | None,
         changes["intention_window_ms"] = window_ms
     if silence is not None:
         changes["silenced"] = [s.strip() for s in silence.split(",") if s.strip()]
+    if pause is not None:
+        changes["paused"] = pause
     if boost:
         pairs = []
         for b in boost:
@@ -187,8 +192,11 @@ def show(sid: str, as_json: bool) -> None:
 @click.option("--prompt-only", is_flag=True,
               help="Without the recorded system prompt and contexts (they are read from "
                    "the citizen's home; use this where that is not readable).")
-def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
-    """Re-run a recorded bid with another model; show the two side by side.
+@click.option("--as", "others", default="",
+              help="Replay as these citizens instead (comma-separated): each bids on the "
+                   "same message in the same recorded room state; all side by side.")
+def replay(sid: str, name: str, provider: str, prompt_only: bool, others: str) -> None:
+    """Re-run a recorded bid with another model, or as other citizens; side by side.
 
     The replay sends what the bidder saw: its recorded prompt, and its system prompt
     and contexts (kept as blobs in the citizen's home, which only it and root read).
@@ -196,6 +204,7 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     \b
     Example:
       sudo citizen stream replay stream-3f2a9c0d1e4b5a6c --citizen mira --provider local
+      citizen stream replay stream-3f2a9c0d1e4b5a6c --citizen mira --as opus,aria
     """
     streams = civilization.streams()
     rec = streams.read_record(sid, name)
@@ -204,13 +213,11 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
     if not rec.get("prompt"):
         raise click.ClickException(f"{name} made no bid on {sid} to replay ({rec['how']}: "
                                    f"{rec['reasoning']}) - pick a citizen whose record has one")
-    try:
-        cfg = config.load_citizen(name)
-    except (OSError, CitizenError):  # not readable here (another user's home): the template
-        cfg = config.templates().citizen(name)
-    # The operator's own environment (e.g. ANTHROPIC_API_KEY), never a citizen's .env.
-    model = llm.make_provider(cfg, config.load_secrets(None),
-                              override="" if provider == "auto" else provider)
+    if others:
+        _replay_as(streams, sid, rec, [n.strip() for n in others.split(",") if n.strip()],
+                   provider)
+        return
+    model = _model(name, provider)
     system = [] if prompt_only else _recorded_system(name, rec)
     started = time.monotonic()
     schema = config.templates().schema("stream_bid")
@@ -226,6 +233,50 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool) -> None:
                           ("latency s", rec.get("bid_latency_s"),
                            round(time.monotonic() - started, 3))):
         click.echo(f"{key:<12} {old!s:<40} {now}")
+
+
+def _citizen_config(name: str) -> config.CitizenConfig:
+    try:
+        return config.load_citizen(name)
+    except (OSError, CitizenError):  # not readable here (another user's home): the template
+        return config.templates().citizen(name)
+
+
+def _model(name: str, provider: str) -> llm.Provider:
+    # The operator's own environment (e.g. ANTHROPIC_API_KEY), never a citizen's .env.
+    return llm.make_provider(_citizen_config(name), config.load_secrets(None),
+                             override="" if provider == "auto" else provider)
+
+
+def _replay_as(streams: Streams, sid: str, rec: Mapping[str, Any], names: list[str],
+               provider: str) -> None:
+    """§9.6: the recorded bid beside what each of `names` bids on the same message in
+    the same recorded room state (its own name, focus and model; a mention counts for
+    whom it names). Their system prompts and contexts of that moment were never
+    recorded, so each is asked with the bid prompt alone."""
+    values = rec.get("prompt_values")
+    if not isinstance(values, dict):
+        raise click.ClickException(
+            f"{rec.get('author')}'s record on {sid} predates the recorded room state - "
+            f"replay it without --as (another model, same citizen)")
+    info, schema = streams.info(sid), config.templates().schema("stream_bid")
+    rows = [("recorded: " + str(rec.get("author")), rec["claim"], rec["raw_confidence"],
+             str(rec["reasoning"]))]
+    for other in names:
+        if other not in streams.citizens:
+            raise click.ClickException(f"no citizen {other} (citizens: "
+                                       f"{', '.join(streams.citizens)})")
+        prompt = config.templates().prompt(
+            "bid", name=other, focus=_citizen_config(other).focus, text=info["text"],
+            **{**values, "mentioned": other in info["mentions"]})
+        reply = _model(other, provider).complete(Request(
+            messages=[{"role": "user", "content": prompt}], output_schema=schema,
+            max_tokens=120, tier="fast", purpose="stream_bid_replay"))
+        new = reply.data or {}
+        rows.append((other, new.get("claim"), new.get("confidence"), str(new.get("reasoning"))))
+    click.echo(f"{'citizen':<22} {'claim':<6} {'confidence':<10} reasoning")
+    for who, claim, conf, why in rows:
+        click.echo(f"{who:<22} {claim!s:<6} {conf!s:<10} {why[:80]}")
 
 
 def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
@@ -245,19 +296,22 @@ def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
 @click.option("--score", type=click.FloatRange(0, 1), required=True,
               help="How much it should have spoken, whatever it did: 1 its answer was "
                    "wanted, 0 it should have stayed silent (a right silence is 0, not 1).")
-def rate(sid: str, name: str, score: float) -> None:
+@click.option("--reasoning", default="", help="Why, in a sentence (kept with the rating).")
+def rate(sid: str, name: str, score: float, reasoning: str) -> None:
     """Rate a citizen's bid after the fact: should it have spoken on SID?
 
     The score is the outcome its bid's confidence predicted. Once it has 3 ratings,
     its calibration factor is mean rating / mean confidence (0.5..1.5), multiplied
     into its later confidences: rate above its confidence and it bids higher, below
     and it bids lower. So rate a silence that was right 0 - a 1 tells it to speak.
+    The rater is the Unix user running this; a citizen's rating of its own bid is
+    refused, and one found in the commons does not count.
 
     \b
     Example:
       citizen stream rate stream-3f2a9c0d1e4b5a6c --citizen mira --score 0.2
     """
-    civilization.streams().rate(sid, name, score, operator())
+    civilization.streams().rate(sid, name, score, reasoning)
     click.echo(f"rated {name} on {sid}: {score}")
 
 

@@ -17,14 +17,30 @@ from typing import Any, TypedDict
 
 from shared.errors import Invalid
 
-PRESETS: dict[str, dict[str, Any]] = {  # the seed's governance levels (§0.2)
-    "strict": {"max_responders": 1, "min_confidence": 0.7, "intention_window_ms": 3000},
-    "balanced": {"max_responders": 2, "min_confidence": 0.3, "intention_window_ms": 1000},
-    "anarchic": {"max_responders": 5, "min_confidence": 0.1, "intention_window_ms": 500},
-}
 SLOT_WEIGHTS = (0.70, 0.25, 0.05)  # 1, 2 or 3 slots (§2.3)
+# The seed's governance levels (§0.2 strict, balanced, anarchic; §6.2 aggressive, §6.3
+# conservative). §6 gives ranges ("2-3", "1-2") without a split: the 70/25/5 draw kept
+# within the range (25/5 -> 5/6, 1/6; 70/25 -> 14/19, 5/19), so each range keeps the
+# seed's "fewer voices are likelier". A preset's `idle_slots` is the cap when the
+# model's queue is empty (§10.1: 3); strict and conservative keep their own caps (one
+# voice per message, and "fewer responses"), which an operator chose them for.
+PRESETS: dict[str, dict[str, Any]] = {
+    "strict": {"max_responders": 1, "min_confidence": 0.7, "intention_window_ms": 3000,
+               "require_unanimity": True, "idle_slots": 1},
+    "conservative": {"max_responders": 2, "min_confidence": 0.5,
+                     "intention_window_ms": 3000, "slot_weights": (14 / 19, 5 / 19),
+                     "idle_slots": 2},
+    "balanced": {"max_responders": 2, "min_confidence": 0.3, "intention_window_ms": 1000,
+                 "allow_overrides": True},
+    "aggressive": {"max_responders": 3, "min_confidence": 0.2, "intention_window_ms": 1000,
+                   "slot_weights": (0.0, 5 / 6, 1 / 6)},
+    "anarchic": {"max_responders": 5, "min_confidence": 0.1, "intention_window_ms": 500,
+                 "enable_interruptions": True},
+}
 CLEAR_WINNER = 0.9
 HIGH_PRESSURE = 3  # queue depth above which one slot only (§10.1)
+PRESSED_MIN_CONFIDENCE = 0.7  # the minimum confidence under high pressure (§10.5)
+IDLE_SLOTS = 3  # the cap when nothing waits for the model (§10.1)
 # Without coordination every claimer answers: wait for every bid (or this long).
 UNCOORDINATED_WAIT_MS = 60_000
 _MENTION = re.compile(r"@([a-z][a-z0-9_-]{1,31})")
@@ -50,6 +66,8 @@ class DecisionRecord(TypedDict, total=False):
     exit: str  # clear_winner, all_slots_claimed, everyone_decided, window
     decided_at_ms: int  # after the stream opened
     fallback: bool
+    reasoning: str  # who was granted and why the others were not (§3.1)
+    moderated: list[str]  # the silenced it applied (the room's, live)
     decided_by: str
     author: str  # the same citizen: the author of the record
     ts: str
@@ -74,6 +92,15 @@ class Settings:
     # Work seeking volunteers wants exactly this many (no draw, no shrinking under
     # pressure: volunteering is not a generation). 0: drawn as the seed says.
     fixed_slots: int = 0
+    # Floor control (§0.2). Strict: no early exit - every participant bids (or the
+    # window closes) before anyone is given the floor or left silent.
+    require_unanimity: bool = False
+    # Balanced: a denied claimer whose bid says it must speak may answer anyway.
+    allow_overrides: bool = False
+    # Anarchic: a citizen that bids after the decision may still interject.
+    enable_interruptions: bool = False
+    idle_slots: int = IDLE_SLOTS  # the cap when nothing waits for the model (§10.1)
+    paused: bool = False  # the moderator's "everyone take a beat" (§0.3): nobody speaks
 
     @classmethod
     def preset(cls, name: str, **changes: Any) -> Settings:
@@ -83,17 +110,25 @@ class Settings:
         unknown = set(changes) - set(cls.__dataclass_fields__)
         if unknown:
             raise Invalid(f"unknown room settings: {', '.join(sorted(unknown))}")
-        return cls.from_dict({**PRESETS[name], **changes})
+        if "max_responders" in changes and "idle_slots" not in changes:
+            # a cap the room or its moderator set holds when the queue is empty, too
+            changes = {**changes, "idle_slots": changes["max_responders"]}
+        return cls.from_dict({"idle_slots": IDLE_SLOTS, **PRESETS[name], **changes})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Settings:
+        """Settings as stored; a stream opened before `idle_slots` never widens (its
+        decision is checked again by readers, and must come out the same)."""
+        flags = {k: bool(data.get(k, False)) for k in (
+            "require_unanimity", "allow_overrides", "enable_interruptions", "paused")}
         return cls(int(data["max_responders"]), float(data["min_confidence"]),
                    int(data["intention_window_ms"]), tuple(data.get("slot_weights",
                                                                      SLOT_WEIGHTS)),
                    tuple(data.get("silenced", ())),
                    tuple((str(c), float(b)) for c, b in data.get("boosted", ())),
                    bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)),
-                   int(data.get("fixed_slots", 0)))
+                   int(data.get("fixed_slots", 0)), **flags,
+                   idle_slots=int(data.get("idle_slots", data["max_responders"])))
 
 
 @dataclass(frozen=True)
@@ -103,6 +138,7 @@ class Thought:
     confidence: float
     reasoning: str = ""
     ts: float = 0.0  # seconds since the epoch
+    override: bool = False  # it must speak even if denied (rooms that allow overrides)
 
 
 @dataclass
@@ -126,6 +162,7 @@ class Decision:
     exit: str  # clear_winner, all_slots_claimed, everyone_decided, window
     decided_at_ms: int  # after the stream opened
     fallback: bool = False  # nobody claimed a person's message: the most confident answers
+    reasoning: str = ""  # who has the floor and why the others do not (§3.1)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -141,9 +178,27 @@ def mentions(text: str, citizens: Iterable[str]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(m for m in _MENTION.findall(text.lower()) if m in names))
 
 
+def cap(s: Stream) -> int:
+    """The most that may answer (§10.1): one under high pressure, the room's idle cap
+    (three unless the room says otherwise) when nothing waits for the model."""
+    if s.pressure > HIGH_PRESSURE:
+        return 1
+    if s.pressure == 0:
+        return max(s.settings.max_responders, s.settings.idle_slots)
+    return s.settings.max_responders
+
+
+def min_confidence(s: Stream) -> float:
+    """The room's minimum, raised to 0.7 under high pressure (§10.5) - not for work
+    seeking volunteers, which is no generation to spare the model."""
+    if s.pressure > HIGH_PRESSURE and not s.settings.fixed_slots:
+        return max(s.settings.min_confidence, PRESSED_MIN_CONFIDENCE)
+    return s.settings.min_confidence
+
+
 def slots(s: Stream) -> int:
     """How many may answer: drawn from the weights with a seed from the stream id (so
-    every daemon draws the same), capped by the room, one only under high pressure."""
+    every daemon draws the same), within the cap."""
     if s.settings.fixed_slots > 0:
         return s.settings.fixed_slots
     # Not for secrecy: the same seed must give every daemon the same draw.
@@ -154,43 +209,44 @@ def slots(s: Stream) -> int:
         if draw < total:
             n = k
             break
-    n = min(n, s.settings.max_responders)
-    return 1 if s.pressure > HIGH_PRESSURE else max(1, n)
+    return max(1, min(n, cap(s)))
 
 
-def _confidence(s: Stream, t: Thought) -> float:
+def confidence(s: Stream, t: Thought) -> float:
+    """A bid's confidence with the moderator's boost."""
     boost = dict(s.settings.boosted).get(t.citizen, 0.0)
     return min(1.0, max(0.0, t.confidence + boost))
 
 
 def _by_confidence(s: Stream, thoughts: Iterable[Thought]) -> list[Thought]:
-    return sorted(thoughts, key=lambda t: (-_confidence(s, t), t.citizen))
+    return sorted(thoughts, key=lambda t: (-confidence(s, t), t.citizen))
 
 
 def _exit(s: Stream, thoughts: list[Thought], claims: list[Thought], n: int,
           elapsed_ms: int) -> str:
     """Why the decision can be made now ('' while it is worth waiting for more bids)."""
-    coordinate = s.settings.coordinate
-    if coordinate and len(thoughts) == 1 and claims and _confidence(s, claims[0]) > CLEAR_WINNER:
+    early = s.settings.coordinate and not s.settings.require_unanimity
+    if early and len(thoughts) == 1 and claims and confidence(s, claims[0]) > CLEAR_WINNER:
         return "clear_winner"
-    if len(claims) >= n and coordinate:
+    if early and len(claims) >= n:
         return "all_slots_claimed"
     if len(thoughts) >= len(s.participants):
         return "everyone_decided"
-    window = s.settings.intention_window_ms if coordinate else UNCOORDINATED_WAIT_MS
+    window = s.settings.intention_window_ms if s.settings.coordinate else UNCOORDINATED_WAIT_MS
     return "window" if elapsed_ms >= window else ""
 
 
 def _granted(s: Stream, claims: list[Thought], n: int) -> list[str]:
     """The @mentioned claimers, then the most confident others above the minimum."""
     granted = [t.citizen for t in claims if t.citizen in s.mentions]  # @mention override
+    bar = min_confidence(s)
     for t in claims:
         if len(granted) >= n + len(s.mentions):
             break
         if t.citizen in granted:
             continue
         top = sum(1 for g in granted if g not in s.mentions) < n
-        if top and _confidence(s, t) >= s.settings.min_confidence:
+        if top and confidence(s, t) >= bar:
             granted.append(t.citizen)
     return granted
 
@@ -203,9 +259,34 @@ def _fallback(s: Stream, thoughts: list[Thought]) -> list[str]:
     return [t.citizen for t in voices[:1]]
 
 
+def _reasoning(s: Stream, granted: list[str], claims: list[Thought], n: int, *,
+               fallback: bool, how: str) -> str:
+    """The decision in words (§3.1 `Decision.reasoning`): who has the floor and why."""
+    by = {t.citizen: t for t in s.thoughts.values()}
+    parts = [f"{how}, {n} slot{'s' if n != 1 else ''}"]
+    if granted:
+        why = ("nobody claimed a person's message: the most confident answers" if fallback
+               else "by confidence")
+        parts.append("granted " + ", ".join(
+            f"{c} ({confidence(s, by[c]):.2f}{', mentioned' if c in s.mentions else ''})"
+            for c in granted) + f" - {why}")
+    bar = min_confidence(s)
+    for t in claims:
+        if t.citizen not in granted:
+            why = (f"below the minimum {bar:.2f}" if confidence(s, t) < bar
+                   else "no slot left")
+            parts.append(f"denied {t.citizen} ({confidence(s, t):.2f}: {why})")
+    silenced = sorted(c for c in by if c in s.settings.silenced)
+    if silenced:
+        parts.append(f"silenced by the moderator: {', '.join(silenced)}")
+    return "; ".join(parts)
+
+
 def decide(s: Stream, now: float) -> Decision | None:
     """The decision at `now` (seconds since the epoch), or None while it is worth
-    waiting for more thoughts."""
+    waiting for more thoughts (or the moderator paused the room)."""
+    if s.settings.paused:
+        return None
     thoughts = [t for c, t in sorted(s.thoughts.items()) if c in s.participants]
     claims = _by_confidence(s, (t for t in thoughts if t.claiming
                                 and t.citizen not in s.settings.silenced))
@@ -216,8 +297,10 @@ def decide(s: Stream, now: float) -> Decision | None:
         return None
     at = max(0, elapsed_ms)
     if not s.settings.coordinate:
-        return Decision(tuple(t.citizen for t in claims), (), tuple(
-            t.citizen for t in thoughts if not t.claiming), len(claims), how, at)
+        every = [t.citizen for t in claims]
+        return Decision(tuple(every), (), tuple(
+            t.citizen for t in thoughts if not t.claiming), len(claims), how, at,
+            reasoning=f"{how}: no coordination, every claimer answers")
     granted = _granted(s, claims, n)
     fallback = not granted
     if fallback:
@@ -226,4 +309,5 @@ def decide(s: Stream, now: float) -> Decision | None:
     denied = tuple(t.citizen for t in claims if t.citizen not in granted)
     silent = tuple(t.citizen for t in thoughts if t.citizen not in granted and (
         not t.claiming or t.citizen in s.settings.silenced))
-    return Decision(tuple(granted), denied, silent, n, how, at, fallback)
+    return Decision(tuple(granted), denied, silent, n, how, at, fallback,
+                    _reasoning(s, granted, claims, n, fallback=fallback, how=how))

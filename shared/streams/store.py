@@ -8,7 +8,7 @@
     responses/<c>.json     what a granted citizen said
     records/<c>.json       the decision record: what the bidder saw and did (rewritten
                            by it as its bid proceeds)
-    ratings/<c>.json       the operator's post-hoc rating of a bid
+    ratings/<c>.json       a post-hoc rating of c's bid, by anyone but c (`ratings`)
 
 Every record names its author under `author`; records written before that carry it
 under `citizen` (a decision: `decided_by`) and are still read.
@@ -26,10 +26,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from shared import clock, records
-from shared.atomic import CorruptFile, make_dirs, read_json, write_json
-from shared.errors import Invalid, LockTimeout, NotAllowed, NotFound, SharedError
+from shared.errors import LockTimeout, NotAllowed, NotFound, SharedError
 from shared.layout import Layout
-from shared.records import DIR_MODE, RECORD_MODE
 from shared.streams.decision import (
     DecisionRecord,
     Settings,
@@ -39,6 +37,8 @@ from shared.streams.decision import (
     mentions,
     stream_id,
 )
+from shared.streams.floor import floor, moderated
+from shared.streams.ratings import Ratings
 from shared.streams.rooms import Rooms
 from shared.streams.semaphore import Semaphore
 from shared.threads import Threads
@@ -65,6 +65,7 @@ class Streams:
         # Rooms and the semaphore make only their own directories (`streams/` is the
         # installer's, made with the commons' mode: see citizen.admin.founding.init_shared).
         self.rooms = Rooms(self.dir / "rooms", self.dir)
+        self.ratings = Ratings(self)
 
     def semaphore(self, size: int = 1) -> Semaphore:
         """The shared model's admission control (`size`: generations it takes at once;
@@ -140,8 +141,21 @@ class Streams:
             rec = self._read(sid, f"thoughts/{c}.json", c)
             if rec is not None:
                 s.thoughts[c] = Thought(c, bool(rec["claiming"]), float(rec["confidence"]),
-                                        str(rec.get("reasoning", "")), clock.epoch(rec.get("ts")))
+                                        str(rec.get("reasoning", "")), clock.epoch(rec.get("ts")),
+                                        bool(rec.get("override", False)))
         return s
+
+    def live(self, sid: str) -> Stream:
+        """The stream under its room's moderation now (§0.3): a citizen silenced or a
+        room paused after the stream opened holds for it too, not only for later ones."""
+        s = self.load(sid)
+        return moderated(s, self.settings(str(self.info(sid)["room"])))
+
+    def floor(self, sid: str, citizen: str) -> str:
+        """Why `citizen` may speak on `sid` now (granted, override, interruption), or ''
+        (undecided, not granted, or the moderator silenced it or paused the room)."""
+        decision = self.decision(sid)
+        return "" if decision is None else floor(self.live(sid), decision, citizen)
 
     def _read(self, sid: str, name: str, author: str | None, legacy: str = "citizen",
               accept: Callable[[dict[str, Any]], bool] | None = None
@@ -160,21 +174,23 @@ class Streams:
         out = []
         for sid in self.ids()[-recent:]:
             try:
-                if citizen not in self.info(sid)["participants"]:
-                    continue
+                info = self.info(sid)
+                room = self.settings(str(info["room"]))
             except (SharedError, OSError, ValueError):
+                continue
+            if citizen not in info["participants"]:
+                continue
+            if room.paused or citizen in room.silenced:  # the moderator's word, live
                 continue
             if not self.has(sid, "thoughts", citizen):
                 out.append(sid)
                 continue
-            decision = self.decision(sid)
-            if decision and citizen in decision["granted"] and not self.has(
-                    sid, "responses", citizen):
+            if not self.has(sid, "responses", citizen) and self.floor(sid, citizen):
                 out.append(sid)
         return out
 
     def think(self, sid: str, citizen: str, claiming: bool, confidence: float,
-              reasoning: str = "") -> Stream:
+              reasoning: str = "", *, override: bool = False) -> Stream:
         """Write this citizen's bid (once; only its own - its file, its uid).
 
         :raises NotAllowed: not addressed to `citizen`, or it has bid already.
@@ -184,7 +200,7 @@ class Streams:
             raise NotAllowed(f"{citizen} is not addressed by {sid}")
         name = f"thoughts/{citizen}.json"
         body = {"claiming": claiming, "confidence": min(1.0, max(0.0, float(confidence))),
-                "reasoning": reasoning[:1000]}
+                "reasoning": reasoning[:1000], "override": bool(override and claiming)}
         try:
             self.threads.write(sid, name, citizen, body)
         except NotAllowed as exc:
@@ -212,6 +228,8 @@ class Streams:
             written = clock.epoch(rec["ts"])
             at = (int(rec["decided_at_ms"]) + 0.5) / 1000
             granted = list(rec["granted"])
+            used = set(rec.get("moderated", ()))
+            room = self.settings(str(self.info(sid)["room"]))
         except (KeyError, TypeError, ValueError, SharedError):
             log.warning("ignoring the decision of %s: it does not say what it considered", sid)
             return False
@@ -219,7 +237,11 @@ class Streams:
         if not earlier <= considered or not considered <= set(s.thoughts):
             log.warning("ignoring the decision of %s: it leaves out bids made before it", sid)
             return False
+        if not used <= {*s.settings.silenced, *room.silenced}:
+            log.warning("ignoring the decision of %s: it silences whom nobody silenced", sid)
+            return False
         s.thoughts = {c: t for c, t in s.thoughts.items() if c in considered}
+        s.settings = replace(s.settings, silenced=tuple(sorted({*s.settings.silenced, *used})))
         d = decide(s, s.created + at)
         if d is None or list(d.granted) != granted:
             log.warning("ignoring the decision of %s: the rules do not give it", sid)
@@ -231,13 +253,14 @@ class Streams:
         existing = self.decision(sid)
         if existing is not None:
             return existing
-        s = self.load(sid)
+        s = self.live(sid)  # a citizen silenced since the stream opened gets no slot
         d = decide(s, clock.time() if now is None else now)
         if d is None:
             return None
         try:
             rec = self.threads.write(sid, "decision.json", by, {
-                **d.to_dict(), "decided_by": by, "considered": sorted(s.thoughts)})
+                **d.to_dict(), "decided_by": by, "considered": sorted(s.thoughts),
+                "moderated": list(s.settings.silenced)})
         except NotAllowed:  # another daemon wrote it first
             return self.decision(sid)
         return cast(DecisionRecord, rec)
@@ -255,11 +278,15 @@ class Streams:
             time.sleep(every_s)
 
     def respond(self, sid: str, citizen: str, text: str, **figures: Any) -> None:
-        """:raises NotAllowed: `citizen` was not granted, or has responded already."""
-        decision = self.decision(sid)
-        if decision is None or citizen not in decision["granted"]:
-            raise NotAllowed(f"{citizen} was not granted a response on {sid}")
-        self.threads.write(sid, f"responses/{citizen}.json", citizen, {"text": text, **figures})
+        """:raises NotAllowed: `citizen` does not have the floor (`floor`: not granted,
+        no override or interruption its room allows, silenced, or the room paused), or
+        has responded already."""
+        why = self.floor(sid, citizen)
+        if not why:
+            raise NotAllowed(f"{citizen} does not have the floor on {sid} (not granted, or "
+                             f"the moderator silenced it or paused the room)")
+        self.threads.write(sid, f"responses/{citizen}.json", citizen,
+                           {"text": text, "floor": why, **figures})
 
     def responses(self, sid: str) -> dict[str, dict[str, Any]]:
         out = {}
@@ -313,44 +340,10 @@ class Streams:
         """The decision record of one bidder (None: it has none)."""
         return self._read(sid, f"records/{citizen}.json", citizen)
 
-    def rate(self, sid: str, citizen: str, score: float, by: str) -> None:
-        """A post-hoc rating of a citizen's bid (0 = should have stayed silent, 1 = right
-        to speak); the operator's file.
-
-        :raises Invalid: a score outside 0..1. :raises NotFound: no such bid to rate.
-        """
-        if not 0.0 <= score <= 1.0:
-            raise Invalid("a rating is between 0 and 1")
-        if self.read_record(sid, citizen) is None:
-            raise NotFound(f"{citizen} has no decision record on {sid} - "
-                           f"`citizen stream show {sid}` lists its bidders")
-        path = self.threads.dir(sid) / "ratings" / f"{citizen}.json"
-        make_dirs(path.parent, self.shared, DIR_MODE)
-        write_json(path, {"citizen": citizen, "score": score, "by": by, "ts": clock.now()},
-                   mode=RECORD_MODE)
+    def rate(self, sid: str, citizen: str, score: float, reasoning: str = "") -> None:
+        """A post-hoc rating of `citizen`'s bid, by whoever runs this (`Ratings.rate`)."""
+        self.ratings.rate(sid, citizen, score, reasoning)
 
     def calibration(self, citizen: str) -> dict[str, Any]:
-        """How well a citizen's confidence predicted its ratings: factor = mean rating /
-        mean confidence over rated bids, clamped to [0.5, 1.5] (1.0 until 3 ratings)."""
-        pairs = []
-        for sid in self.ids():
-            rating = self.threads.dir(sid) / "ratings" / f"{citizen}.json"
-            if not rating.is_file():
-                continue
-            rec = self.read_record(sid, citizen)
-            if rec is None:
-                continue
-            try:
-                score = float(read_json(rating)["score"])
-            except (CorruptFile, KeyError, ValueError):
-                continue
-            pairs.append((float(rec.get("confidence", 0.0)), score))
-        if len(pairs) < 3:
-            return {"citizen": citizen, "rated": len(pairs), "factor": 1.0}
-        conf = sum(c for c, _ in pairs) / len(pairs)
-        score = sum(r for _, r in pairs) / len(pairs)
-        factor = 1.0 if conf == 0 else min(1.5, max(0.5, score / conf))
-        brier = sum((c - r) ** 2 for c, r in pairs) / len(pairs)
-        return {"citizen": citizen, "rated": len(pairs), "mean_confidence": round(conf, 3),
-                "mean_rating": round(score, 3), "factor": round(factor, 3),
-                "brier": round(brier, 4)}
+        """How well `citizen`'s confidence predicted the ratings others gave it."""
+        return self.ratings.calibration(citizen)

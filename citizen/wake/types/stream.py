@@ -26,6 +26,7 @@ from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 from shared import clock
 from shared.errors import LockTimeout, SharedError
 from shared.streams import (
+    GRANTED,
     HIGH_PRESSURE,
     Semaphore,
     Streams,
@@ -97,11 +98,14 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     info = streams.info(sid)
     record = streams.read_record(sid, me) or {}
     if not record:
-        if streams.decision(sid) is not None:  # decided before I got here: a bid is waste
+        # decided before I got here: a bid is waste - unless the room takes interjections
+        interjecting = bool(info["settings"].get("enable_interruptions"))
+        if streams.decision(sid) is not None and not interjecting:
             record = _late(setup, streams, sid=sid, info=info)
         else:
             record = _bid(setup, env, ask, streams, sem=sem, sid=sid, info=info)
-        streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"])
+        streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"],
+                      override=bool(record.get("override")))
     decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
         "intention_window_ms"] / 1000 + 10)
     s = streams.load(sid)
@@ -109,18 +113,19 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
                            for c, t in s.thoughts.items() if c != me}
     record["decision"] = {k: decision.get(k) for k in (
         "granted", "denied", "silent", "slots", "exit", "decided_at_ms", "decided_by",
-        "fallback")}
+        "fallback", "reasoning")}
+    floor = streams.floor(sid, me)  # granted, or an override/interjection the room allows
     if info.get("source") == "mail":
         return _mail(setup, env, streams, sid=sid, decision=decision, record=record,
                      task_id=task_id)
     if info.get("source") == "volunteer":  # the asker reads the decision; nothing to say
-        record["action"] = "VOLUNTEERED" if me in decision["granted"] else "SILENT"
-        if me in decision["granted"]:
+        record["action"] = "VOLUNTEERED" if floor == GRANTED else "SILENT"
+        if floor == GRANTED:
             streams.respond(sid, me, "I volunteer")
         streams.record(sid, me, record)
         env.event("stream_volunteer", stream=sid, action=record["action"])
         return f"{sid}: {record['action']}"
-    if me not in decision["granted"]:
+    if not floor:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
         env.event("stream_silent", stream=sid, exit=decision["exit"])
@@ -150,7 +155,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
                "model": reply.model}
     streams.respond(sid, me, reply.text, **figures)
     streams.heat(info["room"], "serviced")
-    record.update(action="POSTED", response=reply.text[:4000], **figures)
+    record.update(action="POSTED", floor=floor, response=reply.text[:4000], **figures)
     streams.record(sid, me, record)
     env.event("stream_posted", stream=sid, **figures)
     return f"{sid}: POSTED"
@@ -202,16 +207,24 @@ def _bid(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semapho
     room = streams.room(info["room"])
     temperature = float(room["temperature_now"])
     pressure = sem.pressure()
-    others = sorted(streams.load(sid).thoughts)
+    thoughts = streams.load(sid).thoughts
+    others = sorted(thoughts)
     mentioned = me in info["mentions"]
-    prompt = setup.templates.prompt(
-        "bid", name=me, focus=setup.config.focus, room=info["room"],
-        temperature=f"{temperature:.2f}", pressure=pressure, mentioned=mentioned,
-        others=", ".join(others) or "nobody yet", text=info["text"])
+    activity = streams.activity(info["room"], clock.time())
+    settings = info["settings"]
+    values = prompt_values(
+        room=info["room"], temperature=temperature, pressure=pressure, mentioned=mentioned,
+        present=room.get("present"), from_person=bool(info.get("human")),
+        activity=activity, competing={c: (t.claiming, t.confidence)
+                                      for c, t in thoughts.items() if c != me},
+        overrides=bool(settings.get("allow_overrides")))
+    prompt = setup.templates.prompt("bid", name=me, focus=setup.config.focus,
+                                    text=info["text"], **values)
     focus_words = {w.lower().strip(".,;:") for w in setup.config.focus.split() if len(w) > 3}
     knows = any(w in info["text"].lower() for w in focus_words)
     started, tokens = time.monotonic(), ask.meter.tokens_in + ask.meter.tokens_out
     mode, serial = setup.config.stream_bid, ask.llm.max_concurrent <= 1
+    override = False  # a rule bid never overrides: only a model's judgement may
     if mode == "rule" or (mode == "auto" and (serial or pressure > HIGH_PRESSURE)):
         # On a one-at-a-time server a bid waits in line with the answers it should save
         # (bench/streams.py: model bids made coordinated answers slower, not faster).
@@ -223,7 +236,7 @@ def _bid(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semapho
             data = ask(prompt, setup.templates.schema("stream_bid"), "stream_bid",
                        max_tokens=120, tier="fast")
             raw, claim, how = float(data["confidence"]), bool(data["claim"]), "model"
-            reasoning = str(data["reasoning"])
+            reasoning, override = str(data["reasoning"]), bool(data.get("override"))
         except (ProviderError, StructuredOutputError) as exc:
             claim, raw, how, reasoning = _rule(mentioned, knows,
                                                f"model unavailable: {str(exc)[:80]}")
@@ -234,20 +247,42 @@ def _bid(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semapho
     adjusted = min(1.0, max(0.0, raw * factor * load + expertise
                             + temperature_bias(temperature)))
     return {"stream": sid, "message_id": info["message_id"], "prompt": prompt,
+            "prompt_values": values, "override": override and claim,
             **seen_system(env, ask.system),
             "ambient": {"room": info["room"], "temperature": round(temperature, 3),
                         "pressure": pressure, "mentioned": mentioned, "bid_before": others,
                         "answers_last_hour": answered.get(me, 0),
                         # None: nobody said whether a person is in the room (room presence)
                         "user_present": room.get("present"),
-                        "from_person": bool(info.get("human")),
-                        **streams.activity(info["room"], clock.time())},
+                        "from_person": bool(info.get("human")), **activity,
+                        "competing": {c: {"claiming": t.claiming, "confidence": t.confidence}
+                                      for c, t in thoughts.items() if c != me}},
             "claim": claim, "raw_confidence": raw, "calibration_factor": factor,
             "load_factor": round(load, 3), "expertise_boost": expertise,
             "confidence": round(adjusted, 4), "reasoning": reasoning[:500], "how": how,
             "bid_latency_s": round(time.monotonic() - started, 3),
             "bid_tokens": ask.meter.tokens_in + ask.meter.tokens_out - tokens,
             "model": setup.config.seat("fast").model}
+
+
+def prompt_values(*, room: str, temperature: float, pressure: int, mentioned: bool,
+                  present: bool | None, from_person: bool, activity: Mapping[str, Any],
+                  competing: Mapping[str, tuple[bool, float]], overrides: bool
+                  ) -> dict[str, Any]:
+    """The ambient state a bid's prompt shows (§8.2, §9.2): temperature, pressure,
+    whether a person is here, time since the room's last answer, messages in the last
+    minute, and the bids already made. Kept in the record, so a replay - as this
+    citizen or another - renders the same state."""
+    since = activity.get("time_since_last_response_s")
+    bids = "; ".join(f"{c} {'claims' if claiming else 'defers'} ({conf:.2f})"
+                     for c, (claiming, conf) in sorted(competing.items()))
+    return {"room": room, "temperature": f"{temperature:.2f}", "pressure": pressure,
+            "mentioned": mentioned, "from_person": "yes" if from_person else "no",
+            "present": "unknown" if present is None else "yes" if present else "no",
+            "since_last": "no answer yet" if since is None else f"{since:.0f} s",
+            "per_minute": int(activity.get("messages_in_last_minute", 0)),
+            "others": bids or "nobody yet",
+            "overrides": "yes" if overrides else "no"}
 
 
 def _rule(mentioned: bool, knows: bool, why: str) -> tuple[bool, float, str, str]:

@@ -1,0 +1,43 @@
+"""Who has the floor after a stream's decision (§0.2 floor control), a pure rule.
+
+The decision grants the floor; a room's governance may open it further - a denied
+claimer that says it must speak, where overrides are allowed (balanced), and a
+citizen that bids after the decision, where interruptions are enabled (anarchic) -
+and the moderator closes it (§0.3): a citizen silenced, or a room paused, after the
+stream opened speaks no more. No files here (`shared.streams.store` keeps them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from shared.streams.decision import Settings, Stream, confidence, min_confidence
+
+GRANTED, OVERRIDE, INTERRUPTION = "granted", "override", "interruption"
+
+
+def moderated(s: Stream, room: Settings) -> Stream:
+    """`s` under its room's moderation now: silenced there since it opened, or paused."""
+    silenced = tuple(sorted({*s.settings.silenced, *room.silenced}))
+    return replace(s, settings=replace(s.settings, silenced=silenced, paused=room.paused))
+
+
+def floor(s: Stream, decision: Mapping[str, Any], citizen: str) -> str:
+    """Why `citizen` may speak on the decided stream `s` (GRANTED, OVERRIDE,
+    INTERRUPTION), or '' - `s` as `moderated` gives it, so a moderator's silence or
+    pause after the decision holds too."""
+    if s.settings.paused or citizen in s.settings.silenced:
+        return ""
+    if citizen in decision.get("granted", ()):
+        return GRANTED
+    t = s.thoughts.get(citizen)
+    if t is None or not t.claiming or confidence(s, t) < min_confidence(s):
+        return ""
+    if s.settings.allow_overrides and t.override and citizen in decision.get("denied", ()):
+        return OVERRIDE
+    considered: Iterable[str] = decision.get("considered", ())
+    if s.settings.enable_interruptions and citizen not in considered:
+        return INTERRUPTION  # it bid after the decision was made: an interjection
+    return ""
