@@ -126,6 +126,11 @@ class Layout:
         return self.memory / "episodes.jsonl"
 
     @property
+    def patterns(self) -> Path:
+        """Learned patterns (shared.consensus.patterns)."""
+        return self.memory / "patterns.jsonl"
+
+    @property
     def weight_history(self) -> Path:
         return self.root / VALUES / "weight_history.jsonl"
 

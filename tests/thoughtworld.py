@@ -59,7 +59,8 @@ def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:  # noqa: PL
                                         "check that hello.md does not exist already"))
     if "coherence_check" in props:
         return tool_use("respond", {"decision": "approve", "values": ["coherence"],
-                                    "rationale": "the concern is low severity: git can revert"})
+                                    "rationale": "the concern is low severity: git can revert",
+                                    "collusion_check": NO_COLLUSION})
     if "outcomes_verified" in props:
         return tool_use("respond", {"outcomes_verified": True,
                                     "rationale": "hello.md holds the greeting",
@@ -71,6 +72,9 @@ def scripted_council(body: dict[str, Any]) -> dict[str, Any] | None:  # noqa: PL
     return None
 
 
+NO_COLLUSION = {"detected": False, "explanation": "the verifier raised its own concern"}
+
+
 def env() -> dict[str, str]:
     return dict(os.environ)
 
@@ -79,7 +83,8 @@ COUNCIL = {
     "consensus_propose": proposal(), "consensus_revise": proposal(),
     "consensus_verify": vote("approve_with_concerns", "check hello.md does not exist already"),
     "consensus_integrate": {"decision": "approve", "values": ["coherence"],
-                            "rationale": "the concern is low severity: git can revert"},
+                            "rationale": "the concern is low severity: git can revert",
+                            "collusion_check": NO_COLLUSION},
     "consensus_check": {"outcomes_verified": True, "rationale": "hello.md holds the greeting"},
     "consensus_record": {"key_learnings": ["small documentation changes pass in one round"]},
 }

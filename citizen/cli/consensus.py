@@ -77,6 +77,8 @@ def show(pid: str, as_json: bool) -> None:
     click.echo(f"task:    {view['task'][:300]}")
     click.echo(f"roles:   {', '.join(f'{k} {v}' for k, v in d.roles.items())}")
     click.echo(f"stakes:  {d.stakes} ({'; '.join(d.stakes_reasons)})")
+    click.echo(f"cost:    ${view['cost']['total_usd']:.4f} over "
+               f"{len(view['cost']['by_step'])} model calls")
     for flag in d.flags:
         click.echo(f"RED FLAG: {flag}")
     _echo_rounds(view)
@@ -197,17 +199,21 @@ def _na(value: Any, fmt: str = "{}") -> str:
 
 def _indicators(data: dict[str, Any]) -> list[tuple[str, str, str]]:
     """(name, value, target) of each of the seed's six indicators, for the text report."""
-    pc, vc, nc, md = (data["productive_conflict"], data["value_coherence"],
-                      data["novel_consensus"], data["metacognitive_depth"])
+    pc, vc, nc, md, mc = (data["productive_conflict"], data["value_coherence"],
+                          data["novel_consensus"], data["metacognitive_depth"],
+                          data["memory_citation_rate"])
     weeks = ", ".join(f"{w} {row['mean_depth']}" for w, row in md["by_week"].items())
+    cited = ", ".join(f"{w} {row['rate']}" for w, row in mc["by_week"].items())
     return [
         ("1. emergent solutions", _na(data["emergent_solutions_rate"]), "> 0.40"),
         ("2. productive conflict",
          f"{_na(pc['delta_pct'], '{:+}%')} (conflicted {_na(pc['conflicted_mean'])} "
          f"of {pc['conflicted']}, unanimous {_na(pc['unanimous_mean'])} of {pc['unanimous']})",
          "≥ +10%"),
-        ("3. integrated memory usage", _na(data["memory_citation_rate"]),
+        ("3. integrated memory usage",
+         f"{_na(mc['rate'])} overall, trend {_na(mc['trend_per_week'], '{:+}/week')}",
          "rising (0.10 week 1 → 0.50 month 3)"),
+        *([("   citing by week", cited, "")] if cited else []),
         ("4. value coherence", f"r {_na(vc['r'])} ({vc['pairs']} pairs)", "r > 0.6"),
         ("5. novel consensus",
          f"{_na(nc['rate'])} ({nc['third_way']} third way of {nc['compromises']} compromises)",

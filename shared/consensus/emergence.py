@@ -26,7 +26,7 @@ from collections.abc import Iterable, Mapping
 from itertools import combinations
 from typing import Any
 
-from shared.consensus import Consensus, Proposal, diversity, metacognition, rubric
+from shared.consensus import Consensus, Proposal, diversity, metacognition, rubric, view
 from shared.consensus.rules import APPROVING
 from shared.consensus.weighing import MAX_STEP
 
@@ -62,8 +62,8 @@ def report(commons: Consensus) -> dict[str, Any]:
         "dissent_rate": share(conflicted),
         # 2. Productive conflict: the rubric of conflicted against unanimous proposals.
         "productive_conflict": productive_conflict(decided, scores),
-        # 3. Integrated memory usage: proposals that cite past episodes.
-        "memory_citation_rate": share(lambda d: any(r.get("cites") for r in d.revisions)),
+        # 3. Integrated memory usage, by week: proposals that cite past episodes.
+        "memory_citation_rate": memory_citation(decided, commons.episodes.ids()),
         # 4. Value coherence: do citizens' weights move alike after the same episode?
         "value_coherence": value_coherence(commons.weights.history()),
         # 5. Novel consensus: compromises that found a third way.
@@ -74,6 +74,12 @@ def report(commons: Consensus) -> dict[str, Any]:
         "rubric_means": rubric.means(scored),
         "rubric_scored": len(scored), "rubric_unscored_never_executed": n - len(scored),
         "gaming_flag_rate": share(lambda d: bool(d.flags)),
+        # Failure mode 6: the integrator's collusion check, and what it found.
+        "collusion_checked": sum(1 for d in decided for i in d.integrations.values()
+                                 if "collusion_check" in i),
+        "collusion_detected": sum(1 for d in decided for i in d.integrations.values()
+                                  if (i.get("collusion_check") or {}).get("detected")),
+        "cost_per_proposal": cost_per_proposal(decided),
         # Failure mode 5: weight space diversity (seed target σ > 0.15 per value).
         "weight_diversity_sigma": sigma,
         "weight_diversity_mean_sigma": round(statistics.fmean(sigma.values()), 4)
@@ -90,6 +96,39 @@ def report(commons: Consensus) -> dict[str, Any]:
                                        if line.get("approved_by") == diversity.AUTHOR),
         "audit_sample": audit_sample([d.id for d in decided]),
     }
+
+
+def memory_citation(decided: Iterable[Proposal], episodes: set[str]) -> dict[str, Any]:
+    """Indicator 3, the seed's "10 % week 1 → 50 % month 3": per ISO week of a proposal's
+    first revision, the share of decided proposals citing at least one episode that
+    exists (an id nobody recorded, or the proposal's own episode, cites no memory), the
+    share over all weeks, and the trend of the weekly shares."""
+    weeks: dict[str, list[bool]] = defaultdict(list)
+    for d in decided:
+        if not d.revisions or not d.revisions[0].get("ts"):
+            continue
+        known = episodes - {"ep-" + d.id.removeprefix("prop-")}
+        weeks[metacognition.week(str(d.revisions[0]["ts"]))].append(any(
+            str(c) in known for r in d.revisions for c in r.get("cites") or []))
+    table = {w: {"proposals": len(v), "citing": sum(v), "rate": round(sum(v) / len(v), 3)}
+             for w, v in sorted(weeks.items())}
+    every = [x for v in weeks.values() for x in v]
+    return {"by_week": table, "rate": round(sum(every) / len(every), 3) if every else None,
+            "trend_per_week": metacognition.trend({w: r["rate"] for w, r in table.items()}),
+            "target": "rising (0.10 week 1 → 0.50 month 3)"}
+
+
+def cost_per_proposal(decided: Iterable[Proposal]) -> dict[str, Any]:
+    """Failure mode 4's metric: what decided proposals cost, by stakes (the seed's
+    targets: < $0.10 a simple task, < $0.50 a complex one)."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for d in decided:
+        by[d.stakes].append(view.cost(d)["total_usd"])
+    every = [x for v in by.values() for x in v]
+    return {"mean_usd": round(statistics.fmean(every), 4) if every else None,
+            "max_usd": max(every) if every else None,
+            "mean_usd_by_stakes": {s: round(statistics.fmean(v), 4) for s, v in sorted(by.items())},
+            "target": "< $0.10 simple, < $0.50 complex"}
 
 
 def audit_sample(decided: list[str]) -> list[str]:

@@ -13,6 +13,7 @@ import json
 import re
 import sqlite3
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -73,22 +74,32 @@ class Episodes:
 
     def relevant(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
         """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
-        episodes = self.all()
-        words = re.findall(r"[A-Za-z0-9]{2,}", text.lower())[:30]
-        if not episodes:
-            return []
-        if not words:
-            return episodes[-limit:]
-        db = sqlite3.connect(":memory:")
-        db.execute("CREATE VIRTUAL TABLE e USING fts5(body)")
-        db.executemany("INSERT INTO e(rowid, body) VALUES (?, ?)",
-                       [(i, _searchable(ep)) for i, ep in enumerate(episodes)])
-        query = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
-        rows = db.execute("SELECT rowid FROM e WHERE e MATCH ? ORDER BY rank LIMIT ?",
-                          (query, limit)).fetchall()
-        db.close()
-        found = [episodes[r[0]] for r in rows]
-        return found or episodes[-limit:]
+        return relevant(self.all(), text, _searchable, limit)
+
+    def ids(self) -> set[str]:
+        """The id of every episode there is (kept and archived)."""
+        return {str(ep.get("id")) for ep in [*self.archive_all(), *self.all()]}
+
+
+def relevant(items: list[dict[str, Any]], text: str, searchable: Callable[[dict[str, Any]], str],
+             limit: int = 3) -> list[dict[str, Any]]:
+    """The `items` most relevant to `text` (SQLite FTS5 rank over `searchable(item)`), else
+    the most recent (the last `limit`): one ranking for episodes, patterns and precedents."""
+    words = re.findall(r"[A-Za-z0-9]{2,}", text.lower())[:30]
+    if not items:
+        return []
+    if not words:
+        return items[-limit:]
+    db = sqlite3.connect(":memory:")
+    db.execute("CREATE VIRTUAL TABLE e USING fts5(body)")
+    db.executemany("INSERT INTO e(rowid, body) VALUES (?, ?)",
+                   [(i, searchable(item)) for i, item in enumerate(items)])
+    query = " OR ".join(f'"{w}"' for w in dict.fromkeys(words))
+    rows = db.execute("SELECT rowid FROM e WHERE e MATCH ? ORDER BY rank LIMIT ?",
+                      (query, limit)).fetchall()
+    db.close()
+    found = [items[r[0]] for r in rows]
+    return found or items[-limit:]
 
 
 def _line(ep: dict[str, Any]) -> str:

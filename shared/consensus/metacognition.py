@@ -104,7 +104,8 @@ def _each(record: Mapping[str, Any], *items: Any) -> Iterator[tuple[str, str]]:
             yield ts, item
 
 
-def _week(ts: str) -> str:
+def week(ts: str) -> str:
+    """The ISO week of a timestamp ("2025-W45"), the unit of the seed's "over time"."""
     year, week, _ = datetime.fromtimestamp(clock.epoch(ts), tz=UTC).isocalendar()
     return f"{year}-W{week:02d}"
 
@@ -116,17 +117,21 @@ def by_week(proposals: Iterable[Proposal]) -> dict[str, Any]:
     for d in proposals:
         for ts, text in texts(d):
             if ts:
-                weeks[_week(ts)].append(depth(text))
+                weeks[week(ts)].append(depth(text))
     table = {w: {"texts": len(v), "mean_depth": round(statistics.fmean(v), 3), "max": max(v)}
              for w, v in sorted(weeks.items())}
     every = [x for v in weeks.values() for x in v]
-    trend = None
-    if len(table) >= 2:
-        index = [_week_index(w) for w in table]
-        trend = round(statistics.linear_regression(
-            index, [row["mean_depth"] for row in table.values()]).slope, 3)
     return {"by_week": table, "mean": round(statistics.fmean(every), 3) if every else None,
-            "trend_per_week": trend, "target": "rising week on week"}
+            "trend_per_week": trend({w: row["mean_depth"] for w, row in table.items()}),
+            "target": "rising week on week"}
+
+
+def trend(series: Mapping[str, float]) -> float | None:
+    """The least-squares slope of a weekly series per week elapsed (None: under 2 weeks)."""
+    if len(series) < 2:
+        return None
+    return round(statistics.linear_regression(
+        [_week_index(w) for w in series], list(series.values())).slope, 3)
 
 
 def _week_index(week: str) -> int:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from shared.consensus import gaming, human, weighing
+from shared.consensus.episodes import relevant
 from shared.consensus.justifications import Justifications
 from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
@@ -41,6 +42,8 @@ from shared.threads import PLACE, Threads
 log = logging.getLogger(__name__)
 
 REVISION = "revision"  # in a vote: the digest of the revision it judged
+PRECEDENTS = 3  # people's decisions a role prompt shows (bounded: the seed's context budget)
+PRECEDENTS_SCANNED = 50  # the newest proposals searched for them (a read per proposal)
 
 
 def revision_digest(rev: Mapping[str, Any]) -> str:
@@ -153,6 +156,21 @@ class Reader:
             and abs(float(a.get("delta", 0)) - float(line["delta"])) < 1e-9
             for a in record.get("weight_adjustments", []) if isinstance(a, Mapping))
 
+    def _pattern_vouched(self, line: Mapping[str, Any]) -> bool:
+        """A patterns.jsonl line is one its episode's record names: the integrator of
+        `prop-X` wrote `ep-X`'s episode listing exactly this pattern (any citizen can
+        append to the file, so a line alone proves nothing)."""
+        episode = str(line["episode"])
+        pid = "prop-" + episode.removeprefix("ep-")
+        if not episode.startswith("ep-") or not self.threads.exists(pid):
+            return False
+        try:
+            integrator = self.threads.header(pid).get("roles", {}).get("integrator")
+        except (SharedError, OSError):
+            return False
+        record = self.threads.read(pid, "episode.json", integrator) if integrator else None
+        return record is not None and line["pattern"] in record.get("patterns", [])
+
     def _place(self, pid: str) -> int:
         """`pid`'s place among all proposals, oldest first (-1: unknown); the listing is
         read again only when the records directory changes (a proposal opened)."""
@@ -197,6 +215,25 @@ class Reader:
         """An operator's decision (`shared.consensus.human`: planted objects count for
         nothing; in server mode only root's file counts)."""
         return human.read(path, self.enforce)
+
+    def precedents(self, text: str, exclude: str = "") -> list[dict[str, Any]]:
+        """The seed's "decision logged as precedent": people's decisions on the newest
+        PRECEDENTS_SCANNED proposals: the most relevant to `text` first, then the most
+        recent, PRECEDENTS in all. Read from the decisions themselves (`human.read`: in server
+        mode root's files only), so no citizen can plant a precedent."""
+        found = []
+        for pid in self.threads.ids()[-PRECEDENTS_SCANNED:]:
+            rec = self._human(self.records_dir / pid / human.NAME) if pid != exclude else None
+            if rec is None:
+                continue
+            try:
+                task = str(self.threads.header(pid).get("task", ""))
+            except (SharedError, OSError):
+                continue
+            found.append({"proposal": pid, "task": task[:300], "decision": rec["decision"],
+                          "why": str(rec.get("why", ""))[:300], "ts": rec.get("ts")})
+        ranked = relevant(found, text, lambda p: f"{p['task']} {p['why']}", PRECEDENTS)
+        return [*ranked, *[p for p in reversed(found) if p not in ranked]][:PRECEDENTS]
 
     def owed(self, citizen: str) -> list[Proposal]:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is

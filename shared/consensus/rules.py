@@ -54,6 +54,8 @@ class Vote(TypedDict, total=False):
     compromise: str
     deterministic_flags: list[str]  # a verification's: the gaming flags it was shown
     red_team: bool  # a verification's: it had to review adversarially
+    collusion_check: dict[str, Any]  # an integration's: {detected, explanation} (store)
+    decision_asked: str  # an integration's decision before a detected collusion escalated it
     author: str
     ts: str
 

@@ -28,6 +28,7 @@ from typing import Any
 from shared import clock
 from shared.consensus import human, tasks
 from shared.consensus.episodes import Episodes
+from shared.consensus.patterns import Patterns, cleaned
 from shared.consensus.reading import REVISION, Reader, revision_digest
 from shared.consensus.rules import (
     INTEGRATE_DECISIONS,
@@ -36,7 +37,7 @@ from shared.consensus.rules import (
     proposal_problem,
     rotation,
 )
-from shared.consensus.view import episode_record
+from shared.consensus.view import COST, episode_record, step_cost
 from shared.consensus.weighing import Framework, request_problem
 from shared.consensus.workspace import Workspace
 from shared.consensus.world import ActionError, Runner, World
@@ -58,6 +59,7 @@ class Consensus(Reader):
         super().__init__(shared_dir, framework, profiles, citizens, enforce_identity,
                          medium_programs=medium_programs)
         self.episodes = Episodes(shared_dir)
+        self.patterns = Patterns(shared_dir, vouch=self._pattern_vouched)
         self.world = World(shared_dir, runner)
         self.world_request = world_request
         self.workspace = Workspace(shared_dir, enforce_identity)
@@ -125,7 +127,7 @@ class Consensus(Reader):
         rev.update(round=d.round + 1, cites=list(body.get("cites", []))[:10],
                    response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
                    level=d.level or "proposal",
-                   next_step=str(body.get("next_step", ""))[:tasks.NEXT_CHARS])
+                   next_step=str(body.get("next_step", ""))[:tasks.NEXT_CHARS], **_costed(body))
         after = self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
         self._note(d, me, body)
         return after
@@ -160,6 +162,13 @@ class Consensus(Reader):
         d = self._owe(pid, me, "integrate")
         body = _vote(decision, "an integrator", INTEGRATE_DECISIONS,
                      ("coherence_check", "compromise", "learnings"))
+        collusion = _collusion(decision)
+        if collusion is not None:
+            body["collusion_check"] = collusion
+            if collusion["detected"] and body["decision"] in ("approve", "propose_compromise"):
+                # The seed's failure mode 6: a collusion the integrator sees is a gaming
+                # flag, and gaming flags go to a person - it cannot also approve.
+                body.update(decision="escalate_to_human", decision_asked=body["decision"])
         after = self._write(pid, f"integrate-{d.round:02d}.json", me,
                             {**body, REVISION: revision_digest(d.revisions[-1])})
         self.episodes.decision({"ts": clock.now(), "proposal": pid, "round": d.round,
@@ -253,7 +262,7 @@ class Consensus(Reader):
                                 else self.world.revert(str(commit), me))
                 except (ActionError, NotAllowed) as exc:  # recorded; the operator sees it
                     revert_error = str(exc)
-        body = _clean(verdict, ("rationale", "checks"))
+        body = {**_clean(verdict, ("rationale", "checks")), **_costed(verdict)}
         body.update(outcomes_verified=verified, model_verdict=bool(
             verdict.get("outcomes_verified")), mechanical=mechanical, reverted=reverted,
                     revert_error=revert_error)
@@ -277,9 +286,14 @@ class Consensus(Reader):
                     approved_by=me, reason=str(adj.get("reason", ""))))
             except (TypeError, ValueError) as exc:  # Invalid is a ValueError
                 refused.append({**adj, "refused": str(exc)})
+        violated = [{"value": str(v.get("value")), "how": str(v.get("how", ""))[:300]}
+                    for v in list(notes.get("values_violated") or [])[:4]
+                    if isinstance(v, Mapping) and v.get("value") in self.framework.base_values]
+        patterns = cleaned(notes.get("patterns"))
         requests = self._requests(d, ep_id, me, notes)
         applied += [r["line"] for r in requests if "line" in r]
-        episode = episode_record(d, ep_id, notes, applied, refused)
+        episode = episode_record(d, ep_id, {**notes, "values_violated": violated,
+                                            "patterns": patterns}, applied, refused)
         episode["weight_requests"] = [{k: v for k, v in r.items() if k != "line"}
                                       for r in requests]
         what, stopped = tasks.next_step(d)
@@ -293,6 +307,7 @@ class Consensus(Reader):
             episode["chain_stopped"] = stopped
         after = self._write(pid, "episode.json", me, episode)
         self.episodes.add(episode)
+        self.patterns.add(patterns, episode=ep_id, proposal=pid, by=me)
         return after
 
     def _request_problem(self, body: Mapping[str, Any]) -> str:
@@ -358,4 +373,26 @@ def _vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
     """A vote's record: its decision (one of `decisions`), rationale, values and `keys`."""
     if data.get("decision") not in decisions:
         raise Invalid(f"{who} decides one of {', '.join(decisions)}")
-    return _clean(data, ("decision", "rationale", *keys, "values"))
+    return {**_clean(data, ("decision", "rationale", *keys, "values")), **_costed(data)}
+
+
+def _costed(data: Mapping[str, Any]) -> dict[str, Any]:
+    """The step's own cost, when its wake measured one (see `view.cost`)."""
+    return {COST: step_cost(data)} if COST in data else {}
+
+
+def _collusion(data: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The integrator's answer to "are the executor and the verifier colluding?" (None:
+    not asked - a step taken without the prompt, e.g. by hand or before this existed).
+
+    :raises Invalid: an answer that is not {detected: true|false, explanation}.
+    """
+    check = data.get("collusion_check")
+    if check is None:
+        return None
+    if not isinstance(check, Mapping) or not isinstance(check.get("detected"), bool):
+        raise Invalid("an integrator's collusion_check is {\"detected\": true|false, "
+                      "\"explanation\": \"...\"} - say whether the executor and the verifier "
+                      "could be coordinating to game the review, and why")
+    return {"detected": check["detected"],
+            "explanation": str(check.get("explanation", ""))[:400]}

@@ -104,7 +104,49 @@ def render(d: Proposal) -> dict[str, Any]:
                     "integration": d.integrations.get(r)} for r in range(1, d.round + 1)],
         "execution": d.execution, "outcome": d.outcome,
         "episode": (d.episode or {}).get("id"), "source": d.request.get("source", {}),
+        "cost": cost(d),
     }
+
+
+COST = "cost_usd"  # in a step's record: what its model call cost, as its author's meter saw
+
+
+def step_cost(data: Mapping[str, Any]) -> float:
+    """A step's own cost as recorded (a number ≥ 0; anything else counts as 0)."""
+    value = data.get(COST)
+    return round(float(value), 6) if isinstance(value, int | float) and value >= 0 else 0.0
+
+
+def cost(d: Proposal, *more: Mapping[str, Any]) -> dict[str, Any]:
+    """What a proposal's model calls cost, by step and in total (seed, failure mode 4:
+    "track cost per task"). Each step's record carries its own call's cost; the broker's
+    ledger is the authority on money, this is the proposal's share of it for reading."""
+    steps: list[tuple[str, int, Mapping[str, Any]]] = [
+        ("propose" if r == 1 else "revise", r, rev) for r, rev in enumerate(d.revisions, 1)]
+    steps += [("verify", r, v) for r, v in d.verifications.items()]
+    steps += [("integrate", r, i) for r, i in d.integrations.items()]
+    steps += [(name, d.round, rec) for name, rec in (("check", d.outcome), ("record", d.episode))
+              if rec is not None]
+    steps += [("record", d.round, rec) for rec in more]
+    by_step = [{"step": name, "round": r, "author": rec.get("author"), COST: step_cost(rec)}
+               for name, r, rec in steps if step_cost(rec)]
+    return {"total_usd": round(sum(step_cost(x) for x in by_step), 6), "by_step": by_step}
+
+
+def final_state(d: Proposal) -> str:
+    """The seed's episode `final_state`, from the records: what the world holds now."""
+    ex, out = d.execution or {}, d.outcome or {}
+    commit = str(ex.get("commit") or "")[:12]
+    if not ex:
+        return f"{d.result or 'undecided'} without executing: {d.why}"[:300]
+    if not ex.get("success"):
+        return f"execution failed, nothing changed: {ex.get('error', '')}"[:300]
+    if out.get("reverted"):
+        return f"executed as {commit}, outcomes not verified, reverted by {out['reverted'][:12]}"
+    if out.get("revert_error"):
+        return f"executed as {commit}, outcomes not verified, revert failed: a person must look"
+    verified = "verified" if out.get("outcomes_verified") else "not checked"
+    return f"executed as {commit or 'no change'}, outcomes {verified}"
 
 
 def episode_record(d: Proposal, ep_id: str, notes: Mapping[str, Any],
@@ -129,4 +171,14 @@ def episode_record(d: Proposal, ep_id: str, notes: Mapping[str, Any],
         "artifacts": [str((a.get("args") or {}).get("path")) for a in
                       last.get("actions", []) if (a.get("args") or {}).get("path")],
         "commit": (d.execution or {}).get("commit"),
+        # The seed's episode schema: how long the proposal took, from its request to this
+        # record, what the world holds now, and which values it served or violated.
+        "session_duration_seconds": round(clock.epoch(clock.now())
+                                          - clock.epoch(d.request["ts"]))
+        if d.request.get("ts") else None,
+        "final_state": final_state(d),
+        "values_violated": list(notes.get("values_violated", [])),
+        "patterns": list(notes.get("patterns", [])),
+        COST: step_cost(notes),
+        "cost_total_usd": cost(d, notes)["total_usd"],
     }

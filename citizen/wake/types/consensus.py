@@ -34,6 +34,7 @@ from shared.consensus import (
     stakes,
     tasks,
 )
+from shared.consensus.view import COST
 from shared.consensus.weighing import MAX_STEP
 from shared.errors import SharedError
 
@@ -199,6 +200,8 @@ class _Steps:
         self.ask = ask
         self.env = env
         self.values = list(commons.framework.base_values)
+        # The definitions, not only the names: a weight means little without its value.
+        self.values_json = _dump(commons.framework.base_values)
 
     def take(self, d: Proposal) -> Proposal:
         step = {"propose": self.propose, "revise": self.propose, "verify": self.verify,
@@ -218,6 +221,22 @@ class _Steps:
         return _dump(episodes.brief(self.c.episodes.relevant(
             f"{d.request.get('task', '')} {render(d)['goal']}")))
 
+    def _memory(self, d: Proposal) -> dict[str, str]:
+        """What every role prompt is shown besides its weights: the values' definitions,
+        people's relevant decisions on earlier proposals, the collective's patterns."""
+        about = f"{d.request.get('task', '')} {render(d)['goal']}"
+        precedents, patterns = self.c.precedents(about, exclude=d.id), \
+            self.c.patterns.relevant(about)
+        return {"values_json": self.values_json,
+                "human_decisions_json": _dump(precedents) if precedents else "(none)",
+                "patterns_json": _dump(patterns) if patterns else "(none yet)"}
+
+    def _ask(self, prompt: str, schema: dict[str, Any], purpose: str, **kw: Any) -> dict[str, Any]:
+        """One step's call, its answer carrying what the call cost (`view.cost`)."""
+        before = self.ask.meter.spent
+        data = self.ask(prompt, schema, purpose, **kw)
+        return {**data, COST: round(self.ask.meter.spent - before, 6)}
+
     def _prompt(self, role: str, d: Proposal, role_prompt: str) -> str:
         return self.tpl.wake_prompt("CONSENSUS", role=role, proposal_id=d.id,
                                     role_prompt=role_prompt)
@@ -236,8 +255,9 @@ class _Steps:
         text = self.tpl.prompt("executor", weights_json=self._weights(d),
                                recent_episodes_json=self._episodes(d),
                                task_description=task,
-                               discussion_json=_dump(discussion) if discussion else "(none yet)")
-        data = self.ask(self._prompt("executor", d, text),
+                               discussion_json=_dump(discussion) if discussion else "(none yet)",
+                               **self._memory(d))
+        data = self._ask(self._prompt("executor", d, text),
                         self.tpl.schema("consensus_proposal", values=self.values,
                                         action_tools=list(stakes.ACTION_TOOLS),
                                         min_step=-MAX_STEP, max_step=MAX_STEP),
@@ -258,13 +278,14 @@ class _Steps:
                                        for r in range(1, d.round)]}
         text = self.tpl.prompt("verifier", weights_json=self._weights(d),
                                proposal_json=_dump(view), recent_episodes_json=self._episodes(d),
-                               stance=self.tpl.prompt("red_team") if d.red_team else "")
+                               stance=self.tpl.prompt("red_team") if d.red_team else "",
+                               **self._memory(d))
         schema = self.tpl.schema("consensus_verify", values=self.values,
                                  decisions=list(VERIFY_DECISIONS),
                                  min_step=-MAX_STEP, max_step=MAX_STEP)
         if d.red_team:  # the store refuses a red-team vote naming no way it could fail
             schema["properties"]["concerns"]["minItems"] = 1
-        data = self.ask(self._prompt("verifier", d, text), schema,
+        data = self._ask(self._prompt("verifier", d, text), schema,
                         "consensus_verify", max_tokens=700,
                         # The seed: the fast model for routine reviews, not for high stakes.
                         tier="primary" if d.stakes == "high" else "fast")
@@ -285,8 +306,8 @@ class _Steps:
         text = self.tpl.prompt("integrator", weights_json=self._weights(d),
                                consensus_rules_json=_dump(rules), proposal_json=_dump(proposal),
                                verification_json=_dump(d.verifications[d.round]),
-                               recent_episodes_json=self._episodes(d))
-        data = self.ask(self._prompt("integrator", d, text),
+                               recent_episodes_json=self._episodes(d), **self._memory(d))
+        data = self._ask(self._prompt("integrator", d, text),
                         self.tpl.schema("consensus_integrate", values=self.values,
                                         decisions=list(INTEGRATE_DECISIONS)),
                         "consensus_integrate", max_tokens=700)
@@ -302,7 +323,7 @@ class _Steps:
             expected_json=_dump(d.revisions[-1].get("expected_outcomes", [])),
             execution_json=_dump(d.execution),
             mechanical_json=_dump(self.c.world.check(d.revisions[-1].get("actions", []))))
-        data = self.ask(self._prompt("verifier", d, text), self.tpl.schema("consensus_check"),
+        data = self._ask(self._prompt("verifier", d, text), self.tpl.schema("consensus_check"),
                         "consensus_check", max_tokens=600, tier="fast")
         return self.c.check(d.id, self.me, data)
 
@@ -311,8 +332,9 @@ class _Steps:
         text = self.tpl.prompt("record", weights_json=self._weights(d),
                                proposal_json=_dump(render(d)),
                                participants_json=_dump({c: self.c.weights.current(c)
-                                                        for c in others}))
-        data = self.ask(self._prompt("integrator", d, text),
+                                                        for c in others}),
+                               values_json=self.values_json)
+        data = self._ask(self._prompt("integrator", d, text),
                         self.tpl.schema("consensus_record", values=self.values, citizens=others,
                                         min_step=-MAX_STEP, max_step=MAX_STEP),
                         "consensus_record", max_tokens=600)
