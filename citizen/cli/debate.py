@@ -117,7 +117,10 @@ def show(did: str, as_json: bool) -> None:
     click.echo("falsifiers:")
     for p, fs in d.falsifiers.items():
         for f in fs:
-            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}")
+            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}"
+                       f" ({len(d.evidence_on.get(f['id'], []))} evidence)")
+    for p, answer in crux["counterfactual"].items():
+        click.echo(f"  would {p}'s TopClaim flip? {answer['why']}")
     click.echo(f"crux:      {'VALIDATED' if crux['validated'] else 'not validated'}")
     for check in crux["failed_checks"]:
         click.echo(f"  failed: {check}")
