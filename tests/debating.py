@@ -33,6 +33,7 @@ def play(s: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0911 - one branch per
     if stage == "CRUX_LOCK":
         if not s["your_commitment"]:
             return {"move": "COMMIT", "side": side, "confidence": 0.7, "falsifier": FALSIFIER,
+                    "top_claim_would_flip": bool(s["your_top_claim"]),
                     "content": f"{me} commits {side}"}
         others = [p for p, sd in s["commitments"].items() if sd != side and p != me]
         targets = [t for t in s["steelman_first"] if t in others]
@@ -44,7 +45,9 @@ def play(s: dict[str, Any]) -> dict[str, Any]:  # noqa: PLR0911 - one branch per
                                           for m in s["recent_messages"]):
         return {"move": "CHALLENGE", "target": s["you_may_challenge"][0],
                 "content": "your numbers ignore flaky tests"}
-    return {"move": "EVIDENCE", "content": "F1: last quarter 7% of merges were reverted"}
+    named = [f.split(":", 1)[0] for fs in s.get("falsifiers", {}).values() for f in fs]
+    return {"move": "EVIDENCE", "content": "last quarter 7% of merges were reverted",
+            "bears_on": named[0] if named else ""}
 
 
 def scripted_debater(body: dict[str, Any]) -> dict[str, Any] | None:

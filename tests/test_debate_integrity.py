@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from shared.debates import ALL_MOVES, GRADES, SIDES, Debate, Debates, IllegalMove
-from shared.debates.moves import recorded
+from shared.debates.moves import FLIP, recorded
 from tests.debating import FALSIFIER, play
 
 PEOPLE = ["opus", "mira", "aria"]
@@ -37,6 +37,8 @@ CHOICES: dict[str, list[Any]] = {
     "question": ["", "Will it pass 40% by 2030?", "what now"],
     "falsifier": [FALSIFIER, VAGUE],
     "top_claim": [{"statement": "x", "side": "YES"}, {"statement": "", "side": "NO"}],
+    FLIP: [None, True, False, "yes"],  # None: not answered (recorded() drops it)
+    "bears_on": ["", "F1", "F9"],
 }
 
 
@@ -123,6 +125,7 @@ class DebateMachine(RuleBasedStateMachine):
         self._stages_and_budgets(d, said)
         self._steelmans_and_challenges(said)
         self._locks(d)
+        self._evidence(d, said)
         posted = self._posted()
         thread = [m["seq"] for m in said]
         assert posted == thread[:len(posted)], "the event log contradicts the thread"
@@ -169,6 +172,15 @@ class DebateMachine(RuleBasedStateMachine):
                 assert latest.get((m["author"], m["target"])) == "ACCURATE", \
                     "a challenge before an ACCURATE steelman"
 
+    @staticmethod
+    def _evidence(d: Debate, said: list[dict[str, Any]]) -> None:
+        """Evidence names a falsifier declared before it (ids are F1, F2 ... in order)."""
+        for m in said:
+            if m["move"] == "EVIDENCE":
+                declared = [f for fs in d.falsifiers.values() for f in fs]
+                assert m.get("bears_on") in {f["id"] for f in declared}, m
+                assert int(m["bears_on"][1:]) <= len(declared)
+
     def _locks(self, d: Debate) -> None:
         for e in d.events:
             if e["type"] != "lock_succeeded":
@@ -194,6 +206,14 @@ class DebateMachine(RuleBasedStateMachine):
             assert len(sides) >= 2 and {"YES", "NO"} <= set(sides.values())
             assert steel and all(g == "ACCURATE" for g in steel.values())
             assert set(sides) <= falsified, "locked without everyone's falsifier"
+            sided = {p: s for p, s in sides.items() if s in ("YES", "NO")}
+            for p, side in sided.items():
+                assert any(steel.get((p, q)) == "ACCURATE" for q, other in sided.items()
+                           if other != side), f"locked without {p}'s steelman of the other side"
+            answered = {m["author"]: m[FLIP] for m in upto
+                        if m["move"] == "COMMIT" and isinstance(m.get(FLIP), bool)}
+            assert set(sided) <= set(answered), "locked without everyone's flip answer"
+            assert e["would_flip"] == {p: answered[p] for p in sided}
 
 
 class DebateStoreMachine(DebateMachine):

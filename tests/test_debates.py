@@ -16,9 +16,12 @@ from shared.debates import (
     falsifier_problems,
     scaled_budgets,
 )
+from shared.debates.moves import FLIP
 from tests.debating import FALSIFIER, play
 
 PEOPLE = ["opus", "mira", "aria"]
+MUTUAL = "steelmans must be mutual - each side's steelman of the other graded ACCURATE; " \
+    "none yet by: "
 
 
 @pytest.fixture
@@ -94,43 +97,54 @@ def test_each_lock_criterion_fails_on_its_own() -> None:
     d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (30, 40), "EVIDENCE": (2, 4)})
     moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}))
     assert d.stage == "CRUX_LOCK"
-    moves(d, ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}))
+    moves(d, ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER, FLIP: False}))
     assert any("at least 2" in f for f in d.lock_failures())
     moves(d, ("a", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}))
     assert [f for f in d.lock_failures() if "YES and a NO" in f]
     moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
           ("a", {"move": "GRADE_STEELMAN", "grade": "WRONG"}),
-          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}))
-    assert [f for f in d.lock_failures() if "ACCURATE" in f]
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER, FLIP: False}))
+    assert [f for f in d.lock_failures() if "every steelman" in f]
     assert not [f for f in d.lock_failures() if "YES and a NO" in f]
     moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
           ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    assert d.lock_failures() == [MUTUAL + "a"]
+    moves(d, ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
     assert d.lock_failures() == []
     d2 = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (30, 40), "EVIDENCE": (2, 4)})
     moves(d2, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
-          ("b", {"move": "COMMIT", "side": "YES"}),
-          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
+          ("b", {"move": "COMMIT", "side": "YES", FLIP: False}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER, FLIP: False}),
           ("b", {"move": "STEELMAN", "target": "a"}),
-          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}),
+          ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
     assert d2.lock_failures() == ["committed participants without a falsifier: b"]
 
 
 def test_the_moderator_prompts_then_frames_then_derives_falsifiers() -> None:
-    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (2, 8), "EVIDENCE": (2, 4)})
+    d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (2, 10), "EVIDENCE": (2, 4)})
     moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption reach 40%?"}),
-          ("b", {"move": "COMMIT", "side": "YES", "content": "Adoption reaches 40% by 2029"}),
+          ("b", {"move": "COMMIT", "side": "YES", "content": "Adoption reaches 40% by 2029",
+                 FLIP: False}),
           ("a", {"move": "COMMIT", "side": "UNCERTAIN"}))
     assert [e["attempt"] for e in d.events if e["type"] == "lock_failed"] == [1]
     assert "does not lock yet" in d.messages[-1]["content"]
     moves(d, ("b", {"move": "TOP_CLAIM", "top_claim": {"statement": "it spreads",
                                                         "side": "YES"}}),
-          ("a", {"move": "COMMIT", "side": "NO", "content": "It stays below 40% by 2029"}))
+          ("a", {"move": "COMMIT", "side": "NO", "content": "It stays below 40% by 2029",
+                 FLIP: False}))
     assert [e["attempt"] for e in d.events if e["type"] == "lock_failed"] == [1, 2]
     assert "Binary framing" in d.messages[-1]["content"]
     moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
           ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+    assert "derives falsifiers from the dialogue for b, a" in d.messages[-1]["content"]
+    assert d.lock_failures() == [MUTUAL + "a"]  # the third attempt failed on that alone
+    moves(d, ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
     ok = [e for e in d.events if e["type"] == "lock_succeeded"]
-    assert ok and ok[0]["attempt"] == 3 and sorted(ok[0]["derived"]) == ["a", "b"]
+    assert ok and ok[0]["attempt"] == 4
     assert d.stage == "EVIDENCE"
     assert d.falsifiers["a"][0]["threshold"] == "40%" and d.falsifiers["a"][0]["deadline"] == "2029"
 
@@ -166,24 +180,24 @@ def test_illegal_moves_are_refused_logged_and_never_enter(
 def test_challenge_needs_an_accurate_steelman_and_nobody_grades_itself() -> None:
     d = two({"DISCOVERY": (1, 2), "CRUX_LOCK": (1, 20), "EVIDENCE": (10, 20)})
     moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
-          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}),
-          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
+          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER, FLIP: False}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER, FLIP: False}),
           ("b", {"move": "STEELMAN", "target": "a"}))
     with pytest.raises(IllegalMove, match="grade b's steelman of you first"):
         moves(d, ("a", {"move": "FALSIFIER", "falsifier": FALSIFIER}))
     with pytest.raises(IllegalMove, match="it is a's turn"):
         moves(d, ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))  # self-grading
     moves(d, ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}),
-          ("a", {"move": "PROPOSE_LOCK"}))
+          ("a", {"move": "STEELMAN", "target": "b"}),
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}),
+          ("b", {"move": "PROPOSE_LOCK"}))
     assert d.stage == "EVIDENCE"
-    moves(d, ("b", {"move": "CHALLENGE", "target": "a"}))  # b's steelman of a was ACCURATE
-    with pytest.raises(IllegalMove, match="only after a steelman of b graded ACCURATE"):
-        moves(d, ("a", {"move": "CHALLENGE", "target": "b"}))
-    moves(d, ("a", {"move": "STEELMAN", "target": "b"}),
-          ("b", {"move": "GRADE_STEELMAN", "grade": "INCOMPLETE"}),
-          ("b", {"move": "EVIDENCE"}))
-    with pytest.raises(IllegalMove, match="only after"):  # INCOMPLETE is not enough
-        moves(d, ("a", {"move": "CHALLENGE", "target": "b"}))
+    moves(d, ("a", {"move": "CHALLENGE", "target": "b"}))  # a's steelman of b was ACCURATE
+    moves(d, ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "INCOMPLETE"}))
+    with pytest.raises(IllegalMove, match="only after a steelman of a graded ACCURATE"):
+        moves(d, ("a", {"move": "EVIDENCE", "bears_on": "F1"}),
+              ("b", {"move": "CHALLENGE", "target": "a"}))  # its latest is INCOMPLETE
 
 
 def test_budgets_end_each_stage(debates: Debates) -> None:
@@ -199,16 +213,17 @@ def test_a_cheap_concession_is_flagged() -> None:
     claim = {"statement": "adoption wins", "side": "YES"}
     moves(d, ("a", {"move": "PROPOSE_QUESTION", "question": "Will adoption pass 40%?"}),
           ("b", {"move": "TOP_CLAIM", "top_claim": claim}),
-          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER}),
-          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER}),
+          ("a", {"move": "COMMIT", "side": "NO", "falsifier": FALSIFIER, FLIP: False}),
+          ("b", {"move": "COMMIT", "side": "YES", "falsifier": FALSIFIER, FLIP: True}),
           ("a", {"move": "STEELMAN", "target": "b"}),
-          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
+          ("b", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}),
+          ("b", {"move": "STEELMAN", "target": "a"}),
+          ("a", {"move": "GRADE_STEELMAN", "grade": "ACCURATE"}))
     assert d.stage == "EVIDENCE", d.lock_failures()
-    who = d.owed_by()
-    moves(d, (who, {"move": "EVIDENCE"}))
-    moves(d, ("b" if who == "a" else "a", {"move": "EVIDENCE"}))
+    for _ in range(3):
+        moves(d, (d.owed_by(), {"move": "EVIDENCE", "bears_on": "F2"}))
     if d.owed_by() != "b":
-        moves(d, ("a", {"move": "EVIDENCE"}))
+        moves(d, ("a", {"move": "EVIDENCE", "bears_on": "F1"}))
     moves(d, ("b", {"move": "CONCEDE", "side": "NO"}))
     assert d.crux()["cheap_concessions"] == ["b"]
 

@@ -1,5 +1,5 @@
 """Structured debates from the operator's side: `citizen debate list`, `citizen debate
-start|show|follow`."""
+start|show|follow|graders`."""
 
 from __future__ import annotations
 
@@ -45,7 +45,7 @@ def debates_cmd(as_json: bool) -> None:
 
 @click.group("debate")
 def debate() -> None:
-    """Structured debates: list, start, show, follow."""
+    """Structured debates: list, start, show, follow, graders."""
 
 
 def _budget(values: tuple[str, ...]) -> dict[str, tuple[int, int]] | None:
@@ -117,7 +117,10 @@ def show(did: str, as_json: bool) -> None:
     click.echo("falsifiers:")
     for p, fs in d.falsifiers.items():
         for f in fs:
-            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}")
+            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}"
+                       f" ({len(d.evidence_on.get(f['id'], []))} evidence)")
+    for p, answer in crux["counterfactual"].items():
+        click.echo(f"  would {p}'s TopClaim flip? {answer['why']}")
     click.echo(f"crux:      {'VALIDATED' if crux['validated'] else 'not validated'}")
     for check in crux["failed_checks"]:
         click.echo(f"  failed: {check}")
@@ -145,6 +148,17 @@ def follow(did: str, timeout: float) -> None:
         if any(e["type"] == "debate_complete" for e in events):
             return
         time.sleep(0.2)
+
+
+@debate.command("graders")
+@json_option
+def graders(as_json: bool) -> None:
+    """Each grader's steelman grades over every debate; LENIENT: more than 90 % ACCURATE
+    over at least 10 grades (the plan's risk: steelmans always graded ACCURATE)."""
+    rows = [{"grader": who, **g} for who, g in civilization.debates().graders().items()]
+    echo_rows(rows, as_json, lambda r: (
+        f"{r['grader']:<8} {r['accurate']:>3}/{r['graded']:<3} ACCURATE ({r['rate']:.0%})"
+        + (f"  LENIENT: {r['why']}" if r["lenient"] else "")), "no steelman graded yet")
 
 
 debate.add_command(debates_cmd, "list")

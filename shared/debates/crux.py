@@ -28,13 +28,16 @@ def _position(d: State, p: str) -> dict[str, Any]:
 
 
 def _counterfactual(d: State, p: str) -> dict[str, Any]:
-    """Would `p`'s TopClaim flip with the crux: it takes a side, and so does `p`."""
-    claim = d.top_claims.get(p)
-    linked = bool(claim) and d.commitments.get(p, {}).get("side") in ("YES", "NO") \
-        and claim is not None and claim.get("side") in ("YES", "NO")
-    return {"top_claim_would_flip": linked,
-            "why": "its TopClaim takes a side on the crux" if linked
-            else "no TopClaim on a side, or no YES/NO commitment"}
+    """Would `p`'s TopClaim flip if the crux resolved the other way: `p`'s own answer,
+    asked and recorded when the crux locked (never inferred from its sides)."""
+    answer = d.counterfactual.get(p)
+    if answer is None:
+        why = ("no YES/NO commitment when the crux locked" if d.counterfactual
+               else "not asked: the crux never locked")
+        return {"top_claim_would_flip": False, "answered": False, "why": why}
+    return {"top_claim_would_flip": answer["answer"], "answered": True,
+            "top_claim": answer["top_claim"], "answered_at": answer["seq"],
+            "why": f"{p} answered {'yes' if answer['answer'] else 'no'} at crux lock"}
 
 
 def crux(d: State) -> dict[str, Any]:
@@ -44,7 +47,8 @@ def crux(d: State) -> dict[str, Any]:
     counterfactual = {p: _counterfactual(d, p) for p in d.participants}
     cheap = [p for p, v in positions.items() if v["position_changed"]
              and not v["top_claim_changed"]]
-    falsifiers = [{"by": p, **f} for p, fs in d.falsifiers.items() for f in fs]
+    falsifiers = [{"by": p, **f, "evidence": d.evidence_on.get(f["id"], [])}
+                  for p, fs in d.falsifiers.items() for f in fs]
     criteria = [f"{f['metric']} {f['threshold']} by {f['deadline']} ({f['by']})"
                 for f in falsifiers if not falsifier_problems(f)]
     failed = _failed_checks(d, positions, counterfactual, falsifiers, criteria)
@@ -64,7 +68,8 @@ def _failed_checks(d: State, positions: Mapping[str, Mapping[str, Any]],
     if not falsifiers or vague:
         failed.append(f"falsifiers not concrete: {', '.join(vague) or 'none given'}")
     if sum(1 for v in counterfactual.values() if v["top_claim_would_flip"]) < 2:
-        failed.append("not decision-relevant: fewer than 2 TopClaims would flip")
+        failed.append("not decision-relevant: fewer than 2 participants answered that "
+                      "their TopClaim would flip")
     if not criteria:
         failed.append("no resolution criteria")
     if d.stage != "CONVERGED":

@@ -27,8 +27,9 @@ GRADES = ("ACCURATE", "INCOMPLETE", "WRONG")
 MIN_PARTICIPANTS, MAX_PARTICIPANTS = 2, 5
 BINARY = re.compile(r"^(is|are|will|would|does|do|did|should|can|could|has|have|was|were)"
                      r"\b.*\?\s*$", re.IGNORECASE)
+FLIP = "top_claim_would_flip"  # COMMIT's answer to the seed's counterfactual question
 KEPT = ("content", "target", "side", "confidence", "grade", "question", "falsifier",
-         "top_claim", "references")  # what of a move enters the thread's messages
+         "top_claim", FLIP, "bears_on", "references")  # what of a move enters the thread
 
 VAGUE = ("probably", "likely", "unlikely", "significant", "significantly", "soon", "maybe",
          "might", "somewhat", "substantial", "substantially", "many", "few", "often",
@@ -61,6 +62,26 @@ def falsifier_problems(f: Mapping[str, Any] | None) -> list[str]:
     return problems
 
 
+# The seed: "No measurement questions (validator checks)". A crux is a binary question
+# two sides can take; "how much is X" has an answer, not sides.
+_MEASUREMENT = re.compile(
+    r"\bhow (much|many|long|big|large|high|low|far|fast|often|old)\b"
+    r"|\bwhat (is|are|was|were|will be|would be) (the )?(value|amount|number|size|price|"
+    r"cost|level|rate|percentage|share|count|probability|chance)s? of\b"
+    r"|\bwhat (percentage|fraction|proportion|share|amount|number)\b"
+    r"|\bto what (extent|degree)\b", re.IGNORECASE)
+
+
+def measurement_problem(text: str) -> str:
+    """Why `text` (a topic or a crux question) asks for a measurement ('' if it does not)."""
+    found = _MEASUREMENT.search(text)
+    if not found:
+        return ""
+    return (f"'{found.group(0)} ...' asks for a measurement, which has an answer, not sides: "
+            "ask a yes/no question with a threshold instead, e.g. 'Will the share of "
+            "reverted merges fall below 5% by 2027?'")
+
+
 class Falsifier(TypedDict, total=False):
     metric: str
     threshold: str
@@ -82,6 +103,8 @@ class Move(TypedDict, total=False):
     question: str  # PROPOSE_QUESTION
     falsifier: Falsifier  # FALSIFIER, COMMIT
     top_claim: dict[str, Any]  # TOP_CLAIM: statement, side YES/NO/NUANCED
+    top_claim_would_flip: bool  # COMMIT: would my TopClaim flip if the crux went the other way
+    bears_on: str  # EVIDENCE: the id of the falsifier it bears on (F1, F2 ...)
     references: list[str]
     cost: dict[str, Any]  # calls, usd, tokens the move took
     ts: str  # when it was recorded (clock.now())
@@ -125,6 +148,8 @@ class Reading(Protocol):
 
     participants: list[str]
     commitments: dict[str, dict[str, Any]]
+    falsifiers: dict[str, list[dict[str, Any]]]
+    top_claims: dict[str, dict[str, Any]]
 
     def pending_steelman(self) -> dict[str, Any] | None: ...
 
@@ -172,8 +197,35 @@ def _concrete_falsifier(d: Reading, author: str, move: Mapping[str, Any]) -> str
     return "falsifier rejected: " + "; ".join(problems) if problems else ""
 
 
+def _flip_answer(d: Reading, author: str, move: Mapping[str, Any]) -> str:
+    """The counterfactual question is answered explicitly (true or false), and "my TopClaim
+    would flip" needs a TopClaim to flip."""
+    if FLIP not in move:
+        return ""  # a commitment may come without it (the lock gate asks for it)
+    if not isinstance(move[FLIP], bool):
+        return f"{FLIP} answers true or false: would your TopClaim flip if the crux " \
+            "resolved the other way?"
+    if move[FLIP] and author not in d.top_claims:
+        return f"{FLIP}: true needs a TopClaim to flip - declare it first (TOP_CLAIM)"
+    return ""
+
+
+def _names_falsifier(d: Reading, author: str, move: Mapping[str, Any]) -> str:
+    """The seed: evidence is "data tied to falsifiers" - it names the one it bears on."""
+    ids = [f["id"] for fs in d.falsifiers.values() for f in fs]
+    named = str(move.get("bears_on", "")).strip()
+    if named in ids:
+        return ""
+    return ("EVIDENCE must name the falsifier it bears on in bears_on "
+            f"({'one of ' + ', '.join(ids) if ids else 'none is declared yet'}"
+            f"{'' if not named else '; ' + repr(named) + ' is none of them'})")
+
+
 def _needs_question(d: Reading, author: str, move: Mapping[str, Any]) -> str:
-    return "" if str(move.get("question", "")).strip() else "PROPOSE_QUESTION needs the question"
+    question = str(move.get("question", "")).strip()
+    if not question:
+        return "PROPOSE_QUESTION needs the question"
+    return measurement_problem(question)
 
 
 def _needs_top_claim(d: Reading, author: str, move: Mapping[str, Any]) -> str:
@@ -188,7 +240,8 @@ CHECKS: dict[str, tuple[Check, ...]] = {  # in the order their reasons are given
     "GRADE_STEELMAN": (_needs_pending, _needs_grade),
     "STEELMAN": (_needs_target,),
     "CHALLENGE": (_needs_target, _needs_accurate_steelman),
-    "COMMIT": (_needs_side, _concrete_falsifier),
+    "COMMIT": (_needs_side, _concrete_falsifier, _flip_answer),
+    "EVIDENCE": (_names_falsifier,),
     "CONCEDE": (_needs_side, _needs_commitment),
     "FALSIFIER": (_concrete_falsifier,),
     "PROPOSE_QUESTION": (_needs_question,),

@@ -20,6 +20,7 @@ from shared.debates.moves import (
     BINARY,
     CHECKS,
     DATE,
+    FLIP,
     KEPT,
     MOVES,
     IllegalMove,
@@ -142,6 +143,7 @@ class Debate(State):
             self.question = str(move["question"]).strip()
         elif kind == "EVIDENCE":
             self.evidence_by[author] = self.evidence_by.get(author, 0) + 1
+            self.evidence_on.setdefault(str(move["bears_on"]).strip(), []).append(self.seq)
         self._advance(proposed_lock=kind == "PROPOSE_LOCK")
 
     def _steelman(self, author: str, move: dict[str, Any]) -> None:
@@ -171,6 +173,13 @@ class Debate(State):
                     confidence=commitment["confidence"], concession=move["move"] == "CONCEDE")
         if move.get("falsifier"):
             self._falsifier(author, move["falsifier"])
+        if isinstance(move.get(FLIP), bool):
+            self.flip_answers[author] = {"answer": move[FLIP], "seq": self.seq}
+        elif self.stage == "CRUX_LOCK" and move["side"] in ("YES", "NO") \
+                and author not in self.flip_answers:
+            self._say(f"{author}: would your TopClaim flip if the crux resolved the other "
+                      f"way? Answer it: COMMIT again with {FLIP} true or false. The crux "
+                      "does not lock without every side's answer.")
 
     def _falsifier(self, author: str, f: Mapping[str, Any]) -> None:
         entry = {k: str(f.get(k, "")) for k in ("metric", "threshold", "deadline", "reasoning")}
@@ -220,8 +229,7 @@ class Debate(State):
             self.lock_attempts.append({"seq": self.seq, "attempt": attempt, "failed": failed})
             self._event("lock_attempted", attempt=attempt)
             if not failed:
-                self._event("lock_succeeded", attempt=attempt, question=self.question)
-                self._to("EVIDENCE")
+                self._locked(attempt)
                 return
             self._event("lock_failed", attempt=attempt, failed=failed)
             if attempt == 1:
@@ -246,13 +254,23 @@ class Debate(State):
                       f"dialogue for {', '.join(derived) or 'nobody'}.")
         failed = self.lock_failures()
         if not failed:
-            self._event("lock_succeeded", attempt=attempt, question=self.question,
-                        derived=derived)
-            self._to("EVIDENCE")
+            self._locked(attempt, derived=derived)
         elif final:
             self.ended = "the crux would not lock: " + "; ".join(failed)
             self._to("ENDED")
             self._event("debate_complete", reason=self.ended)
+
+    def _locked(self, attempt: int, **data: Any) -> None:
+        """The crux locks: the counterfactual answers are recorded as they stand now, with
+        the TopClaim each answer was about (the crux reports these, never an inference)."""
+        self.counterfactual = {
+            p: {**self.flip_answers[p], "side": side,
+                "top_claim": (self.top_claims.get(p) or {}).get("statement", "")}
+            for p, side in self.sided().items()}
+        self._event("lock_succeeded", attempt=attempt, question=self.question,
+                    would_flip={p: a["answer"] for p, a in self.counterfactual.items()},
+                    **data)
+        self._to("EVIDENCE")
 
     def _binary_framing(self) -> str:
         q = self.question.strip().rstrip("?") or self.topic.strip().rstrip(".?")

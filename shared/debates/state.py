@@ -31,6 +31,11 @@ class State:
     top_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     first_top_claims: dict[str, dict[str, Any]] = field(default_factory=dict)
     evidence_by: dict[str, int] = field(default_factory=dict)
+    evidence_on: dict[str, list[int]] = field(default_factory=dict)  # falsifier id: seqs
+    # Each participant's explicit answer to "would your TopClaim flip if the crux resolved
+    # the other way?" (COMMIT's top_claim_would_flip), and the answers the lock recorded.
+    flip_answers: dict[str, dict[str, Any]] = field(default_factory=dict)
+    counterfactual: dict[str, dict[str, Any]] = field(default_factory=dict)
     lock_attempts: list[dict[str, Any]] = field(default_factory=list)
     messages: list[dict[str, Any]] = field(default_factory=list)
     events: list[dict[str, Any]] = field(default_factory=list)
@@ -90,6 +95,9 @@ class State:
                                                       "attempt": to_grade["attempt"]},
             "your_commitment": self.commitments.get(me), "your_top_claim": self.top_claims.get(me),
             "your_falsifiers": self.falsifiers.get(me, []),
+            "falsifiers": {p: [f"{f['id']}: {f['metric']} {f['threshold']} by {f['deadline']}"
+                               for f in fs] for p, fs in self.falsifiers.items()},
+            "your_flip_answer": (self.flip_answers.get(me) or {}).get("answer"),
             "commitments": {p: c["side"] for p, c in self.commitments.items()},
             "you_may_challenge": [t for t in others if self.accurate(me, t)],
             "steelman_first": [t for t in others if not self.accurate(me, t)],
@@ -113,7 +121,29 @@ class State:
         if not self.steelmans or any(s["grade"] != "ACCURATE" for s in self.steelmans
                                      if s["is_latest"]):
             failed.append("every steelman must be graded ACCURATE (and one must exist)")
+        unmet = self.unmet_steelmans()
+        if unmet:
+            failed.append("steelmans must be mutual - each side's steelman of the other "
+                          "graded ACCURATE; none yet by: " + ", ".join(unmet))
         missing = [p for p in committed if not self.falsifiers.get(p)]
         if missing:
             failed.append(f"committed participants without a falsifier: {', '.join(missing)}")
+        unasked = [p for p in self.sided() if p not in self.flip_answers]
+        if unasked:
+            failed.append("would your TopClaim flip if the crux resolved the other way? "
+                          "Answer it (COMMIT with top_claim_would_flip true or false): "
+                          + ", ".join(unasked))
         return failed
+
+    def sided(self) -> dict[str, str]:
+        """Who committed YES or NO, and which (in the participants' order)."""
+        sides = {p: self.commitments.get(p, {}).get("side") for p in self.participants}
+        return {p: str(side) for p, side in sides.items() if side in ("YES", "NO")}
+
+    def unmet_steelmans(self) -> list[str]:
+        """Who took a side without an ACCURATE steelman of someone on the other side (the
+        seed's mutual steelmans: A->B and B->A for two; for more, each participant of
+        each side has steelmanned the other side)."""
+        sided = self.sided()
+        return [p for p, side in sided.items()
+                if not any(self.accurate(p, q) for q, other in sided.items() if other != side)]

@@ -22,6 +22,7 @@ from typing import Any, cast
 
 from shared import clock
 from shared.atomic import CorruptFile, append_line, read_json, read_jsonl, write_bytes
+from shared.debates import grading
 from shared.debates.moves import (
     BUDGETS,
     MAX_PARTICIPANTS,
@@ -29,6 +30,7 @@ from shared.debates.moves import (
     IllegalMove,
     Move,
     budget_problem,
+    measurement_problem,
     recorded,
     scaled_budgets,
 )
@@ -66,12 +68,15 @@ class Debates:
               source: Mapping[str, Any] | None = None, usd_cap: float = 0.0) -> Debate:
         """Open a debate among `participants` (the first moves first).
 
-        :raises Invalid: no topic, too few or many participants, a malformed budget.
+        :raises Invalid: no topic or a measurement question, too few or many participants,
+            a malformed budget.
         :raises NotFound: a participant who is no citizen here.
         """
         people = list(dict.fromkeys(participants))
         if not topic.strip():
             raise Invalid("a debate needs a topic")
+        if measurement_problem(topic):
+            raise Invalid(f"not a debate topic: {measurement_problem(topic)}")
         if not MIN_PARTICIPANTS <= len(people) <= MAX_PARTICIPANTS:
             raise Invalid(f"a debate takes {MIN_PARTICIPANTS}-{MAX_PARTICIPANTS} "
                           f"participants, not {len(people)}")
@@ -185,6 +190,11 @@ class Debates:
             return (self.threads.dir(did) / "transcript.md").read_text(encoding="utf-8")
         except FileNotFoundError:
             return ""
+
+    def graders(self) -> dict[str, dict[str, Any]]:
+        """Each grader's record over every debate here, lenient ones flagged
+        (`shared.debates.grading`)."""
+        return grading.graders(self.load(did) for did in self.ids())
 
     def owed(self, citizen: str) -> list[Debate]:
         """The debates whose next move is `citizen`'s. A finished debate (its crux is

@@ -102,6 +102,12 @@ def _one_move(setup: Setup, ask: Ask, debates: Debates, d: Debate, me: str) -> D
     tokens = ask.meter.tokens_in + ask.meter.tokens_out
     for _ in range(2):
         situation = d.situation(me)
+        if situation["steelman_of_you_to_grade"]:
+            # The plan's mitigation for graders who pass nearly everything: a flagged
+            # grader sees its own record when it grades (the prompt says what it means).
+            grading = debates.graders().get(me)
+            if grading and grading["lenient"]:
+                situation["your_grading"] = grading
         if reason:
             situation["your_last_move_was_refused_because"] = reason
         prompt = setup.templates.prompt("debater", name=me, persona=persona,
