@@ -17,12 +17,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from citizen import civilization
-from citizen.home import state
 from citizen.mail import citizen_addresses
-from citizen.mail.outbox import notice
 from citizen.tools.base import ToolEnv
 from citizen.tools.shell import scrubbed_env
 from citizen.wake.types.base import Ask, Setup
+from citizen.wake.types.consensus_notices import MAILED, notices_due, send_notices
 from citizen.wake.types.owed import OwedStepsWake, Spec
 from shared.consensus import (
     INTEGRATE_DECISIONS,
@@ -36,11 +35,10 @@ from shared.consensus import (
 )
 from shared.consensus.view import COST
 from shared.consensus.weighing import MAX_STEP
-from shared.errors import SharedError
+from shared.errors import Invalid, SharedError
 
 log = logging.getLogger(__name__)
 
-MAILED = "consensus_mailed"  # mark: proposal id -> the phase its requester was told about
 
 
 def _dump(data: Any) -> str:
@@ -59,7 +57,28 @@ class ConsensusWake(OwedStepsWake[Proposal]):
         return _consensus(setup)
 
     def take(self, setup: Setup, env: ToolEnv, ask: Ask, item: Proposal) -> Proposal:
-        return _Steps(_consensus(setup), setup, ask, env).take(item)
+        steps = _Steps(_consensus(setup), setup, ask, env)
+        batch = [item, *[d for d in _consensus(setup).owed(setup.home.name)
+                         if d.id != item.id and _batchable(d)]][:MAX_BATCH] \
+            if _batchable(item) else [item]
+        if len(batch) == 1:
+            return steps.take(item)
+        # The seed's "combine low-stakes proposals into one review": one call, and each
+        # verdict still its proposal's own vote file, written by the same rules.
+        after, errors = steps.verify_batch(batch)
+        for d in batch[1:]:
+            if d.id in after:
+                env.event(self.spec.event, thread=d.id, batched_with=item.id,
+                          **self.step_data(d, after[d.id]))
+                for who, reason in self.rings(setup, after[d.id]):
+                    civilization.commons(setup.templates).ring(who, self.name, reason,
+                                                               sender=setup.home.name)
+            else:  # left owed: the next step (or wake) reviews it again
+                env.event(f"{self.spec.event}_failed", thread=d.id,
+                          reason=f"{type(errors[d.id]).__name__}: {errors[d.id]}"[:500])
+        if item.id not in after:
+            raise errors[item.id]
+        return after[item.id]
 
     def failure_key(self, item: Proposal) -> str:
         return f"{item.id}:{item.round}:{item.phase}"
@@ -99,11 +118,21 @@ class ConsensusWake(OwedStepsWake[Proposal]):
         return f"{len(owed)} proposal steps owed"
 
     def notices_due(self, setup: Setup) -> int:
-        return len(_notices_due(_consensus(setup), setup.home.name,
+        return len(notices_due(_consensus(setup), setup.home.name,
                                 setup.marks.get(MAILED, {})))
 
     def send_notices(self, setup: Setup, env: ToolEnv) -> None:
-        _send_notices(setup, env, _consensus(setup), setup.home.name)
+        send_notices(setup, env, _consensus(setup), setup.home.name)
+
+
+MAX_BATCH = 5  # low-stakes reviews in one call (the prompt grows with each)
+
+
+def _batchable(d: Proposal) -> bool:
+    """A verification that may share a call: low stakes, no red team (its review must be
+    adversarial) and no experimental round (its weights differ from the others')."""
+    return d.phase == "verify" and d.stakes == "low" and not d.red_team \
+        and not d.experimental
 
 
 def _consensus(setup: Setup) -> Consensus:
@@ -151,43 +180,6 @@ def _take_task(setup: Setup, text: str, meta: dict[str, Any], task_id: str) -> s
     return (f"filed as proposal {d.id}: {d.roles['verifier']} verifies, "
             f"{d.roles['integrator']} integrates. Follow it with `citizen proposal show {d.id}`;"
             " I will write again when it is decided.")
-
-
-def _notices_due(commons: Consensus, me: str, mailed: dict[str, str]) -> list[Proposal]:
-    """Proposals I requested from mail whose requester has not heard of their state."""
-    due = []
-    for data in commons.views():
-        pid, source = str(data.get("id")), data.get("source") or {}
-        if mailed.get(pid) == "done" or data.get("proposer") != me or not source.get("from"):
-            continue
-        if data.get("phase") in ("human", "done") and mailed.get(pid) != data.get("phase"):
-            due.append(commons.load(pid))
-    return due
-
-
-def _send_notices(setup: Setup, env: ToolEnv, commons: Consensus, me: str) -> None:
-    mailed = dict(setup.marks.get(MAILED, {}))
-    due = _notices_due(commons, me, mailed)
-    if not due:
-        return
-    for d in due:
-        src = d.request.get("source", {})
-        if d.phase == "human":
-            subject = f"[consensus] approval needed: {d.id}"
-            body = (f"Proposal {d.id} ({d.stakes} stakes) needs a human decision: {d.why}.\n\n"
-                    f"Goal: {render(d)['goal']}\nActions:\n{_dump(render(d)['actions'])}\n\n"
-                    f"Reply with 'approve {d.id}' or 'reject {d.id} <why>' as the first line,"
-                    f" or run `citizen proposal approve {d.id}` on the server.\n")
-        else:
-            subject = f"[consensus] {d.result}: {d.id}"
-            body = (f"Proposal {d.id} was {d.result}: {d.why}.\n\n"
-                    f"{_dump(render(d)['consensus'])}\n")
-        note = notice(setup.home, str(src["from"]), subject, body,
-                      in_reply_to=str(src.get("message_id", "")))
-        env.event("consensus_notice", proposal=d.id, phase=d.phase, to=src.get("from"),
-             note=note)
-        mailed[d.id] = d.phase
-    state.mark(setup.home, MAILED, mailed)
 
 
 class _Steps:
@@ -264,10 +256,10 @@ class _Steps:
                         f"consensus_{d.phase}", max_tokens=1200)
         return self.c.propose(d.id, self.me, data)
 
-    def verify(self, d: Proposal) -> Proposal:
+    def _review(self, d: Proposal) -> dict[str, Any]:
         # Sequential isolation (the seed's groupthink mitigation): the verifier sees the
         # proposal, the system's checks and its own earlier votes - never the integrator's.
-        view = {"goal": render(d)["goal"], "actions": render(d)["actions"],
+        return {"goal": render(d)["goal"], "actions": render(d)["actions"],
                 "value_justification": render(d)["value_justification"],
                 "expected_outcomes": render(d)["expected_outcomes"],
                 "risk_assessment": render(d)["risk_assessment"],
@@ -276,8 +268,11 @@ class _Steps:
                 "red_flags_found_by_the_system": d.flags,
                 "your_earlier_votes": [_said(d.verifications.get(r))
                                        for r in range(1, d.round)]}
+
+    def verify(self, d: Proposal) -> Proposal:
         text = self.tpl.prompt("verifier", weights_json=self._weights(d),
-                               proposal_json=_dump(view), recent_episodes_json=self._episodes(d),
+                               proposal_json=_dump(self._review(d)),
+                               recent_episodes_json=self._episodes(d),
                                stance=self.tpl.prompt("red_team") if d.red_team else "",
                                **self._memory(d))
         schema = self.tpl.schema("consensus_verify", values=self.values,
@@ -290,6 +285,38 @@ class _Steps:
                         # The seed: the fast model for routine reviews, not for high stakes.
                         tier="primary" if d.stakes == "high" else "fast")
         return self.c.verify(d.id, self.me, data)
+
+    def verify_batch(self, ds: list[Proposal]
+                     ) -> tuple[dict[str, Proposal], dict[str, SharedError]]:
+        """One call reviewing several low-stakes proposals (`_batchable`: same weights, no
+        red team); each verdict is recorded by `Consensus.verify` as its own vote. Returns
+        the proposals voted on and, for the others, why their verdict was refused."""
+        ids, first = [d.id for d in ds], ds[0]
+        text = self.tpl.prompt("verifier", weights_json=self._weights(first),
+                               proposal_json=_dump({d.id: self._review(d) for d in ds}),
+                               recent_episodes_json=self._episodes(first),
+                               stance=self.tpl.prompt("verifier_batch", count=len(ds),
+                                                      ids=", ".join(ids)),
+                               **self._memory(first))
+        single = self.tpl.schema("consensus_verify", values=self.values,
+                                 decisions=list(VERIFY_DECISIONS),
+                                 min_step=-MAX_STEP, max_step=MAX_STEP)
+        data = self._ask(self._prompt("verifier", first, text),
+                         self.tpl.schema("consensus_verify_batch", proposals=ids,
+                                         verdict_schema=single),
+                         "consensus_verify_batch", max_tokens=700 * len(ds), tier="fast")
+        share = round(float(data.pop(COST)) / len(ds), 6)  # the call's cost, split evenly
+        after: dict[str, Proposal] = {}
+        errors: dict[str, SharedError] = {}
+        for d in ds:
+            verdict = data.get(d.id)
+            try:
+                if not isinstance(verdict, Mapping):
+                    raise Invalid(f"{d.id}: the batch review gave it no verdict")
+                after[d.id] = self.c.verify(d.id, self.me, {**verdict, COST: share})
+            except SharedError as exc:  # a rule refused this vote: the others still count
+                errors[d.id] = exc
+        return after, errors
 
     def integrate(self, d: Proposal) -> Proposal:
         rules = {"stakes": d.stakes, "why": d.stakes_reasons,
