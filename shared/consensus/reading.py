@@ -87,12 +87,13 @@ class Reader:
         d = Proposal(pid, self.threads.header(pid))
         d.red_team = red_team(self._place(pid))
         d.experimental = weighing.experimental(self._place(pid))
-        roles = rotation(pid, str(d.roles.get("executor", "")), self.citizens)
-        if d.roles != roles:
-            # The request is its opener's file: roles it names count for nothing, or it
-            # would pick its own reviewer (1 of 1 "unanimous") or a colluding one.
-            log.warning("%s: the request names roles %s, not the rotation's; using %s",
-                        pid, d.roles, roles)
+        roles = d.roles
+        if len({roles.get(k) for k in ("executor", "verifier", "integrator")} - {None}) != 3:
+            # The request is its opener's file: one naming the executor its own reviewer
+            # (found by an adversarial review: 1 of 1 was "unanimous") gets the rotation.
+            log.warning("%s: roles %s are not three different citizens; using the rotation",
+                        pid, roles)
+            roles = rotation(pid, str(roles.get("executor", "")), self.citizens)
             d.request = {**d.request, "roles": roles}
         for r in range(1, MAX_ROUNDS + 1):
             rev = self._record(folder / f"proposal-{r:02d}.json", roles["executor"])
@@ -125,11 +126,6 @@ class Reader:
             log.warning("%s", why)
         return d
 
-    def roles(self, pid: str) -> dict[str, str]:
-        """`pid`'s roles: its executor's rotation, whatever its request names (`load`)."""
-        return rotation(pid, str(self.threads.header(pid).get("roles", {}).get("executor", "")),
-                        self.citizens)
-
     def weights_in(self, d: Proposal, citizen: str) -> dict[str, float]:
         """`citizen`'s weights as they count in proposal `d`: its current ones, or in an
         experimental round their mirror within its bounds (the history is untouched)."""
@@ -146,7 +142,7 @@ class Reader:
         if not episode.startswith("ep-") or not self.threads.exists(pid):
             return False
         try:
-            roles = self.roles(pid)
+            roles = self.threads.header(pid).get("roles", {})
         except (SharedError, OSError):
             return False
         integrator = roles.get("integrator")
@@ -169,7 +165,7 @@ class Reader:
         if not episode.startswith("ep-") or not self.threads.exists(pid):
             return False
         try:
-            integrator = self.roles(pid)["integrator"]
+            integrator = self.threads.header(pid).get("roles", {}).get("integrator")
         except (SharedError, OSError):
             return False
         record = self.threads.read(pid, "episode.json", integrator) if integrator else None
