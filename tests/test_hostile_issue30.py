@@ -10,9 +10,10 @@ import pytest
 
 from citizen import civilization
 from citizen.wake.types.review import ITEMS_PER_AUTHOR, WAKES_PER_AUTHOR_PER_DAY
+from shared.atomic import read_json, write_json
 from tests.scripts import Actor, say
 from tests.test_evolution import evo  # noqa: F401 - evo: the fixture
-from tests.test_evolution_loop import review
+from tests.test_evolution_loop import announce, review
 
 
 @pytest.mark.usefixtures("evo")
@@ -40,3 +41,21 @@ def test_a_flood_of_dry_violations_naming_a_peers_code_buys_few_of_its_wakes(
     assert review("aria", agent).status == "ok"
     prompt = str(agent.requests[-1].messages[0]["content"])
     assert "mira saw one" in prompt and "dup " not in prompt
+
+
+@pytest.mark.usefixtures("evo")
+@pytest.mark.parametrize("announced", ["soon", ["2026"], "2999-01-01T00:00:00Z"])
+def test_an_announcement_with_a_forged_date_neither_breaks_nor_outlives_the_clock(
+        civ: Path, announced: object) -> None:
+    """opus writes its announcement itself: a date that is no date made every listing of
+    the changes raise (every peer's REVIEW gate, code_status - crashed wakes, then a
+    rollback); a date in the future kept the change pending past PENDING_DAYS for ever.
+    Such an announcement is ignored, as a broken record is, and hides no other change."""
+    cid = announce(civ)
+    path = civ / "shared" / "changes" / cid / "announce.json"
+    write_json(path, {**read_json(path), "announced": announced})
+    evolution = civilization.commons().evolution
+    assert evolution.changes() == [] and evolution.pending_reviews("mira") == []
+    assert review("mira").status == "idle"
+    honest = announce(civ, "'hey'")
+    assert [c.id for c in evolution.pending_reviews("mira")] == [honest]

@@ -24,7 +24,7 @@ from citizen.tools.code import code_adopt
 from citizen.wake.meter import Ending
 from citizen.wake.types.base import Gate, Setup, WakeType
 from shared import clock, records
-from shared.evolution import Change
+from shared.changes import Change
 
 SHOWN = "review_items_shown"  # item -> how many REVIEW wakes have shown it
 # Why: a model that cannot finish an item (no sandbox to test in, a conflict it cannot
