@@ -15,6 +15,7 @@ from citizen import civilization
 from citizen.wake.types.review import ITEMS_PER_AUTHOR, WAKES_PER_AUTHOR_PER_DAY
 from shared import records
 from shared.atomic import read_json, write_json
+from shared.streams import Streams
 from tests import test_consensus_tasks as tw_tasks
 from tests import thoughtworld as tw
 from tests.scripts import Actor, say
@@ -85,3 +86,21 @@ def test_a_non_participant_cannot_plant_or_block_a_steps_artifact(tmp_path: Path
     assert d.phase == "done" and d.result == "approved"
     (shown,) = c.workspace.brief(pid)["artifacts"]
     assert shown["proposal"] == pid and "all tests pass" not in json.dumps(shown)
+
+
+def test_a_rating_written_by_hand_outside_zero_to_one_moves_no_calibration(
+        tmp_path: Path) -> None:
+    """A peer (nobody) writes its ratings of root's bids itself, not through `rate()`,
+    which checks 0..1: one score of 40 beside two honest zeros took root's calibration
+    from 0.5 to the cap of 1.5 (its bids weighed three times as much)."""
+    streams = Streams(tmp_path, ["root", "nobody"], enforce_identity=True)
+    for i, score in enumerate((40.0, float("nan"), 0.0, 0.0, 0.0)):
+        sid = streams.open(f"<rate-{i}@example.org>", "Who knows backups?").id
+        write_json(streams.threads.dir(sid) / "records" / "root.json",
+                   {records.AUTHOR: "root", "prompt": "p", "claim": True, "confidence": 0.4,
+                    "how": "model", "reasoning": "mine"})
+        rating = streams.threads.dir(sid) / "ratings" / "root.json"
+        write_json(rating, {records.AUTHOR: "nobody", "score": score, "reasoning": "x"})
+        os.chown(rating, pwd.getpwnam("nobody").pw_uid, -1)  # the peer's own file
+    got = streams.calibration("root")
+    assert got["rated"] == 3 and got["factor"] == 0.5
