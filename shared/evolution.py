@@ -20,6 +20,7 @@ its author's bundle (`Evolution.merge`, `shared.baseline`). No citizen can write
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -27,27 +28,17 @@ import pwd
 import stat
 import tempfile
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from shared import baseline as base_records
 from shared import clock, gitsafe, records
+from shared.changes import CLOSED, OUTCOMES, Change, whole_announcement
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
-OUTCOMES = ("worked", "failed", "unclear")
-REPORTS_TO_VERIFY = 2
-# A change nobody settles closes instead of waiting forever (issue 30): as "unresolved"
-# when two peers report "unclear" (the seed's 2 matching reports, agreeing they cannot
-# tell) or when every peer has reported without two agreeing (no reviewer is left to
-# break the split); as "expired" when still pending this many days after its
-# announcement. A closed change leaves every review list (no paid wake keeps coming
-# back to it); a peer may still re-report, and two matching outcomes verify it after all.
-PENDING_DAYS = 14
-CLOSED = ("unresolved", "expired")
 BUNDLE = "change.bundle"  # the change's objects, by its author: the broker cannot read homes
 MAX_BUNDLE = 64 << 20  # bytes: a change, not a repository's worth of history
 # (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
@@ -55,64 +46,6 @@ MergeRequest = Callable[[str, str], None]
 
 class AdoptConflict(NotAllowed):
     """A cherry-pick conflicted; it was aborted and the repository left as it was."""
-
-
-@dataclass
-class Change:
-    """One announced change with every valid record filed about it."""
-
-    id: str
-    citizen: str
-    commit: str
-    files: list[str]
-    description: str
-    expected_outcome: str
-    announced: str
-    reports: dict[str, dict[str, Any]] = field(default_factory=dict)
-    adoptions: dict[str, dict[str, Any]] = field(default_factory=dict)
-    declines: dict[str, dict[str, Any]] = field(default_factory=dict)  # held out, with why
-    merged: dict[str, Any] | None = None
-    reviewers: frozenset[str] = frozenset()  # every citizen but the author
-
-    @property
-    def status(self) -> str:
-        """merged, verified_good, verified_failed, unresolved, expired or pending -
-        derived from the reports, the citizens and the world clock (see PENDING_DAYS)."""
-        return self._settled()[0]
-
-    def _settled(self) -> tuple[str, str]:
-        """(status, why) - why a change is closed, "" otherwise."""
-        if self.merged:
-            return "merged", ""
-        peers = {c: r["outcome"] for c, r in self.reports.items() if c != self.citizen}
-        outcomes = list(peers.values())
-        if outcomes.count("worked") >= REPORTS_TO_VERIFY:
-            return "verified_good", ""
-        if outcomes.count("failed") >= REPORTS_TO_VERIFY:
-            return "verified_failed", ""
-        if outcomes.count("unclear") >= REPORTS_TO_VERIFY:
-            why = "two peers could not tell whether it works; make it testable"
-        elif self.reviewers and self.reviewers <= set(peers):
-            why = f"no reviewer is left and no two agree ({', '.join(sorted(outcomes))})"
-        elif clock.time() - clock.epoch(self.announced) > PENDING_DAYS * 86400:
-            return "expired", (f"pending more than {PENDING_DAYS} days; announce it again "
-                               "if it still matters")
-        else:
-            return "pending", ""
-        return "unresolved", f"{why}; read the notes, fix it and announce it again"
-
-    def holders(self) -> set[str]:
-        """Citizens who have the change: its author and every adopter."""
-        return {self.citizen, *self.adoptions}
-
-    def summary(self) -> dict[str, Any]:
-        status, why = self._settled()
-        return {"id": self.id, "citizen": self.citizen, "commit": self.commit[:12],
-                "files": self.files, "description": self.description,
-                "expected_outcome": self.expected_outcome, "status": status,
-                **({"closed_because": why} if why else {}),
-                "reports": {c: r["outcome"] for c, r in self.reports.items()},
-                "adopted_by": sorted(self.adoptions), "declined_by": sorted(self.declines)}
 
 
 def _now() -> str:
@@ -149,7 +82,8 @@ class Evolution:
         if not (base / "announce.json").exists():
             raise NotFound(f"no change {change_id} - see code_pending_reviews or "
                                  "code_status for the known ones")
-        announce = records.read(base / "announce.json", None, self.enforce)
+        announce = records.read(base / "announce.json", None, self.enforce,
+                                accept=whole_announcement)
         if announce is None:
             raise NotAllowed(f"the announcement of {change_id} is broken or not its "
                              "author's; it is ignored (the log says why)")
@@ -168,8 +102,11 @@ class Evolution:
     def changes(self) -> list[Change]:
         if not self.dir.is_dir():
             return []
-        return [self.get(p.name) for p in sorted(self.dir.iterdir())
-                if (p / "announce.json").exists()]
+        out = []
+        for p in sorted(p for p in self.dir.iterdir() if (p / "announce.json").exists()):
+            with contextlib.suppress(NotAllowed):  # a broken one hides no other (get logs)
+                out.append(self.get(p.name))
+        return out
 
     # ------------------------------------------------------------ steps
 

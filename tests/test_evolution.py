@@ -156,7 +156,7 @@ def test_a_change_no_two_peers_settle_closes_as_unresolved(evo: Path, mira: str,
 def test_a_change_pending_past_its_days_expires(evo: Path,
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     from shared import clock
-    from shared.evolution import PENDING_DAYS
+    from shared.changes import PENDING_DAYS
 
     cid = announced(evo)
     run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="ok")

@@ -62,7 +62,8 @@ class Consensus(Reader):
         self.patterns = Patterns(shared_dir, vouch=self._pattern_vouched)
         self.world = World(shared_dir, runner)
         self.world_request = world_request
-        self.workspace = Workspace(shared_dir, enforce_identity)
+        self.workspace = Workspace(shared_dir, enforce_identity, executor=lambda pid: (
+            self.load(pid).roles.get("executor") if self.threads.exists(pid) else None))
 
     # ------------------------------------------------------------ steps
 

@@ -6,7 +6,9 @@
                                     which any participant could rewrite, would let one
                                     citizen put words in another's name)
     workspace/<task>/artifacts/     intermediate outputs: each step's execution results,
-                                    `<step>-<proposal>.json`, written by that step's executor
+                                    one record each (`records.add`); only the one by that
+                                    proposal's executor counts (anyone can add a file
+                                    here: a planted one neither shows nor blocks it)
 
 `<task>` is the id of the proposal that opened the task (`tasks.chain_of`), so every
 step of a chained task shares one workspace. Everything here is data for the next
@@ -15,13 +17,11 @@ step's prompt, never trusted for a decision: the decisions are the proposals' re
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shared import clock, records
-from shared.atomic import create_json
 from shared.layout import Layout
 
 CONTEXT_MODE = 0o644  # its opener writes it once; every citizen reads
@@ -32,10 +32,12 @@ SHOWN_NOTES = 20  # the latest notes shown to a step; older ones stay on disk
 class Workspace:
     """The workspaces of one commons."""
 
-    def __init__(self, shared_dir: Path, enforce: bool) -> None:
+    def __init__(self, shared_dir: Path, enforce: bool,
+                 executor: Callable[[str], str | None] = lambda pid: None) -> None:
         self.top = shared_dir
         self.dir = Layout(shared_dir).workspace
         self.enforce = enforce
+        self.executor = executor  # proposal id -> its executor (from its own records)
 
     def path(self, task: str) -> Path:
         return self.dir / task
@@ -64,12 +66,10 @@ class Workspace:
 
     def artifact(self, task: str, pid: str, step: int, author: str,
                  data: Mapping[str, Any]) -> None:
-        """`author`'s intermediate output of proposal `pid`, the task's step `step`."""
-        path = self.path(task) / "artifacts" / f"{step:02d}-{pid}.json"
-        records.make_dirs(path.parent, self.top)
-        with contextlib.suppress(FileExistsError):  # one per step: a retry keeps the first
-            create_json(path, {**data, records.AUTHOR: author, "proposal": pid, "step": step},
-                        mode=records.RECORD_MODE)
+        """`author`'s intermediate output of proposal `pid`, the task's step `step` - under a
+        name nobody can take first (`records.add`): a planted file never blocks it."""
+        records.add(self.top, self.path(task) / "artifacts", author,
+                    {**data, "proposal": pid, "step": step})
 
     def notes(self, task: str) -> list[dict[str, Any]]:
         """The scratchpad's notes, oldest first (a note whose file is not its author's
@@ -82,12 +82,17 @@ class Workspace:
                 for n in found if n is not None]
 
     def artifacts(self, task: str) -> list[dict[str, Any]]:
-        """Each step's artifact, by proposal id (forged ones left out)."""
+        """Each step's artifact, by proposal id: forged ones, and any but its proposal's
+        executor's, left out."""
         folder = self.path(task) / "artifacts"
         if not folder.is_dir():
             return []
         found = [records.read(p, None, self.enforce) for p in sorted(folder.glob("*.json"))]
-        return [a for a in found if a is not None]
+        first: dict[str, dict[str, Any]] = {}  # one per step: a retry's copy is left out
+        for a in found:
+            if a is not None and a[records.AUTHOR] == self.executor(str(a.get("proposal"))):
+                first.setdefault(str(a["proposal"]), a)
+        return list(first.values())
 
     def brief(self, task: str) -> dict[str, Any]:
         """What a step's prompt shows of the workspace: the context, the latest notes and

@@ -95,6 +95,9 @@ class Ratings:
                 score = float(rating["score"])
             except (KeyError, TypeError, ValueError):
                 continue
+            if not 0.0 <= score <= 1.0:  # written by hand, past rate()'s check (or NaN)
+                log.warning("ignoring a rating of %s on %s: score %r", citizen, sid, score)
+                continue
             pairs.append((float(rec.get("confidence", 0.0)), score))
         if len(pairs) < MIN_RATED:
             return {"citizen": citizen, "rated": len(pairs), "factor": 1.0}

@@ -13,6 +13,7 @@ the records every time, so it can never disagree with them.
 
 from __future__ import annotations
 
+from collections import Counter
 from typing import Any
 
 from citizen import civilization
@@ -22,8 +23,8 @@ from citizen.tools.base import ToolEnv
 from citizen.tools.code import code_adopt
 from citizen.wake.meter import Ending
 from citizen.wake.types.base import Gate, Setup, WakeType
-from shared import records
-from shared.evolution import Change
+from shared import clock, records
+from shared.changes import Change
 
 SHOWN = "review_items_shown"  # item -> how many REVIEW wakes have shown it
 # Why: a model that cannot finish an item (no sandbox to test in, a conflict it cannot
@@ -33,6 +34,13 @@ MAX_SHOWINGS = 3
 # Why: peers write these descriptions, as many and as long as they like: the prompt
 # names a bounded number of items, each clipped.
 MAX_ITEMS, TEXT_CHARS = 8, 200
+BY_AUTHOR = "review_authors_today"  # {"day": ISO date, "wakes": {author: REVIEW wakes}}
+# Why: a peer decides how many items it files against this citizen (changes, tools,
+# modules, DRY violations naming its ~/code), and each opens a paid wake MAX_SHOWINGS
+# times: one peer's items open the gate on at most this many wakes a day, and one wake
+# names at most ITEMS_PER_AUTHOR of them (so a flood cannot crowd out other peers' work).
+WAKES_PER_AUTHOR_PER_DAY, ITEMS_PER_AUTHOR = 4, 3
+Items = dict[str, tuple[str, str]]  # item key -> (its author, its prompt line)
 
 
 def _clip(text: object) -> str:
@@ -53,37 +61,46 @@ def _in_my_code(violation: dict[str, Any], me: str) -> bool:
     return me in named if named else violation.get(records.AUTHOR) == me
 
 
-def work_items(setup: Setup) -> dict[str, str]:
-    """What waits for this citizen, from the records alone: item key -> its prompt line."""
+def work_items(setup: Setup) -> Items:
+    """What waits for this citizen, from the records alone: item key -> (the peer whose
+    record asks for it - the file's owner, never what a record says -, its prompt line)."""
     me, cfg = setup.home.name, setup.config
     commons = civilization.commons(setup.templates, approvals=cfg.library_approvals)
-    items: dict[str, str] = {}
+    items: Items = {}
     # Why: testing and adopting run git in ~/code; without that repository a citizen
     # has no code tools, so a change is nothing it can act on.
     if (setup.home.code / ".git").exists():
         evo = commons.evolution
         for c in evo.pending_reviews(me):
-            items[f"test:{c.id}"] = _change(
+            items[f"test:{c.id}"] = c.citizen, _change(
                 c, "test it (code_test) and report what you saw (code_report_outcome)")
         # Why: adopting changes the code this citizen runs - only with the operator's grant.
         if code_adopt.allowed(cfg):
             for c in evo.to_adopt(me):
-                items[f"adopt:{c.id}"] = _change(
+                items[f"adopt:{c.id}"] = c.citizen, _change(
                     c, "verified by peers: adopt it (code_adopt) or hold out (code_decline)")
         for v in commons.dry.violations("open"):
             if _in_my_code(v, me):
-                items[f"dry:{v['id']}"] = (
+                items[f"dry:{v['id']}"] = str(v[records.AUTHOR]), (
                     f"- DRY violation {v['id']} at {_clip(v['location'])}: "
                     f"{_clip(v['description'])} [fix: {_clip(v['fix'])}] - fix it in your "
                     "code, commit, then mark it fixed (dry_violation_fixed)")
     for t in commons.tools.awaiting(me):
-        items[f"tool:{t['name']}"] = (f"- dynamic tool {t['name']} by {t['author']}: "
+        items[f"tool:{t['name']}"] = t["author"], (f"- dynamic tool {t['name']} by {t['author']}: "
                                       f"{_clip(t['description'])} - review it (tool_review)")
     for m in commons.library.awaiting(me):
-        items[f"module:{m['id']}:{m['version']}"] = (
+        items[f"module:{m['id']}:{m['version']}"] = m["maintainer"], (
             f"- library module {m['id']} v{m['version']} by {m['maintainer']}: "
             f"{_clip(m['summary'])} - review it (library_review)")
     return items
+
+
+def _wakes_today(marks: dict[str, Any]) -> Counter[str]:
+    """How many of today's REVIEW wakes each author's items opened (a new day: none)."""
+    mark = marks.get(BY_AUTHOR) or {}
+    if mark.get("day") != clock.today().isoformat():
+        return Counter()
+    return Counter({str(a): int(n) for a, n in dict(mark.get("wakes", {})).items()})
 
 
 class ReviewWake(WakeType):
@@ -95,14 +112,25 @@ class ReviewWake(WakeType):
     def gate(self, setup: Setup) -> Gate:
         shown = setup.marks.get(SHOWN, {})
         items = work_items(setup)
-        open_ = {k: v for k, v in items.items() if int(shown.get(k, 0)) < MAX_SHOWINGS}
+        spent = _wakes_today(setup.marks)
+        taken: Counter[str] = Counter()
+        open_: dict[str, str] = {}
+        for key, (author, line) in items.items():
+            if int(shown.get(key, 0)) >= MAX_SHOWINGS or taken[author] >= ITEMS_PER_AUTHOR:
+                continue
+            if author != setup.home.name and spent[author] >= WAKES_PER_AUTHOR_PER_DAY:
+                continue
+            taken[author] += 1
+            open_[key] = line
         if not open_:
-            why = (f"{len(items)} items were shown {MAX_SHOWINGS} times already" if items
+            why = (f"{len(items)} items were shown {MAX_SHOWINGS} times already, or their "
+                   f"authors used today's {WAKES_PER_AUTHOR_PER_DAY} wakes" if items
                    else "no peer's work waits for my review or adoption")
             return Gate(False, why)
         kinds = sorted({k.split(":")[0] for k in open_})
         return Gate(True, f"{len(open_)} items wait for me ({', '.join(kinds)})",
-                    {"items": open_, "all": sorted(items)})
+                    {"items": open_, "all": sorted(items),
+                     "authors": {k: items[k][0] for k in open_}})
 
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         items: dict[str, str] = gate.data["items"]
@@ -114,6 +142,10 @@ class ReviewWake(WakeType):
         old: dict[str, Any] = setup.marks.get(SHOWN, {})
         counts = {k: int(old.get(k, 0)) + int(k in named) for k in gate.data["all"]}
         state.mark(setup.home, SHOWN, {k: n for k, n in counts.items() if n})
+        spent = _wakes_today(setup.marks)
+        spent.update(set(gate.data["authors"][k] for k in named))  # one wake each
+        state.mark(setup.home, BY_AUTHOR, {"day": clock.today().isoformat(),
+                                           "wakes": dict(spent)})
         return setup.templates.wake_prompt(self.name, work=work)
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
