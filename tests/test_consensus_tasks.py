@@ -38,7 +38,11 @@ def step(c: Consensus, pid: str, body: dict[str, Any], verdict: str = "approve")
     d = c.load(pid)
     roles = d.roles
     c.propose(pid, roles["executor"], body)
-    c.verify(pid, roles["verifier"], {**vote(verdict), "note": "checked the path first"})
+    # A red-team review must name a way the step could fail; which proposal gets one
+    # depends on its place among ids that share a second (their random part).
+    concerns = ("the path could already exist",) if d.red_team else ()
+    c.verify(pid, roles["verifier"], {**vote(verdict, *concerns),
+                                      "note": "checked the path first"})
     d = c.integrate(pid, roles["integrator"], vote(verdict))
     if d.phase == "execute":
         c.execute(pid, roles["executor"], env())
