@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -16,13 +17,14 @@ from typing import Any
 import git
 import pytest
 
-from citizen import civilization
+from citizen import civilization, config
 from citizen.cli import demo
 from citizen.config import paths
 from citizen.home import spend, state
 from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request, Usage
 from citizen.llm.scripted import ScriptedProvider
+from citizen.tools import code
 from citizen.wake.flow import WakeResult, run_wake
 from citizen.wake.types.dry_audit import MARK as DRY_MARK
 from citizen.wake.types.review import MAX_SHOWINGS
@@ -290,3 +292,33 @@ def test_daemons_review_and_merge_an_announced_change_with_no_task_queued(
     assert "'hello'" in (civ / "shared" / "baseline" / "app.py").read_text()
     for name in ("mira", "aria"):
         assert all(TaskQueue(paths.home(name).tasks).ids(s) == [] for s in ("queue", "done"))
+
+
+def test_what_test_it_runs_is_the_operators(
+        civ: Path, rules_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: a reviewer makes its reports say what it likes by choosing what "test
+    it" runs (`true`) - in its ~/code/templates, or its config.json on a server. Neither
+    counts; the operator's /etc/experience/<name>.json does, and the wake runs that."""
+    code_tpl, release = tmp_path / "code-templates", tmp_path / "release-templates"
+    shutil.copytree(paths.templates_dir(), code_tpl)
+    shutil.copytree(paths.templates_dir(), release)
+    configs = json.loads((code_tpl / "citizen_configs.json").read_text())
+    configs["defaults"]["evolution"] = {"test_command": "true"}
+    (code_tpl / "citizen_configs.json").write_text(json.dumps(configs))
+    monkeypatch.setenv("EXPERIENCE_TEMPLATES", str(code_tpl))  # its own ~/code's templates
+    monkeypatch.setenv("EXPERIENCE_RULES_DIR", str(release))  # the unit's: the release
+    paths.citizen_config_file("mira").write_text(json.dumps(
+        {"evolution": {"test_command": "true"}}))
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)  # a server
+    assert code.test_command(config.load_citizen("mira")) == code.TEST_COMMAND
+
+    (rules_dir / "mira.json").write_text(json.dumps(
+        {"evolution": {"test_command": "echo the operator chose this; exit 3"}}))
+    assert code.test_command(config.load_citizen("mira")) == (
+        "echo the operator chose this; exit 3")
+    announce(civ)
+    agent = Reviewer(outcome="failed")
+    assert review("mira", agent).status == "ok"
+    assert "the operator chose this" in agent.prompts[0]  # what ran, in the sandbox
+    assert "tests FAILED (exit 3)" in agent.prompts[0] and agent.offered == [
+        ["failed", "unclear"]]

@@ -30,8 +30,9 @@ TEST_COMMAND = (f"{shlex.quote(sys.executable)} -m pytest -q -x -m 'not model' "
 
 
 def test_command(cfg: CitizenConfig) -> str:
-    """What "test it" runs on a peer's change."""
-    return TEST_COMMAND
+    """What "test it" runs on a peer's change: the operator's `evolution.test_command`
+    (its rules file; never the citizen's own), else the project's suite."""
+    return cfg.evolution.test_command.strip() or TEST_COMMAND
 
 
 def evolution() -> Evolution:
