@@ -322,3 +322,20 @@ def test_what_test_it_runs_is_the_operators(
     assert "the operator chose this" in agent.prompts[0]  # what ran, in the sandbox
     assert "tests FAILED (exit 3)" in agent.prompts[0] and agent.offered == [
         ["failed", "unclear"]]
+
+
+def test_the_demo_makes_opuss_change_when_its_model_did_not(civ: Path) -> None:
+    """The demo's stand-in for a model that did not carry the change through: the line
+    committed as opus and announced by the tool's command - so the reviewers' doorbells
+    ring as the model's announcement would have rung them, and no task is queued."""
+    demo._make_the_change(civ)
+    (change,) = civilization.commons().evolution.changes()
+    assert change.citizen == "opus" and change.files == ["README.md"]
+    repo = git.Repo(civ / "opus" / "code")
+    assert demo.EVOLVED in (civ / "opus" / "code" / "README.md").read_text()
+    assert repo.head.commit.author.name == "opus" and not repo.is_dirty()
+    for peer in ("mira", "aria"):
+        (ring,) = doorbell.drain(paths.home(peer).doorbell)
+        assert ring.wake_type == "REVIEW" and change.id in ring.reason
+    assert [demo.owes_review(n) for n in demo.CITIZENS] == [False, True, True]
+    assert all(TaskQueue(paths.home(n).tasks).ids("queue") == [] for n in demo.CITIZENS)

@@ -193,19 +193,20 @@ def _make_the_change(base: Path) -> None:
                "no task queued.")
     code = paths.home(AUTHOR).code
     readme = code / "README.md"
-    if EVOLVED not in readme.read_text(encoding="utf-8"):
+    if not readme.is_file() or EVOLVED not in readme.read_text(encoding="utf-8"):
         with readme.open("a", encoding="utf-8") as out:
             out.write(f"\n{EVOLVED}\n")
-    env = {**os.environ, "PYTHONPATH": str(code)}
-    steps = [["git", "-C", str(code), "commit", "-qam", "demo change"]]  # user.name: opus
+    git = ["git", "-C", str(code)]
+    steps = [[*git, "add", "README.md"], [*git, "commit", "-qm", "demo change"]]  # as opus
+    # The operator's command, from the demo's own code (not opus's), as `citizen tool` is.
     steps += [[sys.executable, "-m", "citizen", "tool", AUTHOR, "code_announce", json.dumps({
         "description": f"README.md ends with '{EVOLVED}'",
         "expected_outcome": "the README says it evolved; the tests still pass"})]]
     for argv in steps:
-        done = subprocess.run(argv, env=env, cwd=base, capture_output=True, text=True,
+        done = subprocess.run(argv, cwd=base, capture_output=True, text=True,
                               check=False, timeout=120)
         if done.returncode != 0 and "nothing to commit" not in done.stdout:
-            click.echo(f"  {argv[-2] if argv[0] != 'git' else 'git commit'} failed: "
+            click.echo(f"  {' '.join(argv[:5])[:80]} failed: "
                        f"{(done.stderr or done.stdout).strip()[:300]}")
             return
     click.echo(f"  announced: {civilization.commons().evolution.changes()[-1].id}\n")
