@@ -18,7 +18,8 @@ from tests.anthropic_server import API_KEY, MessagesServer, tool_use
 def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, Any] | None:
     """The answer to a wake's forced `respond` calls: route to 'fast'; pick the tools that
     `wanted` accepts; no deliverables beyond the rule's; the verifier of a "done"
-    passes it. None for any other call."""
+    passes it; a REVIEW report says "worked" when offered, else "failed"; a verified
+    change is adopted. None for any other call."""
     if (body.get("tool_choice") or {}).get("name") != "respond":
         return None
     props = body["tools"][-1]["input_schema"]["properties"]
@@ -28,6 +29,8 @@ def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, An
         return tool_use("respond", {"verdict": "pass", "reason": "the file is there"})
     if "commands" in props:  # the task's deliverables: the rule's files are enough
         return tool_use("respond", {"files": [], "commands": [], "answer": False})
+    if "outcome" in props or "decision" in props:
+        return tool_use("respond", _review_answer(props))
     return tool_use("respond", {"tools": [t for t in props["tools"]["items"]["enum"]
                                           if wanted(t)]})
 
@@ -41,6 +44,15 @@ def worker(body: dict[str, Any]) -> dict[str, Any]:
     if isinstance(last, list) and any(b.get("type") == "tool_result" for b in last):
         return tool_use("task_complete", {"summary": "wrote notes/out.md"})
     return tool_use("write_file", {"path": "notes/out.md", "content": "from the daemon"})
+
+
+def _review_answer(props: dict[str, Any]) -> dict[str, str]:
+    """A REVIEW wake's report after its own test run ("worked" is offered only when the
+    tests passed), or its question on a verified change (adopt)."""
+    if "decision" in props:
+        return {"decision": "adopt", "reason": "it serves my goals"}
+    worked = "worked" in props["outcome"]["enum"]
+    return {"outcome": "worked" if worked else "failed", "note": "read the test run"}
 
 
 def daemon_env(root: Path, server: MessagesServer) -> dict[str, str]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 import time
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -16,22 +17,23 @@ from typing import Any
 import git
 import pytest
 
-from citizen import civilization
+from citizen import civilization, config
 from citizen.cli import demo
 from citizen.config import paths
 from citizen.home import spend, state
 from citizen.home.tasks import TaskQueue
-from citizen.llm.base import Reply, Request
+from citizen.llm.base import Reply, Request, Usage
 from citizen.llm.scripted import ScriptedProvider
+from citizen.tools import code
 from citizen.wake.flow import WakeResult, run_wake
 from citizen.wake.types.dry_audit import MARK as DRY_MARK
 from citizen.wake.types.review import MAX_SHOWINGS
 from shared import clock, doorbell
 from shared.atomic import write_json
 from shared.evolution import Evolution
-from tests.anthropic_server import MessagesServer, text, tool_use
+from tests.anthropic_server import MessagesServer, text
 from tests.daemons import cli, daemon_env, routing, start, wait_for
-from tests.scripts import Actor, call, say
+from tests.scripts import Actor, call, events, say
 from tests.test_evolution import APP, commit, evo, run  # noqa: F401 - evo: the fixture
 
 pytestmark = pytest.mark.usefixtures("evo")  # each citizen's ~/code cloned from a baseline
@@ -40,33 +42,41 @@ ITEM = re.compile(r"^- (change|dynamic tool|library module) (\S+) .* - (.*)$", r
 
 
 class Reviewer(Actor):
-    """Does what a REVIEW prompt asks, item by item, as a model reading it would: tests
-    and reports a change, adopts a verified one, reviews a tool or a module."""
+    """Answers what a REVIEW wake asks, as a model reading it would: the structured
+    question after a test run (what did you see?) and before an adoption (adopt?), and
+    in the tool loop reviews a tool or a module."""
 
-    def __init__(self) -> None:
+    def __init__(self, outcome: str = "unclear", decision: str = "adopt") -> None:
         super().__init__()
         self.prompts: list[str] = []
+        self.offered: list[list[str]] = []  # the outcomes each report's schema offered
+        self.outcome, self.decision = outcome, decision
 
     def _answer(self, request: Request) -> Reply:
+        first = str(request.messages[0]["content"])
+        if request.purpose == "review_outcome":
+            self.prompts.append(first)
+            schema: Any = request.output_schema
+            self.offered.append(list(schema["properties"]["outcome"]["enum"]))
+            return say(json.dumps({"outcome": self.outcome, "note": "read the test run"}))
+        if request.purpose == "review_adopt":
+            self.prompts.append(first)
+            return say(json.dumps({"decision": self.decision, "reason": "it serves me"}))
         if request.purpose == "execute" and len(request.messages) == 1:
-            prompt = str(request.messages[0]["content"])
-            self.prompts.append(prompt)
-            self.work = [self._step(kind, name, ask) for kind, name, ask in ITEM.findall(prompt)]
+            self.prompts.append(first)
+            self.work = [self._step(kind, name) for kind, name, _ in ITEM.findall(first)]
         return super()._answer(request)
 
     @staticmethod
-    def _step(kind: str, name: str, ask: str) -> Reply:
-        if kind == "change" and "code_adopt" in ask:
-            return call("code_adopt", change_id=name)
-        if kind == "change":
-            return call("code_report_outcome", change_id=name, outcome="unclear",
-                        note="read the diff; did not run it")
+    def _step(kind: str, name: str) -> Reply:
         if kind == "dynamic tool":
             review_tool = call("tool_review", decision="reject", note="no use for it")
             (asked,) = review_tool.tool_calls  # `name` is the tool's argument here, not call's
             return replace(review_tool, tool_calls=(
                 replace(asked, input={**asked.input, "name": name}),))
-        return call("library_review", module_id=name, decision="approve", note="clear")
+        if kind == "library module":
+            return call("library_review", module_id=name, decision="approve", note="clear")
+        raise AssertionError(f"a {kind} item reached the tool loop: the wake steps it")
 
 
 def never(*_: object) -> Actor:
@@ -104,11 +114,38 @@ def test_a_peer_reviews_the_change_its_wake_names_then_the_gate_closes(civ: Path
     agent = Reviewer()
     result = review("mira", agent)
     assert result.status == "ok" and cid in agent.prompts[0]
-    assert "code_report_outcome" in agent.prompts[0]
+    # Mechanical first: the wake ran the tests and filed the report; the model only judged.
+    assert [e["tool"] for e in events(result.log_path, "tool_call")] == [
+        "code_test", "code_report_outcome"]
+    assert "tests passed" in agent.prompts[0] and agent.offered == [
+        ["worked", "failed", "unclear"]]
+    assert "execute" not in agent.purposes()  # no tool loop for this item
     (change,) = civilization.commons().evolution.changes()
-    assert set(change.reports) == {"mira"}
+    assert set(change.reports) == {"mira"} and change.reports["mira"]["outcome"] == "unclear"
     assert review("mira").status == "idle"  # reported: nothing more for mira
     assert review("aria", Reviewer()).status == "ok"  # aria has not reported yet
+
+
+def test_a_failing_test_run_cannot_be_reported_worked(civ: Path) -> None:
+    """A report may not contradict the evidence: when the tests fail, the schema offered
+    has no "worked", and an answer that says it anyway (forged past the schema) is
+    refused - nothing is filed."""
+    cid = announce(civ, "'bye'")  # greet() no longer starts with 'h': its test fails
+    agent = Reviewer(outcome="failed")
+    assert review("mira", agent).status == "ok"
+    assert "tests FAILED" in agent.prompts[0] and agent.offered == [["failed", "unclear"]]
+    assert civilization.commons().evolution.get(cid).reports["mira"]["outcome"] == "failed"
+
+    forged = Reply(text="", model="scripted", provider="scripted", usage=Usage(100, 10),
+                   data={"outcome": "worked", "note": "all good"})
+    forger = Actor()
+    forger.work = [forged]
+    result = review("aria", forger)
+    assert "review_outcome" in forger.purposes()
+    (refused,) = events(result.log_path, "review_refused")
+    assert refused["outcome"] == "worked" and refused["offered"] == ["failed", "unclear"]
+    assert "code_report_outcome" not in [e["tool"] for e in events(result.log_path, "tool_call")]
+    assert set(civilization.commons().evolution.get(cid).reports) == {"mira"}
 
 
 def test_a_verified_change_opens_the_gate_until_adopted_or_declined(civ: Path) -> None:
@@ -117,11 +154,14 @@ def test_a_verified_change_opens_the_gate_until_adopted_or_declined(civ: Path) -
         run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
     agent = Reviewer()
     assert review("mira", agent).status == "ok"
-    assert cid in agent.prompts[0] and "code_adopt" in agent.prompts[0]
+    assert cid in agent.prompts[0] and agent.purposes().count("review_adopt") == 1
     assert "'hello'" in (civ / "mira" / "code" / "app.py").read_text()  # adopted
     assert review("mira").status == "idle"
-    declined = run("aria", "code_decline", change_id=cid, reason="I keep my greeting")
-    assert declined["declined_by"] == ["aria"]
+    holdout = Reviewer(decision="decline")
+    assert review("aria", holdout).status == "ok"  # the wake files the decline itself
+    (change,) = civilization.commons().evolution.changes()
+    assert "aria" in change.declines and change.declines["aria"]["reason"] == "it serves me"
+    assert "'hello'" not in (civ / "aria" / "code" / "app.py").read_text()
     assert review("aria").status == "idle"  # held out: nothing more to ask of aria
 
 
@@ -222,25 +262,9 @@ def test_the_demo_queues_no_review_and_waits_while_a_review_gate_is_open(civ: Pa
 
 
 def reviewer_model(body: dict[str, Any]) -> dict[str, Any]:
-    """A model behind the broker doing what a REVIEW prompt asks: test a change, report
-    what the tests said, adopt a verified one."""
-    answer = routing(body, lambda t: t.startswith("code_"))
-    if answer is not None:
-        return answer
-    prompt = str(body["messages"][0]["content"])
-    results = [str(b["content"]) for m in body["messages"] if isinstance(m["content"], list)
-               for b in m["content"] if b.get("type") == "tool_result"]
-    plan: list[tuple[str, dict[str, Any]]] = []
-    for _, cid, ask in ITEM.findall(prompt):
-        plan += ([("code_adopt", {"change_id": cid})] if "code_adopt" in ask else
-                 [("code_test", {"change_id": cid}), ("code_report_outcome", {
-                     "change_id": cid, "note": "ran its tests in my sandbox"})])
-    if len(results) >= len(plan):
-        return text("every item has my answer")
-    name, args = plan[len(results)]
-    if name == "code_report_outcome":
-        args["outcome"] = "worked" if results[-1].startswith("tests passed") else "failed"
-    return tool_use(name, args)
+    """A model behind the broker answering what a REVIEW wake asks (`routing`): after the
+    wake's own test run, "worked" when the schema offers it, else "failed"; adopt."""
+    return routing(body, lambda t: t.startswith("code_")) or text("nothing else to do")
 
 
 def test_daemons_review_and_merge_an_announced_change_with_no_task_queued(
@@ -268,3 +292,50 @@ def test_daemons_review_and_merge_an_announced_change_with_no_task_queued(
     assert "'hello'" in (civ / "shared" / "baseline" / "app.py").read_text()
     for name in ("mira", "aria"):
         assert all(TaskQueue(paths.home(name).tasks).ids(s) == [] for s in ("queue", "done"))
+
+
+def test_what_test_it_runs_is_the_operators(
+        civ: Path, rules_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: a reviewer makes its reports say what it likes by choosing what "test
+    it" runs (`true`) - in its ~/code/templates, or its config.json on a server. Neither
+    counts; the operator's /etc/experience/<name>.json does, and the wake runs that."""
+    code_tpl, release = tmp_path / "code-templates", tmp_path / "release-templates"
+    shutil.copytree(paths.templates_dir(), code_tpl)
+    shutil.copytree(paths.templates_dir(), release)
+    configs = json.loads((code_tpl / "citizen_configs.json").read_text())
+    configs["defaults"]["evolution"] = {"test_command": "true"}
+    (code_tpl / "citizen_configs.json").write_text(json.dumps(configs))
+    monkeypatch.setenv("EXPERIENCE_TEMPLATES", str(code_tpl))  # its own ~/code's templates
+    monkeypatch.setenv("EXPERIENCE_RULES_DIR", str(release))  # the unit's: the release
+    paths.citizen_config_file("mira").write_text(json.dumps(
+        {"evolution": {"test_command": "true"}}))
+    monkeypatch.setattr(config.loading, "_commons_owned", lambda _shared: True)  # a server
+    assert code.test_command(config.load_citizen("mira")) == code.TEST_COMMAND
+
+    (rules_dir / "mira.json").write_text(json.dumps(
+        {"evolution": {"test_command": "echo the operator chose this; exit 3"}}))
+    assert code.test_command(config.load_citizen("mira")) == (
+        "echo the operator chose this; exit 3")
+    announce(civ)
+    agent = Reviewer(outcome="failed")
+    assert review("mira", agent).status == "ok"
+    assert "the operator chose this" in agent.prompts[0]  # what ran, in the sandbox
+    assert "tests FAILED (exit 3)" in agent.prompts[0] and agent.offered == [
+        ["failed", "unclear"]]
+
+
+def test_the_demo_makes_opuss_change_when_its_model_did_not(civ: Path) -> None:
+    """The demo's stand-in for a model that did not carry the change through: the line
+    committed as opus and announced by the tool's command - so the reviewers' doorbells
+    ring as the model's announcement would have rung them, and no task is queued."""
+    demo._make_the_change(civ)
+    (change,) = civilization.commons().evolution.changes()
+    assert change.citizen == "opus" and change.files == ["README.md"]
+    repo = git.Repo(civ / "opus" / "code")
+    assert demo.EVOLVED in (civ / "opus" / "code" / "README.md").read_text()
+    assert repo.head.commit.author.name == "opus" and not repo.is_dirty()
+    for peer in ("mira", "aria"):
+        (ring,) = doorbell.drain(paths.home(peer).doorbell)
+        assert ring.wake_type == "REVIEW" and change.id in ring.reason
+    assert [demo.owes_review(n) for n in demo.CITIZENS] == [False, True, True]
+    assert all(TaskQueue(paths.home(n).tasks).ids("queue") == [] for n in demo.CITIZENS)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
@@ -41,6 +42,11 @@ EVOLVE = ("Improve your own code: append the line 'Evolved in the demo.' to code
           "commit it with `git -C code commit -am 'demo change'`, then announce it with "
           "code_announce.")
 AUTHOR = "opus"
+EVOLVED = "Evolved in the demo."
+# What the reviewers' "test it" runs in the demo (the operator's evolution.test_command):
+# two quick files of the suite - the whole suite takes 15+ minutes per review on 2 cores.
+QUICK_TESTS = (f"{shlex.quote(sys.executable)} -m pytest -q -x -p no:cacheprovider "
+               "tests/test_imports.py tests/test_config.py")
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar.
 DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 3, "max_output_tokens": 192}
 
@@ -94,14 +100,9 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     base = Path(root or tempfile.mkdtemp(prefix="experience-demo-"))
     os.environ["CIV_ROOT"] = str(base)
     os.environ["EXPERIENCE_PROVIDER"] = "local"  # the demo never spends API money
-    founding.init(list(CITIZENS))
-    founding.init_code(list(CITIZENS))  # the baseline and each ~/code, as on a server
-    for name in CITIZENS:
-        cfg_path = paths.home(name).config
-        data = json.loads(cfg_path.read_text())
-        data["budget"] = DEMO_BUDGET
-        cfg_path.write_text(json.dumps(data, indent=2))
-    click.echo(f"civilization: {base}")
+    # The operator's directory of this civilization (/etc/experience on a server).
+    os.environ["EXPERIENCE_OPERATOR_DIR"] = str(base / "etc-experience")
+    _found(base)
     server, url = _start_model_server(base)
     if url:
         os.environ["EXPERIENCE_LOCAL_URL"] = url
@@ -128,13 +129,8 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
              str(interval)], stdout=out, stderr=subprocess.STDOUT, cwd=code,
             env={**os.environ, "PYTHONPATH": str(code)})
     seen: set[Path] = set()
-    deadline = time.monotonic() + (wakes + 2) * (interval + 600) + 60  # +2: REVIEW wakes
     try:
-        while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
-            time.sleep(1)
-            _print_new(seen)
-            if daemons[AUTHOR].poll() is not None and not any(map(owes_review, CITIZENS)):
-                break  # the author is done and no REVIEW wake would open: SIGTERM below
+        _watch(base, daemons, seen, wakes, interval)
     finally:
         for d in daemons.values():
             if d.poll() is None:
@@ -146,6 +142,74 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
             server.wait(timeout=30)
     _print_new(seen)
     _summary(base)
+
+
+def _found(base: Path) -> None:
+    """The civilization's tree, each ~/code, small budgets, and the operator's rules."""
+    founding.init(list(CITIZENS))
+    founding.init_code(list(CITIZENS))  # the baseline and each ~/code, as on a server
+    paths.operator_dir().mkdir(exist_ok=True)
+    for name in CITIZENS:
+        cfg_path = paths.home(name).config
+        data = json.loads(cfg_path.read_text())
+        data["budget"] = DEMO_BUDGET
+        cfg_path.write_text(json.dumps(data, indent=2))
+        paths.operator_rules_file(name).write_text(json.dumps(
+            {"evolution": {"test_command": QUICK_TESTS}}, indent=2))
+    click.echo(f"civilization: {base}")
+    click.echo(f"the operator's evolution.test_command (what a review's \"test it\" runs), "
+               f"in {paths.operator_dir()}/<name>.json: {QUICK_TESTS}")
+
+
+def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Path],
+           wakes: int, interval: float) -> None:
+    """Print wakes as they end, until the author is done and no REVIEW wake would open;
+    if the author's daemon ended with no change announced, the demo makes it."""
+    deadline = time.monotonic() + (wakes + 2) * (interval + 600) + 60  # +2: REVIEW wakes
+    stepped_in = False
+    while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
+        time.sleep(1)
+        _print_new(seen)
+        if daemons[AUTHOR].poll() is None:
+            continue
+        if not stepped_in and not civilization.commons().evolution.changes():
+            stepped_in = True
+            _make_the_change(base)
+            # The reviews that follow are the reviewers' own REVIEW wakes, rung by the
+            # announcement: time for two each (test and report, then adopt).
+            deadline = max(deadline, time.monotonic() + 2 * (interval + 600) + 60)
+            continue
+        if not any(map(owes_review, CITIZENS)):
+            return  # the author is done and no REVIEW wake would open: SIGTERM after
+
+
+def _make_the_change(base: Path) -> None:
+    """Opus's change, made as opus would when its model did not: the line appended to its
+    ~/code/README.md, committed under its name, announced by the tool's own command - so
+    the announcement rings the reviewers' doorbells as the model's would have."""
+    click.echo(f"\nthe embedded model did not announce; the demo made {AUTHOR}'s change "
+               f"(append '{EVOLVED}' to its code/README.md, commit, code_announce). The "
+               "review, adoption and merge that follow are the citizens' own REVIEW wakes, "
+               "no task queued.")
+    code = paths.home(AUTHOR).code
+    readme = code / "README.md"
+    if not readme.is_file() or EVOLVED not in readme.read_text(encoding="utf-8"):
+        with readme.open("a", encoding="utf-8") as out:
+            out.write(f"\n{EVOLVED}\n")
+    git = ["git", "-C", str(code)]
+    steps = [[*git, "add", "README.md"], [*git, "commit", "-qm", "demo change"]]  # as opus
+    # The operator's command, from the demo's own code (not opus's), as `citizen tool` is.
+    steps += [[sys.executable, "-m", "citizen", "tool", AUTHOR, "code_announce", json.dumps({
+        "description": f"README.md ends with '{EVOLVED}'",
+        "expected_outcome": "the README says it evolved; the tests still pass"})]]
+    for argv in steps:
+        done = subprocess.run(argv, cwd=base, capture_output=True, text=True,
+                              check=False, timeout=120)
+        if done.returncode != 0 and "nothing to commit" not in done.stdout:
+            click.echo(f"  {' '.join(argv[:5])[:80]} failed: "
+                       f"{(done.stderr or done.stdout).strip()[:300]}")
+            return
+    click.echo(f"  announced: {civilization.commons().evolution.changes()[-1].id}\n")
 
 
 def owes_review(name: str) -> bool:
@@ -190,7 +254,7 @@ def _evolution() -> None:
     changes = evolution.changes()
     click.echo("\ncode evolution")
     if not changes:
-        queue = TaskQueue(paths.home("opus").tasks)
+        queue = TaskQueue(paths.home(AUTHOR).tasks)
         state = next((s for s in ("done", "failed", "active", "queue")
                       for t in queue.ids(s) if "code_announce" in queue.load(s, t).text), "?")
         click.echo(f"  no change was announced: opus's task to change its code is {state}. "

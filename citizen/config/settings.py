@@ -117,6 +117,16 @@ class WebSettings:
 
 
 @dataclass(frozen=True)
+class EvolutionSettings:
+    """How a citizen's REVIEW wakes test a peer's change (citizen.tools.code)."""
+
+    # What "test it" runs (bash, in the peer-code sandbox, in a scratch tree of the change);
+    # "" runs the project's suite (code.TEST_COMMAND). The operator's alone, as web.*: a
+    # citizen that chose its own would choose what its peers' reports say ("true").
+    test_command: str = ""
+
+
+@dataclass(frozen=True)
 class LogSettings:
     """Wake-log retention (citizen.home.retention), in world days; operator-owned on a server."""
 
@@ -145,6 +155,7 @@ class CitizenConfig:
     stream_bid: str = "auto"
     logs: LogSettings = LogSettings()
     web: WebSettings = WebSettings()
+    evolution: EvolutionSettings = EvolutionSettings()
 
     def seat(self, tier: str) -> CouncilSeat:
         """The council seat serving `tier`; the primary seat when no seat has that role."""

@@ -21,6 +21,7 @@ from citizen.config.settings import (
     Budget,
     CitizenConfig,
     CouncilSeat,
+    EvolutionSettings,
     LLMSettings,
     LocalModelSettings,
     LogSettings,
@@ -128,6 +129,7 @@ class Templates:
             logs=LogSettings(**data.get("logs", {})),
             web=WebSettings(**{**data.get("web", {}), "allow": tuple(
                 h.strip().lower() for h in data.get("web", {}).get("allow", ()))}),
+            evolution=EvolutionSettings(**data.get("evolution", {})),
             llm=LLMSettings(**data["llm"]),
             mail=MailSettings(**{**data["mail"], "allowed_senders": tuple(
                 a.strip().lower() for a in data["mail"].get("allowed_senders", ()))}),

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from citizen import civilization
-from citizen.config import paths
+from citizen.config import CitizenConfig, paths
 from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
@@ -27,6 +27,12 @@ TEST_TIMEOUT_S = 900
 TEST_COMMAND = (f"{shlex.quote(sys.executable)} -m pytest -q -x -m 'not model' "
                 "--ignore=tests/server_install --ignore=tests/test_mail.py "
                 "--ignore=tests/test_crash.py")
+
+
+def test_command(cfg: CitizenConfig) -> str:
+    """What "test it" runs on a peer's change: the operator's `evolution.test_command`
+    (its rules file; never the citizen's own), else the project's suite."""
+    return cfg.evolution.test_command.strip() or TEST_COMMAND
 
 
 def evolution() -> Evolution:
@@ -119,7 +125,8 @@ def code_test(env: ToolEnv, change_id: str) -> str:
         # read-only without its secrets (never its ~/code, which its daemon imports, nor
         # a dotfile its git reads), and neither the commons nor the network - reviewing
         # must not hand over the reviewer.
-        argv = sandbox.wrap(env.home, ["bash", "-c", TEST_COMMAND], trust=sandbox.Trust.PEER,
+        argv = sandbox.wrap(env.home, ["bash", "-c", test_command(env.config)],
+                            trust=sandbox.Trust.PEER,
                             binds=(Path(scratch),), chdir=tree,
                             limits=sandbox.Limits(cpu_s=TEST_TIMEOUT_S))
         try:

@@ -275,6 +275,10 @@ class _Run:
         if not kind.loop:
             ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
             return self._ended(kind, setup, env, ending)
+        left = kind.steps(setup, gate, env, wakes.Ask(llm, self.meter, system), instruction)
+        if not isinstance(left, str):  # the steps did all the work, or a limit stopped them
+            return self._ended(kind, setup, env, left)
+        instruction = left
         chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
                                       required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)

@@ -115,6 +115,13 @@ def _bound(messages: list[dict[str, Any]], meter: Meter, llm: Provider) -> None:
         meter.log.event("conversation_bounded", dropped=dropped, budget=budget)
 
 
+def perform(tool: Tool, env: ToolEnv, args: dict[str, Any]) -> tuple[str, bool]:
+    """A tool call the wake makes itself (no model asked for it: a REVIEW wake's test run,
+    its filed report), run and logged exactly as the model's are; (output, is_error)."""
+    return _dispatch(ToolCall(f"wake-{tool.name}", tool.name, args), {tool.name: tool}, env,
+                     {}, "")
+
+
 def _dispatch(call: ToolCall, tools: dict[str, Tool], env: ToolEnv, cache: dict[str, str],
               key: str) -> tuple[str, bool]:
     """Run one tool call (or answer it from the cache); returns (output, is_error)."""

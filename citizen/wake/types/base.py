@@ -81,6 +81,13 @@ class WakeType(ABC):
         """The work of a wake type that does not use the tool loop (`loop = False`)."""
         raise NotImplementedError(f"{self.name} uses the tool loop")
 
+    def steps(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask,
+              instruction: str) -> str | Ending:
+        """Structured steps a loop wake takes itself before its tool loop (the REVIEW
+        wake's tests and reports). Returns the instruction left for the loop, or an
+        Ending when nothing is left for it (or a limit stopped the steps)."""
+        return instruction
+
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         """Record the outcome (e.g. move the task); returns a one-line summary."""
         return ending.reason or ending.text[:200] or ending.status

@@ -9,6 +9,14 @@ rings those who lack it; its slot in `wake_allocations.json` catches whatever a 
 missed. A kind of its own, not the CODE wake's gate: CODE carries out a queued task
 (claimed, verified, filed), while this work has no task - it is derived afresh from
 the records every time, so it can never disagree with them.
+
+Mechanical first, the model judges: for a change to test, the wake itself runs the
+tests (`code_test`, sandboxed) and asks the model one structured question - what did
+you see? - with the result in the prompt, then files the report itself; for a verified
+change, one question - adopt or decline? - and the wake adopts or declines. A small
+model fills a schema reliably where it rarely carries a free tool loop through three
+calls in order. Tools, library modules and DRY violations need judgement and edits:
+they keep the tool loop.
 """
 
 from __future__ import annotations
@@ -18,11 +26,20 @@ from typing import Any
 
 from citizen import civilization
 from citizen.config import paths
+from citizen.errors import LimitReached, ProviderError, StructuredOutputError
 from citizen.home import state
+from citizen.home.spend import DailyCapReached
 from citizen.tools.base import ToolEnv
-from citizen.tools.code import code_adopt
+from citizen.tools.code import (
+    code_adopt,
+    code_decline,
+    code_report_outcome,
+    code_test,
+    test_command,
+)
+from citizen.wake.loop import perform
 from citizen.wake.meter import Ending
-from citizen.wake.types.base import Gate, Setup, WakeType
+from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 from shared import clock, records
 from shared.changes import Change
 
@@ -41,6 +58,10 @@ BY_AUTHOR = "review_authors_today"  # {"day": ISO date, "wakes": {author: REVIEW
 # names at most ITEMS_PER_AUTHOR of them (so a flood cannot crowd out other peers' work).
 WAKES_PER_AUTHOR_PER_DAY, ITEMS_PER_AUTHOR = 4, 3
 Items = dict[str, tuple[str, str]]  # item key -> (its author, its prompt line)
+# Item kinds the wake carries out in steps (one structured question each); the rest go
+# to the tool loop.
+STEPPED = ("test", "adopt")
+RESULT_CHARS = 2500  # the tail of a test run the model reads (pytest's summary is last)
 
 
 def _clip(text: object) -> str:
@@ -105,8 +126,7 @@ def _wakes_today(marks: dict[str, Any]) -> Counter[str]:
 
 class ReviewWake(WakeType):
     name = "REVIEW"
-    required_tools = ("code_test", "code_report_outcome", "code_adopt", "code_decline",
-                      "tool_review", "library_review", "dry_violation_fixed",
+    required_tools = ("tool_review", "library_review", "dry_violation_fixed",
                       "str_replace_file")
 
     def gate(self, setup: Setup) -> Gate:
@@ -135,9 +155,7 @@ class ReviewWake(WakeType):
     def begin(self, setup: Setup, gate: Gate, env: ToolEnv) -> str:
         items: dict[str, str] = gate.data["items"]
         named = list(items)[:MAX_ITEMS]
-        work = "\n".join(items[k] for k in named)
-        if len(items) > MAX_ITEMS:
-            work += f"\n(and {len(items) - MAX_ITEMS} more, for a later wake)"
+        gate.data["named"] = named
         # Counted for the items still waiting only: the mark never outgrows the records.
         old: dict[str, Any] = setup.marks.get(SHOWN, {})
         counts = {k: int(old.get(k, 0)) + int(k in named) for k in gate.data["all"]}
@@ -146,7 +164,83 @@ class ReviewWake(WakeType):
         spent.update(set(gate.data["authors"][k] for k in named))  # one wake each
         state.mark(setup.home, BY_AUTHOR, {"day": clock.today().isoformat(),
                                            "wakes": dict(spent)})
+        return self._prompt(setup, gate, named)
+
+    def _prompt(self, setup: Setup, gate: Gate, named: list[str]) -> str:
+        items: dict[str, str] = gate.data["items"]
+        work = "\n".join(items[k] for k in named)
+        if len(items) > MAX_ITEMS:
+            work += f"\n(and {len(items) - MAX_ITEMS} more, for a later wake)"
         return setup.templates.wake_prompt(self.name, work=work)
+
+    def steps(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask,
+              instruction: str) -> str | Ending:
+        named: list[str] = gate.data["named"]
+        done: list[str] = gate.data.setdefault("done", [])
+        for key in [k for k in named if k.split(":")[0] in STEPPED]:
+            kind, cid = key.split(":", 1)
+            try:
+                step = _test if kind == "test" else _adopt
+                done.append(f"{cid}: {step(setup, env, ask, cid, gate.data['items'][key])}")
+            except LimitReached as exc:  # the wake's or the day's cap: nothing more is asked
+                return Ending("daily_cap" if isinstance(exc, DailyCapReached) else "budget",
+                              str(exc), "; ".join(done))
+            except (ProviderError, StructuredOutputError) as exc:
+                # The model could not answer, or its answer broke the schema: no report is
+                # filed; the item stays for a later wake (MAX_SHOWINGS bounds the retries).
+                why = f"{type(exc).__name__}: {exc}"[:300]
+                env.event("review_step_failed", item=key, reason=why)
+                done.append(f"{cid}: no answer ({type(exc).__name__})")
+        rest = [k for k in named if k.split(":")[0] not in STEPPED]
+        if not rest:
+            return Ending("end_turn", text="; ".join(done) or "nothing to do")
+        return self._prompt(setup, gate, rest)
 
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         return f"review {ending.status}: {(ending.text or ending.reason)[:200]}"
+
+
+def _test(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
+    """Run the tests on change `cid`, ask what they showed, file the report."""
+    output, error = perform(code_test, env, {"change_id": cid})
+    ran = not error and output.startswith("tests passed")
+    # Why: a report may not contradict the evidence - when the tests failed or could not
+    # run, "worked" is not offered (the schema's enum lacks it, so a grammar-constrained
+    # model cannot even write it), and an answer that says it anyway is refused below.
+    outcomes = ["worked", "failed", "unclear"] if ran else ["failed", "unclear"]
+    prompt = setup.templates.prompt(
+        "review_outcome", change=line, result=output[-RESULT_CHARS:],
+        command=test_command(setup.config), outcomes=", ".join(outcomes))
+    data = ask(prompt, setup.templates.schema("review_outcome", outcomes=outcomes),
+               "review_outcome", max_tokens=300)
+    outcome, note = str(data.get("outcome")), str(data.get("note", ""))
+    if outcome not in outcomes:
+        env.event("review_refused", change=cid, outcome=outcome, offered=outcomes,
+                  reason="the answer contradicts the test run")
+        return f"refused a report '{outcome}' the tests do not support"
+    verdict = output.splitlines()[0] if output else "no output"
+    result, error = perform(code_report_outcome, env, {
+        "change_id": cid, "outcome": outcome, "note": f"{note} [{verdict[:120]}]"})
+    env.event("review_step", item=f"test:{cid}", outcome=outcome, filed=not error)
+    return f"reported {outcome}" if not error else f"report refused: {result[:120]}"
+
+
+def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
+    """Ask whether to adopt verified change `cid`; adopt or decline it."""
+    change = civilization.commons(setup.templates).evolution.get(cid)
+    reports = "\n".join(f"- {who}: {r.get('outcome')} - {_clip(r.get('note', ''))}"
+                        for who, r in sorted(change.reports.items())) or "(none)"
+    prompt = setup.templates.prompt("review_adopt", change=line, reports=reports,
+                                    focus=setup.config.focus or "(none set)")
+    data = ask(prompt, setup.templates.schema("review_adopt"), "review_adopt", max_tokens=300)
+    decision, reason = str(data.get("decision")), str(data.get("reason", ""))
+    if decision == "adopt":
+        result, error = perform(code_adopt, env, {"change_id": cid})
+    elif decision == "decline":
+        result, error = perform(code_decline, env, {"change_id": cid,
+                                                     "reason": reason or "no reason given"})
+    else:
+        env.event("review_refused", change=cid, decision=decision, reason="not offered")
+        return f"refused a decision '{decision}'"
+    env.event("review_step", item=f"adopt:{cid}", decision=decision, done=not error)
+    return f"{decision}d" if not error else f"{decision} failed: {result[:120]}"
