@@ -69,3 +69,27 @@ def test_rating_ones_own_bid_is_refused(tmp_path: Path) -> None:
     with pytest.raises(Invalid, match="own bid"):
         streams.rate(sid, "root", 1.0, "I was right")
     assert not (streams.threads.dir(sid) / "ratings").exists()
+
+
+def test_the_first_peer_to_rate_does_not_silence_the_others(tmp_path: Path) -> None:
+    """Found by a hostile review: one rating file per bid, and its first writer held it -
+    a peer (daemon) rating every bid 1.0 first left a later peer's rating (bin's, written
+    beside it) unread, and the rated citizen's calibration at the cap. Now each peer's
+    rating counts once, and the operator's, when it rates, is the one that counts."""
+    streams = Streams(tmp_path, [CITIZEN, "daemon", "bin"], enforce_identity=True)
+    sids = bids(streams)
+    for sid in sids:
+        ratings = streams.threads.dir(sid) / "ratings"
+        squat = as_citizen(ratings / f"{CITIZEN}.json",
+                           {"author": "daemon", "score": 1.0, "reasoning": "first"})
+        os.chown(squat, pwd.getpwnam("daemon").pw_uid, -1)
+        late = as_citizen(ratings / f"{CITIZEN}.json~bin-0123456789abcdef",
+                          {"author": "bin", "score": 0.0, "reasoning": "wrong to speak"})
+        os.chown(late, pwd.getpwnam("bin").pw_uid, -1)
+    rating = streams.ratings.rating(sids[0], CITIZEN)
+    assert rating is not None and rating["raters"] == ["bin", "daemon"]
+    assert rating["score"] == 0.5 and rating["rater"] == "community"
+    assert streams.calibration(CITIZEN)["factor"] == 1.25  # 0.5 / 0.4, not the cap 1.5
+    streams.rate(sids[0], CITIZEN, 0.0, "the operator's word")  # root: no citizen here
+    rating = streams.ratings.rating(sids[0], CITIZEN)
+    assert rating is not None and rating["rater"] == "user" and rating["score"] == 0.0

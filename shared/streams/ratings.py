@@ -1,6 +1,7 @@
 """Post-hoc ratings of bids (§9.2 `outcome`) and the calibration they give (§10.2).
 
-    <stream>/ratings/<citizen>.json   a rating of `citizen`'s bid on the stream
+    <stream>/ratings/<citizen>.json   a rating of `citizen`'s bid on the stream (a second
+                                      rater's goes beside it: `records.write`)
 
 A rating is a record: its author is its file's owner (`shared.records`, checked by the
 kernel in server mode), and `ratedBy` is that author, never what the file says. A
@@ -61,24 +62,46 @@ class Ratings:
                       {"rated": citizen, "score": score, "reasoning": reasoning[:1000]})
 
     def rating(self, sid: str, citizen: str) -> dict[str, Any] | None:
-        """The rating of `citizen`'s bid on `sid` that counts, with `ratedBy` - its
-        author by the kernel (the file's owner in server mode) - or None. One its
-        subject wrote does not count (the self-rating that moved calibration)."""
-        def by_another(rec: dict[str, Any]) -> bool:
+        """The rating of `citizen`'s bid on `sid` that counts, or None: the operator's
+        when it rated (a rater who is no citizen), else the mean of its peers' - one each.
+        Every rater is its file's author by the kernel (the owner in server mode); one
+        the subject wrote, or with a score outside 0..1 (written by hand, past `rate()`'s
+        check), does not count. Why one per rater: the first peer to rate used to hold
+        the bid's only rating file, and a later rater's went beside it unread."""
+        def counts(rec: dict[str, Any]) -> bool:
             if rec[records.AUTHOR] == citizen:
                 log.warning("ignoring a rating of %s on %s: written by %s itself",
                             citizen, sid, citizen)
                 return False
+            try:
+                score = float(rec["score"])
+            except (KeyError, TypeError, ValueError):
+                return False
+            if not 0.0 <= score <= 1.0:  # NaN too
+                log.warning("ignoring a rating of %s on %s: score %r", citizen, sid, score)
+                return False
             return True
 
-        # `by`: ratings before the one author key named their rater there.
-        rec = records.read(self._path(sid, citizen), None, self.streams.enforce,
-                           legacy=("by",), accept=by_another)
-        if rec is None:
+        path = self._path(sid, citizen)
+        found: dict[str, dict[str, Any]] = {}
+        for candidate in ([path] if path.is_file() else []) + records.besides(path):
+            # `by`: ratings before the one author key named their rater there.
+            rec = records.read(candidate, None, self.streams.enforce, legacy=("by",),
+                               accept=counts)
+            if rec is not None:
+                found.setdefault(str(rec[records.AUTHOR]), rec)
+        people = {r: rec for r, rec in found.items() if r not in self.streams.citizens}
+        if people:
+            rater, rec = sorted(people.items())[-1]
+            return {**rec, "ratedBy": rater, "rater": "user", "raters": [rater]}
+        if not found:
             return None
-        rater = str(rec[records.AUTHOR])
-        kind = "community" if rater in self.streams.citizens else "user"
-        return {**rec, "ratedBy": rater, "rater": kind}
+        raters = sorted(found)
+        mean = sum(float(found[r]["score"]) for r in raters) / len(raters)
+        first = found[raters[0]]
+        return {**first, "score": mean, "ratedBy": ", ".join(raters), "rater": "community",
+                "raters": raters,
+                "reasoning": " | ".join(str(found[r].get("reasoning", "")) for r in raters)}
 
     def calibration(self, citizen: str) -> dict[str, Any]:
         """How well a citizen's confidence predicted its ratings: factor = mean rating /
@@ -91,14 +114,7 @@ class Ratings:
             rec = self.streams.read_record(sid, citizen)
             if rec is None:
                 continue
-            try:
-                score = float(rating["score"])
-            except (KeyError, TypeError, ValueError):
-                continue
-            if not 0.0 <= score <= 1.0:  # written by hand, past rate()'s check (or NaN)
-                log.warning("ignoring a rating of %s on %s: score %r", citizen, sid, score)
-                continue
-            pairs.append((float(rec.get("confidence", 0.0)), score))
+            pairs.append((float(rec.get("confidence", 0.0)), float(rating["score"])))
         if len(pairs) < MIN_RATED:
             return {"citizen": citizen, "rated": len(pairs), "factor": 1.0}
         conf = sum(c for c, _ in pairs) / len(pairs)
