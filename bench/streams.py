@@ -226,19 +226,22 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=45.0)
     parser.add_argument("--bids", nargs="+", choices=["rule", "model"], default=["rule", "model"])
     args = parser.parse_args()
-    server, url = model_server()
-    try:
-        for bids in args.bids:
-            for n in args.citizens:
-                pair = []
-                for coordinate in (False, True):
+    for bids in args.bids:
+        for n in args.citizens:
+            pair = []
+            for coordinate in (False, True):
+                # A fresh model server per run: a generation a stopped wake asked for
+                # runs on in the server after its client is gone, and would delay the
+                # next run's first answers (seen: 76 s for a coordinated first answer).
+                server, url = model_server()
+                try:
                     pair.append(run(n, coordinate, url, args.questions, args.timeout,
                                     bids=bids))
-                    print(json.dumps(pair[-1]), flush=True)
-                print(json.dumps(ratio(pair[0], pair[1])), flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+                finally:
+                    server.terminate()
+                    server.wait(timeout=60)
+                print(json.dumps(pair[-1]), flush=True)
+            print(json.dumps(ratio(pair[0], pair[1])), flush=True)
 
 
 if __name__ == "__main__":
