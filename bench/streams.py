@@ -9,7 +9,8 @@ answers. Ten broadcast questions, once with coordination off (every claimer answ
 no admission control) and once on (the balanced room: slots, minimum confidence,
 early exits, the semaphore). Printed per N and mode: time to each answer (mean, p95),
 answers after the timeout, maximum generations in flight or queued, answer tokens,
-and the cross-process decision latency (p50, p95, share decided by early exit).
+and the cross-process decision latency (p50, p95, share decided by early exit); then
+per N the seed's headline (§4.1: 7.6x the mean latency, 16 timeouts against 0).
 
 Bids: `rule` is the seed's stampede - every citizen's focus names every question, so
 every one claims (no model call to bid); `model` lets the model bid (the tiny local
@@ -19,8 +20,10 @@ model mostly defers, so fewer answers are asked for in either mode).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import socket
 import statistics
 import subprocess
@@ -134,10 +137,7 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
             spans = [(float(r["started"]), clock.epoch(r["ts"])) for r in got.values()]
             depth = max(depth, max_overlap(spans))
     finally:
-        for p in procs:
-            p.terminate()
-        for p in procs:
-            p.communicate(timeout=120)
+        stop(procs)
     early = [d for d in decisions if d["exit"] != "window"]
     lat = [float(d["decided_at_ms"]) for d in decisions]
     return {"n": n, "bids": bids, "mode": "coordinated" if coordinate else "uncoordinated",
@@ -150,6 +150,55 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
             "early_exit_share": round(len(early) / len(decisions), 2) if decisions else None}
 
 
+# Stopping the daemons. A daemon's first SIGTERM lets its running wake finish, and a
+# STREAM wake answering questions on the serial local model under load can take many
+# minutes (the last run died in `communicate(timeout=120)`). This is a bench, not a
+# server: the questions are over and a wake still running answers one already counted
+# as late, and would steal the model from the next run. So: a short grace, then the
+# daemon's "stop now" (its second SIGTERM stops its wake), then SIGKILL for what is left.
+GRACE_S, STOP_NOW_S = 20.0, 30.0
+
+
+def stop(procs: list[Any]) -> None:
+    """Stop the bench's daemons, whatever their wakes are doing."""
+    for p in procs:
+        p.terminate()
+    left = _wait(procs, GRACE_S)
+    for p in left:
+        p.terminate()  # the second SIGTERM: the daemon stops its wake now
+    left = _wait(left, STOP_NOW_S)
+    for p in left:
+        print(f"daemon {p.pid} did not stop in {GRACE_S + STOP_NOW_S:.0f} s: killed",
+              file=sys.stderr)
+        for group in {p.pid, *_children(p.pid)}:
+            # a wake runs in a session of its own: kill its group too, not only ours
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(group, signal.SIGKILL)
+    for p in left:
+        p.wait(timeout=60)
+
+
+def _wait(procs: list[Any], seconds: float) -> list[Any]:
+    """The processes among `procs` still running after up to `seconds`."""
+    deadline = time.monotonic() + seconds
+    left = [p for p in procs if p.poll() is None]
+    while left and time.monotonic() < deadline:
+        time.sleep(0.2)
+        left = [p for p in left if p.poll() is None]
+    return left
+
+
+def _children(pid: int) -> list[int]:
+    """The direct children of `pid` (from /proc: a wake the daemon started)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            # the fields after the command name's closing parenthesis: state, ppid, ...
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(stat.parent.name))
+    return out
+
+
 def max_overlap(spans: list[tuple[float, float]]) -> int:
     events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
     inside = peak = 0
@@ -159,6 +208,17 @@ def max_overlap(spans: list[tuple[float, float]]) -> int:
     return peak
 
 
+def ratio(uncoordinated: dict[str, Any], coordinated: dict[str, Any]) -> dict[str, Any]:
+    """The seed's headline figures for one N: mean time to an answer without
+    coordination over with it (§4.1: 38 s / 5 s = 7.6x), and the timeouts of each
+    (the seed: 16 and 0)."""
+    before, after = uncoordinated["mean_s"], coordinated["mean_s"]
+    return {"n": coordinated["n"], "bids": coordinated["bids"],
+            "latency_ratio": round(before / after, 1) if before and after else None,
+            "timeouts": [uncoordinated["timeouts"], coordinated["timeouts"]],
+            "seed": {"latency_ratio": 7.6, "timeouts": [16, 0]}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--citizens", type=int, nargs="+", default=[3, 5, 10])
@@ -166,16 +226,22 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=45.0)
     parser.add_argument("--bids", nargs="+", choices=["rule", "model"], default=["rule", "model"])
     args = parser.parse_args()
-    server, url = model_server()
-    try:
-        for bids in args.bids:
-            for n in args.citizens:
-                for coordinate in (False, True):
-                    print(json.dumps(run(n, coordinate, url, args.questions, args.timeout,
-                                         bids=bids)), flush=True)
-    finally:
-        server.terminate()
-        server.wait(timeout=60)
+    for bids in args.bids:
+        for n in args.citizens:
+            pair = []
+            for coordinate in (False, True):
+                # A fresh model server per run: a generation a stopped wake asked for
+                # runs on in the server after its client is gone, and would delay the
+                # next run's first answers (seen: 76 s for a coordinated first answer).
+                server, url = model_server()
+                try:
+                    pair.append(run(n, coordinate, url, args.questions, args.timeout,
+                                    bids=bids))
+                finally:
+                    server.terminate()
+                    server.wait(timeout=60)
+                print(json.dumps(pair[-1]), flush=True)
+            print(json.dumps(ratio(pair[0], pair[1])), flush=True)
 
 
 if __name__ == "__main__":

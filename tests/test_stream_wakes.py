@@ -265,3 +265,32 @@ def test_a_bid_replays_as_other_citizens_side_by_side(
     rows = out.output.splitlines()
     assert rows[1].startswith("recorded: opus") and rows[2].startswith("mira ")
     assert rows[3].startswith("aria ") and "True" in rows[3]
+
+
+def test_a_message_in_my_focus_adds_the_expertise_boost_to_my_bid(civ: Path) -> None:
+    """§10.3 context-aware selection: the same bid (0.5 from the model) gets +0.2 on a
+    message in the bidder's focus (opus: Architecture) - enough to clear a 0.6 minimum
+    that the same bid off its focus does not."""
+    from citizen import civilization
+    from citizen.wake.flow import run_wake
+    from citizen.wake.types.stream import EXPERT_BOOST
+    from tests.scripts import say
+
+    streams = civilization.streams()
+    streams.set_room("expert", min_confidence=0.6)
+    got = {}
+    for key, text in (("off", "Who knows backups?"),
+                      ("in", "Which architecture fits a mail gateway?")):
+        # a citizen's message: nobody claimed enough means nobody answers (no fallback)
+        sid = streams.open(f"<{key}@example.org>", text, room="expert", sender="mira",
+                           participants=["opus"]).id
+        provider = claimer(0.5, lambda: say("an answer"))
+        provider.max_concurrent = 4  # not a serial model: the model bids (auto)
+        assert run_wake("opus", wake_type="STREAM",
+                        provider=lambda c, s, p=provider: p).status == "ok"  # type: ignore[misc]
+        rec = streams.read_record(sid, "opus")
+        assert rec is not None and rec["how"] == "model" and rec["raw_confidence"] == 0.5
+        assert (rec["calibration_factor"], rec["load_factor"]) == (1.0, 1.0)
+        got[key] = (rec["expertise_boost"], rec["confidence"], rec["action"])
+    assert got["off"] == (0.0, 0.5, "SILENT")
+    assert got["in"] == (EXPERT_BOOST, 0.7, "POSTED")

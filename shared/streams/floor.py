@@ -9,7 +9,8 @@ stream opened speaks no more. No files here (`shared.streams.store` keeps them).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import math
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -22,6 +23,20 @@ def moderated(s: Stream, room: Settings) -> Stream:
     """`s` under its room's moderation now: silenced there since it opened, or paused."""
     silenced = tuple(sorted({*s.settings.silenced, *room.silenced}))
     return replace(s, settings=replace(s.settings, silenced=silenced, paused=room.paused))
+
+
+def silenced_during(history: Sequence[tuple[float, Iterable[str]]], start: float,
+                    end: float) -> set[str]:
+    """Everyone the room had silenced at some moment in [`start`, `end`] (seconds since
+    the epoch). `history`: the room's silenced sets, each with the time it took effect,
+    oldest first - a decision names the silence it applied, and a silence lifted since
+    must not make it unsound (nor a silence that never overlapped it, sound)."""
+    out: set[str] = set()
+    for i, (at, names) in enumerate(history):
+        until = history[i + 1][0] if i + 1 < len(history) else math.inf
+        if at <= end and until >= start:
+            out |= set(names)
+    return out
 
 
 def floor(s: Stream, decision: Mapping[str, Any], citizen: str) -> str:

@@ -2,7 +2,9 @@
 
 The temperature arithmetic (§8.3) is pure, in `temperature`. A room's settings and
 temperature live in one shared document, `shared/streams/rooms/<room>.json`, changed
-only through `Document.update` - the one read-modify-write under the one lock.
+only through `Document.update` - the one read-modify-write under the one lock. The
+document also keeps `silence_log`: each silenced set the moderator gave the room, with
+when - a decision that applied a silence lifted since stays sound (`floor.silenced_during`).
 """
 
 from __future__ import annotations
@@ -34,6 +36,10 @@ ROOM_MODE = 0o664  # any citizen heats the room; anyone on the host may read it
 # (os.replace) by whichever citizen changes it, which a sticky directory would forbid.
 ROOMS_DIR_MODE = 0o2775
 _NAME = re.compile(r"[a-z0-9_-]{1,40}")
+# Silences are changed by hand (`citizen room set --silence`): a few a month. The cap
+# only bounds a runaway script; a decision older than the oldest kept change that named
+# a silence of before then is no longer sound (its stream is long over).
+SILENCE_LOG_MAX = 500
 
 
 class RoomDocument(Document):
@@ -84,14 +90,23 @@ class Rooms:
         :raises Invalid: an unknown preset or setting (nothing is written).
         """
         def change(data: dict[str, Any]) -> dict[str, Any]:
+            history = _silence_history(data)
             if preset is not None:
                 Settings.preset(preset)  # a clear error for an unknown one
                 data["preset"], data["changes"] = preset, dict(ROOM_DEFAULTS.get(room, {}))
             data["changes"] = {**data.get("changes", {}), **changes}
-            Settings.preset(str(data["preset"]), **data["changes"])  # validates the mix
+            now = Settings.preset(str(data["preset"]), **data["changes"])  # validates the mix
+            if set(now.silenced) != set(history[-1][1] if history else ()):
+                history.append((clock.time(), tuple(sorted(now.silenced))))
+            data["silence_log"] = [[clock.now(at), list(names)]
+                                   for at, names in history[-SILENCE_LOG_MAX:]]
             return dict(data)
 
         return self._update(room, change)
+
+    def silence_history(self, room: str) -> list[tuple[float, tuple[str, ...]]]:
+        """The room's silenced sets, each with when it took effect, oldest first."""
+        return _silence_history(self.document(room).read())
 
     def heat(self, room: str, event: str) -> float:
         """A temperature event (human, serviced, present, absent); the new temperature."""
@@ -110,6 +125,15 @@ class Rooms:
         doc = self.document(room)
         make_dirs(self.dir, self.top, ROOMS_DIR_MODE)
         return doc.update(change)
+
+
+def _silence_history(data: dict[str, Any]) -> list[tuple[float, tuple[str, ...]]]:
+    """`silence_log` as (epoch seconds, names); a room written before the log existed
+    counts its silence now as in force since ever (what readers assumed before)."""
+    if "silence_log" in data:
+        return [(clock.epoch(at), tuple(names)) for at, names in data["silence_log"]]
+    silenced = tuple(data.get("changes", {}).get("silenced", ()))
+    return [(0.0, silenced)] if silenced else []
 
 
 def _with_temperature_now(data: dict[str, Any], now: float | None = None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from shared.streams.decision import (
     mentions,
     stream_id,
 )
-from shared.streams.floor import floor, moderated
+from shared.streams.floor import floor, moderated, silenced_during
 from shared.streams.ratings import Ratings
 from shared.streams.rooms import Rooms
 from shared.streams.semaphore import Semaphore
@@ -219,7 +219,9 @@ class Streams:
 
     def _sound(self, sid: str, rec: Mapping[str, Any]) -> bool:
         """In server mode: `rec` is what `decide` gives on the bids it says it considered,
-        at the moment it says - and it left out no bid made well before it."""
+        at the moment it says - and it left out no bid made well before it, and silenced
+        only whom the room had silenced while the stream was open until it was written
+        (a silence lifted since still counts; one never in force there does not)."""
         if not self.enforce:
             return True  # dev mode: one Unix user, every daemon is the same writer
         try:
@@ -229,7 +231,7 @@ class Streams:
             at = (int(rec["decided_at_ms"]) + 0.5) / 1000
             granted = list(rec["granted"])
             used = set(rec.get("moderated", ()))
-            room = self.settings(str(self.info(sid)["room"]))
+            history = self.rooms.silence_history(str(self.info(sid)["room"]))
         except (KeyError, TypeError, ValueError, SharedError):
             log.warning("ignoring the decision of %s: it does not say what it considered", sid)
             return False
@@ -237,7 +239,9 @@ class Streams:
         if not earlier <= considered or not considered <= set(s.thoughts):
             log.warning("ignoring the decision of %s: it leaves out bids made before it", sid)
             return False
-        if not used <= {*s.settings.silenced, *room.silenced}:
+        # RACE_S either side: the decider read the room between the two moments
+        in_force = silenced_during(history, s.created - RACE_S, written + RACE_S)
+        if not used <= {*s.settings.silenced, *in_force}:
             log.warning("ignoring the decision of %s: it silences whom nobody silenced", sid)
             return False
         s.thoughts = {c: t for c, t in s.thoughts.items() if c in considered}
