@@ -69,7 +69,8 @@ def test_a_silence_lifted_before_the_stream_opened_does_not_vouch_for_it(
     def long_ago(data: dict[str, Any]) -> None:
         data["silence_log"] = [[clock.now(1000.0), [CITIZEN]], [clock.now(2000.0), []]]
 
-    streams.rooms.document("general").update(long_ago)
+    # the operator's settings file keeps the silences (the room's document, temperature)
+    streams.rooms.governance.update("general", {}, long_ago)
     assert streams.rooms.silence_history("general") == [(1000.0, (CITIZEN,)), (2000.0, ())]
     forge(streams, sid)
     assert streams.decision(sid) is None

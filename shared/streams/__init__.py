@@ -1,7 +1,8 @@
 """ThoughtStream coordination: who answers a message that reached several citizens.
 
 `decision` is the pure decision (slots, claims, early exits), `temperature` the pure
-arithmetic of a room's temperature, `rooms` the rooms' governance and their document,
+arithmetic of a room's temperature, `rooms` the rooms and their shared document,
+`governance` a room's settings, which only the operator (root, on a server) writes,
 `floor` who may speak once decided (overrides, interruptions, the moderator's
 silence), `semaphore` the shared model's admission control, `ratings` the post-hoc
 ratings and calibration, and `store` the streams in the commons (`shared/streams/<id>/`).

@@ -1,14 +1,16 @@
 """Rooms: their governance (a preset plus a moderator's changes) and their temperature.
 
-The temperature arithmetic (§8.3) is pure, in `temperature`. A room's settings and
-temperature live in one shared document, `shared/streams/rooms/<room>.json`, changed
-only through `Document.update` - the one read-modify-write under the one lock. The
-document also keeps `silence_log`: each silenced set the moderator gave the room, with
-when - a decision that applied a silence lifted since stays sound (`floor.silenced_during`).
+The temperature arithmetic (§8.3) is pure, in `temperature`. A room's temperature lives
+in a shared document every citizen changes, `shared/streams/rooms/<room>.json`, only
+through `Document.update` - the one read-modify-write under the one lock. Its governance
+is the operator's, in a file no citizen can write (`governance`), with `silence_log`:
+each silenced set the moderator gave the room, with when - a decision that applied a
+silence lifted since stays sound (`floor.silenced_during`).
 """
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +21,7 @@ from shared.atomic import CorruptFile, make_dirs, read_json
 from shared.documents import Document
 from shared.errors import Invalid
 from shared.streams.decision import Settings
+from shared.streams.governance import KEYS, Governance
 from shared.streams.temperature import START, cooled, warmed
 
 T = TypeVar("T")
@@ -63,29 +66,35 @@ class RoomDocument(Document):
 class Rooms:
     """The rooms of one commons (`<streams>/rooms/`)."""
 
-    def __init__(self, directory: Path, top: Path) -> None:
+    def __init__(self, directory: Path, top: Path, enforce: bool = False) -> None:
         self.dir = directory
-        self.top = top
+        self.top, self.enforce = top, enforce
+        self.governance = Governance(top, directory, enforce)
 
     def document(self, room: str) -> RoomDocument:
         """:raises Invalid: not a room name."""
         if not _NAME.fullmatch(room):
             raise Invalid(f"room names are 1-40 of a-z 0-9 _ - (not '{room}')")
         return RoomDocument(self.dir / f"{room}.json", lambda: {
-            "preset": "balanced", "changes": dict(ROOM_DEFAULTS.get(room, {})),
             "temperature": START, "updated": clock.now()}, mode=ROOM_MODE)
 
     def room(self, room: str, now: float | None = None) -> dict[str, Any]:
-        """The room's document, with `temperature_now` (cooled until `now`)."""
-        data = self.document(room).read()
-        return _with_temperature_now(data, now)
+        """The room's document with its governance (`governed`), and `temperature_now`
+        (cooled until `now`)."""
+        data = {k: v for k, v in self.document(room).read().items() if k not in KEYS}
+        return _with_temperature_now({**data, **self.governed(room)}, now)
+
+    def governed(self, room: str) -> dict[str, Any]:
+        """The room's preset, changes and `silence_log`, as the operator set them."""
+        return self.governance.read(room, _default(room))
 
     def settings(self, room: str) -> Settings:
-        data = self.room(room)
+        data = self.governed(room)
         return Settings.preset(str(data["preset"]), **data.get("changes", {}))
 
     def set(self, room: str, preset: str | None = None, **changes: Any) -> dict[str, Any]:
-        """The moderator's commands: a preset, thresholds, silence, boosts.
+        """The moderator's commands: a preset, thresholds, silence, boosts - written as
+        this process (the operator's CLI, root on a server) in the room's settings file.
 
         :raises Invalid: an unknown preset or setting (nothing is written).
         """
@@ -100,13 +109,16 @@ class Rooms:
                 history.append((clock.time(), tuple(sorted(now.silenced))))
             data["silence_log"] = [[clock.now(at), list(names)]
                                    for at, names in history[-SILENCE_LOG_MAX:]]
-            return dict(data)
+            return {**data}
 
-        return self._update(room, change)
+        done = self.governance.update(room, _default(room), change)
+        if self.document(room).path.exists():
+            self._update(room, _drop_governance)  # moved: the settings file holds it now
+        return done
 
     def silence_history(self, room: str) -> list[tuple[float, tuple[str, ...]]]:
         """The room's silenced sets, each with when it took effect, oldest first."""
-        return _silence_history(self.document(room).read())
+        return _silence_history(self.governed(room))
 
     def heat(self, room: str, event: str) -> float:
         """A temperature event (human, serviced, present, absent); the new temperature."""
@@ -117,6 +129,8 @@ class Rooms:
             data["updated"] = clock.now(now)
             if event in ("present", "absent"):  # a bid records whether a person is here
                 data["present"] = event == "present"
+            if self.enforce and os.geteuid() != 0:  # a citizen's write: what governance a
+                _drop_governance(data)  # room from before kept here counts no more
             return float(data["temperature"])
 
         return self._update(room, change)
@@ -125,6 +139,16 @@ class Rooms:
         doc = self.document(room)
         make_dirs(self.dir, self.top, ROOMS_DIR_MODE)
         return doc.update(change)
+
+
+def _default(room: str) -> dict[str, Any]:
+    """A room's governance until the operator sets it."""
+    return {"preset": "balanced", "changes": dict(ROOM_DEFAULTS.get(room, {}))}
+
+
+def _drop_governance(data: dict[str, Any]) -> None:
+    for key in KEYS:
+        data.pop(key, None)
 
 
 def _silence_history(data: dict[str, Any]) -> list[tuple[float, tuple[str, ...]]]:

@@ -64,7 +64,7 @@ class Streams:
         self.citizens, self.enforce = sorted(citizens), enforce_identity
         # Rooms and the semaphore make only their own directories (`streams/` is the
         # installer's, made with the commons' mode: see citizen.admin.founding.init_shared).
-        self.rooms = Rooms(self.dir / "rooms", self.dir)
+        self.rooms = Rooms(self.dir / "rooms", self.dir, enforce_identity)
         self.ratings = Ratings(self)
 
     def semaphore(self, size: int = 1) -> Semaphore:
