@@ -199,7 +199,9 @@ def _make_the_change(base: Path) -> None:
     git = ["git", "-C", str(code)]
     steps = [[*git, "add", "README.md"], [*git, "commit", "-qm", "demo change"]]  # as opus
     # The operator's command, from the demo's own code (not opus's), as `citizen tool` is.
-    steps += [[sys.executable, "-m", "citizen", "tool", AUTHOR, "code_announce", json.dumps({
+    # -P: the civilization's root is the working directory, and its `shared/` (the commons,
+    # which citizens write) must never be imported as the `shared` package.
+    steps += [[sys.executable, "-P", "-m", "citizen", "tool", AUTHOR, "code_announce", json.dumps({
         "description": f"README.md ends with '{EVOLVED}'",
         "expected_outcome": "the README says it evolved; the tests still pass"})]]
     for argv in steps:
