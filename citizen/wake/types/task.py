@@ -118,7 +118,6 @@ def finish_task(setup: Setup, env: ToolEnv, task: Task, status: str, result: str
         note = answer(setup.home, task)
         if env.log is not None:
             env.log.event("mail_reply", task=task.id, to=task.meta.get("from"), note=note)
-    env.contexts["working"].entries = []  # working memory is cleared when a task ends
     env.contexts["history"].add(f"Task {task.id} ({status}): {task.text[:200]} -> "
                                 f"{result[:300]}")
 
