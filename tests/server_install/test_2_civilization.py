@@ -297,6 +297,16 @@ def test_streams_across_users_and_a_forged_thought_is_ignored(server: Server) ->
     as_user("mira", f"s.respond('{sid}', 'mira', 'flock(2) serialises writers')")
     shown = server.run("citizen", "decisions", "show", sid)
     assert "mira answered: flock(2) serialises writers" in shown
+    # A room's governance is the operator's: mira heats the room, then writes into the
+    # shared room document (hers now) a silence of opus, a pause and a boost for herself
+    # - none counts; root's `citizen room set` does.
+    as_user("mira", "s.heat('general', 'human'); s.rooms.document('general').update("
+                    "lambda d: d.update({'preset': 'balanced', 'changes': {'silenced': "
+                    "['opus'], 'paused': True, 'boosted': [['mira', 0.5]]}}))")
+    governed = "g = s.settings('general'); print(json.dumps([g.silenced, g.paused]))"
+    assert json.loads(as_user("aria", governed)) == [[], False]
+    server.run("citizen", "room", "set", "general", "--silence", "opus")
+    assert json.loads(as_user("aria", governed)) == [["opus"], False]
 
 
 def test_a_fresh_server_restores_the_civilization(server: Server,
