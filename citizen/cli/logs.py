@@ -9,7 +9,7 @@ from typing import Any
 
 import click
 
-from citizen.cli.options import json_option
+from citizen.cli.options import citizen_argument, json_option
 from citizen.cli.terminal import clean
 from citizen.config import paths
 from citizen.home import wakelog
@@ -71,7 +71,7 @@ def _row(r: dict[str, Any]) -> str:
 
 
 @click.command()
-@click.argument("name")
+@citizen_argument
 @click.option("--wake", "number", type=int, default=None, help="Show this wake's transcript.")
 @click.option("--follow", "-f", is_flag=True, help="Keep printing new wakes as they end.")
 @click.option("--limit", type=int, default=30, show_default=True, help="Rows in the table.")

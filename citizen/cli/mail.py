@@ -8,7 +8,7 @@ import json
 import click
 
 from citizen import config, mail
-from citizen.cli.options import json_option
+from citizen.cli.options import citizen_argument, json_option
 from citizen.config import paths
 from citizen.mail import link
 from citizen.mail.intake import Intake
@@ -25,7 +25,7 @@ def mail_group() -> None:
 
 
 @mail_group.command()
-@click.argument("name")
+@citizen_argument
 def poll(name: str) -> None:
     """Poll citizen NAME's INBOX once and send its outbox, saying what happened to each message.
 
@@ -44,7 +44,7 @@ def poll(name: str) -> None:
 
 
 @mail_group.command()
-@click.argument("name")
+@citizen_argument
 @json_option
 def quarantine(name: str, as_json: bool) -> None:
     """List the messages citizen NAME refused, with the reason for each (the broker's

@@ -7,6 +7,7 @@ import json
 import click
 
 from citizen import config
+from citizen.cli.options import citizen_argument
 from citizen.config import paths
 from citizen.home.memory import Memory
 from citizen.llm import make_provider
@@ -20,7 +21,7 @@ def memory() -> None:
 
 
 @memory.command()
-@click.argument("name")
+@citizen_argument
 def rollup(name: str) -> None:
     """Write the due daily, weekly and monthly summaries of citizen NAME (model calls)."""
     home = paths.home(name)
@@ -47,7 +48,7 @@ def rollup(name: str) -> None:
 
 
 @memory.command()
-@click.argument("name")
+@citizen_argument
 @click.argument("query")
 def search(name: str, query: str) -> None:
     """Search citizen NAME's memory."""

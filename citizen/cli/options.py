@@ -11,7 +11,8 @@ from typing import Any, TypeVar
 import click
 
 from citizen import civilization
-from citizen.config import PROVIDERS, paths, templates
+from citizen.cli.terminal import NoSuch, command
+from citizen.config import PROVIDERS, paths, server_mode, templates
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -33,6 +34,44 @@ def json_option(func: F) -> F:
     """`--json` for scripts."""
     return click.option("--json", "as_json", is_flag=True,
                         help="Print machine-readable JSON.")(func)
+
+
+def known_citizens() -> list[str]:
+    """Every citizen a command may name: the homes with a config, and on a server every
+    member of the `citizens` group (a citizen can delete its own config.json)."""
+    names = set(civilization.citizens())
+    if server_mode():
+        names.update(civilization.citizen_users())
+    return sorted(names)
+
+
+class CitizenName(click.ParamType):  # type: ignore[type-arg]
+    """A citizen that exists. Anything else fails before the command touches a file, with
+    the valid names (exit 2: the person asked for something that is not there)."""
+
+    name = "citizen"
+
+    def convert(self, value: Any, param: click.Parameter | None,
+                ctx: click.Context | None) -> str:
+        known = known_citizens()
+        if value in known:
+            return str(value)
+        raise NoSuch(no_citizen(str(value), known))
+
+
+def no_citizen(name: str, known: list[str] | None = None) -> str:
+    """The one line that says citizen `name` does not exist, and what does."""
+    known = known_citizens() if known is None else known
+    where = paths.civ_root()
+    if not known:
+        return (f"no citizen {name!r}: there are no citizens under {where} - create them "
+                f"with `{command('init')}` (or give the right --root)")
+    return (f"no citizen {name!r} under {where}; the citizens are: {', '.join(known)}")
+
+
+def citizen_argument(func: F) -> F:
+    """The NAME argument of a command about one existing citizen."""
+    return click.argument("name", type=CitizenName())(func)
 
 
 def resolve_name(name: str | None) -> str:

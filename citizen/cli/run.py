@@ -7,11 +7,12 @@ import sys
 
 import click
 
+from citizen.cli.options import citizen_argument
 from citizen.daemon.process import Daemon
 
 
 @click.command()
-@click.argument("name")
+@citizen_argument
 @click.option("--interval", type=float, default=None,
               help="Seconds between scheduled wakes (default: the citizen's config).")
 @click.option("--max-wakes", type=int, default=None, help="Stop after this many wakes.")

@@ -7,7 +7,7 @@ import os
 
 import click
 
-from citizen.cli.options import json_option, ring_as_operator
+from citizen.cli.options import citizen_argument, json_option, ring_as_operator
 from citizen.cli.terminal import clean
 from citizen.config import paths
 from citizen.home.tasks import STATES, TASK_KINDS, TaskQueue
@@ -19,7 +19,7 @@ def task() -> None:
 
 
 @task.command("add")
-@click.argument("name")
+@citizen_argument
 @click.argument("text")
 @click.option("--kind", type=click.Choice(TASK_KINDS), default="TASK", show_default=True)
 def add(name: str, text: str, kind: str) -> None:
@@ -41,7 +41,7 @@ def add(name: str, text: str, kind: str) -> None:
 
 
 @task.command("list")
-@click.argument("name")
+@citizen_argument
 @json_option
 def list_tasks(name: str, as_json: bool) -> None:
     """List citizen NAME's tasks by state."""

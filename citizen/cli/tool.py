@@ -7,6 +7,7 @@ import json
 import click
 
 from citizen import config
+from citizen.cli.options import citizen_argument
 from citizen.config import paths
 from citizen.home.contexts import ContextStore
 from citizen.home.memory import Memory
@@ -19,7 +20,7 @@ from shared.errors import SharedError
 
 
 @click.command("tool")
-@click.argument("name")
+@citizen_argument
 @click.argument("tool_name", metavar="TOOL")
 @click.argument("args", default="{}")
 def tool_cmd(name: str, tool_name: str, args: str) -> None:

@@ -9,7 +9,7 @@ import signal
 
 import click
 
-from citizen.cli.options import json_option
+from citizen.cli.options import citizen_argument, json_option
 from citizen.daemon.notify import DAEMON_PID_ENV
 from citizen.wake.flow import run_wake
 
@@ -29,7 +29,7 @@ def _die_with_daemon() -> None:
 
 
 @click.command()
-@click.argument("name")
+@citizen_argument
 @click.option("--type", "wake_type", default=None, metavar="TYPE",
               help="Wake type (TASK, REFLECT, …); default: the next scheduled slot.")
 @click.option("--number", type=int, default=None, hidden=True)
