@@ -6,10 +6,10 @@
 #
 #   sudo scripts/remove_citizen.sh nova
 #
-# It goes: the unit (stopped, disabled, its drop-ins), the Unix user, the home,
-# /etc/experience/<name>.{env,json,mail.env}, its corners of the commons (doorbell,
-# heartbeat, quiescent-point lock), the records it wrote in the commons and anything
-# else its uid owns in /home, /tmp, /var/tmp and /dev/shm. Idempotent: a second run (or
+# It goes: the unit (stopped, disabled, its drop-ins), the Unix user, the home and what
+# a restore set aside of it, /etc/experience/<name>.{env,json,mail.env}, its corners of
+# the commons (doorbell, heartbeat, quiescent-point lock), the records it wrote in the
+# commons and anything else its uid owns in /home, /tmp, /var/tmp and /dev/shm. Idempotent: a second run (or
 # one after a removal by hand) removes what is left.
 set -euo pipefail
 
@@ -56,8 +56,9 @@ for f in "/etc/experience/$name.env" "/etc/experience/$name.json" \
 done
 # rm -rf removes a link itself, never what it points to: nothing the citizen planted in
 # its home or its corners of the commons leads root outside them.
-for p in "/home/$name" "$shared/doorbell/$name" "$shared/monitor/heartbeats/$name.json" \
-         "$shared/monitor/quiesce/$name.lock"; do
+# /home/.<name>.before-restore-<time>: what a restore set aside (citizen/admin/backup.py).
+for p in "/home/$name" /home/."$name".before-restore-* "$shared/doorbell/$name" \
+         "$shared/monitor/heartbeats/$name.json" "$shared/monitor/quiesce/$name.lock"; do
     if [ -e "$p" ] || [ -L "$p" ]; then rm -rf --one-file-system "$p"; say "$p"; fi
 done
 
