@@ -11,17 +11,24 @@ import pty
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from citizen.config import paths
 
 HELPER = paths.project_dir() / "scripts" / "lib" / "progress.sh"
-ENV = {**os.environ, "PROGRESS_INTERVAL": "0.2"}
+
+
+@pytest.fixture(autouse=True)
+def _logs_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TMPDIR", str(tmp_path))  # the step logs a failure leaves
+    monkeypatch.setenv("PROGRESS_INTERVAL", "0.2")
 
 
 def in_a_terminal(script: str) -> tuple[int, str]:
     """Run bash `script` with stdout and stderr on a pseudo-terminal; its exit and output."""
     main, side = pty.openpty()
     proc = subprocess.Popen(["bash", "-c", f"source {HELPER}\n{script}"], stdin=subprocess.DEVNULL,
-                            stdout=side, stderr=side, env=ENV, close_fds=True)
+                            stdout=side, stderr=side, close_fds=True)
     os.close(side)
     out = b""
     while True:
@@ -38,7 +45,7 @@ def in_a_terminal(script: str) -> tuple[int, str]:
 
 def in_a_log(script: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(["bash", "-c", f"source {HELPER}\n{script}"], capture_output=True,
-                          text=True, env=ENV, check=False, stdin=subprocess.DEVNULL)
+                          text=True, check=False, stdin=subprocess.DEVNULL)
 
 
 def test_a_long_step_shows_a_heartbeat_on_a_terminal() -> None:
