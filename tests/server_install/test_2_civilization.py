@@ -179,12 +179,39 @@ def test_upgrade_merges_and_removal(server: Server) -> None:
     assert "# evolved by opus" not in aria_deploy
     server.run("systemctl", "restart", "citizen@nova")
     until(lambda: server.sleeping("nova"))
-    # Removal.
-    server.run("systemctl", "disable", "--now", "citizen@nova")
-    server.run("userdel", "nova")
-    server.run("rm", "-rf", "/home/nova", "/home/shared/doorbell/nova",
-               "/home/shared/monitor/heartbeats/nova.json")
-    assert "nova" not in server.run("citizen", "status")
+    removal_leaves_nothing_of_the_citizen(server, "nova")
+
+
+# Where a citizen's files may be: the operator's rules and secrets, the broker's state,
+# runtime files, the homes and the commons, temporary directories, the units.
+TREES = ("/etc/experience", "/var/lib/experience-broker", "/run", "/home", "/tmp", "/var/tmp",
+         "/dev/shm", "/etc/systemd/system")
+# Where a path that merely names it is its (not a peer's record about it, nor the code).
+NAMED = ("/etc/experience", "/var/lib/experience-broker", "/run", "/etc/systemd/system")
+
+
+def removal_leaves_nothing_of_the_citizen(server: Server, name: str) -> None:
+    """DEPLOY.md §7 as printed: scripts/remove_citizen.sh, then no file of the citizen is
+    left - none its uid owns, none named after it where it kept its own (the old
+    procedure left /etc/experience/<name>.env, <name>.json and the quiesce lock)."""
+    uid = server.run("id", "-u", name).strip()
+    out = server.run("/srv/project/scripts/remove_citizen.sh", name)
+    for gone in (f"/etc/experience/{name}.env", f"/etc/experience/{name}.json", f"/home/{name}",
+                 f"/home/shared/monitor/quiesce/{name}.lock", f"user {name}"):
+        assert f"removed: {gone}" in out, out
+    owned = server.run("sh", "-c", f"find {' '.join(TREES)} -xdev -uid {uid} -print "
+                       "2>/dev/null || true")
+    assert owned == "", owned
+    named = server.run("sh", "-c", f"find {' '.join(NAMED)} -xdev -name '*{name}*' -print "
+                       "2>/dev/null; find /home /home/shared/doorbell /home/shared/monitor "
+                       f"-maxdepth 2 -name '*{name}*' -print 2>/dev/null; true")
+    assert named == "", named
+    assert server.box.run("id", name, check=False).returncode != 0
+    assert server.run("systemctl", "list-units", "--all", "--no-legend", "--plain",
+                      f"citizen@{name}.service").strip() == ""
+    assert name not in server.run("citizen", "status")
+    # A second run (or one after a removal by hand) finds nothing left and says so.
+    assert f"{name} is gone" in server.run("/srv/project/scripts/remove_citizen.sh", name)
 
 
 def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> None:
