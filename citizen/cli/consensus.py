@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
+from citizen.cli.options import CitizenName, echo_rows, json_option, operator, ring_as_operator
 from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
@@ -146,7 +146,8 @@ def consensus() -> None:
 
 
 @consensus.command("start")
-@click.option("--by", "executor", required=True, help="The citizen who proposes and executes.")
+@click.option("--by", "executor", required=True, type=CitizenName(),
+              help="The citizen who proposes and executes.")
 @click.argument("task")
 def start(executor: str, task: str) -> None:
     """Ask citizen EXECUTOR to propose TASK to its peers; rings its doorbell.

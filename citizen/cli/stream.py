@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config, llm
-from citizen.cli.options import citizen_argument, json_option, operator
+from citizen.cli.options import CitizenName, citizen_argument, json_option, operator
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
@@ -187,7 +187,7 @@ def show(sid: str, as_json: bool) -> None:
 
 @decisions.command("replay")
 @click.argument("sid")
-@click.option("--citizen", "name", required=True)
+@click.option("--citizen", "name", required=True, type=CitizenName())
 @click.option("--provider", type=click.Choice(["auto", "anthropic", "local"]), default="auto")
 @click.option("--prompt-only", is_flag=True,
               help="Without the recorded system prompt and contexts (they are read from "
@@ -292,7 +292,7 @@ def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
 
 @decisions.command("rate")
 @click.argument("sid")
-@click.option("--citizen", "name", required=True)
+@click.option("--citizen", "name", required=True, type=CitizenName())
 @click.option("--score", type=click.FloatRange(0, 1), required=True,
               help="How much it should have spoken, whatever it did: 1 its answer was "
                    "wanted, 0 it should have stayed silent (a right silence is 0, not 1).")
