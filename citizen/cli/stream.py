@@ -10,7 +10,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config, llm
-from citizen.cli.options import CitizenName, citizen_argument, json_option, operator
+from citizen.cli.options import CitizenName, json_option, operator
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
@@ -62,7 +62,7 @@ def room() -> None:
 
 
 @room.command("show")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 def room_show(name: str) -> None:
     """Show room NAME: preset, moderator changes, temperature now."""
     data = civilization.streams().room(name)
@@ -70,7 +70,7 @@ def room_show(name: str) -> None:
 
 
 @room.command("presence")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 @click.option("--here/--away", default=True, help="The operator is watching room NAME, or left.")
 def room_presence(name: str, here: bool) -> None:
     """Tell the citizens whether a person is watching room NAME (it warms or cools it)."""
@@ -80,7 +80,7 @@ def room_presence(name: str, here: bool) -> None:
 
 
 @room.command("set")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 @click.option("--preset", type=click.Choice(list(PRESETS)))
 @click.option("--max-responders", type=click.IntRange(1, 10))
 @click.option("--min-confidence", type=click.FloatRange(0, 1))
