@@ -11,6 +11,7 @@ import click
 
 from citizen import civilization, config, llm
 from citizen.cli.options import CitizenName, json_option, operator
+from citizen.cli.terminal import command
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
@@ -53,7 +54,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
         if decision and all(n in shown for n in decision["granted"]):
             return
         time.sleep(0.2)
-    click.echo(f"(stopped waiting after {wait:.0f} s; `citizen stream show {sid}`)")
+    click.echo(f"(stopped waiting after {wait:.0f} s; `{command(f'stream show {sid}')}`)")
 
 
 @click.group("room")
