@@ -72,3 +72,4 @@ step "assembling the embedded model into the shared model cache (once)"
 "$venv/bin/python" -c 'from citizen.llm.model_file import ensure_model; print("    model:", ensure_model())' \
     || fail "assemble the embedded model"
 step "ready: $venv"
+echo "    to run citizen as typed: export PATH=\"$venv/bin:\$PATH\"  (or: source $venv/bin/activate)"
