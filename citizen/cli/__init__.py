@@ -18,8 +18,7 @@ from typing import Any
 import click
 
 from citizen import __version__
-from citizen.errors import CitizenError
-from shared.errors import SharedError
+from citizen.cli import errors
 
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
@@ -84,7 +83,7 @@ def _alias(old: str, new: str, command: click.Command) -> click.Command:
 
 
 class _Group(click.Group):
-    """Loads subcommands lazily, and turns our own errors into one line and exit code 1."""
+    """Loads subcommands lazily, and turns every error into one line that names the fix."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -97,15 +96,23 @@ class _Group(click.Group):
         return _load(found) if found else None
 
     def invoke(self, ctx: click.Context) -> Any:
+        # What the person typed after the group's own options: the command a hint repeats.
+        typed = [*ctx._protected_args, *ctx.args]
         try:
             return super().invoke(ctx)
-        except (CitizenError, SharedError) as exc:  # ours, with the fix in the message
-            raise click.ClickException(str(exc)) from exc
+        except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
+                KeyboardInterrupt):
+            raise  # click's own: usage errors (2), our NoSuch (2) and messages (1)
+        except Exception as exc:
+            if ctx.params.get("verbose", 0) >= 2:
+                raise  # -vv: the traceback, for a bug report
+            raise click.ClickException(errors.one_line(exc, typed)) from exc
 
 
 @click.group(cls=_Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="citizen")
-@click.option("--root", type=click.Path(file_okay=False), envvar="CIV_ROOT",
+# readable=False: a root this user may not read is the error path's to explain (sudo).
+@click.option("--root", type=click.Path(file_okay=False, readable=False), envvar="CIV_ROOT",
               help="Civilization root (default $CIV_ROOT, else /home).")
 @click.option("-v", "--verbose", count=True, help="More log output (-vv for debug).")
 def cli(root: str | None, verbose: int) -> None:

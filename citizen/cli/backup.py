@@ -10,6 +10,7 @@ import click
 
 from citizen.admin import backup as snapshots_
 from citizen.cli.options import json_option
+from citizen.cli.terminal import command
 from citizen.config import paths
 
 
@@ -65,7 +66,7 @@ def list_(as_json: bool) -> None:
         click.echo(json.dumps(found, indent=2))
         return
     if not found:
-        click.echo(f"no snapshots in {repo.path} - take one with `citizen backup now`")
+        click.echo(f"no snapshots in {repo.path} - take one with `{command('backup now')}`")
     for s in found:
         click.echo(f"{s['short_id']}  {s['time'][:19]}  {' '.join(s.get('tags') or [])}  "
                    f"{len(s.get('paths') or [])} paths")
@@ -100,7 +101,8 @@ def restore(snapshot: str, name: str | None) -> None:
             try:
                 pwd.getpwnam(path.name)
             except KeyError:  # restored onto a machine that never had this citizen
-                click.echo(f"note: {path.name} has no user here - citizen onboard "
-                           f"{path.name}, then systemctl start citizen@{path.name}")
+                click.echo(f"note: {path.name} has no user here - "
+                           f"{command(f'onboard {path.name}')}, then systemctl start "
+                           f"citizen@{path.name}")
     click.echo("what was there before is kept beside each, hidden (.<name>.before-restore-"
                "<time>): remove it once the restored civilization runs")

@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
+from citizen.cli.options import CitizenName, echo_rows, json_option, operator, ring_as_operator
+from citizen.cli.terminal import command
 from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
@@ -146,7 +147,8 @@ def consensus() -> None:
 
 
 @consensus.command("start")
-@click.option("--by", "executor", required=True, help="The citizen who proposes and executes.")
+@click.option("--by", "executor", required=True, type=CitizenName(),
+              help="The citizen who proposes and executes.")
 @click.argument("task")
 def start(executor: str, task: str) -> None:
     """Ask citizen EXECUTOR to propose TASK to its peers; rings its doorbell.
@@ -182,8 +184,8 @@ def report(as_json: bool) -> None:
                f"{data['rubric_unscored_never_executed']} never executed, unscored)")
     click.echo(" " + ("  ".join(f"{k} {v}" for k, v in means.items()) if means else "n/a"))
     if data["audit_sample"]:  # the seed's random audits: a person reads these for gaming
-        click.echo("\nRandom audit - read these for gaming (`citizen proposal list` shows "
-                   "them): " + ", ".join(data["audit_sample"]))
+        click.echo(f"\nRandom audit - read these for gaming (`{command('proposal list')}` "
+                   "shows them): " + ", ".join(data["audit_sample"]))
     click.echo("\nHistory")
     shown = {"emergent_solutions_rate", "productive_conflict", "memory_citation_rate",
              "value_coherence", "novel_consensus", "metacognitive_depth", "rubric_means",

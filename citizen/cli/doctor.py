@@ -15,6 +15,7 @@ from citizen.access import client
 from citizen.admin.onboard import BROKER_USER
 from citizen.broker import service
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
+from citizen.cli.terminal import command
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
@@ -166,7 +167,7 @@ def _search_check(cfg: config.CitizenConfig) -> Check:
     if not cfg.permissions.get("can_use_network", False):
         return Check("search", FAIL, f"{web.SEARCH_KEY} is {url} but web_search refuses "
                      f"without the network: set permissions.can_use_network to true in "
-                     f"{cfg.source} (then `citizen onboard {cfg.name}` on a server)")
+                     f"{cfg.source} (then `{command(f'onboard {cfg.name}')}` on a server)")
     try:
         found = web.search(url, "experience")
     except ToolFailure as exc:

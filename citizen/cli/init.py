@@ -8,6 +8,7 @@ import click
 
 from citizen import config
 from citizen.admin import founding
+from citizen.cli.terminal import command
 from citizen.config import paths
 
 
@@ -42,8 +43,8 @@ def init(names: tuple[str, ...], root: str | None, focus: str | None,
     if new and not (focus and email) and not (paths.home(new[0]).config.exists()):
         raise click.UsageError(
             f"{new[0]} is not in the templates ({', '.join(known)}): give it --focus and "
-            f"--email, e.g. citizen init {new[0]} --focus Testing --email "
-            f"{new[0]}@example.org")
+            f"--email, e.g. "
+            f"{command(f'init {new[0]} --focus Testing --email {new[0]}@example.org')}")
     made = founding.init_shared()
     for name in chosen:
         made += founding.init_citizen(

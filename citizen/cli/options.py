@@ -18,8 +18,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def citizen_option(func: F) -> F:
-    """`--citizen NAME` (default: the first citizen in the templates)."""
+    """`--citizen NAME` (default: the first citizen in the templates): an existing citizen
+    or one the templates define (doctor and ask run before `init` too)."""
     return click.option("--citizen", "name", default=None, metavar="NAME",
+                        type=CitizenName(templates_too=True),
                         help="Which citizen's config and secrets to use (default: the first "
                         "in templates/citizen_configs.json).")(func)
 
@@ -51,9 +53,14 @@ class CitizenName(click.ParamType):  # type: ignore[type-arg]
 
     name = "citizen"
 
+    def __init__(self, templates_too: bool = False) -> None:
+        self.templates_too = templates_too
+
     def convert(self, value: Any, param: click.Parameter | None,
                 ctx: click.Context | None) -> str:
         known = known_citizens()
+        if self.templates_too:
+            known = sorted({*known, *templates().citizen_names()})
         if value in known:
             return str(value)
         raise NoSuch(no_citizen(str(value), known))

@@ -10,7 +10,8 @@ from typing import Any
 import click
 
 from citizen import civilization, config, llm
-from citizen.cli.options import citizen_argument, json_option, operator
+from citizen.cli.options import CitizenName, json_option, operator
+from citizen.cli.terminal import command
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
@@ -53,7 +54,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
         if decision and all(n in shown for n in decision["granted"]):
             return
         time.sleep(0.2)
-    click.echo(f"(stopped waiting after {wait:.0f} s; `citizen stream show {sid}`)")
+    click.echo(f"(stopped waiting after {wait:.0f} s; `{command(f'stream show {sid}')}`)")
 
 
 @click.group("room")
@@ -62,7 +63,7 @@ def room() -> None:
 
 
 @room.command("show")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 def room_show(name: str) -> None:
     """Show room NAME: preset, moderator changes, temperature now."""
     data = civilization.streams().room(name)
@@ -70,7 +71,7 @@ def room_show(name: str) -> None:
 
 
 @room.command("presence")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 @click.option("--here/--away", default=True, help="The operator is watching room NAME, or left.")
 def room_presence(name: str, here: bool) -> None:
     """Tell the citizens whether a person is watching room NAME (it warms or cools it)."""
@@ -80,7 +81,7 @@ def room_presence(name: str, here: bool) -> None:
 
 
 @room.command("set")
-@citizen_argument
+@click.argument("name")  # a room (general, ...), not a citizen
 @click.option("--preset", type=click.Choice(list(PRESETS)))
 @click.option("--max-responders", type=click.IntRange(1, 10))
 @click.option("--min-confidence", type=click.FloatRange(0, 1))
@@ -187,7 +188,7 @@ def show(sid: str, as_json: bool) -> None:
 
 @decisions.command("replay")
 @click.argument("sid")
-@click.option("--citizen", "name", required=True)
+@click.option("--citizen", "name", required=True, type=CitizenName())
 @click.option("--provider", type=click.Choice(["auto", "anthropic", "local"]), default="auto")
 @click.option("--prompt-only", is_flag=True,
               help="Without the recorded system prompt and contexts (they are read from "
@@ -292,7 +293,7 @@ def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
 
 @decisions.command("rate")
 @click.argument("sid")
-@click.option("--citizen", "name", required=True)
+@click.option("--citizen", "name", required=True, type=CitizenName())
 @click.option("--score", type=click.FloatRange(0, 1), required=True,
               help="How much it should have spoken, whatever it did: 1 its answer was "
                    "wanted, 0 it should have stayed silent (a right silence is 0, not 1).")

@@ -10,7 +10,9 @@ import signal
 import click
 
 from citizen.cli.options import citizen_argument, json_option
+from citizen.cli.terminal import NoSuch, clean, command
 from citizen.daemon.notify import DAEMON_PID_ENV
+from citizen.wake import types as wakes
 from citizen.wake.flow import run_wake
 
 PR_SET_PDEATHSIG = 1
@@ -40,6 +42,10 @@ def wake(*, name: str, wake_type: str | None, number: int | None, slot: int | No
          as_json: bool) -> None:
     """Run one wake of citizen NAME now and print how it ended.
 
+    Exits 1 when the wake did not do its work: it failed, its task failed, or the model
+    was asked and never answered; 0 otherwise (idle included). --json says the same:
+    `status`, `task_state`, `model_answered` and `failed`.
+
     \b
     Examples:
       citizen wake opus               the next scheduled slot
@@ -48,13 +54,22 @@ def wake(*, name: str, wake_type: str | None, number: int | None, slot: int | No
     _die_with_daemon()
     if wake_type is not None:
         wake_type = wake_type.upper()
+        # The operator's typo fails before a number is taken or a log written; the
+        # daemon's requests (--number given) keep the flow's logged skip instead.
+        if number is None and wake_type not in wakes.registered():
+            raise NoSuch(f"no wake type {wake_type!r}; the wake types are: "
+                         f"{', '.join(wakes.registered())}")
     result = run_wake(name, wake_type=wake_type, number=number, slot=slot, reason=reason)
     if as_json:
-        click.echo(json.dumps({**result.__dict__, "log_path": str(result.log_path)}))
+        click.echo(json.dumps({**result.__dict__, "log_path": str(result.log_path),
+                               "failed": result.failed}))
     elif not os.environ.get(DAEMON_PID_ENV):  # under a daemon, the daemon logs the outcome
-        click.echo(f"wake {result.number} {result.wake_type}: {result.status}"
-                   f"{' - ' + result.reason if result.reason else ''} "
-                   f"(${result.cost_usd:.4f}, {result.calls} model calls)\n"
-                   f"log: citizen logs {name} --wake {result.number}")
-    if result.status == "failed":
+        task = f"; task {result.task} {result.task_state}" if result.task else ""
+        silent = "; the model never answered" if result.model_answered is False else ""
+        # The reason may quote the model or the task: cleaned of terminal sequences.
+        click.echo(clean(f"wake {result.number} {result.wake_type}: {result.status}"
+                         f"{' - ' + result.reason if result.reason else ''} "
+                         f"(${result.cost_usd:.4f}, {result.calls} model calls{task}{silent})")
+                   + f"\nlog: {command(f'logs {name} --wake {result.number}')}")
+    if result.failed:  # the daemon reads the wake's log, not this code (_record_end)
         raise SystemExit(1)

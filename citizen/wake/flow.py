@@ -62,6 +62,17 @@ class WakeResult:
     cost_usd: float
     calls: int
     log_path: Path
+    task: str | None = None  # the task the wake worked on, and its state after it
+    task_state: str | None = None
+    model_answered: bool | None = None  # None: no model call was made
+
+    @property
+    def failed(self) -> bool:
+        """The wake did not do its work: it failed, its task failed, or the model was asked
+        and never answered - what `citizen wake` exits 1 on, so a script can tell."""
+        return (self.status in ("failed", "provider_error")
+                or self.task_state in ("failed", "stuck")
+                or self.model_answered is False)
 
 
 def _default_provider(cfg: config.CitizenConfig, secrets: config.Secrets) -> Provider:
@@ -102,10 +113,14 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
         notes = "".join(f" ({n})" for n in getattr(exc, "__notes__", ()))  # e.g. which tool
         status, why = "failed", f"{type(exc).__name__}: {exc}{notes}"
         wlog.event("error", error=why, traceback=traceback.format_exc())
-        log.exception("wake %d of %s failed", number, name)
+        # The traceback is in the wake log; on the terminal only with -vv (debug).
+        log.error("wake %d of %s failed: %s", number, name, why,
+                  exc_info=log.isEnabledFor(logging.DEBUG))
     finally:
         _close(wlog, meter, status, why, started)
-    return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path)
+    return WakeResult(number, wake_type, status, why, meter.spent, meter.calls, wlog.path,
+                      task=run.task_id, task_state=run.task_state,
+                      model_answered=meter.calls > 0 if meter.attempts else None)
 
 
 def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None) -> Daily:
@@ -186,6 +201,8 @@ class _Run:
     meter: Meter
     provider: ProviderFactory
     _calls_before: int = 0  # the meter's count when the task was taken
+    task_id: str | None = None  # the task this wake took, and its state when it ended
+    task_state: str | None = None
 
     def flow(self) -> tuple[str, str]:
         kind = wakes.get(self.wake_type)
@@ -243,6 +260,7 @@ class _Run:
         if env.task is not None:
             self.wlog.event("task", id=env.task.id, transition="claimed",
                             attempt=env.task.attempts)
+            self.task_id, self.task_state = env.task.id, env.task.status
             # The seed's calls per task, across all its wakes (counted in the task).
             used = int(env.task.meta.get("calls", 0))
             self.meter.calls_left = self.cfg.budget.max_calls_per_task - used
@@ -302,6 +320,7 @@ class _Run:
         summary = kind.end(setup, env, ending)
         if env.task is not None:
             self.wlog.event("task", id=env.task.id, transition=env.task.status, summary=summary)
+            self.task_state = env.task.status
         setup.memory.record(self.number, self.wake_type,
                             f"{self.wake_type} wake {self.number}: {summary}")
         contexts["history"].add(f"Wake {self.number} ({self.wake_type}): {summary[:300]}")

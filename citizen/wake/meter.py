@@ -45,7 +45,8 @@ class Meter:
     daily: Daily | None = None  # the daily caps, checked before each call
     calls_left: int | None = None  # the task's calls still allowed (budget.max_calls_per_task)
     spent: float = 0.0
-    calls: int = 0
+    calls: int = 0  # calls that got a reply (billed)
+    attempts: int = 0  # calls sent, answered or not (sent, none answered: no model)
     tokens_in: int = 0
     tokens_out: int = 0
     _logged: dict[str, int] = field(default_factory=dict)
@@ -81,6 +82,7 @@ class Meter:
                            system_blobs=[self.log.blob(b) for b in request.system],
                            tools=[t.name for t in request.tools])
         self._logged[request.purpose] = len(request.messages)
+        self.attempts += 1
         try:
             reply = llm.complete(request)
         except StructuredOutputError as exc:

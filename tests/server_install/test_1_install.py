@@ -195,6 +195,14 @@ def test_operator_commands(server: Server, messages_api: MessagesServer) -> None
     assert "TASK: idle" in idle
     refused = server.box.run("citizen", "wake", "opus", check=False)
     assert refused.returncode == 1 and "run this as the citizen" in refused.stderr
+    # Issue 31: a user without root's rights gets one line naming sudo, never a traceback
+    # (nobody has no right at all; mira, a citizen, may read some of it as a peer).
+    for user in ("nobody", "mira"):
+        for args in (("status",), ("logs", "opus")):
+            out = server.box.run("runuser", "-u", user, "--", "citizen", *args, check=False)
+            assert "Traceback" not in out.stderr, (user, args, out.stderr)
+            if user == "nobody":
+                assert out.returncode != 0 and "needs root" in out.stderr and "sudo " in out.stderr
 
 
 def test_a_hostile_model_reaches_no_secret_and_leaves_nothing_running(
