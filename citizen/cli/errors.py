@@ -53,6 +53,9 @@ def _denied(exc: PermissionError, typed: Sequence[str]) -> str:
         return (f"permission denied{where}, even as root - check its owner, mode and "
                 "attributes (ls -l, lsattr) and the mount")
     again = command(shlex.join(typed))
+    if len(typed) > 1 and typed[0] in ("wake", "tool"):  # root may not write a home as its citizen
+        return (f"permission denied{where}: `{typed[0]}` runs as the citizen - run it as: "
+                f"sudo runuser -u {shlex.quote(typed[1])} -- {again}")
     return (f"permission denied{where}: on a server this command needs root - "
             f"run it as: sudo {again}")
 
