@@ -21,6 +21,7 @@ from click.testing import CliRunner
 
 from citizen.cli import COMMANDS, cli
 from citizen.config import paths
+from citizen.errors import CitizenError
 from citizen.llm.scripted import ScriptedProvider
 from tests.scripts import Actor, call, queue
 
@@ -225,3 +226,20 @@ def test_the_wake_hint_carries_the_root_and_the_path(civ: Path, tmp_path: Path,
     result = CliRunner().invoke(cli, ["--root", str(civ), "wake", "opus"])
     assert result.output.splitlines()[-1] == (
         f"log: {elsewhere} --root {civ} logs opus --wake 2"), result.output
+
+
+
+@click.command()
+def refuses() -> None:
+    """A lower layer's refusal, quoting a command as it cannot know this run typed it."""
+    raise CitizenError("citizen ghost has no home - create it with `citizen init`")
+
+
+def test_a_lower_layers_hint_is_made_pasteable(tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(COMMANDS, "refuses", "tests.test_cli_errors:refuses")
+    monkeypatch.delenv("CIV_ROOT", raising=False)
+    civ = tmp_path / "civ"
+    result = CliRunner().invoke(cli, ["--root", str(civ), "refuses"])
+    assert result.exit_code == 1
+    assert f"`citizen --root {civ} init`" in result.output, result.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -22,7 +23,7 @@ def one_line(exc: BaseException, typed: Sequence[str]) -> str:
     """`exc` as one line naming the fix; `typed` is the command as the person gave it
     (after the group's options), repeated in a hint such as "run it with sudo"."""
     if isinstance(exc, CitizenError | SharedError):  # ours: the message names the fix
-        return str(exc)
+        return pasteable(str(exc))
     if isinstance(exc, PermissionError):
         return _denied(exc, typed)
     if isinstance(exc, FileNotFoundError):
@@ -34,6 +35,17 @@ def one_line(exc: BaseException, typed: Sequence[str]) -> str:
         return f"{where}{exc.strerror or exc} - {fix}"
     return (f"internal error: {type(exc).__name__}: {exc} (run with -vv for the traceback, "
             "and report it)")
+
+
+# A command quoted in a message of the layers below the CLI, which cannot know how this
+# run was invoked: `citizen init`, not yet carrying --root or the path of `citizen`.
+_QUOTED = re.compile(r"`citizen ((?!--root)[^`]*)`")
+
+
+def pasteable(message: str) -> str:
+    """`message` with every quoted `citizen ...` command made runnable as printed
+    (terminal.command: --root when one was given, the full path when not on PATH)."""
+    return _QUOTED.sub(lambda m: f"`{command(m.group(1))}`", message)
 
 
 _FIXES = {
