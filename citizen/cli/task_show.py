@@ -144,5 +144,6 @@ def _indent(text: str) -> str:
 
 
 def _detail(entry: dict[str, Any]) -> str:
-    return "; ".join(f"{k} {v}" for k, v in entry.items() if k not in ("ts", "event"))
+    return "; ".join(f"{k} {v}" for k, v in entry.items()
+                     if k not in ("ts", "event") and v not in ("", None))
 
