@@ -13,9 +13,10 @@ import re
 import shlex
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any, TypeVar
 
 import click
 
@@ -90,7 +91,10 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], wide: bool =
                               last]).rstrip())
 
 
-def wide_option(func):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def wide_option(func: F) -> F:
     """`--wide`: tables as wide as their content."""
     return click.option("--wide", is_flag=True,
                         help=f"Do not cut tables to {WIDTH} columns.")(func)

@@ -1,10 +1,15 @@
-"""A citizen's tasks: `tasks/{queue,active,done,failed}/<id>.json`.
+"""A citizen's tasks: `tasks/{queue,active,done,failed,cancelled}/<id>.json`.
 
 A task moves between directories only by `os.rename`, which is atomic, and its
 content changes only by atomic rewrite in place. So after a `kill -9` at any
 moment every task file is whole and in exactly one directory. One task is active
 at a time; a task left in `active/` by a crash goes back to the queue on start,
-unless its content already records that it finished.
+unless its content already records that it finished, or the operator cancelled it.
+
+The operator cancels and retries tasks from the shell (`citizen.home.taskops`): a
+cancelled task lives in `cancelled/`, which nothing claims from; cancelling the task a
+wake is working on leaves a request in `cancel/<id>.json`, which the wake honours
+between turns (`cancel_requested`) and `finish` and `recover` file as cancelled.
 """
 
 from __future__ import annotations
@@ -22,7 +27,10 @@ from shared import clock
 from shared.atomic import CorruptFile, create_beneath, read_json, write_json
 
 SCHEMA_VERSION = 1
-STATES = ("queue", "active", "done", "failed")
+# Every state a task can be in; only `queue` and `active` are ever claimed from.
+STATES = ("queue", "active", "done", "failed", "cancelled")
+FINISHED = ("done", "failed", "cancelled")
+CANCEL = "cancel"  # tasks/cancel/<id>.json: the operator cancelled the task a wake works on
 TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH", "CONSENSUS", "DEBATE")
 
 
@@ -233,29 +241,53 @@ class TaskQueue:
 
     def save(self, task: Task) -> None:
         """Write the active task back (after a change to its meta)."""
-        write_json(self._path("active", task.id), task.to_dict())
+        self._write_active(task)
 
     def progress(self, task: Task, note: str) -> None:
         """Record progress on the active task."""
         task.history.append({"ts": now_iso(), "event": "progress", "note": note})
+        self._write_active(task)
+
+    def _write_active(self, task: Task) -> None:
+        # The operator filed it cancelled while this wake held it: writing it back would
+        # put it in two states at once (the wake ends at its next turn, `cancel_requested`).
+        if self._path("cancelled", task.id).exists():
+            return
         write_json(self._path("active", task.id), task.to_dict())
 
+    def cancel_requested(self, task_id: str) -> bool:
+        """Whether the operator cancelled this task while it was active (a wake working on
+        it stops at its next turn and files it as cancelled)."""
+        return ((self.root / CANCEL / f"{task_id}.json").exists()
+                or self._path("cancelled", task_id).exists())
+
     def finish(self, task: Task, status: str, result: str) -> Path:
-        """Move the active task to done (`status` "done") or failed, recording why.
+        """Move the active task to done (`status` "done"), cancelled or failed, recording why.
 
         The outcome is written into the task first, then the file is renamed: a
         crash in between leaves a finished task in active/, which `recover` files
-        correctly instead of running it again.
+        correctly instead of running it again. A task the operator cancelled while the
+        wake worked on it is filed cancelled unless the wake got it done.
         """
-        target = "done" if status == "done" else "failed"
+        if status != "done" and self.cancel_requested(task.id):
+            status, result = "cancelled", f"cancelled by the operator ({result[:300]})"
+        if self._path("cancelled", task.id).exists():  # filed by the operator already
+            self._forget_cancel(task.id)
+            return self._path("cancelled", task.id)
+        target = status if status in FINISHED else "failed"
         task.status = status
         task.result = result
         task.history.append({"ts": now_iso(), "event": status, "result": result[:2000]})
         src = self._path("active", task.id)
         write_json(src, task.to_dict())
         dst = self._path(target, task.id)
+        dst.parent.mkdir(exist_ok=True)  # cancelled/ is newer than some homes
         os.rename(src, dst)
+        self._forget_cancel(task.id)
         return dst
+
+    def _forget_cancel(self, task_id: str) -> None:
+        (self.root / CANCEL / f"{task_id}.json").unlink(missing_ok=True)
 
     def recover(self) -> list[str]:
         """After a crash: requeue interrupted tasks (once), file finished ones. Returns notes."""
@@ -268,9 +300,16 @@ class TaskQueue:
                 os.rename(src, self._path("corrupt", task_id))
                 notes.append(f"{task_id}: moved to corrupt/ ({exc.problem})")
                 continue
-            if task.status in ("done", "failed", "stuck"):
-                os.rename(src, self._path("done" if task.status == "done" else "failed", task_id))
+            if task.status in ("done", "failed", "stuck", "cancelled"):
+                target = task.status if task.status in FINISHED else "failed"
+                self.dir(target).mkdir(exist_ok=True)
+                os.rename(src, self._path(target, task_id))
+                self._forget_cancel(task_id)
                 notes.append(f"{task_id}: had finished ({task.status}); filed")
+                continue
+            if self.cancel_requested(task_id):  # the operator cancelled it: never run again
+                self.finish(task, "cancelled", "cancelled while its wake was interrupted")
+                notes.append(f"{task_id}: cancelled by the operator; filed")
                 continue
             dst = self._path("queue", task_id)
             os.rename(src, dst)
@@ -279,6 +318,17 @@ class TaskQueue:
             write_json(dst, task.to_dict())
             notes.append(f"{task_id}: interrupted; requeued")
         return notes
+
+    def wakes_since_retry(self, task: Task) -> int:
+        """The wakes that worked on `task` since the operator last retried it (a retried
+        task gets its full number of wakes again; its history keeps the earlier ones)."""
+        count = 0
+        for entry in task.history:
+            if entry.get("event") == "retried":
+                count = 0
+            elif entry.get("event") == "wake":
+                count += 1
+        return count
 
     def counts(self) -> dict[str, int]:
         counts = {state: len(self.ids(state)) for state in STATES}

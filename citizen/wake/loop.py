@@ -46,7 +46,7 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         _bound(messages, meter, llm)
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
                           max_tokens=meter.budget.max_output_tokens, purpose="execute")
-        reply = _call(llm, meter, request, messages)
+        reply = _call(llm, meter, request, messages, env)
         if reply is None:
             continue
         if isinstance(reply, Ending):
@@ -87,10 +87,17 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
     return Ending("iterations", f"reached the cap of {meter.budget.max_iterations} iterations")
 
 
-def _call(llm: Provider, meter: Meter, request: Request,
-          messages: list[dict[str, Any]]) -> Reply | Ending | None:
-    """The model's next reply; an Ending when a limit or the provider stops the wake;
-    None when its output was no valid action (it is shown the problem and tries again)."""
+def _call(llm: Provider, meter: Meter, request: Request, messages: list[dict[str, Any]],
+          env: ToolEnv) -> Reply | Ending | None:
+    """The model's next reply; an Ending when a limit or the provider stops the wake, or
+    the operator cancelled its task; None when its output was no valid action (it is
+    shown the problem and tries again)."""
+    # The operator may cancel the task while the wake works on it (`citizen task cancel`):
+    # honoured between turns - never mid-tool, so no step is left half done - and the
+    # wake ends "cancelled", what it did so far in its log.
+    if env.task is not None and env.tasks.cancel_requested(env.task.id):
+        meter.log.event("task", id=env.task.id, transition="cancel_requested")
+        return Ending("cancelled", "the operator cancelled the task (citizen task cancel)")
     try:
         return meter.call(llm, request)
     except BudgetExceeded as exc:

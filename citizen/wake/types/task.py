@@ -12,7 +12,7 @@ from citizen.tools import evidence
 from citizen.tools.base import ToolEnv
 from citizen.wake.meter import Ending
 from citizen.wake.types import self_directed
-from citizen.wake.types.base import Gate, Setup, WakeType
+from citizen.wake.types.base import Ask, Gate, Setup, WakeType
 
 # Task kinds with a wake type of their own that is not a tool loop: never taken here.
 OWN_WAKE_KINDS = ("CONSENSUS", "DEBATE")
@@ -35,6 +35,10 @@ class TaskWake(WakeType):
     required_tools = ("task_complete", "task_stuck", "task_progress")
 
     def gate(self, setup: Setup) -> Gate:
+        active = setup.tasks.ids("active")
+        if active and setup.tasks.cancel_requested(active[0]):  # of any kind: file it
+            return Gate(True, f"task {active[0]} was cancelled by the operator",
+                        {"task_id": active[0]})
         task_id = setup.tasks.peek(self.prefer, exclude=OWN_WAKE_KINDS)
         if task_id is None:
             if self.self_directed:
@@ -59,14 +63,22 @@ class TaskWake(WakeType):
         working.remember(env.contexts, task)
         return setup.templates.wake_prompt(self.name, task=task.text)
 
+    def steps(self, setup: Setup, gate: Gate, env: ToolEnv, ask: Ask,
+              instruction: str) -> str | Ending:
+        if env.task is not None and setup.tasks.cancel_requested(env.task.id):
+            return Ending("cancelled", "the operator cancelled the task")  # no model call
+        return instruction
+
     def end(self, setup: Setup, env: ToolEnv, ending: Ending) -> str:
         task = env.task
         if task is None:  # a self-directed wake: no task to file
             return f"self-directed {ending.status}: {(ending.text or ending.reason)[:200]}"
+        if ending.status == "cancelled" and env.task_outcome is None:
+            env.task_outcome = ("cancelled", ending.reason)
         if env.task_outcome is not None:
             status, result = env.task_outcome
-            finish_task(setup, env, task, status if status in ("done", "failed") else "stuck",
-                        result)
+            finish_task(setup, env, task,
+                        status if status in ("done", "failed", "cancelled") else "stuck", result)
             return f"task {task.id} {status}: {result[:200]}"
         if ending.status == "daily_cap":  # not the task's fault: it waits for tomorrow
             setup.tasks.progress(task, f"paused by the daily budget: {ending.reason[:200]}")
@@ -76,7 +88,7 @@ class TaskWake(WakeType):
             why = _FAILING_ENDINGS.get(ending.status, "model provider failed")
             finish_task(setup, env, task, "failed", f"{why}: {ending.reason}")
             return f"task {task.id} failed: {why}"
-        wakes = sum(1 for h in task.history if h.get("event") == "wake")
+        wakes = setup.tasks.wakes_since_retry(task)
         note = ending.text[:500] or ending.reason[:500] or "(the wake ended without a result)"
         task.history.append({"event": "wake", "wake": setup.number, "note": note,
                              **_what_this_wake_did(env)})
