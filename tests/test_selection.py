@@ -69,7 +69,7 @@ def _route_wake(name: str, tier: str) -> tuple[list[str], str]:
     result = run_wake(name, wake_type="TASK", provider=lambda c, s: actor)
     assert result.status == "ok", result.reason
     routed = events(result.log_path, "route")
-    return [r.tier for r in actor.requests if r.purpose == "execute"], routed[0]["model"]
+    return [r.tier for r in actor.requests if r.purpose == "execute"], routed[0]["route_model"]
 
 
 def test_routing_uses_the_balanced_seat_of_a_citizen_that_has_one(civ: Path) -> None:

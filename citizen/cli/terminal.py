@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 import click
 
+F = TypeVar("F", bound=Callable[..., Any])
 WIDTH = 120  # a table's width unless --wide: fits a split terminal and a pasted issue
 
 # Whole sequences first, so their parameters do not survive as garbage: CSI (ESC [ or
@@ -89,9 +90,6 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]], wide: bool =
             last = last[:widths[-1] - 1] + "…"
         click.echo("  ".join([*(c.ljust(w) for c, w in zip(first, widths, strict=False)),
                               last]).rstrip())
-
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 
 def wide_option(func: F) -> F:

@@ -74,7 +74,7 @@ def sweep(home: Home, full_days: float, keep_days: float) -> Swept:
     for part in home.wake_logs.glob("*.gz.part"):  # a sweep killed mid-compression
         part.unlink()
     kept: list[Path] = []
-    for path in wakelog.wake_logs(home):
+    for path in wakelog.wake_logs(home, calls=True):
         ended = _ended(path)
         if ended is None:
             kept.append(path)  # running, or torn without an end: never touched

@@ -85,8 +85,15 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
     return value
 
 
-def wake_logs(home: Home) -> list[Path]:
-    """A citizen's wake logs (whole or compressed), oldest first."""
+# Model calls an operator's command makes outside any wake (`citizen ask`, `citizen doctor`):
+# logged and metered like a wake (`citizen.wake.flow.call_outside_wake`), numbered among
+# the wakes, but no wake - not in the wake table, the counts or the last wake.
+NOT_WAKES = frozenset({"ASK", "DOCTOR"})
+
+
+def wake_logs(home: Home, calls: bool = False) -> list[Path]:
+    """A citizen's wake logs (whole or compressed), oldest first; with `calls`, also the
+    logs of calls outside a wake (NOT_WAKES: retention sweeps them like the others)."""
     if not home.wake_logs.is_dir():
         return []
     whole = list(home.wake_logs.glob("*.jsonl"))
@@ -95,6 +102,8 @@ def wake_logs(home: Home) -> list[Path]:
     names = {p.name for p in whole}
     found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
                      if p.name.removesuffix(".gz") not in names]
+    if not calls:  # by the name alone: a stat-free filter over hundreds of logs
+        found = [p for p in found if name_of(p).partition("-")[2] not in NOT_WAKES]
     return sorted(found, key=lambda p: p.name)
 
 
@@ -116,6 +125,22 @@ def read(path: Path) -> list[dict[str, Any]]:
             events.append({"event": "error", "reason": f"damaged compressed log: {exc}"})
         return events
     return [e for e in read_jsonl(path) if isinstance(e, dict)]
+
+
+def read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
+    """The whole events appended to a growing (uncompressed) wake log since byte `offset`,
+    and the offset to read from next. A last line still being written (no newline yet)
+    is left for the next read; a size that has not grown costs one stat, no read."""
+    try:
+        if path.stat().st_size <= offset:
+            return [], offset
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            data = fh.read()
+    except FileNotFoundError:  # compressed or swept since it was listed: nothing new
+        return [], offset
+    end = data.rfind(b"\n") + 1
+    return [e for e in (_parse(r) for r in data[:end].splitlines()) if e], offset + end
 
 
 def _parse(raw: bytes) -> dict[str, Any]:

@@ -101,7 +101,8 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
     wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
                reason=reason or ("slot" if slot is not None else "requested"))
     started = time.monotonic()
-    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog),
+                  routes={seat.role: seat.model for seat in cfg.council})
     status, why = "failed", ""
     run = _Run(name, home, cfg, tpl, wake_type, number, wlog, meter, provider)
     try:
@@ -147,7 +148,8 @@ def outside_wake(name: str, kind: str) -> Iterator[Meter]:
     wlog = WakeLog(home, number, kind)
     wlog.event("wake_start", citizen=name, type=kind, slot=None, pid=os.getpid(),
                reason="model calls outside a wake")
-    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog))
+    meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog),
+                  routes={seat.role: seat.model for seat in cfg.council})
     status, started = "failed", time.monotonic()
     try:
         yield meter
@@ -259,7 +261,8 @@ class _Run:
             return "failed", str(exc)
         if env.task is not None:
             self.wlog.event("task", id=env.task.id, transition="claimed",
-                            attempt=env.task.attempts)
+                            attempt=env.task.attempts,
+                            deliverables=env.task.meta.get("deliverables"))
             self.task_id, self.task_state = env.task.id, env.task.status
             # The seed's calls per task, across all its wakes (counted in the task).
             used = int(env.task.meta.get("calls", 0))
@@ -302,7 +305,8 @@ class _Run:
         self.wlog.event("tools_chosen", tools=chosen, method=method)
         tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type,
                           seats=[seat.role for seat in self.cfg.council])
-        self.wlog.event("route", tier=tier, model=self.cfg.seat(tier).model, method=how)
+        # The seat's model; which model answered is each llm_call's `model`.
+        self.wlog.event("route", tier=tier, route_model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
                           instruction=instruction, tier=tier)
         if orient:  # the loop ended with it seen; a crash before here orients again

@@ -10,6 +10,7 @@ type's steps) ends with an `Ending` that says which.
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from citizen.config import Budget, ModelPrice
@@ -44,6 +45,8 @@ class Meter:
     ledger: Home | None = None  # whose spend ledger each call is added to (citizen.home.spend)
     daily: Daily | None = None  # the daily caps, checked before each call
     calls_left: int | None = None  # the task's calls still allowed (budget.max_calls_per_task)
+    # The council's model per tier (`route_model` in the log when another model answered).
+    routes: Mapping[str, str] = field(default_factory=dict)
     spent: float = 0.0
     calls: int = 0  # calls that got a reply (billed)
     attempts: int = 0  # calls sent, answered or not (sent, none answered: no model)
@@ -98,8 +101,12 @@ class Meter:
             raise
         self._count(reply.cost_usd, reply.usage.input_tokens, reply.usage.output_tokens)
         u = reply.usage
+        # `model` is the one that answered (the provider's reply says which: the embedded
+        # model answers a tier whose council seat names another); the seat's, if other.
+        configured = self.routes.get(request.tier, "")
+        routed = {"route_model": configured} if configured not in ("", reply.model) else {}
         self.log.event(
-            "llm_call", purpose=request.purpose, tier=request.tier, model=reply.model,
+            "llm_call", purpose=request.purpose, tier=request.tier, model=reply.model, **routed,
             tokens_in=u.input_tokens, tokens_out=u.output_tokens,
             cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
             cost_usd=round(reply.cost_usd, 6), latency_s=round(reply.latency_s, 3),
