@@ -17,6 +17,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import IO
 
+import pytest
 from click.testing import CliRunner
 
 from citizen.cli import cli
@@ -198,3 +199,58 @@ def test_ask_and_doctor_are_not_wakes_but_their_money_counts(civ: Path) -> None:
     assert opus["usd_today"] == spend.spent(home, spend.today()) == 0.5
     # Their transcripts stay readable by number.
     assert "wake ended: ok" in invoke("logs", "opus", "--wake", "1")
+
+
+def _hostile_wake(name: str = "opus") -> None:
+    """A wake log whose model said, and whose summary carries, escape sequences."""
+    log = paths.home(name).wake_logs / f"{4:06d}-TASK.jsonl"
+    events = [
+        {"ts": "2026-11-25T10:00:00+00:00", "event": "wake_start", "wake": 4, "type": "TASK",
+         "reason": "requested", "pid": 1},
+        {"ts": "2026-11-25T10:00:01+00:00", "event": "llm_call", "purpose": "execute",
+         "model": "m", "reply": {"text": f"I did it {HOSTILE}", "tool_calls": []}},
+        {"ts": "2026-11-25T10:00:02+00:00", "event": "task", "id": "t-1",
+         "transition": "done", "summary": f"done {HOSTILE}"},
+        {"ts": "2026-11-25T10:00:05+00:00", "event": "wake_end", "status": "ok",
+         "reason": f"summary {HOSTILE} " + "x" * 300, "cost_usd": 0.0, "calls": 1,
+         "duration_s": 1.0},
+    ]
+    log.write_text("".join(json.dumps(e) + "\n" for e in events))
+
+
+def _no_escapes(output: str) -> None:
+    for piece in ("\x1b", "\x07", "pwned\x07", "]52;"):
+        assert piece not in output, repr(output)
+
+
+def test_status_and_logs_are_tables_within_120_columns_without_escapes(civ: Path) -> None:
+    _hostile_wake()
+    TaskQueue(paths.home("opus").tasks).add(f"Write a.md {HOSTILE} " + "y" * 200)
+    for args in (("logs", "opus"), ("logs", "opus", "--wake", "4"), ("status",)):
+        _no_escapes(invoke(*args))
+    table = invoke("logs", "opus").splitlines()
+    assert table[0].split() == ["WAKE", "TYPE", "STARTED", "STATUS", "COST", "CALLS", "TIME",
+                                "WHY"]
+    assert "ago" in table[1] and "2026-11-25" not in table[1]  # an age; ISO in --json
+    assert json.loads(invoke("logs", "opus", "--json"))["started"] == "2026-11-25T10:00:00+00:00"
+    status = invoke("status").splitlines()
+    assert status[0].startswith("CITIZEN") and len(status) >= 4
+    assert all(len(line) <= 120 for line in status), status
+    assert all(len(line) <= 120 for line in table), table
+    assert any(len(line) > 120 for line in invoke("logs", "opus", "--wide").splitlines())
+    assert "I did it" in invoke("logs", "opus", "--wake", "4")
+
+
+def test_a_mail_subject_reaches_the_quarantine_listing_clean(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from citizen.mail import link
+
+    rows = [{"ts": "2026-11-25T10:00:00+00:00", "from": f"eve@x {HOSTILE}",
+             "subject": f"Invoice {HOSTILE}", "reason": f"stranger {HOSTILE}",
+             "message_id": f"<1@x>{HOSTILE}"}]
+    monkeypatch.setattr(link, "quarantined", lambda name: rows)
+    out = invoke("mail", "quarantine", "opus")
+    _no_escapes(out)
+    assert out.splitlines()[0].split()[:3] == ["WHEN", "FROM", "SUBJECT"]
+    assert "Invoice" in out and "stranger" in out
+    assert json.loads(invoke("mail", "quarantine", "opus", "--json")) == rows

@@ -9,6 +9,7 @@ import click
 
 from citizen import config, mail
 from citizen.cli.options import citizen_argument, json_option
+from citizen.cli.terminal import age, clean, table, wide_option
 from citizen.config import paths
 from citizen.mail import link
 from citizen.mail.intake import Intake
@@ -36,17 +37,19 @@ def poll(name: str) -> None:
     paths.require_owner(paths.home(name))
     intake = _intake(name)
     outcomes = intake.poll()
-    for o in outcomes:
-        click.echo(f"{o.action:<15} {o.message_id}  {o.detail}")
+    # A message id and the detail (its sender, subject) are the mail's: cleaned.
+    table(["ACTION", "MESSAGE", "DETAIL"],
+          [[o.action, o.message_id, o.detail] for o in outcomes])
     sent, error = flush(paths.home(name))
-    click.echo(f"{len(outcomes)} messages; {sent} sent from the outbox"
-               + (f"; outbox: {error}" if error else ""))
+    click.echo(clean(f"{len(outcomes)} messages; {sent} sent from the outbox"
+                     + (f"; outbox: {error}" if error else "")))
 
 
 @mail_group.command()
 @citizen_argument
+@wide_option
 @json_option
-def quarantine(name: str, as_json: bool) -> None:
+def quarantine(name: str, wide: bool, as_json: bool) -> None:
     """List the messages citizen NAME refused, with the reason for each (the broker's
     record: it quarantines strangers and over-size mail before the citizen sees them).
 
@@ -59,7 +62,8 @@ def quarantine(name: str, as_json: bool) -> None:
     if as_json:
         click.echo(json.dumps(rows))
         return
-    for r in rows:
-        click.echo(f"{r['ts']}  {r['from']:<30} {r['reason']}  {r['message_id']}")
-    if not rows:
-        click.echo("nothing quarantined")
+    # Sender, subject, reason and id come from the mail's headers: table() cleans each.
+    table(["WHEN", "FROM", "SUBJECT", "MESSAGE", "REASON"],
+          [[age(r.get("ts") or None), r.get("from", ""), r.get("subject", ""),
+            r.get("message_id", ""), r.get("reason", "")] for r in rows],
+          wide=wide, empty="nothing quarantined")

@@ -12,7 +12,7 @@ import click
 from citizen import civilization, config
 from citizen.admin import disk
 from citizen.cli.options import json_option
-from citizen.cli.terminal import clean
+from citizen.cli.terminal import WIDTH, age, clean, command, table, wide_option
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import retention, spend, wakelog
@@ -82,13 +82,18 @@ def _disk(name: str) -> dict[str, Any] | None:
 
 
 @click.command()
+@wide_option
 @json_option
-def status(as_json: bool) -> None:
-    """Show each citizen: daemon state, last and next wake, current task, disk, wakes and $ today.
+def status(wide: bool, as_json: bool) -> None:
+    """Show each citizen: daemon state, last and next wake, tasks, wakes and $ today.
+
+    Times are ages here ("3 min ago"), ISO in --json; --wide adds the disk column and the
+    current task's text.
 
     \b
     Examples:
       citizen status
+      citizen status --wide
       citizen --root /tmp/civ status --json
     """
     rows = [citizen_status(n) for n in civilization.citizens()]
@@ -96,23 +101,45 @@ def status(as_json: bool) -> None:
         click.echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo(f"no citizens under {paths.civ_root()} - create them with `citizen init`")
+        click.echo(f"no citizens under {paths.civ_root()} - create them with "
+                   f"`{command('init')}`")
         return
-    for r in rows:
-        last = r["last_wake"]
-        last_txt = f"#{last['wake']} {last['type']} {last['status']}" if last else "none"
-        task = r["current_task"]["id"] if r["current_task"] else "-"
-        t = r["tasks"]
-        click.echo(clean(f"{r['citizen']:<10} {r['daemon']:<28} last {last_txt:<24} "
-                   f"next {r['next_wake'] or '-':<27} task {task}  "
-                   f"queue {t['queue']} done {t['done']} failed {t['failed']}"
-                   f"{f' held {held}' if (held := t.get('held', 0)) else ''}  "
-                   f"disk {r['disk_mb']:.1f} MB  today {r['wakes_today']} wakes "
-                   f"${r['usd_today']:.4f}"
-                   + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else "")
-                   + (" - DAILY CAP REACHED: only model-free wakes until 00:00 UTC"
-                      if r["daily_cap_reached"] else "")
-                   + _disk_text(r["disk_budget"])))  # heartbeat, log: the citizen's
+    headers = ["CITIZEN", "DAEMON", "LAST WAKE", "NEXT", "TASKS", "TODAY", "TASK"]
+    if wide:
+        headers.insert(-1, "DISK")
+    table(headers, [_cells(r, wide) for r in rows], wide=wide)
+    for r in rows:  # what needs the operator, a line each under the table
+        for note in _notes(r):
+            line = clean(f"{r['citizen']}: {note}")
+            click.echo(line if wide or len(line) <= WIDTH else line[:WIDTH - 1] + "…")
+
+
+def _cells(r: dict[str, Any], wide: bool) -> list[str]:
+    last = r["last_wake"]
+    t = r["tasks"]
+    tasks = f"{t['queue']} queued" + "".join(
+        f", {t[k]} {k}" for k in ("held", "failed") if t.get(k))
+    usd = r["usd_today"]
+    today = (f"{r['wakes_today']} wakes ${usd:.{2 if usd >= 1 or not usd else 4}f}"
+             + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else ""))
+    task = r["current_task"]
+    cells = [r["citizen"], r["daemon"],
+             f"#{last['wake']} {last['type']} {last['status']} {age(last['started'] or None)}"
+             if last else "none",
+             age(r["next_wake"]), tasks, today,
+             (f"{task['id']} {task['text']}" if wide else task["id"]) if task else "-"]
+    if wide:
+        cells.insert(-1, f"{r['disk_mb']:.1f} MB")
+    return cells
+
+
+def _notes(r: dict[str, Any]) -> list[str]:
+    notes = []
+    if r["daily_cap_reached"]:
+        notes.append("DAILY CAP REACHED: only model-free wakes until 00:00 UTC")
+    if (disk_text := _disk_text(r["disk_budget"])):
+        notes.append(disk_text)
+    return notes
 
 
 def _disk_text(verdict: dict[str, Any] | None) -> str:
@@ -120,7 +147,7 @@ def _disk_text(verdict: dict[str, Any] | None) -> str:
         return ""
     used = "unmeasured" if verdict["used_mb"] is None else f"{verdict['used_mb']:.0f} MB"
     if verdict["state"] == "near":
-        return f" - disk near its budget ({used} of {verdict['budget_mb']} MB)"
-    return (f" - DISK BUDGET: {used} of {verdict['budget_mb']} MB"
-            + (f", unit stopped {verdict['stopped_at']} (citizen disk check)"
+        return f"disk near its budget ({used} of {verdict['budget_mb']} MB)"
+    return (f"DISK BUDGET: {used} of {verdict['budget_mb']} MB"
+            + (f", unit stopped {age(verdict['stopped_at'])} (citizen disk check)"
                if verdict["stopped_at"] else ""))
