@@ -8,6 +8,7 @@ import click
 
 from citizen import config
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
+from citizen.cli.terminal import echo
 from citizen.llm import choose, make_provider
 from citizen.llm.base import Request
 from citizen.wake.flow import call_outside_wake
@@ -42,12 +43,12 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
     # The citizen's own key and budget: in its ledger and under its daily caps.
     reply = call_outside_wake(name, "ASK", llm, request)
     if as_json:
-        click.echo(json.dumps({**reply.to_dict(), "citizen": name, "provider_reason":
+        echo(json.dumps({**reply.to_dict(), "citizen": name, "provider_reason":
                                choice.reason}, indent=2))
         return
-    click.echo(reply.text.strip())
+    echo(reply.text.strip())
     u = reply.usage
-    click.echo(
+    echo(
         f"-- {reply.model} via {choice.name} ({choice.reason}): {u.input_tokens} in, "
         f"{u.output_tokens} out, {u.cache_read_tokens} cache read, {u.cache_write_tokens} "
         f"cache write tokens; ${reply.cost_usd:.6f}; {reply.latency_s:.2f} s")

@@ -10,7 +10,7 @@ import click
 
 from citizen.admin import backup as snapshots_
 from citizen.cli.options import json_option
-from citizen.cli.terminal import command
+from citizen.cli.terminal import command, echo
 from citizen.config import paths
 
 
@@ -42,18 +42,18 @@ def now(wait: float, keep_daily: int, keep_weekly: int, as_json: bool) -> None:
     repo = snapshots_.Repository.default()
     done = snapshots_.take(repo, wait_s=wait, keep_daily=keep_daily, keep_weekly=keep_weekly)
     if as_json:
-        click.echo(json.dumps(done, indent=2))
+        echo(json.dumps(done, indent=2))
         return
     for line in done["made"]:
-        click.echo(f"created {line}")
-    click.echo(f"snapshot {done['snapshot'][:8]} in {repo.path}: {done['files']} files, "
-               f"{done['bytes'] / 2**20:.1f} MB read, {done['added_bytes'] / 2**20:.2f} MB "
-               f"added, {done['seconds']:.1f} s"
-               + ("" if done["quiescent"] else f" - NOT at a quiescent point: "
+        echo(f"created {line}")
+    echo(f"snapshot {done['snapshot'][:8]} in {repo.path}: {done['files']} files, "
+         f"{done['bytes'] / 2**20:.1f} MB read, {done['added_bytes'] / 2**20:.2f} MB "
+         f"added, {done['seconds']:.1f} s"
+         + ("" if done["quiescent"] else f" - NOT at a quiescent point: "
                   f"{', '.join(done['busy'])} still working after --wait seconds (tagged "
                   "not-quiescent)"))
     if done["retention"] != "applied":
-        click.echo(f"retention {done['retention']}", err=True)
+        echo(f"retention {done['retention']}", err=True)
 
 
 @backup.command("list")
@@ -63,13 +63,13 @@ def list_(as_json: bool) -> None:
     repo = snapshots_.Repository.default()
     found = snapshots_.snapshots(repo)
     if as_json:
-        click.echo(json.dumps(found, indent=2))
+        echo(json.dumps(found, indent=2))
         return
     if not found:
-        click.echo(f"no snapshots in {repo.path} - take one with `{command('backup now')}`")
+        echo(f"no snapshots in {repo.path} - take one with `{command('backup now')}`")
     for s in found:
-        click.echo(f"{s['short_id']}  {s['time'][:19]}  {' '.join(s.get('tags') or [])}  "
-                   f"{len(s.get('paths') or [])} paths")
+        echo(f"{s['short_id']}  {s['time'][:19]}  {' '.join(s.get('tags') or [])}  "
+             f"{len(s.get('paths') or [])} paths")
 
 
 @backup.command("verify")
@@ -78,7 +78,7 @@ def list_(as_json: bool) -> None:
 def verify(read_share: str) -> None:
     """Check the repository's structure and read back a sample of its data."""
     repo = snapshots_.Repository.default()
-    click.echo(snapshots_.verify(repo, read_share).strip().splitlines()[-1])
+    echo(snapshots_.verify(repo, read_share).strip().splitlines()[-1])
 
 
 @click.command()
@@ -95,14 +95,14 @@ def restore(snapshot: str, name: str | None) -> None:
     repo = snapshots_.Repository.default()
     restored = snapshots_.restore(repo, snapshot, name)
     for path in restored:
-        click.echo(f"restored {path}")
+        echo(f"restored {path}")
         if os.geteuid() == 0 and path.parent == paths.civ_root() and (path / "config.json"
                                                                        ).is_file():
             try:
                 pwd.getpwnam(path.name)
             except KeyError:  # restored onto a machine that never had this citizen
-                click.echo(f"note: {path.name} has no user here - "
-                           f"{command(f'onboard {path.name}')}, then systemctl start "
-                           f"citizen@{path.name}")
-    click.echo("what was there before is kept beside each, hidden (.<name>.before-restore-"
-               "<time>): remove it once the restored civilization runs")
+                echo(f"note: {path.name} has no user here - "
+                     f"{command(f'onboard {path.name}')}, then systemctl start "
+                     f"citizen@{path.name}")
+    echo("what was there before is kept beside each, hidden (.<name>.before-restore-"
+         "<time>): remove it once the restored civilization runs")

@@ -16,6 +16,7 @@ from citizen.access.client import reachable
 from citizen.broker import service
 from citizen.broker.ledger import open_readonly
 from citizen.cli.options import json_option
+from citizen.cli.terminal import echo
 from citizen.config import paths
 from shared import clock
 from shared.errors import LockTimeout
@@ -55,10 +56,10 @@ def status(as_json: bool) -> None:
     info = {"socket": str(paths.broker_socket()), "ledger": str(service.ledger_path()),
             "answering": reachable(paths.broker_socket())}
     if as_json:
-        click.echo(json.dumps(info))
+        echo(json.dumps(info))
         return
-    click.echo(f"socket  {info['socket']}  ({'answering' if info['answering'] else 'DOWN'})")
-    click.echo(f"ledger  {info['ledger']}")
+    echo(f"socket  {info['socket']}  ({'answering' if info['answering'] else 'DOWN'})")
+    echo(f"ledger  {info['ledger']}")
 
 
 def ledger_rows(days: int) -> list[dict[str, Any]]:
@@ -109,9 +110,9 @@ def spend(days: int, as_json: bool) -> None:
     out = [{"day": d, "citizen": c, **v, "usd": round(v["usd"], 6)}
            for (d, c), v in sorted(totals.items())]
     if as_json:
-        click.echo(json.dumps(out))
+        echo(json.dumps(out))
         return
-    click.echo(f"{'day':<11} {'citizen':<12} {'usd':>10} {'calls':>6} {'open':>5}")
+    echo(f"{'day':<11} {'citizen':<12} {'usd':>10} {'calls':>6} {'open':>5}")
     for r in out:
-        click.echo(f"{r['day']:<11} {r['citizen']:<12} {r['usd']:>10.4f} {r['calls']:>6} "
-                   f"{r['open']:>5}")
+        echo(f"{r['day']:<11} {r['citizen']:<12} {r['usd']:>10.4f} {r['calls']:>6} "
+             f"{r['open']:>5}")

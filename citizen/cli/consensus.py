@@ -10,7 +10,7 @@ import click
 
 from citizen import civilization, config
 from citizen.cli.options import CitizenName, echo_rows, json_option, operator, ring_as_operator
-from citizen.cli.terminal import command
+from citizen.cli.terminal import command, echo
 from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
@@ -71,17 +71,17 @@ def show(pid: str, as_json: bool) -> None:
     d = commons.load(pid)
     view = render(d)
     if as_json:
-        click.echo(json.dumps(view, ensure_ascii=False, indent=1))
+        echo(json.dumps(view, indent=1))
         return
     owed = f" (owed by {d.owed_by})" if d.owed_by else ""
-    click.echo(f"{pid}: {view['status']}, at {d.phase}{owed}" + (f" - {d.why}" if d.why else ""))
-    click.echo(f"task:    {view['task'][:300]}")
-    click.echo(f"roles:   {', '.join(f'{k} {v}' for k, v in d.roles.items())}")
-    click.echo(f"stakes:  {d.stakes} ({'; '.join(d.stakes_reasons)})")
-    click.echo(f"cost:    ${view['cost']['total_usd']:.4f} over "
-               f"{len(view['cost']['by_step'])} model calls")
+    echo(f"{pid}: {view['status']}, at {d.phase}{owed}" + (f" - {d.why}" if d.why else ""))
+    echo(f"task:    {view['task'][:300]}")
+    echo(f"roles:   {', '.join(f'{k} {v}' for k, v in d.roles.items())}")
+    echo(f"stakes:  {d.stakes} ({'; '.join(d.stakes_reasons)})")
+    echo(f"cost:    ${view['cost']['total_usd']:.4f} over "
+         f"{len(view['cost']['by_step'])} model calls")
     for flag in d.flags:
-        click.echo(f"RED FLAG: {flag}")
+        echo(f"RED FLAG: {flag}")
     _echo_rounds(view)
     _echo_ending(d)
 
@@ -89,38 +89,38 @@ def show(pid: str, as_json: bool) -> None:
 def _echo_rounds(view: dict[str, Any]) -> None:
     for rnd in view["rounds"]:
         rev = rnd["proposal"]
-        click.echo(f"\n-- round {rnd['round']} ({rev.get('level')}) goal: {rev.get('goal')}")
+        echo(f"\n-- round {rnd['round']} ({rev.get('level')}) goal: {rev.get('goal')}")
         for a in rev.get("actions", []):
-            click.echo(f"   action: {a.get('tool')} {json.dumps(a.get('args'))[:200]}")
+            echo(f"   action: {a.get('tool')} {json.dumps(a.get('args'))[:200]}")
         for value, why in rev.get("value_justification", {}).items():
-            click.echo(f"   serves {value}: {why}")
+            echo(f"   serves {value}: {why}")
         if rev.get("response_to_concerns"):
-            click.echo(f"   response to concerns: {rev['response_to_concerns']}")
+            echo(f"   response to concerns: {rev['response_to_concerns']}")
         for role in ("verification", "integration"):
             vote = rnd[role]
             if vote:
                 who = vote.get("author") or vote.get("citizen")  # views from before "author"
-                click.echo(f"   {who} ({role}): {vote['decision']} - "
-                           f"{vote.get('rationale', '')}")
+                echo(f"   {who} ({role}): {vote['decision']} - "
+                     f"{vote.get('rationale', '')}")
                 for concern in vote.get("concerns", []):
-                    click.echo(f"      concern: {concern}")
+                    echo(f"      concern: {concern}")
 
 
 def _echo_ending(d: Proposal) -> None:
     if d.consensus:
-        click.echo(f"\nconsensus: {json.dumps(d.consensus)}")
+        echo(f"\nconsensus: {json.dumps(d.consensus)}")
     if d.tiebreak:
-        click.echo(f"tiebreak:  {json.dumps(d.tiebreak)}")
+        echo(f"tiebreak:  {json.dumps(d.tiebreak)}")
     if d.human:
-        click.echo(f"human:     {d.human['operator']} {d.human['decision']} "
-                   f"{d.human.get('why', '')}")
+        echo(f"human:     {d.human['operator']} {d.human['decision']} "
+             f"{d.human.get('why', '')}")
     if d.execution:
-        click.echo(f"execution: success={d.execution['success']} commit={d.execution['commit']}")
+        echo(f"execution: success={d.execution['success']} commit={d.execution['commit']}")
     if d.outcome:
-        click.echo(f"outcome:   verified={d.outcome['outcomes_verified']} "
-                   f"{d.outcome.get('rationale', '')}")
+        echo(f"outcome:   verified={d.outcome['outcomes_verified']} "
+             f"{d.outcome.get('rationale', '')}")
     if d.episode:
-        click.echo(f"episode:   {d.episode['id']}: {d.episode.get('key_learnings')}")
+        echo(f"episode:   {d.episode['id']}: {d.episode.get('key_learnings')}")
 
 
 @click.command("approve")
@@ -129,7 +129,7 @@ def _echo_ending(d: Proposal) -> None:
 def approve(pid: str, why: str) -> None:
     """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
     d = _commons().decide_human(pid, operator(), "approve", why)
-    click.echo(f"approved {pid}; next: {d.phase}{_wake_next(d)}")
+    echo(f"approved {pid}; next: {d.phase}{_wake_next(d)}")
 
 
 @click.command("reject")
@@ -138,7 +138,7 @@ def approve(pid: str, why: str) -> None:
 def reject(pid: str, why: str) -> None:
     """Reject proposal PID as a human (any time before it runs)."""
     d = _commons().decide_human(pid, operator(), "reject", why)
-    click.echo(f"rejected {pid}; next: {d.phase}{_wake_next(d)}")
+    echo(f"rejected {pid}; next: {d.phase}{_wake_next(d)}")
 
 
 @click.group("consensus")
@@ -158,8 +158,8 @@ def start(executor: str, task: str) -> None:
       citizen proposal start --by opus "Create hello.md saying 'Hello, thought world!'"
     """
     d = _commons().request(task, executor, operator(), source={"cli": True})
-    click.echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
-               f"{d.roles['integrator']} integrates{_wake_next(d)}")
+    echo(f"opened {d.id}: {executor} proposes, {d.roles['verifier']} verifies, "
+         f"{d.roles['integrator']} integrates{_wake_next(d)}")
 
 
 @consensus.command("report")
@@ -174,25 +174,25 @@ def report(as_json: bool) -> None:
     """
     data = emergence.report(_commons())
     if as_json:
-        click.echo(json.dumps(data, ensure_ascii=False))
+        echo(json.dumps(data))
         return
-    click.echo("Emergence indicators (observed after the fact; never shown to citizens)")
+    echo("Emergence indicators (observed after the fact; never shown to citizens)")
     for name, value, target in _indicators(data):
-        click.echo(f" {name:<28} " + (f"{value:<44} target {target}" if target else value))
+        echo(f" {name:<28} " + (f"{value:<44} target {target}" if target else value))
     means = data["rubric_means"]
-    click.echo(f"\nQuality rubric, 0-5 ({data['rubric_scored']} executed proposals scored; "
-               f"{data['rubric_unscored_never_executed']} never executed, unscored)")
-    click.echo(" " + ("  ".join(f"{k} {v}" for k, v in means.items()) if means else "n/a"))
+    echo(f"\nQuality rubric, 0-5 ({data['rubric_scored']} executed proposals scored; "
+         f"{data['rubric_unscored_never_executed']} never executed, unscored)")
+    echo(" " + ("  ".join(f"{k} {v}" for k, v in means.items()) if means else "n/a"))
     if data["audit_sample"]:  # the seed's random audits: a person reads these for gaming
-        click.echo(f"\nRandom audit - read these for gaming (`{command('proposal list')}` "
-                   "shows them): " + ", ".join(data["audit_sample"]))
-    click.echo("\nHistory")
+        echo(f"\nRandom audit - read these for gaming (`{command('proposal list')}` "
+             "shows them): " + ", ".join(data["audit_sample"]))
+    echo("\nHistory")
     shown = {"emergent_solutions_rate", "productive_conflict", "memory_citation_rate",
              "value_coherence", "novel_consensus", "metacognitive_depth", "rubric_means",
              "rubric_scored", "rubric_unscored_never_executed", "audit_sample"}
     for key, value in data.items():
         if key not in shown:
-            click.echo(f" {key:<32} {json.dumps(value)}")
+            echo(f" {key:<32} {json.dumps(value)}")
 
 
 def _na(value: Any, fmt: str = "{}") -> str:

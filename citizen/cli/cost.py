@@ -10,6 +10,7 @@ import click
 
 from citizen import civilization
 from citizen.cli.options import json_option
+from citizen.cli.terminal import echo
 from citizen.config import paths
 from citizen.home import spend
 
@@ -63,16 +64,16 @@ def cost(days: int, by: str, as_json: bool) -> None:
     """
     rows = table(days, by)
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        echo(json.dumps(rows, indent=2))
         return
     if not rows:
-        click.echo(f"no model calls in the last {days} day(s)")
+        echo(f"no model calls in the last {days} day(s)")
         return
-    click.echo(f"{by:<18} {'usd':>10} {'calls':>6} {'in':>9} {'out':>8} {'cache rd':>9} "
-               f"{'cache wr':>9} {'cached':>7} {'prompt/call':>11}")
+    echo(f"{by:<18} {'usd':>10} {'calls':>6} {'in':>9} {'out':>8} {'cache rd':>9} "
+         f"{'cache wr':>9} {'cached':>7} {'prompt/call':>11}")
     for r in rows:
-        click.echo(f"{r[by]:<18} {r['usd']:>10.4f} {r['calls']:>6} {r['tokens_in']:>9} "
-                   f"{r['tokens_out']:>8} {r['cache_read']:>9} {r['cache_write']:>9} "
-                   f"{r['cached_share']:>7.1%} {r['prompt_per_call']:>11}")
-    click.echo(f"{'total':<18} {sum(r['usd'] for r in rows):>10.4f} "
-               f"{sum(r['calls'] for r in rows):>6}")
+        echo(f"{r[by]:<18} {r['usd']:>10.4f} {r['calls']:>6} {r['tokens_in']:>9} "
+             f"{r['tokens_out']:>8} {r['cache_read']:>9} {r['cache_write']:>9} "
+             f"{r['cached_share']:>7.1%} {r['prompt_per_call']:>11}")
+    echo(f"{'total':<18} {sum(r['usd'] for r in rows):>10.4f} "
+         f"{sum(r['calls'] for r in rows):>6}")

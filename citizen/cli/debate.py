@@ -10,6 +10,7 @@ import click
 
 from citizen import civilization, config
 from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
+from citizen.cli.terminal import echo
 from shared import clock
 from shared.debates import BUDGETS, Debate, Debates
 
@@ -85,8 +86,8 @@ def start(topic: str, people: str, budget: tuple[str, ...], max_usd: float) -> N
                                      budgets=_budget(budget), usd_cap=max_usd)
     who = d.owed_by()
     ring_as_operator(who, "DEBATE", f"debate {d.id} started")
-    click.echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "
-               f"Follow it: citizen debate follow {d.id}")
+    echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "
+         f"Follow it: citizen debate follow {d.id}")
 
 
 @debate.command("show")
@@ -99,41 +100,42 @@ def show(did: str, as_json: bool) -> None:
     info = summary(debates, d)
     crux = debates.result(did) or d.crux()
     if as_json:
-        click.echo(json.dumps({**info, "steelmans": d.steelmans, "commitments": d.commitments,
-                               "falsifiers": d.falsifiers, "crux": crux}, ensure_ascii=False))
+        echo(json.dumps({**info, "steelmans": d.steelmans, "commitments": d.commitments,
+                               "falsifiers": d.falsifiers, "crux": crux}))
         return
-    click.echo(f"{did}: {d.stage}" + (f" ({d.ended})" if d.ended else "")
-               + (f", {d.owed_by()} to move" if d.owed_by() else ""))
-    click.echo(f"topic:     {d.topic}\nquestion:  {d.question or '(none yet)'}")
-    click.echo(f"figures:   {info['moves']} moves, {info['calls']} model calls, "
-               f"{info['tokens']} tokens, ${info['cost_usd']:.4f}, {info['seconds']} s")
-    click.echo("steelmans:")
+    echo(f"{did}: {d.stage}" + (f" ({d.ended})" if d.ended else "")
+         + (f", {d.owed_by()} to move" if d.owed_by() else ""))
+    echo(f"topic:     {d.topic}\nquestion:  {d.question or '(none yet)'}")
+    echo(f"figures:   {info['moves']} moves, {info['calls']} model calls, "
+         f"{info['tokens']} tokens, ${info['cost_usd']:.4f}, {info['seconds']} s")
+    echo("steelmans:")
     for s in d.steelmans:
-        click.echo(f"  {s['author']} -> {s['target']} (attempt {s['attempt']}): "
-                   f"{s['grade'] or 'pending'}")
-    click.echo("commitments:")
+        echo(f"  {s['author']} -> {s['target']} (attempt {s['attempt']}): "
+             f"{s['grade'] or 'pending'}")
+    echo("commitments:")
     for p, c in d.commitments.items():
-        click.echo(f"  {p}: {c['side']} ({c['confidence']})")
-    click.echo("falsifiers:")
+        echo(f"  {p}: {c['side']} ({c['confidence']})")
+    echo("falsifiers:")
     for p, fs in d.falsifiers.items():
         for f in fs:
-            click.echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}"
-                       f" ({len(d.evidence_on.get(f['id'], []))} evidence)")
+            echo(f"  {f['id']} {p}: {f['metric']} {f['threshold']} by {f['deadline']}"
+                 f" ({len(d.evidence_on.get(f['id'], []))} evidence)")
     for p, answer in crux["counterfactual"].items():
-        click.echo(f"  would {p}'s TopClaim flip? {answer['why']}")
-    click.echo(f"crux:      {'VALIDATED' if crux['validated'] else 'not validated'}")
+        echo(f"  would {p}'s TopClaim flip? {answer['why']}")
+    echo(f"crux:      {'VALIDATED' if crux['validated'] else 'not validated'}")
     for check in crux["failed_checks"]:
-        click.echo(f"  failed: {check}")
+        echo(f"  failed: {check}")
     for c in crux["resolution_criteria"]:
-        click.echo(f"  resolves on: {c}")
+        echo(f"  resolves on: {c}")
     if crux["cheap_concessions"]:
-        click.echo(f"  cheap concessions: {', '.join(crux['cheap_concessions'])}")
+        echo(f"  cheap concessions: {', '.join(crux['cheap_concessions'])}")
 
 
 @debate.command("follow")
 @click.argument("did")
 @click.option("--timeout", type=float, default=0.0, help="Stop after this many seconds.")
-def follow(did: str, timeout: float) -> None:
+@json_option
+def follow(did: str, timeout: float, as_json: bool) -> None:
     """Print debate DID's events as they happen, until it completes (or --timeout)."""
     debates = civilization.debates()
     debates.thread(did)  # a clear error for an unknown id
@@ -141,9 +143,12 @@ def follow(did: str, timeout: float) -> None:
     while time.monotonic() < deadline:
         events = debates.events(did)
         for e in events[seen:]:
+            if as_json:
+                echo(json.dumps(e))
+                continue
             detail = {k: v for k, v in e.items() if k not in ("ts", "type", "seq", "stage")}
-            click.echo(f"#{e.get('seq', 0):<3} {e.get('stage', ''):<9} {e['type']:<18} "
-                       f"{json.dumps(detail, ensure_ascii=False)[:160]}")
+            echo(f"#{e.get('seq', 0):<3} {e.get('stage', ''):<9} {e['type']:<18} "
+                 f"{json.dumps(detail)[:160]}")
         seen = len(events)
         if any(e["type"] == "debate_complete" for e in events):
             return

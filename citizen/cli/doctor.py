@@ -15,7 +15,7 @@ from citizen.access import client
 from citizen.admin.onboard import BROKER_USER
 from citizen.broker import service
 from citizen.cli.options import citizen_option, json_option, provider_option, resolve_name
-from citizen.cli.terminal import command
+from citizen.cli.terminal import command, echo
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.llm import choose, make_provider
@@ -237,11 +237,11 @@ def doctor(name: str | None, provider: str | None, as_json: bool) -> None:
     checks = run_checks(name, provider)
     failed = any(c.status == FAIL for c in checks)
     if as_json:
-        click.echo(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]},
+        echo(json.dumps({"ok": not failed, "checks": [asdict(c) for c in checks]},
                               indent=2))
     else:
         for c in checks:
-            click.echo(f"{c.status:>4}  {c.name:<12} {c.detail}")
-        click.echo("doctor: " + ("FAILED - fix the lines marked FAIL" if failed else "all good"))
+            echo(f"{c.status:>4}  {c.name:<12} {c.detail}")
+        echo("doctor: " + ("FAILED - fix the lines marked FAIL" if failed else "all good"))
     if failed:
         raise SystemExit(1)

@@ -63,7 +63,10 @@ def quarantine(name: str, wide: bool, as_json: bool) -> None:
         click.echo(json.dumps(rows))
         return
     # Sender, subject, reason and id come from the mail's headers: table() cleans each.
-    table(["WHEN", "FROM", "SUBJECT", "MESSAGE", "REASON"],
-          [[age(r.get("ts") or None), r.get("from", ""), r.get("subject", ""),
-            r.get("message_id", ""), r.get("reason", "")] for r in rows],
+    # The message id goes last: the column a narrow terminal cuts.
+    subject = any(r.get("subject") for r in rows)
+    table(["WHEN", "FROM", *(["SUBJECT"] if subject else []), "REASON", "MESSAGE"],
+          [[age(r.get("ts") or None), r.get("from", ""),
+            *([r.get("subject", "")] if subject else []), r.get("reason", ""),
+            r.get("message_id", "")] for r in rows],
           wide=wide, empty="nothing quarantined")

@@ -8,6 +8,7 @@ import click
 
 from citizen import config
 from citizen.cli.options import citizen_argument
+from citizen.cli.terminal import echo
 from citizen.config import paths
 from citizen.home.memory import Memory
 from citizen.llm import make_provider
@@ -28,7 +29,7 @@ def rollup(name: str) -> None:
     paths.require_owner(home)
     mem = Memory(home.memory)
     if not mem.pending():
-        click.echo("nothing to roll up")
+        echo("nothing to roll up")
         return
     cfg = config.load_citizen(name)
     llm = make_provider(cfg, config.load_secrets(name))
@@ -44,7 +45,7 @@ def rollup(name: str) -> None:
             return f"# {level} summary {key}\n\n{reply.text.strip()}\n"
 
         for path in mem.rollup(summarize):
-            click.echo(f"wrote {path}")
+            echo(f"wrote {path}")
 
 
 @memory.command()
@@ -52,4 +53,4 @@ def rollup(name: str) -> None:
 @click.argument("query")
 def search(name: str, query: str) -> None:
     """Search citizen NAME's memory."""
-    click.echo(json.dumps(Memory(paths.home(name).memory).search(query), indent=2))
+    echo(json.dumps(Memory(paths.home(name).memory).search(query), indent=2))

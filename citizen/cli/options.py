@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from citizen import civilization
-from citizen.cli.terminal import NoSuch, command
+from citizen.cli.terminal import NoSuch, clean, command
 from citizen.config import PROVIDERS, paths, server_mode, templates
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -108,6 +108,6 @@ def echo_rows(rows: list[dict[str, Any]], as_json: bool, line: Callable[[dict[st
         click.echo(json.dumps(rows))
         return
     for r in rows:
-        click.echo(line(r))
+        click.echo(clean(line(r)))  # a row carries what citizens wrote (goals, topics)
     if not rows:
         click.echo(empty)

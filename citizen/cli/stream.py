@@ -11,7 +11,7 @@ import click
 
 from citizen import civilization, config, llm
 from citizen.cli.options import CitizenName, json_option, operator
-from citizen.cli.terminal import command
+from citizen.cli.terminal import command, echo
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
@@ -35,7 +35,7 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
     """
     names = [n.strip() for n in to.split(",") if n.strip()] or None
     sid = say(text, room=room, to=names, sender=operator())
-    click.echo(f"stream {sid}")
+    echo(f"stream {sid}")
     if wait <= 0:
         return
     streams = civilization.streams()
@@ -44,17 +44,17 @@ def say_cmd(text: str, room: str, to: str, wait: float) -> None:
         decision = streams.decision(sid)
         if decision and "decision" not in shown:
             shown.add("decision")
-            click.echo(f"granted: {', '.join(decision['granted']) or 'nobody'} "
-                       f"({decision['exit']} after {decision['decided_at_ms']} ms, "
-                       f"{decision['slots']} slots{_fallback(decision)})")
+            echo(f"granted: {', '.join(decision['granted']) or 'nobody'} "
+                 f"({decision['exit']} after {decision['decided_at_ms']} ms, "
+                 f"{decision['slots']} slots{_fallback(decision)})")
         for name, r in streams.responses(sid).items():
             if name not in shown:
                 shown.add(name)
-                click.echo(f"{name}: {r['text']}")
+                echo(f"{name}: {r['text']}")
         if decision and all(n in shown for n in decision["granted"]):
             return
         time.sleep(0.2)
-    click.echo(f"(stopped waiting after {wait:.0f} s; `{command(f'stream show {sid}')}`)")
+    echo(f"(stopped waiting after {wait:.0f} s; `{command(f'stream show {sid}')}`)")
 
 
 @click.group("room")
@@ -67,7 +67,7 @@ def room() -> None:
 def room_show(name: str) -> None:
     """Show room NAME: preset, moderator changes, temperature now."""
     data = civilization.streams().room(name)
-    click.echo(json.dumps(data, indent=1))
+    echo(json.dumps(data, indent=1))
 
 
 @room.command("presence")
@@ -76,8 +76,8 @@ def room_show(name: str) -> None:
 def room_presence(name: str, here: bool) -> None:
     """Tell the citizens whether a person is watching room NAME (it warms or cools it)."""
     temperature = civilization.streams().heat(name, "present" if here else "absent")
-    click.echo(f"room {name}: {'someone is here' if here else 'nobody watches'}; "
-               f"temperature {temperature:.2f}")
+    echo(f"room {name}: {'someone is here' if here else 'nobody watches'}; "
+         f"temperature {temperature:.2f}")
 
 
 @room.command("set")
@@ -121,7 +121,7 @@ def room_set(name: str, *, preset: str | None, max_responders: int | None,
                 raise click.BadParameter(f"'{b}': use NAME=DELTA, e.g. aria=0.2") from exc
         changes["boosted"] = pairs
     data = civilization.streams().set_room(name, preset, **changes)
-    click.echo(f"room {name}: {data['preset']} {json.dumps(data['changes'])}")
+    echo(f"room {name}: {data['preset']} {json.dumps(data['changes'])}")
 
 
 @click.group("decisions")
@@ -149,13 +149,13 @@ def list_cmd(as_json: bool) -> None:
     streams = civilization.streams()
     rows = [_summary(streams, sid) for sid in streams.ids()]
     if as_json:
-        click.echo(json.dumps(rows))
+        echo(json.dumps(rows))
         return
     for r in rows:
-        click.echo(f"{r['id']}  {r['room']:<10} granted {','.join(r['granted'] or []) or '-':<12}"
-                   f" {r['exit'] or 'undecided':<18} {r['text']!r}")
+        echo(f"{r['id']}  {r['room']:<10} granted {','.join(r['granted'] or []) or '-':<12}"
+             f" {r['exit'] or 'undecided':<18} {r['text']!r}")
     if not rows:
-        click.echo("no streams")
+        echo("no streams")
 
 
 @decisions.command("show")
@@ -169,21 +169,21 @@ def show(sid: str, as_json: bool) -> None:
                        for c in streams.info(sid)["participants"]},
            "answers": {c: r["text"] for c, r in streams.responses(sid).items()}}
     if as_json:
-        click.echo(json.dumps(out, ensure_ascii=False))
+        echo(json.dumps(out))
         return
-    click.echo(f"{sid} in {out['room']}: {out['text']!r}")
-    click.echo(f"decision: granted {out['granted']} ({out['exit']}, "
-               f"{out['decided_at_ms']} ms{_fallback(out)})")
+    echo(f"{sid} in {out['room']}: {out['text']!r}")
+    echo(f"decision: granted {out['granted']} ({out['exit']}, "
+         f"{out['decided_at_ms']} ms{_fallback(out)})")
     for c, rec in out["records"].items():
         if rec:
-            click.echo(f"  {c}: {rec.get('action', '?'):<6} claim={rec['claim']} "
-                       f"confidence {rec['confidence']} (raw {rec['raw_confidence']} "
-                       f"x{rec['calibration_factor']} calibration "
-                       f"x{rec.get('load_factor', 1.0)} load "
-                       f"+{rec.get('expertise_boost', 0.0)} focus, {rec['how']}) - "
-                       f"{rec['reasoning']}")
+            echo(f"  {c}: {rec.get('action', '?'):<6} claim={rec['claim']} "
+                 f"confidence {rec['confidence']} (raw {rec['raw_confidence']} "
+                 f"x{rec['calibration_factor']} calibration "
+                 f"x{rec.get('load_factor', 1.0)} load "
+                 f"+{rec.get('expertise_boost', 0.0)} focus, {rec['how']}) - "
+                 f"{rec['reasoning']}")
     for c, text in out["answers"].items():
-        click.echo(f"{c} answered: {text}")
+        echo(f"{c} answered: {text}")
 
 
 @decisions.command("replay")
@@ -226,14 +226,14 @@ def replay(sid: str, name: str, provider: str, prompt_only: bool, others: str) -
                                    system=system, output_schema=schema, max_tokens=120,
                                    tier="fast", purpose="stream_bid_replay"))
     new = reply.data or {}
-    click.echo(f"{'':<12} {'recorded':<40} replay ({model.describe()})")
+    echo(f"{'':<12} {'recorded':<40} replay ({model.describe()})")
     for key, old, now in (("claim", rec["claim"], new.get("claim")),
                           ("confidence", rec["raw_confidence"], new.get("confidence")),
                           ("reasoning", rec["reasoning"][:38], str(new.get("reasoning"))[:60]),
                           ("model", rec.get("model"), reply.model),
                           ("latency s", rec.get("bid_latency_s"),
                            round(time.monotonic() - started, 3))):
-        click.echo(f"{key:<12} {old!s:<40} {now}")
+        echo(f"{key:<12} {old!s:<40} {now}")
 
 
 def _citizen_config(name: str) -> config.CitizenConfig:
@@ -275,9 +275,9 @@ def _replay_as(streams: Streams, sid: str, rec: Mapping[str, Any], names: list[s
             max_tokens=120, tier="fast", purpose="stream_bid_replay"))
         new = reply.data or {}
         rows.append((other, new.get("claim"), new.get("confidence"), str(new.get("reasoning"))))
-    click.echo(f"{'citizen':<22} {'claim':<6} {'confidence':<10} reasoning")
+    echo(f"{'citizen':<22} {'claim':<6} {'confidence':<10} reasoning")
     for who, claim, conf, why in rows:
-        click.echo(f"{who:<22} {claim!s:<6} {conf!s:<10} {why[:80]}")
+        echo(f"{who:<22} {claim!s:<6} {conf!s:<10} {why[:80]}")
 
 
 def _recorded_system(name: str, rec: Mapping[str, Any]) -> list[str]:
@@ -313,7 +313,7 @@ def rate(sid: str, name: str, score: float, reasoning: str) -> None:
       citizen stream rate stream-3f2a9c0d1e4b5a6c --citizen mira --score 0.2
     """
     civilization.streams().rate(sid, name, score, reasoning)
-    click.echo(f"rated {name} on {sid}: {score}")
+    echo(f"rated {name} on {sid}: {score}")
 
 
 @decisions.command("calibration")
@@ -323,11 +323,11 @@ def calibration(as_json: bool) -> None:
     streams = civilization.streams()
     rows = [streams.calibration(c) for c in streams.citizens]
     if as_json:
-        click.echo(json.dumps(rows))
+        echo(json.dumps(rows))
         return
     for r in rows:
-        click.echo(f"{r['citizen']:<8} rated {r['rated']:>3}  factor {r['factor']:.3f}"
-                   + (f"  confidence {r['mean_confidence']} vs rating {r['mean_rating']}"
+        echo(f"{r['citizen']:<8} rated {r['rated']:>3}  factor {r['factor']:.3f}"
+             + (f"  confidence {r['mean_confidence']} vs rating {r['mean_rating']}"
                       f"  brier {r['brier']}" if r["rated"] >= 3 else ""))
 
 

@@ -110,3 +110,9 @@ def command(args: str) -> str:
         prog = shlex.quote(str(exe))
     root = os.environ.get("CIV_ROOT")
     return f"{prog}{f' --root {shlex.quote(root)}' if root else ''} {args}"
+
+
+def echo(text: str, err: bool = False) -> None:
+    """`click.echo` of a line that may carry what a citizen, a model or a mail wrote
+    (a proposal's goal, a debate's topic, a stream's text, a model's reply): cleaned."""
+    click.echo(clean(text), err=err)
