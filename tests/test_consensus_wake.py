@@ -122,9 +122,9 @@ def test_protocol_errors_are_one_line_with_the_fix(civ: Path) -> None:
 
     runner = CliRunner()
     out = runner.invoke(cli, ["proposal", "approve", "prop-20991122T000000-abcd"])
-    assert out.exit_code == 1 and "Traceback" not in out.output
-    assert ("no proposal prop-20991122T000000-abcd - `citizen proposal list` lists them"
-            in out.output)
+    assert out.exit_code == 2 and "Traceback" not in out.output  # 2: no such proposal
+    assert ("no proposal prop-20991122T000000-abcd - "
+            f"`citizen --root {civ} proposal list` lists them" in out.output)
     out = runner.invoke(cli, ["debate", "start", "--topic", "x", "--with", "opus"])
     assert out.exit_code == 1 and "a debate takes 2-5 participants, not 1" in out.output
     out = runner.invoke(cli, ["room", "set", "general", "--boost", "aria"])

@@ -19,6 +19,8 @@ import click
 
 from citizen import __version__
 from citizen.cli import errors
+from citizen.cli.terminal import NoSuch
+from shared.errors import NotFound
 
 _PR_SET_DUMPABLE = 4  # <linux/prctl.h>
 
@@ -106,6 +108,8 @@ class _Group(click.Group):
         except Exception as exc:
             if ctx.params.get("verbose", 0) >= 2:
                 raise  # -vv: the traceback, for a bug report
+            if isinstance(exc, NotFound):  # a proposal, debate, change... that is not there
+                raise NoSuch(errors.one_line(exc, typed)) from exc
             raise click.ClickException(errors.one_line(exc, typed)) from exc
 
 
