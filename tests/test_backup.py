@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -84,7 +85,7 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
     released: list[float] = []
     read: list[float] = []
     real = backup.Repository.restic
-    def restic(self: backup.Repository, *args: str, **kw: float) -> str:
+    def restic(self: backup.Repository, *args: str, **kw: Any) -> str:
         if args[0] == "backup":
             read.append(time.monotonic())
         return real(self, *args, **kw)

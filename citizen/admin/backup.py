@@ -16,6 +16,12 @@ then moves the old path aside (kept, hidden: `.<name>.before-restore-…`) and t
 restored one into place. It holds each citizen's home (contexts,
 memory, tasks, logs, its code with its git history), the commons and, on a server,
 the operator's directory (rules, secrets: the repository is encrypted).
+
+Progress: `take` and `restore` run their long steps inside `steps.step(label)` (a
+`Steps`; the CLI's shows a bar or a heartbeat on a terminal, start and end lines in a
+log: citizen/cli/progress.py); the backup feeds it restic's `--json` status lines
+(bytes done, total, seconds left). restic 0.14's `restore` reports nothing, so a
+restore's steps have no size - one per path restored.
 """
 
 from __future__ import annotations
@@ -26,10 +32,13 @@ import secrets
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from citizen import civilization
 from citizen.config import paths
@@ -51,6 +60,33 @@ class BackupError(CitizenError, RuntimeError):
     """restic failed, or is missing; the message says which and what to do."""
 
 
+# A step's figures as they come: bytes done, bytes in all, seconds left (None: unknown).
+Update = Callable[[float, float, "float | None"], None]
+
+
+class Steps(Protocol):
+    """What shows the progress of long steps (citizen/cli/progress.py for the operator)."""
+
+    every_s: float  # how often it wants figures (restic's status lines)
+
+    def step(self, label: str) -> AbstractContextManager[Update]:
+        """Around one step: started, then figures (if its size is known), then done."""
+        ...
+
+
+class Silent:
+    """No progress shown (a caller that has no person to show it to)."""
+
+    every_s = 10.0
+
+    def step(self, label: str) -> AbstractContextManager[Update]:
+        return nullcontext(_ignore)
+
+
+def _ignore(done: float, total: float, left_s: float | None) -> None:
+    del done, total, left_s
+
+
 @dataclass(frozen=True)
 class Repository:
     """Where snapshots go (`path`) and the key that opens them (`key`)."""
@@ -70,8 +106,11 @@ class Repository:
             str(paths.operator_dir() / "backup.key") if server else f"{repo}.key")
         return cls(Path(repo), Path(key))
 
-    def restic(self, *args: str, timeout: float | None = None) -> str:
-        """Run restic on this repository; its stdout.
+    def restic(self, *args: str, timeout: float | None = None,
+               status: Callable[[dict[str, Any]], None] | None = None,
+               every_s: float = 10.0) -> str:
+        """Run restic on this repository; its stdout. With `status`, restic's `--json`
+        status lines go to it as they come (one each `every_s` seconds), not to stdout.
 
         :raises BackupError: restic is missing or failed (with its own words).
         """
@@ -80,14 +119,19 @@ class Repository:
             raise BackupError("restic is not installed - apt-get install restic "
                               "(scripts/setup_server.sh installs it on a server)")
         env = {**os.environ, "RESTIC_REPOSITORY": str(self.path),
-               "RESTIC_PASSWORD_FILE": str(self.key), "RESTIC_PROGRESS_FPS": "0.1",
+               "RESTIC_PASSWORD_FILE": str(self.key),
+               "RESTIC_PROGRESS_FPS": f"{1 / max(every_s, 0.02):g}",
                "TZ": "UTC"}  # --time and snapshot times are UTC, as every record here
-        done = subprocess.run([exe, *args], env=env, capture_output=True, text=True,
-                              check=False, timeout=timeout)
-        if done.returncode != 0:
-            raise BackupError(f"restic {args[0]} failed ({done.returncode}): "
-                              f"{done.stderr.strip()[-400:]}")
-        return done.stdout
+        if status is None:
+            done = subprocess.run([exe, *args], env=env, capture_output=True, text=True,
+                                  check=False, timeout=timeout)
+            returncode, stdout, stderr = done.returncode, done.stdout, done.stderr
+        else:
+            returncode, stdout, stderr = _streamed([exe, *args], env, status, timeout)
+        if returncode != 0:
+            raise BackupError(f"restic {args[0]} failed ({returncode}): "
+                              f"{stderr.strip()[-400:]}")
+        return stdout
 
     def ensure(self) -> list[str]:
         """Create the key (0600: it opens every snapshot) and the repository if missing."""
@@ -118,23 +162,31 @@ def sources(names: list[str]) -> list[Path]:
 
 
 def take(repo: Repository, *, wait_s: float = WAIT_S, keep_daily: int = KEEP_DAILY,
-         keep_weekly: int = KEEP_WEEKLY) -> dict[str, Any]:
+         keep_weekly: int = KEEP_WEEKLY, steps: Steps | None = None) -> dict[str, Any]:
     """One snapshot at the quiescent point, then the retention policy; a summary."""
+    steps = steps or Silent()
     made = repo.ensure()
     repo.restic("unlock")  # only stale locks (a killed run's): a live one is kept
     names = civilization.citizens()
-    with quiesce.still(names, wait_s) as busy:
+    with ExitStack() as held:
+        with steps.step(f"waiting up to {wait_s:g} s for running wakes to end"):
+            busy = held.enter_context(quiesce.still(names, wait_s))
         quiet = not busy
         tags = ["--tag", TAG] + ([] if quiet else ["--tag", "not-quiescent"])
-        # --time: world time (shared.clock), so retention follows the simulated month too.
-        out = repo.restic("backup", "--json", *tags, "--time",
-                          clock.moment().strftime("%Y-%m-%d %H:%M:%S"),
-                          *(str(p) for p in sources(names)))
+        found = sources(names)
+        with steps.step(f"snapshot of {len(found)} paths") as update:
+            # --time: world time (shared.clock), so retention follows the simulated month.
+            out = repo.restic("backup", "--json", *tags, "--time",
+                              clock.moment().strftime("%Y-%m-%d %H:%M:%S"),
+                              *(str(p) for p in found), status=_figures(update),
+                              every_s=steps.every_s)
     summary = next((m for m in map(_json, out.splitlines())
                     if m.get("message_type") == "summary"), {})
     try:
-        repo.restic("forget", "--tag", TAG, "--keep-last", str(KEEP_LAST), "--keep-daily",
-                    str(keep_daily), "--keep-weekly", str(keep_weekly), "--prune")
+        with steps.step("retention (forget and prune)"):
+            repo.restic("forget", "--tag", TAG, "--keep-last", str(KEEP_LAST),
+                        "--keep-daily", str(keep_daily), "--keep-weekly", str(keep_weekly),
+                        "--prune")
         retention = "applied"
     except BackupError as exc:  # the snapshot is safe; the next run prunes
         retention = f"not applied this time: {exc}"
@@ -159,7 +211,8 @@ def verify(repo: Repository, read_share: str = "5%") -> str:
     return repo.restic("check", f"--read-data-subset={read_share}")
 
 
-def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list[Path]:
+def restore(repo: Repository, snapshot: str, citizen: str | None = None,
+            steps: Steps | None = None) -> list[Path]:
     """Put back a snapshot - whole, or one citizen's home - where it was taken; what was
     there is kept beside it (`aside`: `.<name>.before-restore-<time>`).
 
@@ -180,8 +233,10 @@ def restore(repo: Repository, snapshot: str, citizen: str | None = None) -> list
                               "backup list`")
         targets = [Path(p) for p in found[-1].get("paths", [])]
     stamp = time.strftime("%Y%m%dT%H%M%S")
+    steps = steps or Silent()
     for target in targets:
-        _restore_one(repo, snapshot, target, stamp)
+        with steps.step(f"restoring {target} from {snapshot}"):  # no size: a heartbeat
+            _restore_one(repo, snapshot, target, stamp)
     return targets
 
 
@@ -215,6 +270,43 @@ def _running(name: str) -> bool:
     except (OSError, ValueError):
         return False
     return beat.get("state") != "stopped" and alive(int(beat.get("pid", 0) or 0))
+
+
+def _streamed(argv: list[str], env: dict[str, str], status: Callable[[dict[str, Any]], None],
+              timeout: float | None) -> tuple[int, str, str]:
+    """Run restic, its status lines to `status` as they come; (exit, stdout, stderr)."""
+    with tempfile.TemporaryFile("w+") as err:  # a file: a full stderr pipe never blocks it
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=err, text=True)
+        timer = threading.Timer(timeout, proc.kill) if timeout is not None else None
+        kept: list[str] = []
+        try:
+            if timer:
+                timer.start()
+            for line in proc.stdout or ():
+                message = _json(line)
+                if message.get("message_type") == "status":
+                    status(message)
+                else:
+                    kept.append(line)
+            returncode = proc.wait()
+        finally:
+            if timer:
+                timer.cancel()
+            if proc.poll() is None:  # the caller was interrupted: restic goes with it
+                proc.kill()
+                proc.wait()
+        err.seek(0)
+        return returncode, "".join(kept), err.read()
+
+
+def _figures(update: Update) -> Callable[[dict[str, Any]], None]:
+    """restic's status line -> (bytes done, bytes in all, seconds left or None)."""
+    def status(message: dict[str, Any]) -> None:
+        left = message.get("seconds_remaining")
+        update(float(message.get("bytes_done", 0) or 0),
+               float(message.get("total_bytes", 0) or 0),
+               float(left) if isinstance(left, int | float) else None)
+    return status
 
 
 def _json(line: str) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import pwd
 import click
 
 from citizen.admin import backup as snapshots_
+from citizen.cli import progress
 from citizen.cli.options import json_option
 from citizen.cli.terminal import command, echo
 from citizen.config import paths
@@ -34,13 +35,17 @@ def backup() -> None:
 def now(wait: float, keep_daily: int, keep_weekly: int, as_json: bool) -> None:
     """Take a snapshot between wakes, then drop those the retention policy lets go.
 
+    Progress on stderr: a bar on a terminal, a line per step otherwise.
+
     \b
     Examples:
       citizen backup now
       EXPERIENCE_BACKUP_REPO=/mnt/disk2/experience citizen backup now
     """
     repo = snapshots_.Repository.default()
-    done = snapshots_.take(repo, wait_s=wait, keep_daily=keep_daily, keep_weekly=keep_weekly)
+    with progress.steps() as steps:
+        done = snapshots_.take(repo, wait_s=wait, keep_daily=keep_daily,
+                               keep_weekly=keep_weekly, steps=steps)
     if as_json:
         echo(json.dumps(done, indent=2))
         return
@@ -87,13 +92,16 @@ def verify(read_share: str) -> None:
 def restore(snapshot: str, name: str | None) -> None:
     """Put a snapshot back where it was taken (stop the daemons first).
 
+    Progress on stderr: a heartbeat per path on a terminal, a line per step otherwise.
+
     \b
     Examples:
       citizen restore --from latest --citizen opus
       citizen restore --from 4f2a9c1e
     """
     repo = snapshots_.Repository.default()
-    restored = snapshots_.restore(repo, snapshot, name)
+    with progress.steps() as steps:
+        restored = snapshots_.restore(repo, snapshot, name, steps=steps)
     for path in restored:
         echo(f"restored {path}")
         if os.geteuid() == 0 and path.parent == paths.civ_root() and (path / "config.json"
