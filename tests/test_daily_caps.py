@@ -140,7 +140,7 @@ def test_rollups_are_metered_and_citizen_cost_is_the_whole_bill(
     assert out.exit_code == 0, out.output
     rows = {r["wake-type"]: r for r in json.loads(out.output)}
     assert set(rows) == {"ROLLUP", "TASK"}
-    logged = sum(e["cost_usd"] for p in wakelog.wake_logs(paths.home("opus"))
+    logged = sum(e["cost_usd"] for p in wakelog.wake_logs(paths.home("opus"), calls=True)
                  for e in wakelog.read(p) if e["event"] == "wake_end")
     assert logged > 0
     assert round(sum(r["usd"] for r in rows.values()), 2) == round(logged, 2)

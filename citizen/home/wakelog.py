@@ -85,10 +85,11 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
     return value
 
 
-# Model calls an operator's command makes outside any wake (`citizen ask`, `citizen doctor`):
+# Model calls an operator's command makes outside any wake (`citizen ask`, `citizen doctor`,
+# `citizen memory rollup`):
 # logged and metered like a wake (`citizen.wake.flow.call_outside_wake`), numbered among
 # the wakes, but no wake - not in the wake table, the counts or the last wake.
-NOT_WAKES = frozenset({"ASK", "DOCTOR"})
+NOT_WAKES = frozenset({"ASK", "DOCTOR", "ROLLUP"})
 
 
 def wake_logs(home: Home, calls: bool = False) -> list[Path]:

@@ -25,7 +25,7 @@ from citizen.home.contexts import ContextStore
 from citizen.home.memory import Memory
 from citizen.home.spend import Daily, DailyCapReached
 from citizen.home.tasks import TaskQueue
-from citizen.home.wakelog import WakeLog
+from citizen.home.wakelog import NOT_WAKES, WakeLog
 from citizen.llm import make_provider
 from citizen.llm.base import Provider, Reply, Request
 from citizen.mail import configured as mail_configured
@@ -142,6 +142,8 @@ def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None
 def outside_wake(name: str, kind: str) -> Iterator[Meter]:
     """A meter for model calls outside wakes (memory roll-ups): logged like a wake of
     type `kind`, added to the spend ledger, under the daily caps."""
+    if kind not in NOT_WAKES:  # else the wake table would count an operator's call as a wake
+        raise ValueError(f"{kind} is not a kind of call outside a wake ({sorted(NOT_WAKES)})")
     home = paths.home(name)
     cfg = config.load_citizen(name)
     number, _ = state.allocate(home, scheduled=False)
