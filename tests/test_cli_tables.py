@@ -130,3 +130,10 @@ def test_hints_run_as_printed(civ: Path) -> None:
     old = CliRunner().invoke(cli, ["debates"])
     assert f"is now `citizen --root {civ} debate list`" in old.stderr
     assert os.environ["CIV_ROOT"] == str(civ)
+
+
+def test_a_full_disk_names_a_command_that_runs_as_printed(civ: Path) -> None:
+    from citizen.cli.errors import one_line
+
+    full = OSError(28, "No space left on device", str(civ / "opus" / "x"))
+    assert f"(`citizen --root {civ} disk check` shows" in one_line(full, ["status"])
