@@ -86,7 +86,7 @@ def test_the_noun_groups_and_the_old_names_for_one_release(civ: Path) -> None:
     assert listed.exit_code == old.exit_code == 0
     assert json.loads(listed.stdout) == json.loads(old.stdout) and len(json.loads(old.stdout)) == 1
     assert listed.stderr == ""
-    assert "`citizen proposals` is now `citizen proposal list`" in old.stderr
+    assert f"`citizen proposals` is now `citizen --root {civ} proposal list`" in old.stderr
     for group, verb in (("debate", "list"), ("stream", "list")):
         assert CliRunner().invoke(cli, [group, verb]).exit_code == 0
     top = CliRunner().invoke(cli, ["--help"]).stdout

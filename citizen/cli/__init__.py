@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from citizen import __version__
-from citizen.cli import errors
+from citizen.cli import errors, terminal
 from citizen.cli.terminal import NoSuch
 from shared.errors import NotFound
 
@@ -76,8 +76,8 @@ def _alias(old: str, new: str, command: click.Command) -> click.Command:
     alias.hidden = True
 
     def invoke(ctx: click.Context) -> Any:
-        click.echo(f"note: `citizen {old}` is now `citizen {new}`; the old name goes in the "
-                   "next release", err=True)
+        click.echo(f"note: `citizen {old}` is now `{terminal.command(new)}`; the old name "
+                   "goes in the next release", err=True)
         return type(command).invoke(alias, ctx)
 
     alias.invoke = invoke  # type: ignore[method-assign]

@@ -11,7 +11,7 @@ import click
 from citizen.admin import backup as snapshots_
 from citizen.cli import progress
 from citizen.cli.options import json_option
-from citizen.cli.terminal import command, echo
+from citizen.cli.terminal import age, command, echo, table, wide_option
 from citizen.config import paths
 
 
@@ -62,19 +62,19 @@ def now(wait: float, keep_daily: int, keep_weekly: int, as_json: bool) -> None:
 
 
 @backup.command("list")
+@wide_option
 @json_option
-def list_(as_json: bool) -> None:
-    """The snapshots, oldest first."""
+def list_(wide: bool, as_json: bool) -> None:
+    """The snapshots, oldest first (their times as ages; ISO with --json)."""
     repo = snapshots_.Repository.default()
     found = snapshots_.snapshots(repo)
     if as_json:
         echo(json.dumps(found, indent=2))
         return
-    if not found:
-        echo(f"no snapshots in {repo.path} - take one with `{command('backup now')}`")
-    for s in found:
-        echo(f"{s['short_id']}  {s['time'][:19]}  {' '.join(s.get('tags') or [])}  "
-             f"{len(s.get('paths') or [])} paths")
+    table(["SNAPSHOT", "TAKEN", "PATHS", "TAGS"],
+          [[s["short_id"], age(s.get("time")), len(s.get("paths") or []),
+            " ".join(s.get("tags") or []) or "-"] for s in found], wide=wide,
+          empty=f"no snapshots in {repo.path} - take one with `{command('backup now')}`")
 
 
 @backup.command("verify")

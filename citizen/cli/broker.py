@@ -16,8 +16,8 @@ from citizen.access.client import reachable
 from citizen.broker import service
 from citizen.broker.ledger import open_readonly
 from citizen.cli.options import json_option
-from citizen.cli.terminal import echo
-from citizen.config import paths
+from citizen.cli.terminal import command, echo, table, wide_option
+from citizen.config import paths, server_mode
 from shared import clock
 from shared.errors import LockTimeout
 
@@ -50,16 +50,23 @@ def run(idle_exit: float | None) -> None:
 
 
 @broker.command("status")
+@wide_option
 @json_option
-def status(as_json: bool) -> None:
+def status(wide: bool, as_json: bool) -> None:
     """Whether the broker answers, and where its socket and ledger are."""
     info = {"socket": str(paths.broker_socket()), "ledger": str(service.ledger_path()),
             "answering": reachable(paths.broker_socket())}
     if as_json:
         echo(json.dumps(info))
         return
-    echo(f"socket  {info['socket']}  ({'answering' if info['answering'] else 'DOWN'})")
-    echo(f"ledger  {info['ledger']}")
+    ledger = service.ledger_path()
+    table(["WHAT", "STATE", "PATH"],
+          [["socket", "answering" if info["answering"] else "DOWN", info["socket"]],
+           ["ledger", "present" if ledger.exists() else "none yet", info["ledger"]]], wide=wide)
+    if not info["answering"]:
+        # In dev mode a model call starts it too; this is the way without one.
+        echo("start it: " + ("`sudo systemctl start experience-broker`" if server_mode() else
+                             f"`{command('broker run')}`"))
 
 
 def ledger_rows(days: int) -> list[dict[str, Any]]:
@@ -68,6 +75,8 @@ def ledger_rows(days: int) -> list[dict[str, Any]]:
     :raises click.ClickException: it cannot be read (names who can).
     """
     path = service.ledger_path()
+    if not path.exists():  # the broker creates it at its first start: no call yet
+        return []  # (a state directory root alone may read raises PermissionError here)
     since = (clock.today() - timedelta(days=days - 1)).isoformat()
     try:
         db = open_readonly(path)
@@ -86,8 +95,9 @@ def ledger_rows(days: int) -> list[dict[str, Any]]:
 
 @click.command()
 @click.option("--days", type=int, default=1, show_default=True, help="Days back, today included.")
+@wide_option
 @json_option
-def spend(days: int, as_json: bool) -> None:
+def spend(days: int, wide: bool, as_json: bool) -> None:
     """What the broker let through: dollars per citizen and day, from its ledger.
 
     Open reservations count at their worst case; calls the upstream refused, at $0.
@@ -112,7 +122,7 @@ def spend(days: int, as_json: bool) -> None:
     if as_json:
         echo(json.dumps(out))
         return
-    echo(f"{'day':<11} {'citizen':<12} {'usd':>10} {'calls':>6} {'open':>5}")
-    for r in out:
-        echo(f"{r['day']:<11} {r['citizen']:<12} {r['usd']:>10.4f} {r['calls']:>6} "
-             f"{r['open']:>5}")
+    table(["DAY", "CITIZEN", "USD", "CALLS", "OPEN"],
+          [[r["day"], r["citizen"], f"{r['usd']:.4f}", r["calls"], r["open"]] for r in out],
+          wide=wide, empty=f"no model call went through the broker in the last {days} day(s) "
+                           f"- look further back: `{command(f'spend --days {max(30, days * 2)}')}`")

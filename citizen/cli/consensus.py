@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import CitizenName, echo_rows, json_option, operator, ring_as_operator
-from citizen.cli.terminal import command, echo
+from citizen.cli.options import CitizenName, json_option, operator, ring_as_operator
+from citizen.cli.terminal import age, command, echo, table, wide_option
+from shared import clock
 from shared.consensus import STATES, Consensus, Proposal, emergence, render
 
 
@@ -30,9 +31,10 @@ def _wake_next(d: Proposal) -> str:
 @click.command("proposals")
 @click.option("--pending", is_flag=True, help="Only proposals still in progress.")
 @click.option("--human", is_flag=True, help="Only proposals waiting for a human decision.")
+@wide_option
 @json_option
-def proposals(pending: bool, human: bool, as_json: bool) -> None:
-    """List Thought World proposals (newest last).
+def proposals(pending: bool, human: bool, wide: bool, as_json: bool) -> None:
+    """List Thought World proposals (newest last); OPENED is an age, ISO in --json.
 
     \b
     Example:
@@ -48,13 +50,27 @@ def proposals(pending: bool, human: bool, as_json: bool) -> None:
             rows.append({"id": pid, "state": d.state, "phase": d.phase, "owed_by": d.owed_by,
                          "stakes": d.stakes, "round": d.round, "flags": len(d.flags),
                          "goal": render(d)["goal"] or d.request.get("task", "")[:60],
-                         "why": d.why})
+                         "why": d.why, "opened": _opened(d)})
     rows.sort(key=lambda r: r["id"])
-    echo_rows(rows, as_json, lambda r: (
-        f"{r['id']}  {r['state']:<8} {r['phase']:<9} {r['stakes']:<6} round {r['round']}  "
-        f"owed by {r['owed_by'] or '-':<8} {r['goal'][:50]!r}"
-        + (f"  [{r['flags']} red flags]" if r["flags"] else "")),
-        "no proposals" + (" waiting for a human" if human else ""))
+    if as_json:
+        echo(json.dumps(rows))
+        return
+    table(["PROPOSAL", "OPENED", "STATE", "PHASE", "STAKES", "ROUND", "OWED BY", "FLAGS",
+           "GOAL"],
+          [[r["id"], age(r["opened"]), r["state"], r["phase"], r["stakes"], r["round"],
+            r["owed_by"] or "-", r["flags"] or "-", r["goal"]] for r in rows], wide=wide,
+          empty=(f"no proposals waiting for a human - all of them: `{command('proposal list')}`"
+                 if human else "no proposals - start one with "
+                 + "`" + command('proposal start --by NAME "TASK"') + "`"))
+
+
+def _opened(d: Proposal) -> str | None:
+    """When proposal `d` was asked for, ISO (None for a request without a time)."""
+    ts = d.request.get("ts")
+    try:
+        return clock.now(clock.epoch(ts)) if ts else None
+    except ValueError:  # a record's time that is no timestamp: shown as none
+        return None
 
 
 @click.group("proposal")

@@ -9,8 +9,9 @@ from typing import Any
 import click
 
 from citizen import civilization
+from citizen.cli import terminal
 from citizen.cli.options import json_option
-from citizen.cli.terminal import echo
+from citizen.cli.terminal import command, echo
 from citizen.config import paths
 from citizen.home import spend
 
@@ -48,8 +49,9 @@ def table(days: int, by: str) -> list[dict[str, Any]]:
 @click.option("--days", type=click.IntRange(1, 3650), default=1, show_default=True,
               help="UTC days back from today, today included.")
 @click.option("--by", type=click.Choice(list(GROUPS)), default="citizen", show_default=True)
+@terminal.wide_option
 @json_option
-def cost(days: int, by: str, as_json: bool) -> None:
+def cost(days: int, by: str, wide: bool, as_json: bool) -> None:
     """Dollars, calls, tokens in/out, cache read/write, the cached share and the prompt
     tokens an average call carries, per group.
 
@@ -66,14 +68,14 @@ def cost(days: int, by: str, as_json: bool) -> None:
     if as_json:
         echo(json.dumps(rows, indent=2))
         return
-    if not rows:
-        echo(f"no model calls in the last {days} day(s)")
-        return
-    echo(f"{by:<18} {'usd':>10} {'calls':>6} {'in':>9} {'out':>8} {'cache rd':>9} "
-         f"{'cache wr':>9} {'cached':>7} {'prompt/call':>11}")
-    for r in rows:
-        echo(f"{r[by]:<18} {r['usd']:>10.4f} {r['calls']:>6} {r['tokens_in']:>9} "
-             f"{r['tokens_out']:>8} {r['cache_read']:>9} {r['cache_write']:>9} "
-             f"{r['cached_share']:>7.1%} {r['prompt_per_call']:>11}")
-    echo(f"{'total':<18} {sum(r['usd'] for r in rows):>10.4f} "
-         f"{sum(r['calls'] for r in rows):>6}")
+    cells: list[list[object]] = [
+        [r[by], f"{r['usd']:.4f}", r["calls"], r["tokens_in"], r["tokens_out"],
+         r["cache_read"], r["cache_write"], f"{r['cached_share']:.1%}", r["prompt_per_call"]]
+        for r in rows]
+    if rows:
+        cells.append(["total", f"{sum(r['usd'] for r in rows):.4f}",
+                      sum(r["calls"] for r in rows), *[""] * 6])
+    terminal.table([by.upper(), "USD", "CALLS", "IN", "OUT", "CACHE RD", "CACHE WR", "CACHED",
+                    "PROMPT/CALL"], cells, wide=wide,
+                   empty=f"no model calls in the last {days} day(s) - look further back: "
+                         f"`{command(f'cost --days {min(max(30, days * 2), 3650)}')}`")

@@ -9,8 +9,8 @@ import time
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import echo_rows, json_option, operator, ring_as_operator
-from citizen.cli.terminal import echo
+from citizen.cli.options import json_option, operator, ring_as_operator
+from citizen.cli.terminal import age, command, echo, table, wide_option
 from shared import clock
 from shared.debates import BUDGETS, Debate, Debates
 
@@ -29,19 +29,26 @@ def summary(debates: Debates, d: Debate) -> dict[str, object]:
             "tokens": sum(int(c.get("tokens", 0)) for c in cost),
             "cost_usd": round(sum(float(c.get("usd", 0)) for c in cost), 6),
             "seconds": round(last - opened, 1),
-            "validated": crux.get("validated") if crux else None, "ended": d.ended}
+            "validated": crux.get("validated") if crux else None, "ended": d.ended,
+            "opened": clock.now(opened) if opened else None}
 
 
 @click.command("debates")
+@wide_option
 @json_option
-def debates_cmd(as_json: bool) -> None:
-    """List debates: stage, whose move, moves, calls, cost."""
+def debates_cmd(wide: bool, as_json: bool) -> None:
+    """List debates: when opened (an age; ISO in --json), stage, whose move, moves, calls,
+    cost, seconds from the first move to the last."""
     debates = civilization.debates()
     rows = [summary(debates, debates.load(did)) for did in debates.ids()]
-    echo_rows(rows, as_json, lambda r: (
-        f"{r['id']}  {r['stage']:<9} next {r['owed_by'] or '-':<6} {r['moves']:>3} moves "
-        f"{r['calls']:>3} calls ${r['cost_usd']:.4f} {r['seconds']:>6} s  "
-        f"{str(r['topic'])[:50]!r}"), "no debates")
+    if as_json:
+        echo(json.dumps(rows))
+        return
+    table(["DEBATE", "OPENED", "STAGE", "NEXT", "MOVES", "CALLS", "USD", "SECONDS", "TOPIC"],
+          [[r["id"], age(str(r["opened"] or "")), r["stage"], r["owed_by"] or "-", r["moves"],
+            r["calls"], f"{r['cost_usd']:.4f}", r["seconds"], r["topic"]] for r in rows],
+          wide=wide, empty="no debates - start one with "
+          + "`" + command('debate start --topic "TOPIC" --with NAME,NAME') + "`")
 
 
 @click.group("debate")
@@ -87,7 +94,7 @@ def start(topic: str, people: str, budget: tuple[str, ...], max_usd: float) -> N
     who = d.owed_by()
     ring_as_operator(who, "DEBATE", f"debate {d.id} started")
     echo(f"started {d.id} among {', '.join(d.participants)}; {who} moves first. "
-         f"Follow it: citizen debate follow {d.id}")
+         f"Follow it: `{command(f'debate follow {d.id}')}`")
 
 
 @debate.command("show")
@@ -156,14 +163,20 @@ def follow(did: str, timeout: float, as_json: bool) -> None:
 
 
 @debate.command("graders")
+@wide_option
 @json_option
-def graders(as_json: bool) -> None:
+def graders(wide: bool, as_json: bool) -> None:
     """Each grader's steelman grades over every debate; LENIENT: more than 90 % ACCURATE
     over at least 10 grades (the plan's risk: steelmans always graded ACCURATE)."""
     rows = [{"grader": who, **g} for who, g in civilization.debates().graders().items()]
-    echo_rows(rows, as_json, lambda r: (
-        f"{r['grader']:<8} {r['accurate']:>3}/{r['graded']:<3} ACCURATE ({r['rate']:.0%})"
-        + (f"  LENIENT: {r['why']}" if r["lenient"] else "")), "no steelman graded yet")
+    if as_json:
+        echo(json.dumps(rows))
+        return
+    table(["GRADER", "ACCURATE", "GRADED", "RATE", "VERDICT"],
+          [[r["grader"], r["accurate"], r["graded"], f"{r['rate']:.0%}",
+            f"LENIENT: {r['why']}" if r["lenient"] else "ok"] for r in rows], wide=wide,
+          empty="no steelman graded yet - debates grade them: "
+          f"`{command('debate list')}` shows where each stands")
 
 
 debate.add_command(debates_cmd, "list")

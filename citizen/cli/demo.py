@@ -18,6 +18,7 @@ import click
 
 from citizen import civilization, config
 from citizen.admin import founding
+from citizen.cli.terminal import command
 from citizen.config import paths
 from citizen.home import wakelog
 from citizen.home.memory import Memory
@@ -296,5 +297,5 @@ def _summary(base: Path) -> None:
         _produced(home.dir, TaskQueue(home.tasks))
     _evolution()
     click.echo(f"\nlogs: {base}/<citizen>/logs/wakes/   daemon output: {base}/daemon-*.log")
-    click.echo(f"read them with: citizen --root {base} logs opus   "
-               f"(one wake: citizen --root {base} logs opus --wake 1)")
+    click.echo(f"read them with: {command('logs opus')}   "  # CIV_ROOT is base: --root in it
+               f"(one wake: {command('logs opus --wake 1')})")

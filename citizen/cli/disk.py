@@ -9,7 +9,7 @@ import click
 
 from citizen.admin import disk as diskmod
 from citizen.cli.options import json_option
-from citizen.cli.terminal import clean
+from citizen.cli.terminal import age, command, table, wide_option
 from citizen.errors import CitizenError
 
 
@@ -31,23 +31,23 @@ def disk() -> None:
               help="On a server, as root: stop the unit of each citizen past its budget.")
 @click.option("--timeout", "timeout_s", type=float, default=300.0, show_default=True,
               help="Seconds to measure one home; longer counts as over its budget.")
+@wide_option
 @json_option
-def check(names: tuple[str, ...], enforce: bool, timeout_s: float, as_json: bool) -> None:
+def check(names: tuple[str, ...], enforce: bool, timeout_s: float, wide: bool,
+          as_json: bool) -> None:
     """Measure each citizen's home (links not followed) against its budget, record the
     verdict where `citizen status` shows it, and with --enforce stop those past it."""
     try:
         verdicts = diskmod.check(list(names) or None, enforce=enforce, timeout_s=timeout_s)
     except PermissionError as exc:
         raise CitizenError(f"{exc.filename}: the disk check records as root - run it as "
-                           "root (sudo citizen disk check)") from exc
+                           f"root: `sudo {command('disk check')}`") from exc
     if as_json:
         click.echo(json.dumps([asdict(v) for v in verdicts], indent=2))
         return
-    if not verdicts:
-        click.echo("no citizens to check")
-    for v in verdicts:
-        used = "unmeasured" if v.used_mb is None else f"{v.used_mb:.1f} MB"
-        # A note may quote du on the citizen's file names: shown as text only.
-        click.echo(clean(f"{v.citizen:<12} {used:>12} of {v.budget_mb} MB  {v.state.upper()}"
-                         + (f"  unit stopped {v.stopped_at}" if v.stopped_at else "")
-                         + (f"  ({v.note})" if v.note else "")))
+    # A note may quote du on the citizen's file names: table() shows it as text only.
+    table(["CITIZEN", "USED", "BUDGET", "STATE", "UNIT STOPPED", "NOTE"],
+          [[v.citizen, "unmeasured" if v.used_mb is None else f"{v.used_mb:.1f} MB",
+            f"{v.budget_mb} MB", v.state.upper(), age(v.stopped_at) if v.stopped_at else "-",
+            v.note or "-"] for v in verdicts],
+          wide=wide, empty=f"no citizens to check - create them with `{command('init')}`")

@@ -32,7 +32,7 @@ def one_line(exc: BaseException, typed: Sequence[str]) -> str:
         where = f"{exc.filename}: " if exc.filename else ""
         fix = _FIXES.get(exc.errno or 0, "check the path, the disk and the mount, then run "
                          "the command again")
-        return f"{where}{exc.strerror or exc} - {fix}"
+        return f"{where}{exc.strerror or exc} - {pasteable(fix)}"
     return (f"internal error: {type(exc).__name__}: {exc} (run with -vv for the traceback, "
             "and report it)")
 
@@ -49,8 +49,8 @@ def pasteable(message: str) -> str:
 
 
 _FIXES = {
-    errno.ENOSPC: "the disk is full: free space (`citizen disk` shows what the citizens use)",
-    errno.EDQUOT: "the disk quota is used up: free space (`citizen disk` shows the budgets)",
+    errno.ENOSPC: "the disk is full: free space (`citizen disk check` shows what the citizens use)",
+    errno.EDQUOT: "the disk quota is used up: free space (`citizen disk check` shows the budgets)",
     errno.EROFS: "the file system is read-only: remount it read-write",
     errno.ENOTDIR: "a part of the path is a file, not a directory: check the path and --root",
     errno.EISDIR: "it is a directory where a file was expected: check the path",

@@ -88,7 +88,8 @@ def status(wide: bool, as_json: bool) -> None:
     """Show each citizen: daemon state, last and next wake, tasks, wakes and $ today.
 
     Times are ages here ("3 min ago"), ISO in --json; --wide adds the disk column and the
-    current task's text.
+    current task's text. TASKS: queued, then held (h), failed (f) and cancelled (c) when
+    there are any, e.g. "3 queued 1h 2f 1c".
 
     \b
     Examples:
@@ -117,8 +118,9 @@ def status(wide: bool, as_json: bool) -> None:
 def _cells(r: dict[str, Any], wide: bool) -> list[str]:
     last = r["last_wake"]
     t = r["tasks"]
+    # Compact, to keep the row within WIDTH: "3 queued 1h 2f 1c" (legend in --help).
     tasks = f"{t['queue']} queued" + "".join(
-        f", {t[k]} {k}" for k in ("held", "failed") if t.get(k))
+        f" {t[k]}{k[0]}" for k in ("held", "failed", "cancelled") if t.get(k))
     usd = r["usd_today"]
     today = (f"{r['wakes_today']} wakes ${usd:.{2 if usd >= 1 or not usd else 4}f}"
              + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else ""))
@@ -149,5 +151,5 @@ def _disk_text(verdict: dict[str, Any] | None) -> str:
     if verdict["state"] == "near":
         return f"disk near its budget ({used} of {verdict['budget_mb']} MB)"
     return (f"DISK BUDGET: {used} of {verdict['budget_mb']} MB"
-            + (f", unit stopped {age(verdict['stopped_at'])} (citizen disk check)"
+            + (f", unit stopped {age(verdict['stopped_at'])} (`{command('disk check')}`)"
                if verdict["stopped_at"] else ""))

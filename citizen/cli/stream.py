@@ -11,12 +11,13 @@ import click
 
 from citizen import civilization, config, llm
 from citizen.cli.options import CitizenName, json_option, operator
-from citizen.cli.terminal import command, echo
+from citizen.cli.terminal import age, command, echo, table, wide_option
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Request
 from citizen.wake.types.stream import say
+from shared import clock
 from shared.streams import PRESETS, Streams
 
 
@@ -135,7 +136,16 @@ def _summary(streams: Streams, sid: str) -> dict[str, Any]:
             "participants": info["participants"], "granted": decision.get("granted"),
             "exit": decision.get("exit"), "decided_at_ms": decision.get("decided_at_ms"),
             "fallback": bool(decision.get("fallback")),
-            "responses": sorted(streams.responses(sid))}
+            "responses": sorted(streams.responses(sid)),
+            "created": _when(info.get("created", info.get("ts")))}
+
+
+def _when(ts: object) -> str | None:
+    """A record's time as ISO (records before the one format carry an epoch float)."""
+    try:
+        return clock.now(clock.epoch(ts)) if ts else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):  # no timestamp: shown as none
+        return None
 
 
 def _fallback(decision: Mapping[str, Any]) -> str:
@@ -143,19 +153,20 @@ def _fallback(decision: Mapping[str, Any]) -> str:
 
 
 @decisions.command("list")
+@wide_option
 @json_option
-def list_cmd(as_json: bool) -> None:
-    """Streams, newest last: who was granted, how the decision was reached."""
+def list_cmd(wide: bool, as_json: bool) -> None:
+    """Streams, newest last: when (an age; ISO in --json), who was granted, how the
+    decision was reached, what was said."""
     streams = civilization.streams()
     rows = [_summary(streams, sid) for sid in streams.ids()]
     if as_json:
         echo(json.dumps(rows))
         return
-    for r in rows:
-        echo(f"{r['id']}  {r['room']:<10} granted {','.join(r['granted'] or []) or '-':<12}"
-             f" {r['exit'] or 'undecided':<18} {r['text']!r}")
-    if not rows:
-        echo("no streams")
+    table(["STREAM", "OPENED", "ROOM", "GRANTED", "DECISION", "TEXT"],
+          [[r["id"], age(r["created"]), r["room"], ",".join(r["granted"] or []) or "-",
+            r["exit"] or "undecided", r["text"]] for r in rows], wide=wide,
+          empty="no streams - open one with `" + command('stream say "TEXT"') + "`")
 
 
 @decisions.command("show")
@@ -317,18 +328,21 @@ def rate(sid: str, name: str, score: float, reasoning: str) -> None:
 
 
 @decisions.command("calibration")
+@wide_option
 @json_option
-def calibration(as_json: bool) -> None:
-    """Each citizen's calibration: mean confidence vs mean rating, and the factor applied."""
+def calibration(wide: bool, as_json: bool) -> None:
+    """Each citizen's calibration: mean confidence vs mean rating (from 3 ratings on), and
+    the factor applied to its confidences."""
     streams = civilization.streams()
     rows = [streams.calibration(c) for c in streams.citizens]
     if as_json:
         echo(json.dumps(rows))
         return
-    for r in rows:
-        echo(f"{r['citizen']:<8} rated {r['rated']:>3}  factor {r['factor']:.3f}"
-             + (f"  confidence {r['mean_confidence']} vs rating {r['mean_rating']}"
-                      f"  brier {r['brier']}" if r["rated"] >= 3 else ""))
+    table(["CITIZEN", "RATED", "FACTOR", "CONFIDENCE", "RATING", "BRIER"],
+          [[r["citizen"], r["rated"], f"{r['factor']:.3f}",
+            *((r["mean_confidence"], r["mean_rating"], r["brier"]) if r["rated"] >= 3
+              else ("-", "-", "-"))] for r in rows], wide=wide,
+          empty=f"no citizens - create them with `{command('init')}`")
 
 
 @click.group("stream")
