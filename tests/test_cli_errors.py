@@ -243,3 +243,17 @@ def test_a_lower_layers_hint_is_made_pasteable(tmp_path: Path,
     result = CliRunner().invoke(cli, ["--root", str(civ), "refuses"])
     assert result.exit_code == 1
     assert f"`citizen --root {civ} init`" in result.output, result.output
+
+
+def test_a_reader_that_goes_away_ends_the_command_quietly(reachable_civ: Path) -> None:
+    # `citizen task list opus | head -1`: the pipe closes after one line; no error line
+    # about disks and mounts, no traceback.
+    for i in range(400):
+        CliRunner().invoke(cli, ["--root", str(reachable_civ), "task", "add", "opus", f"t{i}"])
+    script = _citizen_script()
+    run = subprocess.run(
+        ["bash", "-c", f"set -o pipefail; {script} --root {reachable_civ} task list opus"
+         " --wide | head -1"], check=False, capture_output=True, text=True,
+        env={**os.environ, "PYTHONPATH": str(paths.project_dir())})
+    assert run.stdout.startswith("STATE"), run.stdout
+    assert run.stderr == "", run.stderr

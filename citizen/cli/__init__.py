@@ -105,6 +105,8 @@ class _Group(click.Group):
         except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
                 KeyboardInterrupt):
             raise  # click's own: usage errors (2), our NoSuch (2) and messages (1)
+        except BrokenPipeError:
+            raise  # `citizen logs -f | head`: click exits quietly when the reader is gone
         except Exception as exc:
             if ctx.params.get("verbose", 0) >= 2:
                 raise  # -vv: the traceback, for a bug report
