@@ -1,0 +1,144 @@
+"""What an operator waits for at the terminal: the read commands and `logs --follow`.
+
+    .venv/bin/python bench/cli.py [--citizens 20] [--wakes 200] [--runs 9]
+
+A dev-mode civilization in a temporary root: `--citizens` homes, each with `--wakes`
+wake logs of a working wake's shape and a few tasks. Timed as a person runs them (the
+console script in a fresh process): `status`, `logs NAME`, `logs NAME --wake N`,
+`task list NAME`, `task show NAME ID`; and `logs --follow`'s latency - from an event
+appended to the log of a wake in progress to its line on the follower's stdout.
+Prints medians and p95s (bench/stats.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from bench.stats import show
+from citizen.config import paths
+from citizen.home.tasks import TaskQueue
+from citizen.home.wakelog import WakeLog
+
+CITIZEN = str(Path(sys.executable).parent / "citizen")
+
+
+def populate(root: Path, citizens: int, wakes: int) -> list[str]:
+    """Homes `c000…` with `wakes` ended wake logs and three tasks each."""
+    os.environ["CIV_ROOT"] = str(root)
+    names = [f"c{i:03d}" for i in range(citizens)]
+    for name in names:
+        home = paths.home(name)
+        home.dir.mkdir(parents=True)
+        (home.dir / "config.json").write_text("{}")
+        for n in range(1, wakes + 1):
+            log = WakeLog(home, n, "TASK")
+            log.event("wake_start", citizen=name, type="TASK", slot=n % 10, pid=1,
+                      reason="scheduled")
+            log.event("gate", verdict="work", reason="a task is waiting")
+            for _ in range(3):
+                log.event("llm_call", purpose="execute", model="m", tokens_in=9000,
+                          tokens_out=300, cost_usd=0.01, latency_s=2.0,
+                          reply={"text": "ok", "tool_calls": [
+                              {"name": "write_file", "input": {"path": "notes/a.md"}}]})
+                log.event("tool_call", tool="write_file", args={"path": "notes/a.md"},
+                          result="wrote 10 characters")
+            log.event("wake_end", status="ok", reason="task done", cost_usd=0.03,
+                      calls=3, duration_s=40.0)
+        queue = TaskQueue(home.tasks)
+        for i in range(3):
+            queue.add(f"task {i} of {name}", source="cli")
+    return names
+
+
+def timed(args: list[str], runs: int) -> list[float]:
+    took = []
+    for _ in range(runs):
+        start = time.perf_counter()
+        subprocess.run([CITIZEN, *args], check=True, capture_output=True)
+        took.append(time.perf_counter() - start)
+    return took
+
+
+def follow_latency(name: str, samples: int) -> list[float]:
+    """Seconds from an event appended to a running wake's log to the follower's line."""
+    home = paths.home(name)
+    number = len(list(home.wake_logs.iterdir())) + 1
+    log = WakeLog(home, number, "TASK")
+    log.event("wake_start", citizen=name, type="TASK", slot=0, pid=os.getpid(),
+              reason="bench")
+    proc = subprocess.Popen([CITIZEN, "logs", name, "--follow"], stdout=subprocess.PIPE,
+                            text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    # A thread reads the lines: select() on a buffered pipe misses lines already buffered.
+    threading.Thread(target=_pump, args=(proc, lines), daemon=True).start()
+    took = []
+    try:
+        _read_until(lines, "started (bench)")
+        for i in range(samples):
+            start = time.perf_counter()
+            log.event("tool_call", tool="write_file", args={"path": f"notes/{i}.md"},
+                      result=f"marker-{i}")
+            _read_until(lines, f"marker-{i}")
+            took.append(time.perf_counter() - start)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    return took
+
+
+def _pump(proc: subprocess.Popen[str], lines: queue.Queue[str]) -> None:
+    for line in proc.stdout or []:
+        lines.put(line)
+
+
+def _read_until(lines: queue.Queue[str], needle: str, limit_s: float = 30.0) -> None:
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            if needle in lines.get(timeout=max(0.0, deadline - time.monotonic())):
+                return
+        except queue.Empty:
+            break
+    raise TimeoutError(f"the follower never printed {needle!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--citizens", type=int, default=20)
+    parser.add_argument("--wakes", type=int, default=200)
+    parser.add_argument("--runs", type=int, default=9)
+    opts = parser.parse_args()
+    root = Path(tempfile.mkdtemp(prefix="bench-cli-"))
+    try:
+        names = populate(root, opts.citizens, opts.wakes)
+        name = names[0]
+        task = TaskQueue(paths.home(name).tasks).ids("queue")[0]
+        print(f"{opts.citizens} citizens, {opts.wakes} wake logs each, runs={opts.runs}")
+        show("citizen status", timed(["status"], opts.runs), "ms", 1000)
+        show("citizen status --json", timed(["status", "--json"], opts.runs), "ms", 1000)
+        show("citizen logs NAME (table of 30)", timed(["logs", name], opts.runs), "ms", 1000)
+        show("citizen logs NAME --wake N", timed(["logs", name, "--wake", "7"], opts.runs),
+             "ms", 1000)
+        show("citizen task list NAME", timed(["task", "list", name], opts.runs), "ms", 1000)
+        show("citizen task show NAME ID", timed(["task", "show", name, task], opts.runs),
+             "ms", 1000)
+        show("citizen --help", timed(["--help"], opts.runs), "ms", 1000)
+        show("logs --follow: event written -> line printed", follow_latency(name, 30), "ms",
+             1000)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
