@@ -155,6 +155,29 @@ def test_logs_never_read_a_file_through_a_planted_link(civ: Path, tmp_path: Path
         assert MARK not in out.output, (args, out.output)
 
 
+def test_a_planted_log_name_stops_neither_status_nor_logs(civ: Path) -> None:
+    """logs/wakes/evil.jsonl (no wake number): root's `citizen status` (every citizen's
+    row) and `citizen logs` still run."""
+    _log(civ).parent.joinpath("evil.jsonl").write_text(json.dumps({"event": "x"}) + "\n")
+    for args in (("status",), ("logs", "opus"), ("logs", "opus", "--json")):
+        out = CliRunner().invoke(cli, list(args))
+        assert out.exit_code == 0, (args, out.output)
+
+
+@ROOT_ONLY
+def test_logs_never_follow_a_planted_logs_directory(civ: Path, tmp_path: Path) -> None:
+    """~/logs/wakes a link to a root-only directory of wake-shaped logs: nothing of it."""
+    secret = _root_only_file(tmp_path, json.dumps({"event": "wake_start", "reason": MARK})
+                             + "\n")
+    secret.rename(secret.parent / "000001-TASK.jsonl")
+    wakes = _log(civ).parent
+    wakes.rmdir()
+    wakes.symlink_to(secret.parent)
+    for args in (("logs", "opus"), ("logs", "opus", "--wake", "1"), ("logs", "opus", "--json")):
+        out = CliRunner().invoke(cli, list(args))
+        assert MARK not in out.output, (args, out.output)
+
+
 @ROOT_ONLY
 def test_logs_do_not_hang_on_a_planted_fifo(civ: Path) -> None:
     os.mkfifo(_log(civ))

@@ -93,19 +93,24 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
 # logged and metered like a wake (`citizen.wake.flow.call_outside_wake`), numbered among
 # the wakes, but no wake - not in the wake table, the counts or the last wake.
 NOT_WAKES = frozenset({"ASK", "DOCTOR", "ROLLUP"})
+_NAME = re.compile(r"\d+-[^.]+\.jsonl(\.gz)?")  # 000123-TASK.jsonl (WakeLog.path)
 
 
 def wake_logs(home: Home, calls: bool = False) -> list[Path]:
     """A citizen's wake logs (whole or compressed), oldest first; with `calls`, also the
     logs of calls outside a wake (NOT_WAKES: retention sweeps them like the others)."""
-    if not home.wake_logs.is_dir():
+    # A link at logs/ or logs/wakes would lead root's `citizen logs` to files elsewhere.
+    if home.wake_logs.parent.is_symlink() or home.wake_logs.is_symlink() \
+            or not home.wake_logs.is_dir():
         return []
-    whole = list(home.wake_logs.glob("*.jsonl"))
+    # Only names a wake log has: a file the citizen named otherwise is no wake (and must
+    # not stop `citizen status` or `logs` for every citizen).
+    whole = [p for p in home.wake_logs.glob("*.jsonl") if _NAME.fullmatch(p.name)]
     # Both forms only after a sweep died between writing the .gz and removing the
     # original: the original is complete, and the next sweep redoes the .gz.
     names = {p.name for p in whole}
     found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
-                     if p.name.removesuffix(".gz") not in names]
+                     if p.name.removesuffix(".gz") not in names and _NAME.fullmatch(p.name)]
     if not calls:  # by the name alone: a stat-free filter over hundreds of logs
         found = [p for p in found if name_of(p).partition("-")[2] not in NOT_WAKES]
     return sorted(found, key=lambda p: p.name)
