@@ -70,8 +70,10 @@ if [ -n "$uid" ]; then
     gone="$({ find "$shared" /tmp /var/tmp /dev/shm -xdev -uid "$uid" ! -type d -print \
         -delete 2>/dev/null || true; } | wc -l)"
     [ "$gone" -eq 0 ] || say "$gone files $name wrote in $shared and the temporary directories"
+    # -execdir, not -exec: chown gets ./NAME in the directory find holds open, never a
+    # path a peer could swap a parent of for a link between find's listing and chown.
     kept="$({ find "$shared" /tmp /var/tmp /dev/shm -xdev -uid "$uid" -type d -print \
-        -exec chown -h root {} + 2>/dev/null || true; } | wc -l)"
+        -execdir chown -h root {} + 2>/dev/null || true; } | wc -l)"
     [ "$kept" -eq 0 ] || say "$name's ownership of $kept directories of the commons (now root's)"
     userdel "$name"
     say "user $name"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 import click
 
@@ -100,17 +101,19 @@ def list_tasks(name: str, states: tuple[str, ...], as_json: bool, wide: bool) ->
     for state in states or LISTED:
         for tid in tasks.ids(state):
             try:
-                rows.append((state, tasks.load(state, tid)))
+                rows.append((state, tid, tasks.load(state, tid)))
             except CorruptFile as exc:  # the citizen's file: reported, left as it is
                 broken.append({"state": state, "id": tid, "problem": exc.problem})
     if as_json:
-        click.echo(json.dumps([{"state": s, **t.to_dict()} for s, t in rows]
+        click.echo(json.dumps([{"state": s, **t.to_dict()} for s, _, t in rows]
                               + [{**b, "corrupt": True} for b in broken]))
         return
+    # The ID is the file's name (what `task show ID` looks up), quoted as a shell word:
+    # the citizen names its files, and an operator pastes the ID into a command line.
     table(("STATE", "ID", "KIND", "CREATED", "ATTEMPTS", "TEXT / RESULT"),
-          [(s, t.id, t.kind, age(t.created), t.attempts,
-            t.text if not t.result else f"{t.text} -> {t.result}") for s, t in rows]
-          + [(b["state"], b["id"], "?", "-", "-", f"unreadable: {b['problem']}")
+          [(s, shlex.quote(tid), t.kind, age(t.created), t.attempts,
+            t.text if not t.result else f"{t.text} -> {t.result}") for s, tid, t in rows]
+          + [(b["state"], shlex.quote(b["id"]), "?", "-", "-", f"unreadable: {b['problem']}")
              for b in broken],
           wide=wide, empty="no tasks" + (f" in state {', '.join(states)}" if states else ""))
 

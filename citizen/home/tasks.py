@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +25,7 @@ from typing import Any
 
 from citizen.errors import CitizenError
 from shared import clock
-from shared.atomic import CorruptFile, create_beneath, read_json, write_json
+from shared.atomic import CorruptFile, create_beneath, write_json
 
 SCHEMA_VERSION = 1
 # Every state a task can be in; only `queue` and `active` are ever claimed from.
@@ -32,6 +33,7 @@ STATES = ("queue", "active", "done", "failed", "cancelled")
 FINISHED = ("done", "failed", "cancelled")
 CANCEL = "cancel"  # tasks/cancel/<id>.json: the operator cancelled the task a wake works on
 TASK_KINDS = ("TASK", "CODE", "DEBUG", "RESEARCH", "CONSENSUS", "DEBATE")
+MAX_BYTES = 4 * 2**20  # a task is its text and history; a bigger file is no task
 
 
 class TaskError(CitizenError, LookupError):
@@ -75,12 +77,39 @@ class Task:
 
         :raises CorruptFile: it does not parse or lacks required fields.
         """
-        data = read_json(path, SCHEMA_VERSION)
-        data.pop("schema_version")
+        try:
+            data = json.loads(_plain_bytes(path))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise CorruptFile(path, f"not valid JSON ({exc})") from exc
+        found = data.pop("schema_version", None) if isinstance(data, dict) else None
+        if found != SCHEMA_VERSION:
+            raise CorruptFile(path, f"schema_version {found!r}, expected {SCHEMA_VERSION}")
         try:
             return cls(**data)
         except TypeError as exc:
             raise CorruptFile(path, f"not a task ({exc})") from exc
+
+
+def _plain_bytes(path: Path) -> bytes:
+    """The bytes of the task file `path`: root reads the citizen's files (`citizen task`),
+    so O_NOFOLLOW (a link must not lead it to a file the citizen cannot read), O_NONBLOCK
+    (a FIFO must not hang it) and at most MAX_BYTES (a huge file must not fill memory).
+
+    :raises CorruptFile: not a plain file, or too big. :raises FileNotFoundError: gone.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise
+        raise CorruptFile(path, f"not a plain file ({exc.strerror})") from exc
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise CorruptFile(path, "not a plain file")
+        raw = fh.read(MAX_BYTES + 1)
+    if len(raw) > MAX_BYTES:
+        raise CorruptFile(path, f"not valid JSON (over {MAX_BYTES} bytes: no task is)")
+    return raw
 
 
 class TaskQueue:

@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import re
+import stat
 import time
 import zlib
 from collections.abc import Callable
@@ -21,7 +22,9 @@ from typing import Any
 
 from citizen.config.paths import Home
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, read_jsonl, write_bytes
+from shared.atomic import append_line, write_bytes
+
+MAX_EVENT = 16 * 2**20  # --follow reads at most this much a poll; a longer line is skipped
 
 
 class WakeLog:
@@ -90,19 +93,24 @@ def _scrub(value: Any, redact: Callable[[str], str]) -> Any:
 # logged and metered like a wake (`citizen.wake.flow.call_outside_wake`), numbered among
 # the wakes, but no wake - not in the wake table, the counts or the last wake.
 NOT_WAKES = frozenset({"ASK", "DOCTOR", "ROLLUP"})
+_NAME = re.compile(r"\d+-[^.]+\.jsonl(\.gz)?")  # 000123-TASK.jsonl (WakeLog.path)
 
 
 def wake_logs(home: Home, calls: bool = False) -> list[Path]:
     """A citizen's wake logs (whole or compressed), oldest first; with `calls`, also the
     logs of calls outside a wake (NOT_WAKES: retention sweeps them like the others)."""
-    if not home.wake_logs.is_dir():
+    # A link at logs/ or logs/wakes would lead root's `citizen logs` to files elsewhere.
+    if home.wake_logs.parent.is_symlink() or home.wake_logs.is_symlink() \
+            or not home.wake_logs.is_dir():
         return []
-    whole = list(home.wake_logs.glob("*.jsonl"))
+    # Only names a wake log has: a file the citizen named otherwise is no wake (and must
+    # not stop `citizen status` or `logs` for every citizen).
+    whole = [p for p in home.wake_logs.glob("*.jsonl") if _NAME.fullmatch(p.name)]
     # Both forms only after a sweep died between writing the .gz and removing the
     # original: the original is complete, and the next sweep redoes the .gz.
     names = {p.name for p in whole}
     found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
-                     if p.name.removesuffix(".gz") not in names]
+                     if p.name.removesuffix(".gz") not in names and _NAME.fullmatch(p.name)]
     if not calls:  # by the name alone: a stat-free filter over hundreds of logs
         found = [p for p in found if name_of(p).partition("-")[2] not in NOT_WAKES]
     return sorted(found, key=lambda p: p.name)
@@ -113,34 +121,55 @@ def name_of(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
+def _open(path: Path) -> Any:
+    """`path` opened for reading if it is a plain file: root reads the citizen's logs
+    (`citizen logs`, `task show`), so O_NOFOLLOW (a link must not lead it to a file the
+    citizen cannot read) and O_NONBLOCK (a FIFO must not hang it).
+
+    :raises OSError: it is a link, a FIFO or anything but a plain file (or gone).
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(f"{path} is not a plain file")
+    return os.fdopen(fd, "rb")
+
+
 def read(path: Path) -> list[dict[str, Any]]:
     """The events of a wake log; a torn last line (crash mid-write) is skipped."""
-    if path.name.endswith(".gz"):
-        events = []
-        try:
-            with gzip.open(path, "rt", encoding="utf-8") as fh:
-                events = [e for e in (_parse(raw.encode()) for raw in fh) if e]
-        except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-            # A damaged .gz: what could be read, and a line saying so - never a crash
-            # of `citizen logs`, status or the sweep.
-            events.append({"event": "error", "reason": f"damaged compressed log: {exc}"})
-        return events
-    return [e for e in read_jsonl(path) if isinstance(e, dict)]
+    events: list[dict[str, Any]] = []
+    try:
+        with _open(path) as raw:
+            if not path.name.endswith(".gz"):
+                lines = raw.read().decode("utf-8", "replace").splitlines()
+                return [e for e in (_parse(line.encode()) for line in lines) if e]
+            with gzip.open(raw, "rt", encoding="utf-8") as fh:
+                events = [e for e in (_parse(line.encode()) for line in fh) if e]
+    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
+        # A damaged .gz or no plain file: what could be read, and a line saying so -
+        # never a crash of `citizen logs`, status or the sweep.
+        if isinstance(exc, FileNotFoundError):
+            raise
+        events.append({"event": "error", "reason": f"damaged or unreadable log: {exc}"})
+    return events
 
 
 def read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     """The whole events appended to a growing (uncompressed) wake log since byte `offset`,
     and the offset to read from next. A last line still being written (no newline yet)
-    is left for the next read; a size that has not grown costs one stat, no read."""
+    is left for the next read; a size that has not grown costs one stat, no read. At most
+    MAX_EVENT bytes are read: a line longer than that (no event is) is skipped."""
     try:
         if path.stat().st_size <= offset:
             return [], offset
-        with path.open("rb") as fh:
+        with _open(path) as fh:
             fh.seek(offset)
-            data = fh.read()
-    except FileNotFoundError:  # compressed or swept since it was listed: nothing new
+            data = fh.read(MAX_EVENT)
+    except OSError:  # compressed or swept since it was listed, or no plain file: nothing
         return [], offset
     end = data.rfind(b"\n") + 1
+    if end == 0 and len(data) == MAX_EVENT:  # why: re-reading it each poll would never end
+        return [], offset + len(data)
     return [e for e in (_parse(r) for r in data[:end].splitlines()) if e], offset + end
 
 
@@ -157,8 +186,14 @@ def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     if path.name.endswith(".gz"):
         events = read(path)
         return (events[0], events[-1]) if events else ({}, {})
-    with path.open("rb") as fh:
-        first_raw = fh.readline()
+    try:
+        fh = _open(path)
+    except FileNotFoundError:
+        raise
+    except OSError:  # no plain file (a link, a FIFO): no events
+        return {}, {}
+    with fh:
+        first_raw = fh.readline(MAX_EVENT)  # why: a first line without end is no event
         fh.seek(0, os.SEEK_END)
         size = fh.tell()
         fh.seek(max(0, size - 65536))
