@@ -195,6 +195,21 @@ def test_operator_commands(server: Server, messages_api: MessagesServer) -> None
     assert "TASK: idle" in idle
     refused = server.box.run("citizen", "wake", "opus", check=False)
     assert refused.returncode == 1 and "run this as the citizen" in refused.stderr
+    # DEPLOY.md §3 as printed: the running daemon takes a task, and its model call
+    # reaches the API through the broker with opus's key; the operator then cancels it.
+    seen, heard = len(messages_api.forwarded()), len(messages_api.headers)
+    messages_api.responder = lambda body: text("working on it")
+    added = server.run("citizen", "task", "add", "opus",
+                       "Summarize notes/ into notes/summary.md")
+    assert "wakes for it within seconds" in added, added
+    found = re.search(r"queued (\S+) for opus", added)
+    assert found, added
+    until(lambda: len(messages_api.forwarded()) > seen, timeout=300)
+    assert API_KEY in {messages_api.key_of(h) for h in messages_api.headers[heard:]}
+    server.run("citizen", "task", "cancel", "opus", found.group(1))
+    until(lambda: json.loads(server.run("citizen", "task", "show", "opus", found.group(1),
+                                        "--json"))["state"] == "cancelled", timeout=300)
+    messages_api.responder = None
     # Issue 31: a user without root's rights gets one line naming sudo, never a traceback
     # (nobody has no right at all; mira, a citizen, may read some of it as a peer).
     for user in ("nobody", "mira"):
