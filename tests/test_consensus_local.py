@@ -13,10 +13,15 @@ from citizen import civilization, config
 from citizen.llm.local import LocalProvider
 from citizen.wake.flow import run_wake
 from shared.consensus import Consensus, Proposal
+from shared.consensus.rules import MAX_ROUNDS
 from tests.thoughtworld import HELLO, proposal
 
 TERMINAL = ("done", "human")
-MAX_WAKES = 30  # bounded: 4 rounds x 3 steps, execution, check, record, and retries
+# Bounded by the rules, not by what the model decides: each round is a proposal (or a
+# revision), a verification and an integration; then execution, check and record; and
+# one retry a round for output the schema refused. (30 was too few once a model took all
+# MAX_ROUNDS: 1 + 10 x 3 - 1 wakes, plus one retry, failed at wake 30.)
+MAX_WAKES = 3 * MAX_ROUNDS + 3 + MAX_ROUNDS
 
 
 @pytest.fixture(scope="module")
