@@ -6,22 +6,18 @@ command's output. The terminal is a real pseudo-terminal (`pty`), redrawn every 
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import pty
 import re
 import shutil
-import struct
 import subprocess
 import sys
-import termios
-import time
 from pathlib import Path
 
 import pytest
 
 from citizen.config import paths
+from tests.terminal import on_a_terminal
 
 pytestmark = pytest.mark.skipif(shutil.which("restic") is None,
                                 reason="restic is not installed (apt-get install restic)")
@@ -40,28 +36,10 @@ def in_a_log(*args: str) -> subprocess.CompletedProcess[str]:
 
 def in_a_terminal(*args: str) -> tuple[int, str]:
     """Run the CLI with stdout and stderr on a pseudo-terminal; its exit and output."""
-    main, side = pty.openpty()
     # 200 columns: the whole path fits on the live line (a narrower one cuts it with "…");
     # the terminal's size, not a $COLUMNS pytest may leave in the environment.
-    fcntl.ioctl(side, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
     env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
-    proc = subprocess.Popen([sys.executable, "-m", "citizen", *args], env=env,
-                            stdin=subprocess.DEVNULL, stdout=side, stderr=side, close_fds=True)
-    os.close(side)
-    out = b""
-    deadline = time.monotonic() + 300  # a hung command fails the test, never hangs it
-    while time.monotonic() < deadline:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:  # EIO: every writer closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    if proc.poll() is None:
-        proc.kill()
-    return proc.wait(), out.decode(errors="replace")
+    return on_a_terminal([sys.executable, "-m", "citizen", *args], env=env, columns=200)
 
 
 def test_not_on_a_terminal_a_line_when_each_step_starts_and_ends(civ: Path) -> None:

@@ -6,14 +6,13 @@ terminal (the `pty` module) with a fake long command and a short interval."""
 
 from __future__ import annotations
 
-import os
-import pty
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from citizen.config import paths
+from tests.terminal import on_a_terminal
 
 HELPER = paths.project_dir() / "scripts" / "lib" / "progress.sh"
 
@@ -26,21 +25,7 @@ def _logs_in_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 def in_a_terminal(script: str) -> tuple[int, str]:
     """Run bash `script` with stdout and stderr on a pseudo-terminal; its exit and output."""
-    main, side = pty.openpty()
-    proc = subprocess.Popen(["bash", "-c", f"source {HELPER}\n{script}"], stdin=subprocess.DEVNULL,
-                            stdout=side, stderr=side, close_fds=True)
-    os.close(side)
-    out = b""
-    while True:
-        try:
-            chunk = os.read(main, 4096)
-        except OSError:  # EIO: every writer closed the terminal
-            break
-        if not chunk:
-            break
-        out += chunk
-    os.close(main)
-    return proc.wait(), out.decode(errors="replace")
+    return on_a_terminal(["bash", "-c", f"source {HELPER}\n{script}"])
 
 
 def in_a_log(script: str) -> subprocess.CompletedProcess[str]:
