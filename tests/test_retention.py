@@ -107,7 +107,7 @@ def test_a_sweep_killed_mid_compression_loses_nothing(
 
 def test_the_daemon_sweeps_with_the_operators_settings_and_status_shows_disk(
         civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from citizen.cli.status import citizen_status
+    from citizen.admin.status import citizen_status
     from citizen.daemon.process import Daemon
 
     home = paths.home("opus")

@@ -13,8 +13,8 @@ import shlex
 
 import click
 
+from citizen.admin.status import citizen_status
 from citizen.cli.options import citizen_argument, json_option, operator, ring_as_operator
-from citizen.cli.status import citizen_status
 from citizen.cli.task_show import show, task_or_exit
 from citizen.cli.terminal import age, clean, command, table, wide_option
 from citizen.config import paths, server_mode
