@@ -50,6 +50,7 @@ COMMANDS = {
     "broker": "citizen.cli.broker:broker",
     "spend": "citizen.cli.broker:spend",
     "disk": "citizen.cli.disk:disk",
+    "web": "citizen.cli.web:web",
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").

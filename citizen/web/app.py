@@ -1,0 +1,35 @@
+"""The dashboard's Starlette app: every page module's routes (`citizen.web.pages.PAGES`),
+the package's static files, behind the guard (`citizen.web.auth.Guard`: session, CSRF,
+security headers, redaction)."""
+
+from __future__ import annotations
+
+import importlib
+import os
+from pathlib import Path
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.routing import BaseRoute, Mount
+from starlette.staticfiles import StaticFiles
+
+from citizen.web import render
+from citizen.web.auth import Guard, Sessions, load_token
+from citizen.web.pages import PAGES
+
+
+def make_app(root: Path | None = None) -> Starlette:
+    """The app for the civilization at `root` (default `$CIV_ROOT`, else /home).
+
+    :raises citizen.web.auth.TokenMissing: on a server, the token file is not readable.
+    """
+    if root is not None:
+        os.environ["CIV_ROOT"] = str(root)  # every path derives from this one variable
+    sessions = Sessions(load_token())
+    routes: list[BaseRoute] = []
+    for module in PAGES:
+        routes.extend(importlib.import_module(module).routes)
+    routes.append(Mount("/static", StaticFiles(directory=render.STATIC), name="static"))
+    app = Starlette(routes=routes, middleware=[Middleware(Guard, sessions=sessions)])
+    app.state.sessions = sessions
+    return app

@@ -1,0 +1,91 @@
+"""The civilization page's rows: per citizen what `citizen status` says, plus the wake in
+progress, the heartbeat's age, the monitor's findings, and the day's dollars against the cap
+with the burn rate (what the day ends at if the last hour goes on)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from citizen import civilization
+from citizen.admin.status import citizen_status
+from citizen.config import paths
+from citizen.home import spend, wakelog
+from shared import clock
+from shared.atomic import read_json
+
+AMBER = 0.8  # past this share of its daily cap a citizen's money shows amber
+FINDINGS_S = 86400.0  # the monitor's reports of the last day
+
+
+def rows() -> list[dict[str, Any]]:
+    """One row per citizen, read from the stores now."""
+    return [row(name) for name in civilization.citizens()]
+
+
+def row(name: str) -> dict[str, Any]:
+    """One citizen's row (see the module)."""
+    status = citizen_status(name)
+    home = paths.home(name)
+    return {**status, "heartbeat_age_s": _beat_age(home), "current_wake": _running(home),
+            "findings": findings(name), **money(home, status["usd_today"],
+                                                 status["usd_per_day_cap"])}
+
+
+def _beat_age(home: paths.Home) -> float | None:
+    try:
+        beat = read_json(home.heartbeat)
+        return round(clock.time() - clock.epoch(beat["updated"]), 1)
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _running(home: paths.Home) -> dict[str, Any] | None:
+    """The wake being written now (its log has no end yet), if any."""
+    logs = wakelog.wake_logs(home)
+    if not logs:
+        return None
+    last = wakelog.summary(logs[-1])
+    return ({k: last[k] for k in ("wake", "type", "started")}
+            if last["status"] == "running" else None)
+
+
+def findings(name: str) -> list[dict[str, Any]]:
+    """The monitor's findings about `name` filed in the last day, newest first."""
+    cutoff = clock.time() - FINDINGS_S
+    out: list[dict[str, Any]] = []
+    for report in civilization.commons().monitor.about(name):
+        if clock.epoch(report.get("ts")) < cutoff:
+            continue
+        out.extend({"ts": report.get("ts"), "kind": f.get("kind"), "detail": f.get("detail")}
+                   for f in report.get("findings") or [] if isinstance(f, dict))
+    return sorted(out, key=lambda f: str(f["ts"]), reverse=True)
+
+
+def money(home: paths.Home, usd_today: float, cap: float | None,
+          now: datetime | None = None) -> dict[str, Any]:
+    """The day's spend against its cap: the last hour's spend, where the day ends if that
+    rate goes on until midnight UTC, and the level ("ok", "amber" past 80 %, "over")."""
+    now = now or datetime.fromtimestamp(clock.time(), UTC)
+    hour_ago = now - timedelta(hours=1)
+    last_hour = 0.0
+    for line in spend.lines(home, now.date()):
+        try:
+            if datetime.fromisoformat(str(line.get("ts"))) >= hour_ago:
+                last_hour += max(float(line.get("cost_usd", 0.0)), 0.0)
+        except (TypeError, ValueError):
+            continue  # a line that does not parse counts as nothing (as spend.spent)
+    midnight = datetime.combine(now.date() + timedelta(days=1), datetime.min.time(), UTC)
+    projected = usd_today + last_hour * (midnight - now).total_seconds() / 3600
+    return {"usd_last_hour": round(last_hour, 6), "usd_projected": round(projected, 6),
+            "level": level(usd_today, cap), "projected_level": level(projected, cap),
+            "cap_share": round(usd_today / cap, 4) if cap else None}
+
+
+def level(usd: float, cap: float | None) -> str:
+    """"over" at or past the cap, "amber" past 80 % of it, else "ok"."""
+    if not cap:
+        return "ok"
+    if usd >= cap:
+        return "over"
+    return "amber" if usd > AMBER * cap else "ok"
