@@ -219,8 +219,8 @@ def test_follow_prints_no_escape_from_a_wake_in_progress(civ: Path) -> None:
                                "pid": os.getpid(), "reason": "\x1b]0;pwned\x07x\x9b2J"})
                    + "\n")
     events, _ = wakelog.read_new(log, 0)
-    from citizen.cli import logs as logs_cli
-    printed = logs_cli._line(events[0])
+    from citizen.home import transcript
+    printed = transcript.line(events[0])
     out = CliRunner().invoke(cli, ["logs", "opus", "--wake", "1"])
     assert "\x1b" not in out.output and "\x9b" not in out.output and "pwned" in printed
 
