@@ -26,6 +26,7 @@ venv="$prefix/venv"
 units=/etc/systemd/system
 changes=0
 restart_broker=0
+restart_web=0
 local_model=0
 if [ "${1:-}" = --local-model ]; then local_model=1; shift; fi
 # shellcheck source=lib/progress.sh
@@ -93,6 +94,40 @@ if ! getent passwd experience-broker >/dev/null; then
     changed "user experience-broker"
 fi
 
+current="user experience-web and the dashboard's token"
+step "$current"
+# The dashboard's own system user (systemd/citizen-web.service): no home, no shell, not a
+# member of `citizens` in /etc/group - its unit alone adds that group, under a read-only
+# view of every path, so it reads the homes and the commons as a peer does and writes
+# nothing. It gets no credential: /etc/experience/<c>.env stay the broker's (0600).
+if ! getent passwd experience-web >/dev/null; then
+    useradd --system --user-group --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin --comment "Experience dashboard" experience-web
+    changed "user experience-web"
+elif id -nG experience-web | grep -qw citizens; then
+    gpasswd -d experience-web citizens >/dev/null  # outside its unit it could write the commons
+    changed "user experience-web no longer in group citizens"
+fi
+# The operator's token for the pages (`citizen web --token` prints it): made once with a
+# random value and never rewritten (a rerun must not log every operator out); root writes
+# it, the web user's group reads it, nobody else - no citizen - does.
+token=/etc/experience/web.token
+[ -d /etc/experience ] || install -d -m 0755 -o root -g root /etc/experience  # as onboarding makes it
+[ ! -L "$token" ] || fail "$token is a symbolic link - remove it and run again"
+if [ ! -e "$token" ]; then
+    tmp="$(mktemp /etc/experience/.web.token.XXXXXX)"  # 0600 root until it is complete
+    python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > "$tmp"
+    chown root:experience-web "$tmp"
+    chmod 0640 "$tmp"
+    mv -n "$tmp" "$token" || true  # -n: a token another run just made wins; ours goes
+    rm -f "$tmp"
+    changed "$token (the dashboard's token: citizen web --token)"
+elif [ "$(stat -c '%a %U:%G' "$token")" != "640 root:experience-web" ]; then
+    chown root:experience-web "$token"
+    chmod 0640 "$token"
+    changed "$token owner and mode (its value kept)"
+fi
+
 current="the commons under $shared"
 step "$current"
 for d in "" library library/modules library/pending tools tools/impl tools/registry \
@@ -138,6 +173,7 @@ else
     rm -rf "$release.old"
     changed "$release"
     restart_broker=1  # the broker runs the release: the new one takes over below
+    restart_web=1     # and so does the dashboard, if the operator runs it
 fi
 
 current="baseline repository $shared/baseline"
@@ -396,12 +432,13 @@ step "$current"
 reload=0
 for unit in citizen@.service citizens.target experience-backup.service \
             experience-backup.timer experience-broker.service experience-disk.service \
-            experience-disk.timer; do
+            experience-disk.timer citizen-web.service; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
         reload=1
         [ "$unit" != experience-broker.service ] || restart_broker=1
+        [ "$unit" != citizen-web.service ] || restart_web=1
     fi
 done
 if [ "$reload" -eq 1 ]; then
@@ -452,6 +489,16 @@ if ! systemctl is-active --quiet experience-broker.service; then
 elif [ "$restart_broker" -eq 1 ]; then
     systemctl restart experience-broker.service  # its open calls are settled at worst case
     changed "experience-broker.service restarted on the new release"
+fi
+
+current="the dashboard"
+step "$current"
+# Installed, not enabled: a listening service, even on loopback, is the operator's choice
+# (DEPLOY.md: systemctl enable --now citizen-web). Once running, it follows upgrades.
+if systemctl is-active --quiet citizen-web.service \
+        && [ "$restart_web" -eq 1 ]; then
+    systemctl restart citizen-web.service  # it runs the release: the new one takes over
+    changed "citizen-web.service restarted on the new release"
 fi
 
 current="each citizen's code"

@@ -6,14 +6,16 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # The server-install test boots a real systemd in a container: as root, install what it
 # needs (it debootstraps and caches a Debian root filesystem on first use, ≈2.5 min).
 # The mail tests run a real Dovecot (IMAP + LMTP) on loopback; shell commands run in
-# bubblewrap (citizen/tools/sandbox.py); backups are restic snapshots (citizen/admin/backup.py).
+# bubblewrap (citizen/tools/sandbox.py); backups are restic snapshots (citizen/admin/backup.py);
+# the dashboard's pages are tested in a headless Chromium (tests/browser.py, Selenium).
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
         && ! { command -v systemd-nspawn && command -v debootstrap && command -v dovecot \
-               && command -v bwrap && command -v restic; } >/dev/null; then
-    echo "==> installing systemd-container, debootstrap, dovecot, bubblewrap and restic"
+               && command -v bwrap && command -v restic && command -v chromium \
+               && command -v chromedriver; } >/dev/null; then
+    echo "==> installing systemd-container, debootstrap, dovecot, bubblewrap, restic and chromium"
     apt-get update -qq
     apt-get install -y -qq -o DPkg::Lock::Timeout=120 systemd-container debootstrap \
-        dovecot-imapd dovecot-lmtpd bubblewrap restic >/dev/null
+        dovecot-imapd dovecot-lmtpd bubblewrap restic chromium chromium-driver >/dev/null
 fi
 "$here/scripts/bootstrap.sh"
 # llama.cpp's own server, for the provider tests against a server nobody here wrote

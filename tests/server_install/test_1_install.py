@@ -76,6 +76,29 @@ def test_units_verify_cleanly_and_report_their_exposure(server: Server) -> None:
     assert score <= 3.0
 
 
+def test_the_dashboard_user_reads_the_wake_logs_and_no_secret(server: Server) -> None:
+    # Installed, left for the operator to enable (DEPLOY.md: systemctl enable --now).
+    assert server.run("systemctl", "is-enabled", "citizen-web.service",
+                      check=False).strip() == "disabled"
+    verify = server.box.run("systemd-analyze", "verify", "citizen-web.service", check=False)
+    assert (verify.returncode, verify.stderr) == (0, ""), verify.stderr
+    assert server.run("stat", "-c", "%a %U:%G", "/etc/experience/web.token").strip() \
+        == "640 root:experience-web"
+    # Not a member of citizens outside its unit (a member could write the commons).
+    assert server.run("id", "-nG", "experience-web").split() == ["experience-web"]
+    # As its unit runs it: its user, its groups, every path read-only.
+    unit = ("systemd-run", "--wait", "--quiet", "--collect", "-p", "User=experience-web",
+            "-p", "Group=experience-web", "-p", "SupplementaryGroups=citizens",
+            "-p", "ProtectSystem=strict", "-p", "ProtectHome=read-only", "--")
+    reads = partial(server.box.run, *unit, check=False)
+    assert reads("test", "-r", "/etc/experience/web.token").returncode == 0
+    assert reads("ls", "/home/opus/logs/wakes").returncode == 0
+    assert reads("cat", "/etc/experience/opus.env").returncode != 0  # the broker's alone
+    assert reads("touch", "/home/shared/changes/from-web").returncode != 0
+    assert server.box.run("test", "-e", "/home/shared/changes/from-web",
+                          check=False).returncode == 1
+
+
 def test_each_daemon_runs_as_its_own_user_from_its_own_code(server: Server) -> None:
     server.run("systemctl", "start", "citizens.target")
     for name in CITIZENS:
