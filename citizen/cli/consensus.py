@@ -11,8 +11,7 @@ import click
 from citizen import civilization, config
 from citizen.cli.options import CitizenName, json_option, operator, ring_as_operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
-from shared import clock
-from shared.consensus import STATES, Consensus, Proposal, emergence, render
+from shared.consensus import Consensus, Proposal, emergence, listing, render
 
 
 def _commons() -> Consensus:
@@ -40,18 +39,7 @@ def proposals(pending: bool, human: bool, wide: bool, as_json: bool) -> None:
     Example:
       citizen proposal list --human        what waits for `citizen proposal approve|reject`
     """
-    commons = _commons()
-    rows = []
-    for state in ("pending",) if pending or human else STATES:
-        for pid in commons.ids(state):
-            d = commons.load(pid)
-            if human and d.phase != "human":
-                continue
-            rows.append({"id": pid, "state": d.state, "phase": d.phase, "owed_by": d.owed_by,
-                         "stakes": d.stakes, "round": d.round, "flags": len(d.flags),
-                         "goal": render(d)["goal"] or d.request.get("task", "")[:60],
-                         "why": d.why, "opened": _opened(d)})
-    rows.sort(key=lambda r: r["id"])
+    rows = listing.rows(_commons(), pending=pending, human=human)
     if as_json:
         echo(json.dumps(rows))
         return
@@ -62,15 +50,6 @@ def proposals(pending: bool, human: bool, wide: bool, as_json: bool) -> None:
           empty=(f"no proposals waiting for a human - all of them: `{command('proposal list')}`"
                  if human else "no proposals - start one with "
                  + "`" + command('proposal start --by NAME "TASK"') + "`"))
-
-
-def _opened(d: Proposal) -> str | None:
-    """When proposal `d` was asked for, ISO (None for a request without a time)."""
-    ts = d.request.get("ts")
-    try:
-        return clock.now(clock.epoch(ts)) if ts else None
-    except ValueError:  # a record's time that is no timestamp: shown as none
-        return None
 
 
 @click.group("proposal")
