@@ -9,7 +9,8 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import CitizenName, json_option, operator, ring_as_operator
+from citizen.admin import approvals
+from citizen.cli.options import CitizenName, json_option, operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
 from shared.consensus import Consensus, Proposal, emergence, listing, render
 
@@ -20,11 +21,7 @@ def _commons() -> Consensus:
 
 def _wake_next(d: Proposal) -> str:
     """Ring whoever owes the next step (as the operator); says so for the output."""
-    who = d.owed_by
-    if who in ("", "operator"):
-        return ""
-    ring_as_operator(who, "CONSENSUS", f"{d.phase} of {d.id}")
-    return f"; rang {who}'s doorbell ({d.phase})"
+    return approvals.ring_next(d)
 
 
 @click.command("proposals")
@@ -123,8 +120,8 @@ def _echo_ending(d: Proposal) -> None:
 @click.option("--why", default="", help="Your reason, kept with the proposal.")
 def approve(pid: str, why: str) -> None:
     """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
-    d = _commons().decide_human(pid, operator(), "approve", why)
-    echo(f"approved {pid}; next: {d.phase}{_wake_next(d)}")
+    d, rang = approvals.decide(pid, True, why, operator())
+    echo(f"approved {pid}; next: {d.phase}{rang}")
 
 
 @click.command("reject")
@@ -132,8 +129,8 @@ def approve(pid: str, why: str) -> None:
 @click.option("--why", required=True, help="Why - the citizens learn from it.")
 def reject(pid: str, why: str) -> None:
     """Reject proposal PID as a human (any time before it runs)."""
-    d = _commons().decide_human(pid, operator(), "reject", why)
-    echo(f"rejected {pid}; next: {d.phase}{_wake_next(d)}")
+    d, rang = approvals.decide(pid, False, why, operator())
+    echo(f"rejected {pid}; next: {d.phase}{rang}")
 
 
 @click.group("consensus")
