@@ -109,11 +109,13 @@ def handle(conn: socket.socket, *, web_uid: int, token_path: Path | None = None)
 
 
 def _answer(conn: socket.socket, web_uid: int, token_path: Path | None) -> dict[str, Any]:
+    # Read (bounded) before refusing, so a refused caller gets the reason, not a reset.
+    line = _read_line(conn)
     uid = peer_uid(conn)
     if uid != web_uid:
         raise NotAllowed(f"uid {uid} is not the web service's user ({WEB_USER}); a person "
                          "decides with `sudo citizen proposal approve|reject`")
-    req = json.loads(_read_line(conn))
+    req = json.loads(line)
     if not isinstance(req, dict) or not isinstance(req.get("proposal"), str) \
             or not isinstance(req.get("approve"), bool) or not isinstance(req.get("why"), str) \
             or not isinstance(req.get("operator"), str) or not isinstance(req.get("token"), str):
