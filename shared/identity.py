@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import grp
 import pwd
+import socket
 import stat
+import struct
 from pathlib import Path
 
 from shared.errors import NotAllowed
@@ -52,3 +54,10 @@ def check_author(path: Path, claimed: str, enforce: bool) -> None:
         raise ForgedRecord(f"{path} claims to be from {claimed} (uid {uid}) but was written "
                            f"by uid {owner}; it is ignored")
 
+
+
+def peer_uid(conn: socket.socket) -> int:
+    """The caller's UID on a Unix socket, as the kernel recorded it when it connected
+    (SO_PEERCRED): nothing the caller sends can change it."""
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    return int(struct.unpack("3i", creds)[1])

@@ -103,7 +103,8 @@ def test_a_spent_daily_cap_forwards_nothing(civ: Path, messages_api: MessagesSer
         ask()
     # Only the (free) count-tokens request went out; no message was forwarded.
     assert [r for r in messages_api.requests if "max_tokens" in r] == []
-    assert ledger_rows() == []
+    # Refused at $0: the operator sees the refusal, and nothing counts against a cap.
+    assert [(r["state"], r["cost_usd"]) for r in ledger_rows()] == [("refused", 0)]
 
 
 def test_a_rewritten_daemon_gets_nothing_past_the_rules(
@@ -129,7 +130,10 @@ def test_a_rewritten_daemon_gets_nothing_past_the_rules(
         "a worst case past the cap": 402, "a call for another citizen": 400,
         "an API version it has not priced": 400}
     assert [r for r in messages_api.requests if "max_tokens" in r] == []  # none forwarded
-    assert ledger_rows() == []
+    # The cap's refusal is kept at $0 for the operator (`citizen spend`, the dashboard);
+    # nothing else was recorded, nothing reserved.
+    assert [(r["state"], r["cost_usd"], r["citizen"]) for r in ledger_rows()] == [
+        ("refused", 0, "opus")]
 
 
 def test_kill_9_of_the_broker_loses_no_reservation(

@@ -250,7 +250,7 @@ def test_a_move_file_written_around_the_rules_does_not_count(debates: Debates) -
 
 
 def test_a_debate_written_with_epoch_timestamps_still_shows(debates: Debates) -> None:
-    from citizen.cli.debate import summary
+    from shared.debates.summary import summary
 
     d = debates.start("Tests before features", ["opus", "mira"], "operator")
     folder = debates.dir / d.id

@@ -11,8 +11,6 @@ from __future__ import annotations
 import grp
 import os
 import pwd
-import socket
-import struct
 
 from citizen import config
 from citizen.broker.refused import Refused
@@ -21,12 +19,6 @@ from citizen.config import paths
 from citizen.errors import ConfigError
 
 CITIZEN_HEADER = "x-experience-citizen"  # counts only from root or, in dev mode, ourselves
-
-
-def peer_uid(conn: socket.socket) -> int:
-    """The caller's UID, as the kernel recorded it when it connected (SO_PEERCRED)."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return int(struct.unpack("3i", creds)[1])
 
 
 def caller(uid: int, claimed: str | None, *, server_mode: bool) -> str:

@@ -2,7 +2,8 @@
 
 One SQLite database in WAL mode, written by the broker process alone (its user's 0700
 state directory on a server). A call moves `reserved` -> `settled` (the real cost from
-the response) or `released` (the upstream refused it: nothing was billed). A broker
+the response) or `released` (the upstream refused it: nothing was billed); a call whose
+worst case did not fit a cap is a `refused` row at $0 (nothing reserved, never forwarded). A broker
 killed mid-call leaves its reservations `reserved`; the next start marks them
 `orphaned` and counts them at their worst case, so no call is ever unaccounted for.
 
@@ -22,6 +23,7 @@ import threading
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from citizen.errors import LimitReached
 from citizen.llm.base import Usage  # what the upstream said a call used
@@ -107,6 +109,12 @@ class Ledger:
                      "cap (civilization_usd_per_month in broker.json)")):
                 used = self._totals[(key, who)]
                 if used + usd > cap:
+                    # Kept as a row at $0 (the operator sees refusals, `citizen spend`
+                    # and the dashboard): it reserves nothing and counts in no total.
+                    self._db.execute(
+                        "INSERT INTO calls (citizen, day, month, ts, model, purpose, "
+                        "reserved_usd, cost_usd, state) VALUES (?, ?, ?, ?, ?, ?, ?, 0, "
+                        "'refused')", (citizen, day, month, clock.now(), model, purpose[:80], usd))
                     raise CapExceeded(
                         f"this call could cost ${usd:.4f} and ${used:.4f} of {what} of "
                         f"${cap:.2f} is spent or reserved - it was not forwarded; the "
@@ -183,3 +191,21 @@ class Ledger:
 def open_readonly(path: Path) -> sqlite3.Connection:
     """The ledger for a reader (`citizen spend`): read-only, never creating it."""
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+
+
+def calls_since(path: Path, day: str) -> list[dict[str, Any]]:
+    """Every row of the ledger at `path` from UTC `day` on, oldest first (read-only;
+    none when the broker has not made it yet).
+
+    :raises sqlite3.Error: it cannot be read (on a server only its user and root may).
+    """
+    if not path.exists():  # the broker creates it at its first start: no call yet
+        return []
+    db = open_readonly(path)
+    try:
+        cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd, model, purpose "
+                         "FROM calls WHERE day >= ? ORDER BY id", (day,))
+        return [dict(zip(("citizen", "day", "state", "reserved", "cost", "model", "purpose"),
+                         r, strict=True)) for r in cur.fetchall()]
+    finally:
+        db.close()

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from citizen.broker import identity
 from citizen.broker.server import Broker, Handler, Serving
+from shared.identity import peer_uid
 
 # One Unix user's open connections (server mode): each holds a thread and a descriptor,
 # and a citizen holding a thousand idle ones took them from every other citizen.
@@ -35,7 +35,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer, Serving
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection - unless its user has MAX_CONNECTIONS_PER_UID open
         already (server mode; dev mode is one user): then it is closed at once."""
-        uid = identity.peer_uid(request) if self.broker.server_mode else -1
+        uid = peer_uid(request) if self.broker.server_mode else -1
         with self._open_lock:
             if uid >= 0 and self._open.get(uid, 0) >= MAX_CONNECTIONS_PER_UID:
                 self.shutdown_request(request)
@@ -48,7 +48,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer, Serving
             raise
 
     def process_request_thread(self, request: Any, client_address: Any) -> None:
-        uid = identity.peer_uid(request) if self.broker.server_mode else -1  # before closing
+        uid = peer_uid(request) if self.broker.server_mode else -1  # before closing
         try:
             super().process_request_thread(request, client_address)
         finally:

@@ -149,11 +149,38 @@ class MailState:
     def quarantined(self, citizen: str, limit: int = 500) -> list[dict[str, str]]:
         """The citizen's last `limit` quarantined messages, oldest first."""
         with self._lock:
-            rows = self._db.execute(
-                "SELECT ts, message_id, sender, reason FROM quarantine WHERE citizen = ? "
-                "ORDER BY id DESC LIMIT ?", (citizen, limit)).fetchall()
-        return [{"ts": ts, "message_id": mid, "from": sender, "reason": reason}
-                for ts, mid, sender, reason in reversed(rows)]
+            return _quarantined(self._db, citizen, limit)
+
+
+_QUARANTINED = ("SELECT ts, message_id, sender, reason FROM quarantine WHERE citizen = ? "
+                "ORDER BY id DESC LIMIT ?")
+
+
+def _quarantined(db: sqlite3.Connection, citizen: str, limit: int) -> list[dict[str, str]]:
+    rows = db.execute(_QUARANTINED, (citizen, limit)).fetchall()
+    return [{"ts": ts, "message_id": mid, "from": sender, "reason": reason}
+            for ts, mid, sender, reason in reversed(rows)]
+
+
+def quarantined_readonly(directory: Path, citizen: str, limit: int = 500
+                         ) -> list[dict[str, str]]:
+    """`MailState.quarantined` for a reader beside the broker (the dashboard): read-only,
+    never creating the file; none before the broker quarantined anything.
+
+    :raises sqlite3.Error: it cannot be read (on a server only the broker's user may).
+    """
+    path = directory / "mail.db"
+    if not path.exists():
+        return []
+    db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
+    try:
+        return _quarantined(db, citizen, limit)
+    except sqlite3.OperationalError as exc:  # no quarantine table yet: nothing quarantined
+        if "no such table" in str(exc):
+            return []
+        raise
+    finally:
+        db.close()
 
 
 _OPEN: dict[Path, MailState] = {}

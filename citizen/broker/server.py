@@ -30,6 +30,7 @@ from citizen.broker.refused import Refused
 from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.errors import ConfigError
+from shared.identity import peer_uid
 
 log = logging.getLogger(__name__)
 # Bytes of one request: more is refused before it is read. Text only (images and
@@ -146,7 +147,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if route is None:
                 raise Refused(404, "not_found_error", f"the broker has no {self.path}")
-            citizen = broker.caller(identity.peer_uid(self.connection),
+            citizen = broker.caller(peer_uid(self.connection),
                                     self.headers.get(identity.CITIZEN_HEADER))
             route(citizen)
         except Refused as exc:

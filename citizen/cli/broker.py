@@ -14,7 +14,7 @@ import click
 
 from citizen.access.client import reachable
 from citizen.broker import service
-from citizen.broker.ledger import open_readonly
+from citizen.broker.ledger import calls_since
 from citizen.cli.options import json_option
 from citizen.cli.terminal import command, echo, table, wide_option
 from citizen.config import paths, server_mode
@@ -75,18 +75,9 @@ def ledger_rows(days: int) -> list[dict[str, Any]]:
     :raises click.ClickException: it cannot be read (names who can).
     """
     path = service.ledger_path()
-    if not path.exists():  # the broker creates it at its first start: no call yet
-        return []  # (a state directory root alone may read raises PermissionError here)
     since = (clock.today() - timedelta(days=days - 1)).isoformat()
     try:
-        db = open_readonly(path)
-        try:
-            cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd FROM calls "
-                             "WHERE day >= ? ORDER BY id", (since,))
-            return [dict(zip(("citizen", "day", "state", "reserved", "cost"), r, strict=True))
-                    for r in cur.fetchall()]
-        finally:
-            db.close()
+        return calls_since(path, since)
     except sqlite3.Error as exc:
         raise click.ClickException(
             f"cannot read the broker's ledger {path} ({exc}) - on a server run this as root; "
@@ -110,6 +101,8 @@ def spend(days: int, wide: bool, as_json: bool) -> None:
     totals: dict[tuple[str, str], dict[str, Any]] = defaultdict(
         lambda: {"usd": 0.0, "calls": 0, "open": 0})
     for row in ledger_rows(days):
+        if row["state"] == "refused":  # never forwarded: not what the broker let through
+            continue
         t = totals[(row["day"], row["citizen"])]
         t["calls"] += 1
         if row["state"] == "reserved":

@@ -9,10 +9,10 @@ from typing import Any
 import click
 
 from citizen import civilization, config
-from citizen.cli.options import CitizenName, json_option, operator, ring_as_operator
+from citizen.admin import approvals
+from citizen.cli.options import CitizenName, json_option, operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
-from shared import clock
-from shared.consensus import STATES, Consensus, Proposal, emergence, render
+from shared.consensus import Consensus, Proposal, emergence, listing, render
 
 
 def _commons() -> Consensus:
@@ -21,11 +21,7 @@ def _commons() -> Consensus:
 
 def _wake_next(d: Proposal) -> str:
     """Ring whoever owes the next step (as the operator); says so for the output."""
-    who = d.owed_by
-    if who in ("", "operator"):
-        return ""
-    ring_as_operator(who, "CONSENSUS", f"{d.phase} of {d.id}")
-    return f"; rang {who}'s doorbell ({d.phase})"
+    return approvals.ring_next(d)
 
 
 @click.command("proposals")
@@ -40,18 +36,7 @@ def proposals(pending: bool, human: bool, wide: bool, as_json: bool) -> None:
     Example:
       citizen proposal list --human        what waits for `citizen proposal approve|reject`
     """
-    commons = _commons()
-    rows = []
-    for state in ("pending",) if pending or human else STATES:
-        for pid in commons.ids(state):
-            d = commons.load(pid)
-            if human and d.phase != "human":
-                continue
-            rows.append({"id": pid, "state": d.state, "phase": d.phase, "owed_by": d.owed_by,
-                         "stakes": d.stakes, "round": d.round, "flags": len(d.flags),
-                         "goal": render(d)["goal"] or d.request.get("task", "")[:60],
-                         "why": d.why, "opened": _opened(d)})
-    rows.sort(key=lambda r: r["id"])
+    rows = listing.rows(_commons(), pending=pending, human=human)
     if as_json:
         echo(json.dumps(rows))
         return
@@ -62,15 +47,6 @@ def proposals(pending: bool, human: bool, wide: bool, as_json: bool) -> None:
           empty=(f"no proposals waiting for a human - all of them: `{command('proposal list')}`"
                  if human else "no proposals - start one with "
                  + "`" + command('proposal start --by NAME "TASK"') + "`"))
-
-
-def _opened(d: Proposal) -> str | None:
-    """When proposal `d` was asked for, ISO (None for a request without a time)."""
-    ts = d.request.get("ts")
-    try:
-        return clock.now(clock.epoch(ts)) if ts else None
-    except ValueError:  # a record's time that is no timestamp: shown as none
-        return None
 
 
 @click.group("proposal")
@@ -144,8 +120,8 @@ def _echo_ending(d: Proposal) -> None:
 @click.option("--why", default="", help="Your reason, kept with the proposal.")
 def approve(pid: str, why: str) -> None:
     """Approve proposal PID as a human (high-stakes and escalated proposals wait for this)."""
-    d = _commons().decide_human(pid, operator(), "approve", why)
-    echo(f"approved {pid}; next: {d.phase}{_wake_next(d)}")
+    d, rang = approvals.decide(pid, True, why, operator())
+    echo(f"approved {pid}; next: {d.phase}{rang}")
 
 
 @click.command("reject")
@@ -153,8 +129,8 @@ def approve(pid: str, why: str) -> None:
 @click.option("--why", required=True, help="Why - the citizens learn from it.")
 def reject(pid: str, why: str) -> None:
     """Reject proposal PID as a human (any time before it runs)."""
-    d = _commons().decide_human(pid, operator(), "reject", why)
-    echo(f"rejected {pid}; next: {d.phase}{_wake_next(d)}")
+    d, rang = approvals.decide(pid, False, why, operator())
+    echo(f"rejected {pid}; next: {d.phase}{rang}")
 
 
 @click.group("consensus")

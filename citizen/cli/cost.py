@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections import defaultdict
 from typing import Any
 
 import click
@@ -17,32 +16,12 @@ from citizen.home import spend
 
 GROUPS = {"citizen": "citizen", "wake-type": "wake_type", "model": "model",
           "purpose": "purpose", "day": "day"}
-FIELDS = ("tokens_in", "tokens_out", "cache_read", "cache_write")
 
 
 def table(days: int, by: str) -> list[dict[str, Any]]:
     """One row per group: dollars, calls, tokens and the cached share of prompt tokens."""
-    rows: dict[str, dict[str, Any]] = defaultdict(lambda: {"usd": 0.0, "calls": 0,
-                                                           **dict.fromkeys(FIELDS, 0)})
-    for name in civilization.citizens():
-        for day in spend.days(days):
-            for line in spend.lines(paths.home(name), day):
-                key = {"citizen": name, "day": day.isoformat()}.get(
-                    GROUPS[by], str(line.get(GROUPS[by], "?")))
-                row = rows[key]
-                row["usd"] += float(line.get("cost_usd", 0.0))
-                row["calls"] += 1
-                for f in FIELDS:
-                    row[f] += int(line.get(f, 0))
-    out = []
-    for key in sorted(rows):
-        row = rows[key]
-        prompt = row["tokens_in"] + row["cache_read"] + row["cache_write"]
-        out.append({by: key, **row, "usd": round(row["usd"], 6),
-                    # what a call carries on average: the figure that must plateau
-                    "prompt_per_call": round(prompt / row["calls"]) if row["calls"] else 0,
-                    "cached_share": round(row["cache_read"] / prompt, 3) if prompt else 0.0})
-    return out
+    homes = [paths.home(name) for name in civilization.citizens()]
+    return [{by: r.pop(GROUPS[by]), **r} for r in spend.totals(homes, days, (GROUPS[by],))]
 
 
 @click.command()

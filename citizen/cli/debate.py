@@ -11,26 +11,8 @@ import click
 from citizen import civilization, config
 from citizen.cli.options import json_option, operator, ring_as_operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
-from shared import clock
-from shared.debates import BUDGETS, Debate, Debates
-
-
-def summary(debates: Debates, d: Debate) -> dict[str, object]:
-    """One debate in figures: stage, moves, model calls, tokens, cost and time."""
-    moves = debates.moves(d.id)
-    thread = debates.thread(d.id)
-    cost = [m.get("cost", {}) for m in moves]
-    crux = debates.result(d.id)
-    opened = clock.epoch(thread["ts"])  # any format: records before clock.now() were floats
-    last = max((clock.epoch(m.get("ts")) for m in moves), default=opened)
-    return {"id": d.id, "topic": d.topic, "participants": d.participants, "stage": d.stage,
-            "owed_by": d.owed_by(), "moves": d.seq, "question": d.question,
-            "calls": sum(int(c.get("calls", 0)) for c in cost),
-            "tokens": sum(int(c.get("tokens", 0)) for c in cost),
-            "cost_usd": round(sum(float(c.get("usd", 0)) for c in cost), 6),
-            "seconds": round(last - opened, 1),
-            "validated": crux.get("validated") if crux else None, "ended": d.ended,
-            "opened": clock.now(opened) if opened else None}
+from shared.debates import BUDGETS
+from shared.debates.summary import summary
 
 
 @click.command("debates")

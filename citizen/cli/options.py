@@ -11,6 +11,7 @@ from typing import Any, TypeVar
 import click
 
 from citizen import civilization
+from citizen.admin import approvals
 from citizen.cli.terminal import NoSuch, clean, command
 from citizen.config import PROVIDERS, paths, server_mode, templates
 
@@ -93,10 +94,7 @@ def operator() -> str:
 
 def ring_as_operator(name: str, wake_type: str, reason: str) -> None:
     """Ring citizen NAME's doorbell from the shell."""
-    home = paths.home(name)
-    # Root (an operator with sudo) rings on the citizen's behalf: the citizen owns the file.
-    owner = (home.dir.stat().st_uid, home.dir.stat().st_gid) if os.geteuid() == 0 else None
-    if not civilization.commons().ring(name, wake_type, reason, sender="operator", owner=owner):
+    if not approvals.ring(name, wake_type, reason):
         raise click.ClickException(f"could not ring {name}'s doorbell (see the log above); "
                                    "its next scheduled wake takes the work")
 

@@ -17,8 +17,7 @@ from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Request
 from citizen.wake.types.stream import say
-from shared import clock
-from shared.streams import PRESETS, Streams
+from shared.streams import PRESETS, Streams, summary
 
 
 @click.command("say")
@@ -130,24 +129,6 @@ def decisions() -> None:
     """Coordination decisions: list, show, replay, rate, calibration."""
 
 
-def _summary(streams: Streams, sid: str) -> dict[str, Any]:
-    info, decision = streams.info(sid), streams.decision(sid) or {}
-    return {"id": sid, "room": info["room"], "text": info["text"][:80],
-            "participants": info["participants"], "granted": decision.get("granted"),
-            "exit": decision.get("exit"), "decided_at_ms": decision.get("decided_at_ms"),
-            "fallback": bool(decision.get("fallback")),
-            "responses": sorted(streams.responses(sid)),
-            "created": _when(info.get("created", info.get("ts")))}
-
-
-def _when(ts: object) -> str | None:
-    """A record's time as ISO (records before the one format carry an epoch float)."""
-    try:
-        return clock.now(clock.epoch(ts)) if ts else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):  # no timestamp: shown as none
-        return None
-
-
 def _fallback(decision: Mapping[str, Any]) -> str:
     return "; nobody claimed: the most confident answers" if decision.get("fallback") else ""
 
@@ -159,7 +140,7 @@ def list_cmd(wide: bool, as_json: bool) -> None:
     """Streams, newest last: when (an age; ISO in --json), who was granted, how the
     decision was reached, what was said."""
     streams = civilization.streams()
-    rows = [_summary(streams, sid) for sid in streams.ids()]
+    rows = [summary.summary(streams, sid) for sid in streams.ids()]
     if as_json:
         echo(json.dumps(rows))
         return
@@ -175,10 +156,7 @@ def list_cmd(wide: bool, as_json: bool) -> None:
 def show(sid: str, as_json: bool) -> None:
     """Stream SID: every bid with what its bidder saw, the decision, the answers."""
     streams = civilization.streams()
-    out = {**_summary(streams, sid),
-           "records": {c: streams.read_record(sid, c)
-                       for c in streams.info(sid)["participants"]},
-           "answers": {c: r["text"] for c, r in streams.responses(sid).items()}}
+    out = summary.detail(streams, sid)
     if as_json:
         echo(json.dumps(out))
         return

@@ -223,3 +223,11 @@ def broker_socket() -> Path:
     if server_mode(shared_dir()):
         return SERVER_BROKER_SOCKET
     return civ_root() / ".broker" / "broker.sock"
+
+
+def web_token() -> Path:
+    """The operator's web token (`citizen web --token`): on a server root's
+    /etc/experience/web.token, readable by the web service's group; in dev mode
+    CIV_ROOT/.web/token, the developer's."""
+    return operator_dir() / "web.token" if server_mode(shared_dir()) else \
+        civ_root() / ".web" / "token"

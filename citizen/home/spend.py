@@ -93,6 +93,36 @@ def days(n: int) -> list[date]:
     return [end - timedelta(days=i) for i in range(n - 1, -1, -1)]
 
 
+TOKENS = ("tokens_in", "tokens_out", "cache_read", "cache_write")
+
+
+def totals(homes: Iterable[Home], n_days: int, by: tuple[str, ...]) -> list[dict[str, Any]]:
+    """The ledgers of `homes` over the last `n_days`, one row per group of `by` (any of
+    citizen, day, wake_type, model, purpose): dollars, calls, tokens, the prompt tokens an
+    average call carries and the cached share of prompt tokens (`citizen cost`, the
+    dashboard's Money page)."""
+    rows: dict[tuple[str, ...], dict[str, Any]] = {}
+    for home in homes:
+        for day in days(n_days):
+            for line in lines(home, day):
+                fields = {"citizen": home.name, "day": day.isoformat()}
+                key = tuple(fields.get(b) or str(line.get(b, "?")) for b in by)
+                row = rows.setdefault(key, {"usd": 0.0, "calls": 0, **dict.fromkeys(TOKENS, 0)})
+                row["usd"] += float(line.get("cost_usd", 0.0))
+                row["calls"] += 1
+                for f in TOKENS:
+                    row[f] += int(line.get(f, 0))
+    out = []
+    for key in sorted(rows):
+        row = rows[key]
+        prompt = row["tokens_in"] + row["cache_read"] + row["cache_write"]
+        out.append({**dict(zip(by, key, strict=True)), **row, "usd": round(row["usd"], 6),
+                    # what a call carries on average: the figure that must plateau
+                    "prompt_per_call": round(prompt / row["calls"]) if row["calls"] else 0,
+                    "cached_share": round(row["cache_read"] / prompt, 3) if prompt else 0.0})
+    return out
+
+
 @dataclass
 class Daily:
     """The daily caps as one citizen's meter checks them."""

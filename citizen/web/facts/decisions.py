@@ -1,0 +1,140 @@
+"""The Decisions page's facts: what waits for a person, proposals, debates, ThoughtStream
+rooms and the mail quarantine - computed from the stores on every call (never cached: an
+empty queue is a fact about the store, not a default), through the same readers as
+`citizen proposal list|show`, `debate list|show`, `stream list|show` and `mail quarantine`.
+
+Everything returned is data as citizens, mails and models wrote it: escaping is the page's.
+A source this process cannot read is named in `unreadable`, never shown as empty.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from typing import Any
+
+from citizen import civilization, config
+from citizen.admin import approvals
+from citizen.broker import mailstate, onboarding
+from citizen.config import paths
+from shared.atomic import CorruptFile
+from shared.consensus import STATES, listing, render
+from shared.debates import summary as debate_summary
+from shared.errors import SharedError
+from shared.streams import summary as stream_summary
+
+# Why each kind of item waits for a person, and the command that settles it.
+WAITS = {"proposal": "a high-stakes or escalated proposal: approve or reject it "
+                     "(`citizen proposal approve|reject`)",
+         "onboarding": "a citizen asked for a new citizen: `citizen onboard --approve|--reject`"}
+
+
+def waiting_for_a_person() -> dict[str, Any]:
+    """The queue of what waits for the operator, read from the stores now.
+
+    {"items": [{"kind", "id", "summary", "why", "since", ...}], "count": n,
+     "unreadable": [{"source", "error"}]} - `count` is 0 only when every source was read
+    and holds nothing waiting; a source that could not be read is in `unreadable`.
+    """
+    items: list[dict[str, Any]] = []
+    unreadable: list[dict[str, str]] = []
+    try:
+        for r in listing.waiting_for_human(civilization.consensus(config.templates())):
+            items.append({"kind": "proposal", "id": r["id"], "summary": r["goal"],
+                          "why": r["why"] or WAITS["proposal"], "since": r["opened"],
+                          "stakes": r["stakes"]})
+    except (OSError, SharedError) as exc:
+        unreadable.append({"source": "proposals", "error": str(exc)})
+    try:
+        for r in onboarding.all_requests():
+            if r.get("status") in onboarding.OPEN:
+                items.append({"kind": "onboarding", "id": r["id"],
+                              "summary": f"{r.get('name')}: {r.get('focus', '')}",
+                              "why": f"asked by {r.get('author')}: {r.get('why', '')}",
+                              "since": r.get("requested_at")})
+    except (OSError, CorruptFile) as exc:  # on a server: the broker's 0700 state
+        unreadable.append({"source": "onboarding requests", "error": str(exc)})
+    return {"items": items, "count": len(items), "unreadable": unreadable}
+
+
+def proposals() -> dict[str, list[dict[str, Any]]]:
+    """Every proposal's row (`citizen proposal list`), grouped by state."""
+    rows = listing.rows(civilization.consensus(config.templates()))
+    return {state: [r for r in rows if r["state"] == state] for state in STATES}
+
+
+def proposal(pid: str) -> dict[str, Any]:
+    """Proposal `pid` whole: what `citizen proposal show --json` gives, plus its row
+    (phase, owed_by, roles, stakes and reasons, flags, the human decision).
+
+    :raises Invalid: no such proposal.
+    """
+    d = civilization.consensus(config.templates()).load(pid)
+    return {**render(d), "row": listing.row(d), "roles": d.roles,
+            "stakes_reasons": d.stakes_reasons, "flags": d.flags, "human": d.human,
+            "awaits_person": d.phase == "human"}
+
+
+def debates() -> list[dict[str, Any]]:
+    """Every debate in figures (`citizen debate list`)."""
+    store = civilization.debates()
+    return [debate_summary.summary(store, store.load(did)) for did in store.ids()]
+
+
+def debate(did: str) -> dict[str, Any]:
+    """Debate `did`: stage, steelman table, commitments, falsifiers, crux and its moves
+    (`citizen debate show`, and the events `debate follow` prints)."""
+    return debate_summary.detail(civilization.debates(), did)
+
+
+def streams() -> list[dict[str, Any]]:
+    """Every ThoughtStream decision: room, who was granted, how (`citizen stream list`)."""
+    store = civilization.streams()
+    return [stream_summary.summary(store, sid) for sid in store.ids()]
+
+
+def stream(sid: str) -> dict[str, Any]:
+    """Stream `sid`: each participant's bid, who was granted, the answers
+    (`citizen stream show`)."""
+    return stream_summary.detail(civilization.streams(), sid)
+
+
+def rooms() -> dict[str, list[dict[str, Any]]]:
+    """The streams grouped by room, oldest first."""
+    out: dict[str, list[dict[str, Any]]] = {}
+    for row in streams():
+        out.setdefault(str(row["room"]), []).append(row)
+    return out
+
+
+def quarantine() -> dict[str, Any]:
+    """Every citizen's quarantined mail with its reason (`citizen mail quarantine`, the
+    broker's record): {"rows": [{citizen, ts, from, reason, message_id}], "unreadable"}."""
+    rows: list[dict[str, Any]] = []
+    unreadable: list[dict[str, str]] = []
+    for name in civilization.citizens():
+        try:
+            found = mailstate.quarantined_readonly(paths.broker_state(), name)
+        except (OSError, sqlite3.Error) as exc:  # on a server: the broker's 0700 state
+            unreadable.append({"source": f"{name}'s quarantine", "error": str(exc)})
+            continue
+        rows += [{"citizen": name, **r} for r in found]
+    return {"rows": rows, "unreadable": unreadable}
+
+
+def record_human_decision(proposal_id: str, approve: bool, why: str, operator: str,
+                          token: str) -> dict[str, Any]:
+    """Record a person's approve or reject from the dashboard, by the rules of
+    `citizen proposal approve|reject` (citizen.admin.approvals). On a server the web
+    user cannot write the root-owned decision: root's helper does, for the web user
+    only, with the token; in dev mode the same function the CLI calls runs here.
+
+    Returns {"proposal", "phase", "note"}.
+    :raises NotAllowed: a wrong or missing token, nothing to approve, already decided,
+        a rejection without a reason, or the helper unreachable - nothing recorded.
+    :raises Invalid: no such proposal.
+    """
+    if config.server_mode():
+        return approvals.ask_root(proposal_id, approve, why, operator, token)
+    approvals.check_token(token)
+    d, note = approvals.decide(proposal_id, approve, why, approvals.clean_operator(operator))
+    return {"ok": True, "proposal": d.id, "phase": d.phase, "note": note}

@@ -1,0 +1,67 @@
+"""The Money page's facts, as series a chart draws: dollars per day per citizen and per
+wake type, and the cached share of prompt tokens (every citizen's spend ledger - the
+source of `citizen cost`), and the reservations the broker refused (its ledger - the
+source of `citizen spend`). Read on every call; nothing cached.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections import defaultdict
+from datetime import timedelta
+from typing import Any
+
+from citizen import civilization
+from citizen.broker import ledger, service
+from citizen.config import paths
+from citizen.home import spend
+from shared import clock
+
+DAYS = 30  # the page's default window, today included
+
+
+def _homes() -> list[paths.Home]:
+    return [paths.home(name) for name in civilization.citizens()]
+
+
+def cost_by_citizen(days: int = DAYS) -> list[dict[str, Any]]:
+    """[{day, citizen, usd, calls}] - one point per citizen and day with a model call."""
+    return [{k: r[k] for k in ("day", "citizen", "usd", "calls")}
+            for r in spend.totals(_homes(), days, ("day", "citizen"))]
+
+
+def cost_by_wake_type(days: int = DAYS) -> list[dict[str, Any]]:
+    """[{day, wake_type, usd, calls}] - memory roll-ups and `citizen ask` are types too."""
+    return [{k: r[k] for k in ("day", "wake_type", "usd", "calls")}
+            for r in spend.totals(_homes(), days, ("day", "wake_type"))]
+
+
+def cached_share(days: int = DAYS) -> list[dict[str, Any]]:
+    """[{day, citizen, prompt_tokens, cache_read, cached_share}]: how much of what was sent
+    the provider read from its cache (the figure that should rise as prompts settle)."""
+    return [{"day": r["day"], "citizen": r["citizen"],
+             "prompt_tokens": r["tokens_in"] + r["cache_read"] + r["cache_write"],
+             "cache_read": r["cache_read"], "cached_share": r["cached_share"]}
+            for r in spend.totals(_homes(), days, ("day", "citizen"))]
+
+
+def refused(days: int = DAYS) -> dict[str, Any]:
+    """The calls the broker refused because their worst case did not fit a cap:
+    {"series": [{day, citizen, refused, usd}], "unreadable": error or None} - `usd` is
+    what the refused reservations asked for. On a server the ledger is the broker's
+    (0700); a ledger this process cannot read is said, never shown as no refusals."""
+    since = (clock.today() - timedelta(days=days - 1)).isoformat()
+    try:
+        rows = ledger.calls_since(service.ledger_path(), since)
+    except (OSError, sqlite3.Error) as exc:
+        return {"series": [], "unreadable": f"{service.ledger_path()}: {exc}"}
+    totals: dict[tuple[str, str], dict[str, Any]] = defaultdict(
+        lambda: {"refused": 0, "usd": 0.0})
+    for row in rows:
+        if row["state"] == "refused":
+            t = totals[(row["day"], row["citizen"])]
+            t["refused"] += 1
+            t["usd"] += float(row["reserved"] or 0.0)
+    return {"series": [{"day": d, "citizen": c, "refused": t["refused"],
+                        "usd": round(t["usd"], 6)} for (d, c), t in sorted(totals.items())],
+            "unreadable": None}
