@@ -10,7 +10,8 @@ from pathlib import Path
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
-from starlette.routing import BaseRoute, Mount
+from starlette.responses import RedirectResponse
+from starlette.routing import BaseRoute, Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from citizen.web import render
@@ -29,6 +30,9 @@ def make_app(root: Path | None = None) -> Starlette:
     routes: list[BaseRoute] = []
     for module in PAGES:
         routes.extend(importlib.import_module(module).routes)
+    # Browsers ask for /favicon.ico on their own (the pages link /static/favicon.ico).
+    routes.append(Route("/favicon.ico", lambda request: RedirectResponse(
+        "/static/favicon.ico", status_code=301)))
     routes.append(Mount("/static", StaticFiles(directory=render.STATIC), name="static"))
     app = Starlette(routes=routes, middleware=[Middleware(Guard, sessions=sessions)])
     app.state.sessions = sessions

@@ -9,4 +9,6 @@ PAGES = (
     "citizen.web.pages.login",
     "citizen.web.pages.civilization",
     "citizen.web.pages.wakes",
+    "citizen.web.pages.decisions",
+    "citizen.web.pages.money",
 )
