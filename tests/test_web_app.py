@@ -31,7 +31,7 @@ from citizen.web.facts import civilization
 from tests.scripts import Actor, call
 
 INJECTED = "<script>alert(1)</script>"
-PAGES = ("/", "/wakes/opus", "/wakes/opus/1")
+PAGES = ("/", "/wakes/opus", "/wakes/opus/1", "/decisions", "/money")
 
 
 def logged_in(root: Path) -> TestClient:

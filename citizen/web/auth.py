@@ -40,7 +40,10 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 COOKIE = "civ_session"
 SESSION_S = 12 * 3600  # a session lasts a working day; then the token is asked again
-PUBLIC = ("/login", "/static/")  # all that is served without a session: no citizen data
+# All that is served without a session (no citizen data): the login form, the icon a
+# browser fetches by itself (a 401 there is a console error on the login page), static files.
+PUBLIC = ("/login", "/favicon.ico")
+PUBLIC_PREFIX = "/static/"
 TOKEN_BYTES = 32  # 256 bits: guessing is hopeless, so no lockout is needed
 # Strict: scripts, styles, images and live updates from this origin only; no inline script
 # or style (an injected <script> in a model's reply could not run even if it were unescaped),
@@ -52,7 +55,10 @@ HEADERS = [
     (b"content-security-policy", CSP.encode()),
     (b"x-frame-options", b"DENY"),
     (b"x-content-type-options", b"nosniff"),
-    (b"referrer-policy", b"no-referrer"),
+    # same-origin, not no-referrer: under no-referrer a browser sends `Origin: null` with
+    # the page's own forms, and the origin check below would refuse every one of them.
+    # No other site is ever sent a Referer either way.
+    (b"referrer-policy", b"same-origin"),
     (b"cache-control", b"no-store"),  # citizen data is never kept in a browser's or proxy's cache
 ]
 _KEY_SHAPES = re.compile(rb"sk-ant-[A-Za-z0-9_\-]{8,}")  # an Anthropic key, wherever it came from
@@ -194,7 +200,7 @@ class Guard:
             await self.app(scope, receive, send)
             return
         path: str = scope["path"]
-        public = path == PUBLIC[0] or path.startswith(PUBLIC[1])
+        public = path in PUBLIC or path.startswith(PUBLIC_PREFIX)
         session = self.sessions.read(_cookie(scope))
         scope.setdefault("state", {})["session"] = session
         send = self._guarded(send)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from starlette.requests import Request
@@ -16,16 +16,19 @@ from starlette.routing import Route
 
 from citizen.web import render
 from citizen.web.facts import money
+from shared import clock
 
 
-def chart(title: str, unit: str, points: list[dict[str, Any]], by: str, value: str
-          ) -> str:
-    """One chart's data as JSON for uPlot: the days (epoch seconds, UTC midnight) and a
-    series per `by` (a citizen, a wake type) of `value` per day, null where it had none.
-    Autoescaped into an attribute by the template, parsed by static/money.js."""
-    days = sorted({str(p["day"]) for p in points})
+def chart(title: str, unit: str, points: list[dict[str, Any]], by: str, value: str,
+          *, scale: float = 1.0) -> str:
+    """One chart's data as JSON for uPlot: every day of the window (epoch seconds, UTC
+    midnight) and a series per `by` (a citizen, a wake type) of `value` x `scale` per day,
+    null where it had none. Autoescaped into an attribute by the template, parsed by
+    static/money.js."""
+    last = clock.today()
+    days = [(last - timedelta(days=n)).isoformat() for n in range(money.DAYS - 1, -1, -1)]
     names = sorted({str(p[by]) for p in points})
-    at = {(str(p["day"]), str(p[by])): p[value] for p in points}
+    at = {(str(p["day"]), str(p[by])): p[value] * scale for p in points}
     return json.dumps({
         "title": title, "unit": unit,
         "x": [int(datetime.fromisoformat(d).replace(tzinfo=UTC).timestamp()) for d in days],
@@ -43,8 +46,8 @@ async def page(request: Request) -> Response:
     charts = [
         chart("Dollars per day, by citizen", "$", facts_["by_citizen"], "citizen", "usd"),
         chart("Dollars per day, by wake type", "$", facts_["by_type"], "wake_type", "usd"),
-        chart("Cached share of prompt tokens", "share", facts_["cached"], "citizen",
-              "cached_share"),
+        chart("Cached share of prompt tokens", "%", facts_["cached"], "citizen",
+              "cached_share", scale=100.0),
         chart("Reservations refused by the broker", "calls", facts_["refused"]["series"],
               "citizen", "refused"),
     ]
