@@ -27,6 +27,7 @@ units=/etc/systemd/system
 changes=0
 restart_broker=0
 restart_web=0
+restart_approve=0
 local_model=0
 if [ "${1:-}" = --local-model ]; then local_model=1; shift; fi
 # shellcheck source=lib/progress.sh
@@ -432,13 +433,15 @@ step "$current"
 reload=0
 for unit in citizen@.service citizens.target experience-backup.service \
             experience-backup.timer experience-broker.service experience-disk.service \
-            experience-disk.timer citizen-web.service; do
+            experience-disk.timer citizen-web.service experience-approve.socket \
+            experience-approve@.service; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
         reload=1
         [ "$unit" != experience-broker.service ] || restart_broker=1
         [ "$unit" != citizen-web.service ] || restart_web=1
+        [ "$unit" != experience-approve.socket ] || restart_approve=1
     fi
 done
 if [ "$reload" -eq 1 ]; then
@@ -493,6 +496,16 @@ fi
 
 current="the dashboard"
 step "$current"
+# Root's approval helper (experience-approve.socket, one experience-approve@ per request):
+# enabled, since it listens only on a 0660 root:experience-web socket and answers only the
+# web user with the operator's token - without it the dashboard's approve button fails.
+if ! systemctl is-enabled --quiet experience-approve.socket; then
+    systemctl enable --quiet --now experience-approve.socket
+    changed "experience-approve.socket enabled (the dashboard's approve and reject)"
+elif [ "$restart_approve" -eq 1 ]; then
+    systemctl restart experience-approve.socket  # a changed socket takes effect on restart
+    changed "experience-approve.socket restarted"
+fi
 # Installed, not enabled: a listening service, even on loopback, is the operator's choice
 # (DEPLOY.md: systemctl enable --now citizen-web). Once running, it follows upgrades.
 if systemctl is-active --quiet citizen-web.service \

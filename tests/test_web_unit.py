@@ -71,3 +71,20 @@ def test_setup_installs_it_with_the_token_and_leaves_it_to_the_operator() -> Non
     # Not enabled by setup: the operator's `systemctl enable --now citizen-web`.
     assert not re.search(r"^\s*systemctl enable[^\n]*citizen-web", SETUP, re.M)
     assert "systemctl enable --now citizen-web" in DEPLOY
+
+
+def test_setup_installs_and_enables_roots_approval_helper_with_its_socket() -> None:
+    units = re.search(r"^for unit in (.*?); do", SETUP, re.S | re.M)
+    assert units is not None
+    listed = units.group(1).replace("\\\n", " ").split()
+    assert {"experience-approve.socket", "experience-approve@.service"} <= set(listed)
+    # The socket is enabled and started (the service is instantiated per connection);
+    # the web user's group exists by then, since SocketGroup= names it.
+    assert "systemctl enable --quiet --now experience-approve.socket" in SETUP
+    assert SETUP.index('"Experience dashboard" experience-web') \
+        < SETUP.index("enable --quiet --now experience-approve.socket")
+    socket = directives((paths.project_dir() / "systemd" / "experience-approve.socket")
+                        .read_text())
+    assert socket["SocketGroup"] == ["experience-web"] and socket["SocketMode"] == ["0660"]
+    assert socket["Accept"] == ["yes"]
+    assert socket["WantedBy"] == ["sockets.target"]
