@@ -155,7 +155,8 @@ def test_approving_through_the_page_records_a_human_decision_and_lets_it_run(
     browser.get(served.url(f"/decisions/proposals/{world.waiting}"))
     browser.find_element(By.NAME, "why").send_keys("looks right")
     browser.find_element(By.ID, "approve").click()
-    wait_for_text(browser, "#message", "Recorded: approve")
+    # 15 s: the POST records, rings the executor and renders; 2 cores shared under CI load.
+    wait_for_text(browser, "#message", "Recorded: approve", timeout=15)
     d = commons().load(world.waiting)
     assert d.phase == "execute"  # the executor goes on
     assert d.human is not None and (d.human["operator"], d.human["decision"],
@@ -174,7 +175,7 @@ def test_a_refusal_is_shown_on_the_page_and_records_nothing(
     log_in(browser, served)
     browser.get(served.url(f"/decisions/proposals/{world.waiting}"))
     browser.find_element(By.ID, "reject").click()  # a rejection without a reason
-    wait_for_text(browser, "#message", "needs a reason")
+    wait_for_text(browser, "#message", "needs a reason", timeout=15)
     assert commons().load(world.waiting).human is None
 
 
