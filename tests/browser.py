@@ -147,14 +147,25 @@ def wait_for_text(driver: WebDriver, css: str, text: str, timeout: float = 5.0) 
 
     :raises AssertionError: it did not within `timeout` seconds (with what it showed).
     """
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import TimeoutException, WebDriverException
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support import expected_conditions
     from selenium.webdriver.support.ui import WebDriverWait
 
+    def shows(d: WebDriver) -> bool:
+        try:
+            return bool(expected_conditions.text_to_be_present_in_element(
+                (By.CSS_SELECTOR, css), text)(d))
+        except WebDriverException as exc:
+            # Mid-navigation the element found may belong to the page being left: Chromium
+            # says "Node with given id does not belong to the document" (not a stale
+            # element error, so WebDriverWait would not retry it). Look again.
+            if "does not belong to the document" in str(exc):
+                return False
+            raise
+
     try:
-        WebDriverWait(driver, timeout, poll_frequency=0.05).until(
-            expected_conditions.text_to_be_present_in_element((By.CSS_SELECTOR, css), text))
+        WebDriverWait(driver, timeout, poll_frequency=0.05).until(shows)
     except TimeoutException:
         shown = [e.text for e in driver.find_elements(By.CSS_SELECTOR, css)]
         raise AssertionError(f"{css!r} did not show {text!r} within {timeout} s; "
