@@ -19,7 +19,7 @@ from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
-from citizen import civilization, config
+from citizen import civilization
 from citizen.broker import onboarding
 from citizen.cli import cli
 from citizen.config import paths
@@ -27,7 +27,6 @@ from citizen.home.tasks import TaskQueue
 from citizen.wake.flow import run_wake
 from citizen.web import auth
 from citizen.web.app import make_app
-from shared.consensus import Consensus
 from tests.browser import (
     DESKTOP,
     PHONE,
@@ -41,7 +40,7 @@ from tests.browser import (
 from tests.scripts import Actor, call
 from tests.test_web_app import csrf_of, logged_in
 from tests.test_web_app import wake as opus_wake
-from tests.thoughtworld import HELLO, proposal
+from tests.web_world import commons, waiting
 
 # The fixtures `browser` (a headless Chromium; skipped with the reason when chromium,
 # chromedriver or selenium is missing) and `served` (the `app` below under uvicorn on a
@@ -57,19 +56,6 @@ class World:
     wake: int  # opus's wake with three tool calls
     waiting: str  # the proposal that waits for a person
     debate: str  # a running debate with one move
-
-
-def commons() -> Consensus:
-    return civilization.consensus(config.templates())
-
-
-def waiting(task: str = HELLO) -> str:
-    """A proposal its verifier handed to a person: it waits for the operator."""
-    c = commons()
-    d = c.request(task, "opus", "operator")
-    c.propose(d.id, "opus", proposal())
-    c.give_up(d.id, c.load(d.id).roles["verifier"], "let a person decide")
-    return d.id
 
 
 def small_wake(name: str) -> None:

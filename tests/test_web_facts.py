@@ -12,16 +12,16 @@ from pathlib import Path
 
 import pytest
 
-from citizen import civilization, config
+from citizen import civilization
 from citizen.admin import approvals
 from citizen.broker import mailstate, service
 from citizen.broker.ledger import CapExceeded, Caps, Ledger
 from citizen.config import paths
 from citizen.home import spend
 from citizen.web.facts import decisions, money
-from shared.consensus import Consensus
 from shared.errors import NotAllowed
-from tests.thoughtworld import HELLO, proposal
+from tests.thoughtworld import HELLO
+from tests.web_world import commons, waiting
 
 TOKEN = "the-operators-token-0123456789"  # noqa: S105 - a test's token
 HOSTILE = "<script>alert(1)</script>\x1b]0;x\x07"
@@ -34,20 +34,6 @@ def token(civ: Path) -> str:
     # The format citizen.web.auth writes: a comment line, then the token.
     path.write_text(f"# the operator's token\n{TOKEN}\n")
     return TOKEN
-
-
-def commons() -> Consensus:
-    return civilization.consensus(config.templates())
-
-
-def waiting(task: str = HELLO) -> str:
-    """A proposal its verifier handed to a person: it waits for the operator."""
-    c = commons()
-    d = c.request(task, "opus", "operator")
-    c.propose(d.id, "opus", proposal())
-    c.give_up(d.id, c.load(d.id).roles["verifier"], "let a person decide")
-    assert c.load(d.id).phase == "human"
-    return d.id
 
 
 # ---------------------------------------------------------------- the queue
