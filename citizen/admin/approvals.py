@@ -25,6 +25,7 @@ from typing import Any
 
 from citizen import civilization, config
 from citizen.config import paths
+from citizen.config.secrets import web_token_in
 from shared.consensus import Proposal
 from shared.errors import NotAllowed, SharedError
 from shared.identity import peer_uid
@@ -79,9 +80,7 @@ def check_token(token: str, path: Path | None = None) -> None:
     except OSError as exc:
         raise NotAllowed(f"no web token at {path} ({exc.strerror}) - make one with "
                          "`citizen web --token`") from exc
-    # The file's format (citizen.web.auth): comment lines, then the token.
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    expected = lines[-1] if lines else ""
+    expected = web_token_in(text)
     # compare_digest: the time taken says nothing about how much of a guess was right.
     if not expected or not hmac.compare_digest(token.strip().encode(), expected.encode()):
         raise NotAllowed("the operator's web token is wrong or missing - nothing was "

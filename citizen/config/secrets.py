@@ -58,6 +58,13 @@ class Secrets:
         return text
 
 
+def web_token_in(text: str) -> str:
+    """The operator's web token in the text of its file (`paths.web_token()`): comment
+    lines, then the token; "" when it holds none."""
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
+    return lines[-1] if lines else ""
+
+
 def parse_env(path: Path) -> dict[str, str]:
     """Parse a `.env` file: `KEY=VALUE` lines, `#` comments, optional quotes.
 

@@ -22,12 +22,11 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
 
 from citizen.config import paths
-from citizen.config.secrets import MIN_SECRET, SECRET_KEYS
+from citizen.config.secrets import MIN_SECRET, SECRET_KEYS, web_token_in
 from citizen.errors import CitizenError
 from shared.atomic import write_bytes
 from shared.identity import server_mode
@@ -70,20 +69,12 @@ class TokenMissing(CitizenError, FileNotFoundError):
     """The server's token file is not there (or not readable by this user)."""
 
 
-def token_path() -> Path:
-    """Where the operator's token is: /etc/experience/web.token on a server, else
-    `$CIV_ROOT/.web/token`."""
-    if server_mode(paths.shared_dir()):
-        return paths.operator_dir() / "web.token"
-    return paths.civ_root() / ".web" / "token"
-
-
 def load_token() -> str:
     """The operator's token; in dev mode made on first use.
 
     :raises TokenMissing: on a server the file is missing or unreadable (setup makes it).
     """
-    path = token_path()
+    path = paths.web_token()
     server = server_mode(paths.shared_dir())
     try:
         text = path.read_text(encoding="utf-8")
@@ -99,11 +90,11 @@ def load_token() -> str:
     except PermissionError:
         raise TokenMissing(f"{path} is not readable by this user - run `citizen web` as the "
                            "experience-web user or as root") from None
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip() and not ln.startswith("#")]
-    if not lines:
+    token = web_token_in(text)
+    if not token:
         raise TokenMissing(f"{path} holds no token - delete it (dev mode makes a new one) "
                            "or run setup again")
-    return lines[-1]
+    return token
 
 
 @dataclass(frozen=True)
