@@ -8,12 +8,14 @@ error naming the file - it is kept for inspection, never silently reset.
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import stat
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from shared.errors import Invalid
 from shared.locks import locked
@@ -166,6 +168,29 @@ def _link_new(dir_fd: int, name: str, data: bytes, mode: int,
         os.close(fd)
         if tmp:
             os.unlink(tmp, dir_fd=dir_fd)
+
+
+class NotPlain(OSError):
+    """A path that is a link, a FIFO, a device or a directory, where a plain file was read."""
+
+
+def open_plain(path: Path) -> BinaryIO:
+    """`path` opened for reading if it is a plain file - for a reader more privileged than
+    the file's writer (root reading a citizen's files): O_NOFOLLOW, so a planted link does
+    not lead it to a file the writer cannot read, and O_NONBLOCK, so a FIFO does not hang it.
+
+    :raises NotPlain: a link or anything but a plain file. :raises OSError: cannot be opened.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
+            raise NotPlain(exc.errno, f"{path} is a symbolic link, not a plain file") from exc
+        raise
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise NotPlain(errno.EINVAL, f"{path} is not a plain file")
+    return os.fdopen(fd, "rb")
 
 
 def read_json(path: Path, schema_version: int | None = None) -> Any:

@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import stat
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any
 
 from citizen.errors import CitizenError
 from shared import clock
-from shared.atomic import CorruptFile, create_beneath, write_json
+from shared.atomic import CorruptFile, NotPlain, create_beneath, open_plain, write_json
 
 SCHEMA_VERSION = 1
 # Every state a task can be in; only `queue` and `active` are ever claimed from.
@@ -98,14 +97,14 @@ def _plain_bytes(path: Path) -> bytes:
     :raises CorruptFile: not a plain file, or too big. :raises FileNotFoundError: gone.
     """
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        fh = open_plain(path)
+    except FileNotFoundError:
+        raise
+    except NotPlain as exc:
+        raise CorruptFile(path, "not a plain file") from exc
     except OSError as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise
         raise CorruptFile(path, f"not a plain file ({exc.strerror})") from exc
-    with os.fdopen(fd, "rb") as fh:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise CorruptFile(path, "not a plain file")
+    with fh:
         raw = fh.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         raise CorruptFile(path, f"not valid JSON (over {MAX_BYTES} bytes: no task is)")

@@ -13,7 +13,6 @@ import hashlib
 import json
 import os
 import re
-import stat
 import time
 import zlib
 from collections.abc import Callable
@@ -22,7 +21,7 @@ from typing import Any
 
 from citizen.config.paths import Home
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, write_bytes
+from shared.atomic import append_line, open_plain, write_bytes
 
 MAX_EVENT = 16 * 2**20  # --follow reads at most this much a poll; a longer line is skipped
 
@@ -121,25 +120,11 @@ def name_of(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
-def _open(path: Path) -> Any:
-    """`path` opened for reading if it is a plain file: root reads the citizen's logs
-    (`citizen logs`, `task show`), so O_NOFOLLOW (a link must not lead it to a file the
-    citizen cannot read) and O_NONBLOCK (a FIFO must not hang it).
-
-    :raises OSError: it is a link, a FIFO or anything but a plain file (or gone).
-    """
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise OSError(f"{path} is not a plain file")
-    return os.fdopen(fd, "rb")
-
-
 def read(path: Path) -> list[dict[str, Any]]:
     """The events of a wake log; a torn last line (crash mid-write) is skipped."""
     events: list[dict[str, Any]] = []
     try:
-        with _open(path) as raw:
+        with open_plain(path) as raw:
             if not path.name.endswith(".gz"):
                 lines = raw.read().decode("utf-8", "replace").splitlines()
                 return [e for e in (_parse(line.encode()) for line in lines) if e]
@@ -162,7 +147,7 @@ def read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
     try:
         if path.stat().st_size <= offset:
             return [], offset
-        with _open(path) as fh:
+        with open_plain(path) as fh:
             fh.seek(offset)
             data = fh.read(MAX_EVENT)
     except OSError:  # compressed or swept since it was listed, or no plain file: nothing
@@ -187,7 +172,7 @@ def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         events = read(path)
         return (events[0], events[-1]) if events else ({}, {})
     try:
-        fh = _open(path)
+        fh = open_plain(path)
     except FileNotFoundError:
         raise
     except OSError:  # no plain file (a link, a FIFO): no events
