@@ -6,6 +6,7 @@ and the web dashboard's civilization page shows it - the same facts from one fun
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
@@ -23,23 +24,35 @@ RECENT_S = 2 * 86400.0  # wall seconds: a log written since may hold a wake of t
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
 
 
+@dataclass(frozen=True)
+class Daemon:
+    """What citizen NAME's heartbeat says of its daemon."""
+
+    text: str  # "sleeping (pid 12)", "not running", "stale heartbeat (130 s old)", ...
+    running: bool  # a live daemon whose heartbeat is fresh (or which is waking)
+    next_wake: str | None
+
+
+def daemon(home: paths.Home) -> Daemon:
+    """Read citizen's heartbeat alone - what `task add` needs to say whether it runs."""
+    if not home.heartbeat.exists():
+        return Daemon("not running", False, None)
+    try:
+        beat = read_json(home.heartbeat)
+        age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
+        if beat["state"] == "stopped" or not alive(int(beat["pid"])):
+            return Daemon("not running", False, None)
+        if age.total_seconds() > STALE_S and beat["state"] != "waking":
+            return Daemon(f"stale heartbeat ({int(age.total_seconds())} s old)", False, None)
+        return Daemon(f"{beat['state']} (pid {beat['pid']})", True, beat.get("next_wake_at"))
+    except (ValueError, KeyError, OSError) as exc:
+        return Daemon(f"unreadable heartbeat ({exc})", False, None)
+
+
 def citizen_status(name: str) -> dict[str, Any]:
     """Daemon state, last and next wake, current task, wakes and dollars today."""
     home = paths.home(name)
-    daemon, next_wake = "not running", None
-    if home.heartbeat.exists():
-        try:
-            beat = read_json(home.heartbeat)
-            age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
-            if beat["state"] == "stopped" or not alive(int(beat["pid"])):
-                daemon = "not running"
-            elif age.total_seconds() > STALE_S and beat["state"] != "waking":
-                daemon = f"stale heartbeat ({int(age.total_seconds())} s old)"
-            else:
-                daemon = f"{beat['state']} (pid {beat['pid']})"
-                next_wake = beat.get("next_wake_at")
-        except (ValueError, KeyError, OSError) as exc:
-            daemon = f"unreadable heartbeat ({exc})"
+    beat = daemon(home)
     logs = wakelog.wake_logs(home)
     today = spend.today()
     # By when each wake started (world time: shared.clock), read only from the logs
@@ -55,7 +68,7 @@ def citizen_status(name: str) -> dict[str, Any]:
     except CitizenError:
         cap = None
     return {
-        "citizen": name, "daemon": daemon, "next_wake": next_wake,
+        "citizen": name, "daemon": beat.text, "next_wake": beat.next_wake,
         "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
         "current_task": active and {"id": active.id, "text": active.text[:120]},
         "tasks": TaskQueue(home.tasks).counts(),

@@ -13,7 +13,7 @@ import shlex
 
 import click
 
-from citizen.admin.status import citizen_status
+from citizen.admin.status import daemon
 from citizen.cli.options import citizen_argument, json_option, operator, ring_as_operator
 from citizen.cli.task_show import show, task_or_exit
 from citizen.cli.terminal import age, clean, command, table, wide_option
@@ -44,12 +44,12 @@ def _owner(name: str) -> tuple[int, int] | None:
 def daemon_hint(name: str) -> str:
     """Whether citizen NAME's daemon runs (read as `citizen status` reads it) and, if not,
     the command that starts it."""
-    daemon = citizen_status(name)["daemon"]
-    if "(pid " in daemon and not daemon.startswith("stopped"):
-        return f"its daemon is {daemon} and wakes for it within seconds"
+    beat = daemon(paths.home(name))
+    if beat.running:
+        return f"its daemon is {beat.text} and wakes for it within seconds"
     start = (f"sudo systemctl start citizen@{name}" if server_mode()
              else command(f"run {name}"))
-    return (f"its daemon is {daemon}: nothing works on the task until you start it with "
+    return (f"its daemon is {beat.text}: nothing works on the task until you start it with "
             f"`{start}` (or run one wake now: `{command(f'wake {name} --type TASK')}`)")
 
 
