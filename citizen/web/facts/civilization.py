@@ -10,11 +10,11 @@ from typing import Any
 from citizen import civilization
 from citizen.admin.status import citizen_status
 from citizen.config import paths
-from citizen.home import spend, wakelog
+from citizen.home import spend
 from shared import clock
 from shared.atomic import read_json
 
-AMBER = 0.8  # past this share of its daily cap a citizen's money shows amber
+AMBER = spend.WARN_SHARE  # past this share of its daily cap a citizen's money shows amber
 FINDINGS_S = 86400.0  # the monitor's reports of the last day
 
 
@@ -27,7 +27,10 @@ def row(name: str) -> dict[str, Any]:
     """One citizen's row (see the module)."""
     status = citizen_status(name)
     home = paths.home(name)
-    return {**status, "heartbeat_age_s": _beat_age(home), "current_wake": _running(home),
+    last = status["last_wake"]  # the wake being written now, if its log has no end yet
+    running = last and last["status"] == "running" and {
+        k: last[k] for k in ("wake", "type", "started")}
+    return {**status, "heartbeat_age_s": _beat_age(home), "current_wake": running or None,
             "findings": findings(name), **money(home, status["usd_today"],
                                                  status["usd_per_day_cap"])}
 
@@ -38,16 +41,6 @@ def _beat_age(home: paths.Home) -> float | None:
         return round(clock.time() - clock.epoch(beat["updated"]), 1)
     except (OSError, ValueError, KeyError):
         return None
-
-
-def _running(home: paths.Home) -> dict[str, Any] | None:
-    """The wake being written now (its log has no end yet), if any."""
-    logs = wakelog.wake_logs(home)
-    if not logs:
-        return None
-    last = wakelog.summary(logs[-1])
-    return ({k: last[k] for k in ("wake", "type", "started")}
-            if last["status"] == "running" else None)
 
 
 def findings(name: str) -> list[dict[str, Any]]:

@@ -25,31 +25,47 @@ async def home(request: Request) -> Response:
     return render.page(request, "civilization.html", rows=civilization.rows())
 
 
-def signature() -> tuple[object, ...]:
-    """What changes when a row would: each heartbeat's and wake-log directory's mtime, and
-    the size of the newest log. Stats only: cheap enough to poll."""
+def signature(name: str) -> tuple[object, ...]:
+    """What changes when citizen NAME's row would: its heartbeat's and wake-log directory's
+    mtime, and the size of its newest log. Stats only: cheap enough to poll."""
+    home_ = paths.home(name)
     out: list[object] = []
-    for name in civ.citizens():
-        home_ = paths.home(name)
-        for path in (home_.heartbeat, home_.wake_logs):
-            try:
-                out.append(path.stat().st_mtime_ns)
-            except OSError:
-                out.append(None)
-        logs = wakelog.wake_logs(home_) if home_.wake_logs.is_dir() else []
-        out.append(logs[-1].stat().st_size if logs else None)
+    for path in (home_.heartbeat, home_.wake_logs):
+        try:
+            out.append(path.stat().st_mtime_ns)
+        except OSError:
+            out.append(None)
+    logs = wakelog.wake_logs(home_)
+    out.append(logs[-1].stat().st_size if logs else None)
     return tuple(out)
+
+
+def changed_rows(seen: dict[str, tuple[object, ...]],
+                 rows: dict[str, dict[str, object]]) -> bool:
+    """Bring `rows` up to date, recomputing only the citizens whose signature moved since
+    `seen` (both updated in place); whether anything changed."""
+    names = civ.citizens()
+    changed = set(rows) - set(names)
+    for gone in changed:
+        rows.pop(gone)
+        seen.pop(gone, None)
+    for name in names:
+        now = signature(name)
+        if seen.get(name) != now:
+            seen[name] = now
+            rows[name] = civilization.row(name)
+            changed.add(name)
+    return bool(changed)
 
 
 async def events(request: Request) -> Response:
     async def stream() -> AsyncIterator[ServerSentEvent]:
-        seen: tuple[object, ...] | None = None
+        seen: dict[str, tuple[object, ...]] = {}
+        rows: dict[str, dict[str, object]] = {}
         while not await request.is_disconnected():
-            now = await asyncio.to_thread(signature)
-            if now != seen:
-                seen = now
-                rows = await asyncio.to_thread(civilization.rows)
-                yield ServerSentEvent(render.fragment("_rows.html", rows=rows), event="rows")
+            if await asyncio.to_thread(changed_rows, seen, rows):
+                yield ServerSentEvent(render.fragment("_rows.html", rows=[
+                    rows[name] for name in sorted(rows)]), event="rows")
             await asyncio.sleep(POLL_S)
 
     return EventSourceResponse(stream(), ping=PING_S)
