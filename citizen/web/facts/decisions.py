@@ -62,6 +62,12 @@ def proposals() -> dict[str, list[dict[str, Any]]]:
     return {state: [r for r in rows if r["state"] == state] for state in STATES}
 
 
+def proposal_ids() -> set[str]:
+    """The ids of every proposal `proposals()` lists (directory listings only, no load)."""
+    store = civilization.consensus(config.templates())
+    return {pid for state in STATES for pid in store.ids(state)}
+
+
 def proposal(pid: str) -> dict[str, Any]:
     """Proposal `pid` whole: what `citizen proposal show --json` gives, plus its row
     (phase, owed_by, roles, stakes and reasons, flags, the human decision).

@@ -24,10 +24,17 @@ def _homes() -> list[paths.Home]:
     return [paths.home(name) for name in civilization.citizens()]
 
 
-def cost_by_citizen(days: int = DAYS) -> list[dict[str, Any]]:
+def by_day_and_citizen(days: int = DAYS) -> list[dict[str, Any]]:
+    """The ledgers' totals per day and citizen: what `cost_by_citizen` and `cached_share`
+    show (read once when a page shows both)."""
+    return spend.totals(_homes(), days, ("day", "citizen"))
+
+
+def cost_by_citizen(days: int = DAYS, totals: list[dict[str, Any]] | None = None,
+                    ) -> list[dict[str, Any]]:
     """[{day, citizen, usd, calls}] - one point per citizen and day with a model call."""
     return [{k: r[k] for k in ("day", "citizen", "usd", "calls")}
-            for r in spend.totals(_homes(), days, ("day", "citizen"))]
+            for r in (by_day_and_citizen(days) if totals is None else totals)]
 
 
 def cost_by_wake_type(days: int = DAYS) -> list[dict[str, Any]]:
@@ -36,13 +43,14 @@ def cost_by_wake_type(days: int = DAYS) -> list[dict[str, Any]]:
             for r in spend.totals(_homes(), days, ("day", "wake_type"))]
 
 
-def cached_share(days: int = DAYS) -> list[dict[str, Any]]:
+def cached_share(days: int = DAYS, totals: list[dict[str, Any]] | None = None,
+                 ) -> list[dict[str, Any]]:
     """[{day, citizen, prompt_tokens, cache_read, cached_share}]: how much of what was sent
     the provider read from its cache (the figure that should rise as prompts settle)."""
     return [{"day": r["day"], "citizen": r["citizen"],
              "prompt_tokens": r["tokens_in"] + r["cache_read"] + r["cache_write"],
              "cache_read": r["cache_read"], "cached_share": r["cached_share"]}
-            for r in spend.totals(_homes(), days, ("day", "citizen"))]
+            for r in (by_day_and_citizen(days) if totals is None else totals)]
 
 
 def refused(days: int = DAYS) -> dict[str, Any]:

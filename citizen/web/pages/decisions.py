@@ -37,8 +37,8 @@ async def overview(request: Request) -> Response:
 
 def _proposal_id(request: Request) -> str | None:
     pid = str(request.path_params["pid"])
-    known = {r["id"] for rows in decisions.proposals().values() for r in rows}
-    return pid if pid in known else None  # only an id the store lists reaches a path
+    # Only an id the store lists reaches a path.
+    return pid if pid in decisions.proposal_ids() else None
 
 
 def _proposal_page(request: Request, pid: str, message: str = "", refused: bool = False,
@@ -104,12 +104,14 @@ async def debate_events(request: Request) -> Response:
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         seen = -1
+        store = civ.debates()
         while not await request.is_disconnected():
-            detail = await asyncio.to_thread(decisions.debate, did)
-            if len(detail["events"]) != seen:
-                seen = len(detail["events"])
-                yield ServerSentEvent(render.fragment("_moves.html", moves=moves_of(detail)),
-                                      event="moves")
+            # Its events alone (the page's moves), not the whole debate replayed each poll.
+            events = await asyncio.to_thread(store.events, did)
+            if len(events) != seen:
+                seen = len(events)
+                yield ServerSentEvent(render.fragment(
+                    "_moves.html", moves=moves_of({"events": events})), event="moves")
             await asyncio.sleep(POLL_S)
 
     return EventSourceResponse(stream(), ping=PING_S)
