@@ -16,7 +16,7 @@ from typing import Any
 import click
 
 from citizen.cli.options import citizen_argument, json_option
-from citizen.cli.terminal import NoSuch, age, clean, command, table, wide_option
+from citizen.cli.terminal import NoSuch, age, command, echo, table, wide_option
 from citizen.config import paths
 from citizen.home import transcript, wakelog
 
@@ -25,16 +25,11 @@ RELIST_POLLS = 12
 FOLLOW_ROWS = 5  # --follow starts with the last few wakes' rows, as `journalctl -f` does
 
 
-def _echo(text: str) -> None:
-    """Print what the citizen wrote (every field of its wake log) without its escapes."""
-    click.echo(clean(text))
-
-
 def _event(event: dict[str, Any], as_json: bool) -> None:
     if as_json:
-        _echo(json.dumps(event))
+        echo(json.dumps(event))
     elif text := transcript.line(event):
-        _echo(text)
+        echo(text)
 
 
 def _rows(rows: list[dict[str, Any]], wide: bool) -> None:
@@ -88,11 +83,11 @@ def logs(*, name: str, number: int | None, follow: bool, limit: int, wide: bool,
     rows = [wakelog.summary(p) for p in files[-limit:]]
     if as_json:
         for row in rows:
-            _echo(json.dumps(row))
+            echo(json.dumps(row))
     elif rows:
         _rows(rows, wide)
     else:
-        _echo(f"no wakes yet in {home.wake_logs}")
+        echo(f"no wakes yet in {home.wake_logs}")
 
 
 def _follow(home: paths.Home, recent: list[Path], as_json: bool, wide: bool) -> None:
@@ -102,7 +97,7 @@ def _follow(home: paths.Home, recent: list[Path], as_json: bool, wide: bool) -> 
     ended = [r for r in rows if r["status"] != "running"]
     if as_json:
         for row in ended:
-            _echo(json.dumps(row))
+            echo(json.dumps(row))
     elif ended:
         _rows(ended, wide)
     seen = {Path(r["path"]) for r in rows}
