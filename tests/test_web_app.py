@@ -235,3 +235,56 @@ def test_events_send_the_rows_to_a_session(civ: Path) -> None:
             if "</tr>" in got:
                 break
     assert "event: rows" in got and 'href="/wakes/opus"' in got
+
+
+def test_the_watchers_record_the_last_word_of_a_room_once(civ: Path) -> None:
+    """Seen and hidden quickly, twice: the marks are serialised and each says what the
+    open pages say now; two pages of one room make one watch; a failed mark is retried
+    by the next change."""
+    import asyncio
+    import threading
+
+    from citizen.web.presence import Watchers
+    from shared.errors import NotAllowed
+
+    marks: list[tuple[str, bool]] = []
+    gate = threading.Event()
+    fail = [False]
+
+    def mark(room: str, present: bool) -> None:
+        gate.wait(5)  # a slow helper: the page is hidden before the first mark is done
+        if fail[0]:
+            raise NotAllowed("the helper does not answer")
+        marks.append((room, present))
+
+    async def scene() -> None:
+        w = Watchers(mark)
+        first = asyncio.create_task(w.join("general"))
+        await asyncio.sleep(0)
+        second = asyncio.create_task(w.join("general"))  # a second tab on the same room
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(first, second)
+        assert marks == [("general", True)] and w.watching("general") == 2
+        await w.leave("general")
+        assert marks == [("general", True)]  # one tab still shows it
+        fail[0] = True
+        await w.leave("general")  # the mark fails: nothing recorded as done
+        fail[0] = False
+        await w.join("general")  # still marked present: no second "present"
+        assert marks == [("general", True)]
+        await w.leave("general")
+        assert marks == [("general", True), ("general", False)]
+
+    asyncio.run(scene())
+
+
+def test_a_room_page_is_served_only_for_a_known_room(civ: Path) -> None:
+    from citizen import civilization as handles
+
+    client = logged_in(civ)
+    assert client.get("/decisions/rooms/general").status_code == 200
+    for name in ("nosuch", "..%2F..%2Fetc", "GENERAL"):
+        assert client.get(f"/decisions/rooms/{name}").status_code == 404, name
+        assert client.get(f"/decisions/rooms/{name}/presence").status_code == 404, name
+    assert not list(handles.streams().rooms.dir.glob("*.json"))  # nothing made

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from citizen import civilization
-from citizen.admin import approvals
+from citizen.admin import helper
 from citizen.broker import mailstate, service
 from citizen.broker.ledger import CapExceeded, Caps, Ledger
 from citizen.config import paths
@@ -181,7 +181,7 @@ def _serve(web_uid: int, token_path: Path) -> tuple[socket.socket, threading.Thr
 
     def run() -> None:
         with helpers:
-            approvals.handle(helpers, web_uid=web_uid, token_path=token_path)
+            helper.handle(helpers, web_uid=web_uid, token_path=token_path)
 
     thread = threading.Thread(target=run)
     thread.start()
@@ -190,7 +190,7 @@ def _serve(web_uid: int, token_path: Path) -> tuple[socket.socket, threading.Thr
 
 def _ask(conn: socket.socket, pid: str, offered: str) -> dict[str, object]:
     with conn:
-        conn.sendall(json.dumps({"proposal": pid, "approve": True, "why": "ok",
+        conn.sendall(json.dumps({"action": "decide", "proposal": pid, "approve": True, "why": "ok",
                                  "operator": "alice", "token": offered}).encode() + b"\n")
         return dict(json.loads(conn.makefile("rb").readline()))
 
@@ -216,3 +216,33 @@ def test_roots_helper_records_only_for_the_web_user_with_the_token(
     assert answer == {"ok": True, "proposal": pid, "phase": "execute",
                       "note": answer["note"]}
     assert commons().load(pid).human is not None
+
+
+def _presence(conn: socket.socket, offered: str, room: str = "general") -> dict[str, object]:
+    with conn:
+        conn.sendall(json.dumps({"action": "presence", "room": room, "present": True,
+                                 "token": offered}).encode() + b"\n")
+        return dict(json.loads(conn.makefile("rb").readline()))
+
+
+def test_roots_helper_marks_presence_only_for_the_web_user_with_the_token(
+        civ: Path, token: str) -> None:
+    """The dashboard's presence goes through the same door as its approvals: a citizen's
+    uid, a guessed token and a room name that is a path are refused and write nothing."""
+    rooms = civilization.streams()
+    conn, thread = _serve(os.getuid() + 1, paths.web_token())  # a citizen's user calls
+    answer = _presence(conn, TOKEN)
+    thread.join(10)
+    assert answer["ok"] is False and "not the web service's user" in str(answer["error"])
+    for offered, room, refusal in (("guess", "general", "token is wrong"),
+                                   (TOKEN, "../../etc", "room names are")):
+        conn, thread = _serve(os.getuid(), paths.web_token())
+        answer = _presence(conn, offered, room)
+        thread.join(10)
+        assert answer["ok"] is False and refusal in str(answer["error"]), answer
+    assert rooms.room("general").get("present") is None
+    conn, thread = _serve(os.getuid(), paths.web_token())
+    answer = _presence(conn, TOKEN)
+    thread.join(10)
+    assert answer["ok"] is True and answer["present"] is True
+    assert rooms.room("general")["present"] is True

@@ -10,6 +10,7 @@ from typing import Any
 import click
 
 from citizen import civilization, config, llm
+from citizen.admin import presence
 from citizen.cli.options import CitizenName, json_option, operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
 from citizen.config import paths
@@ -75,7 +76,7 @@ def room_show(name: str) -> None:
 @click.option("--here/--away", default=True, help="The operator is watching room NAME, or left.")
 def room_presence(name: str, here: bool) -> None:
     """Tell the citizens whether a person is watching room NAME (it warms or cools it)."""
-    temperature = civilization.streams().heat(name, "present" if here else "absent")
+    temperature = presence.mark(name, here)
     echo(f"room {name}: {'someone is here' if here else 'nobody watches'}; "
          f"temperature {temperature:.2f}")
 

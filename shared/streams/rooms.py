@@ -78,6 +78,14 @@ class Rooms:
         return RoomDocument(self.dir / f"{room}.json", lambda: {
             "temperature": START, "updated": clock.now()}, mode=ROOM_MODE)
 
+    def names(self) -> list[str]:
+        """The rooms with a document (warmed or watched at least once), by name."""
+        try:
+            found = [p.stem for p in self.dir.glob("*.json")]
+        except OSError:  # not made yet
+            return []
+        return sorted(n for n in found if _NAME.fullmatch(n))
+
     def room(self, room: str, now: float | None = None) -> dict[str, Any]:
         """The room's document with its governance (`governed`), and `temperature_now`
         (cooled until `now`)."""

@@ -13,7 +13,7 @@ import sqlite3
 from typing import Any
 
 from citizen import civilization, config
-from citizen.admin import approvals
+from citizen.admin import approvals, helper, presence
 from citizen.broker import mailstate, onboarding
 from citizen.config import paths
 from shared.atomic import CorruptFile
@@ -21,6 +21,7 @@ from shared.consensus import STATES, listing, render
 from shared.debates import summary as debate_summary
 from shared.errors import SharedError
 from shared.streams import summary as stream_summary
+from shared.streams.rooms import ROOM_DEFAULTS
 
 # Why each kind of item waits for a person, and the command that settles it.
 WAITS = {"proposal": "a high-stakes or escalated proposal: approve or reject it "
@@ -112,6 +113,27 @@ def rooms() -> dict[str, list[dict[str, Any]]]:
     return out
 
 
+def room_names() -> list[str]:
+    """Every room the page can show: those with a document, those a stream was opened
+    in, and the rooms with their own defaults."""
+    store = civilization.streams()
+    return sorted({*store.rooms.names(), *rooms(), *ROOM_DEFAULTS, "general"})
+
+
+def room(name: str) -> dict[str, Any]:
+    """Room `name` now: its temperature (cooled until now), whether a person is watching
+    (`present`: None when nobody ever said), its governance, and its streams
+    (`citizen stream room show`, and `stream list` for the room).
+
+    :raises Invalid: not a room name.
+    """
+    data = civilization.streams().room(name)
+    return {"room": name, "temperature": round(float(data["temperature_now"]), 3),
+            "present": data.get("present"), "updated": data.get("updated"),
+            "preset": data.get("preset"), "changes": data.get("changes", {}),
+            "streams": rooms().get(name, [])}
+
+
 def quarantine() -> dict[str, Any]:
     """Every citizen's quarantined mail with its reason (`citizen mail quarantine`, the
     broker's record): {"rows": [{citizen, ts, from, reason, message_id}], "unreadable"}."""
@@ -140,7 +162,23 @@ def record_human_decision(proposal_id: str, approve: bool, why: str, operator: s
     :raises Invalid: no such proposal.
     """
     if config.server_mode():
-        return approvals.ask_root(proposal_id, approve, why, operator, token)
+        return helper.ask_root({"action": "decide", "proposal": proposal_id, "approve": approve,
+                                "why": why, "operator": operator, "token": token})
     approvals.check_token(token)
     d, note = approvals.decide(proposal_id, approve, why, approvals.clean_operator(operator))
     return {"ok": True, "proposal": d.id, "phase": d.phase, "note": note}
+
+
+def record_presence(room: str, present: bool, token: str) -> object:
+    """Record that a person has room `room`'s page open (or no longer), by the rules of
+    `citizen stream room presence` (citizen.admin.presence): on a server through root's
+    helper (the web user writes nothing), in dev mode here.
+
+    :raises NotAllowed: a wrong token, or the helper unreachable - nothing recorded.
+    :raises Invalid: not a room name.
+    """
+    if config.server_mode():
+        return helper.ask_root({"action": "presence", "room": room, "present": present,
+                                "token": token})
+    approvals.check_token(token)
+    return presence.mark(room, present)

@@ -10,5 +10,6 @@ PAGES = (
     "citizen.web.pages.civilization",
     "citizen.web.pages.wakes",
     "citizen.web.pages.decisions",
+    "citizen.web.pages.rooms",
     "citizen.web.pages.money",
 )
