@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from citizen.config import paths
+from citizen.config.secrets import web_token_in
 from tests.anthropic_server import API_KEY, MessagesServer
 from tests.installed_server import (
     Server,
@@ -21,10 +22,38 @@ from tests.installed_server import (
 )
 from tests.nspawn import PIP_ENV, SETUP, Container, unavailable, until
 from tests.thoughtworld import proposal, vote
+from tests.web_client import Operator
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
 
 CITIZENS = ("opus", "mira", "aria")
+WEB_PORT = 8765  # citizen-web.service's, on the loopback the host shares with the box
+
+
+APPROVE = f"json.loads({json.dumps(vote())!r})"  # a verifier's or integrator's yes
+
+
+def consensus_as(server: Server, name: str, code: str) -> str:
+    """Python as citizen `name` with its consensus handle `c` (and json, records)."""
+    prelude = ("import json; from citizen import civilization, config; "
+               "from shared import records; "
+               "c = civilization.consensus(config.templates()); ")
+    return server.run(*python_as(name), prelude + code)
+
+
+def proposal_by(server: Server, executor: str, path: str, tool: str = "write_file"
+                ) -> tuple[str, dict[str, str]]:
+    """A proposal opened and proposed by `executor` as its own user: (id, roles)."""
+    out = server.run("citizen", "consensus", "start", "--by", executor, f"Create {path}")
+    pid = out.split()[1].rstrip(":")
+    roles = json.loads(consensus_as(server, executor,
+                                    f"print(json.dumps(c.load('{pid}').roles))"))
+    # each its own justification: one repeated from an older proposal is a gaming flag
+    body = json.dumps(proposal(path=path, tool=tool, value_justification={
+        "truth": f"{path} will hold exactly the text the task asks for, nothing more",
+        "transparency": f"the change to {path} is one commit naming this proposal"}))
+    consensus_as(server, executor, f"c.propose('{pid}', '{executor}', json.loads({body!r}))")
+    return pid, roles
 
 
 def test_code_evolution_across_users_and_a_forged_report_is_ignored(server: Server) -> None:
@@ -217,25 +246,9 @@ def removal_leaves_nothing_of_the_citizen(server: Server, name: str) -> None:
 def test_consensus_across_users_and_forged_steps_are_ignored(server: Server) -> None:
     """Each step as its own Unix user: a vote or a human approval written by the wrong
     citizen does not count; the world repository takes commits from two executors."""
-    def as_user(name: str, code: str) -> str:
-        prelude = ("import json; from citizen import civilization, config; "
-                   "from shared import records; "
-                   "c = civilization.consensus(config.templates()); ")
-        return server.run(*python_as(name), prelude + code)
-
-    def run_proposal(executor: str, path: str, tool: str = "write_file"
-                     ) -> tuple[str, dict[str, str]]:
-        out = server.run("citizen", "consensus", "start", "--by", executor, f"Create {path}")
-        pid = out.split()[1].rstrip(":")
-        roles = json.loads(as_user(executor, f"print(json.dumps(c.load('{pid}').roles))"))
-        # each its own justification: one repeated from an older proposal is a gaming flag
-        body = json.dumps(proposal(path=path, tool=tool, value_justification={
-            "truth": f"{path} will hold exactly the text the task asks for, nothing more",
-            "transparency": f"the change to {path} is one commit naming this proposal"}))
-        as_user(executor, f"c.propose('{pid}', '{executor}', json.loads({body!r}))")
-        return pid, roles
-
-    approve = f"json.loads({json.dumps(vote())!r})"
+    as_user = partial(consensus_as, server)
+    run_proposal = partial(proposal_by, server)
+    approve = APPROVE
     pid, roles = run_proposal("opus", "hello.md")
     v, i = roles["verifier"], roles["integrator"]
     folder = f"/home/shared/proposals/records/{pid}"
@@ -334,6 +347,53 @@ def test_streams_across_users_and_a_forged_thought_is_ignored(server: Server) ->
     assert json.loads(as_user("aria", governed)) == [[], False]
     server.run("citizen", "room", "set", "general", "--silence", "opus")
     assert json.loads(as_user("aria", governed)) == [["opus"], False]
+
+
+def test_the_dashboard_approves_and_watches_through_roots_helper(server: Server) -> None:
+    """The operator's page as the web user under its unit, through root's helper: a
+    proposal that waits for a person is approved from the page (not without the CSRF
+    value) and root's decision is recorded; a citizen's user asking the helper itself
+    is refused; a room's page held open marks a person watching, closed it does not."""
+    pid, roles = proposal_by(server, "aria", "web.md", tool="delete_file")  # high stakes
+    consensus_as(server, roles["verifier"], f"c.verify('{pid}', '{roles['verifier']}', "
+                                            f"{APPROVE})")
+    consensus_as(server, roles["integrator"], f"c.integrate('{pid}', "
+                                              f"'{roles['integrator']}', {APPROVE})")
+    server.run("systemctl", "enable", "--now", "citizen-web")
+    token = web_token_in(server.run("cat", "/etc/experience/web.token"))
+    assert token
+    page = Operator(WEB_PORT)
+    until(lambda: page.get("/login")[0] == 200, timeout=60)
+    page.log_in(token)
+    status, queue = page.get("/decisions")
+    assert status == 200 and pid in queue
+    path = f"/decisions/proposals/{pid}"
+    assert page.post(path, {"decision": "approve"})[0] == 403  # no CSRF value
+    assert pid in server.run("citizen", "proposals", "--human")
+    # A citizen's user at root's helper, with the right token: the kernel says who it is.
+    asks = ("import json, socket; s = socket.socket(socket.AF_UNIX); "
+            "s.connect('/run/experience-approve.sock'); s.sendall(json.dumps({'action': "
+            f"'decide', 'proposal': '{pid}', 'approve': True, 'why': '', 'operator': 'x', "
+            f"'token': {token!r}}}).encode() + b'\\n'); print(s.recv(4096).decode())")
+    refused = server.box.run(*python_as("mira"), asks, check=False)
+    assert "not the web service's user" in refused.stdout + refused.stderr, refused
+    assert pid in server.run("citizen", "proposals", "--human")
+    status, shown = page.post(path, {"decision": "approve", "csrf": page.csrf(path)})
+    assert status == 200 and "Recorded: approve" in shown, shown[:500]
+    assert pid not in server.run("citizen", "proposals", "--human")
+    assert server.run("sh", "-c", f"stat -c %U /home/shared/proposals/records/{pid}/human*"
+                      ).split()[0] == "root"
+    room = "/home/shared/streams/rooms/general.json"
+
+    def watched() -> object:
+        return json.loads(server.run("cat", room)).get("present")
+
+    with page.watching("/decisions/rooms/general/presence") as facts:
+        assert "Temperature" in facts
+        until(lambda: watched() is True, timeout=30)
+    until(lambda: watched() is False, timeout=30)
+    journal = server.run("journalctl", "--no-pager", "-u", "experience-approve@*")
+    assert f"{pid} approved" in journal
 
 
 def test_a_fresh_server_restores_the_civilization(server: Server,
