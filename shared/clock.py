@@ -89,3 +89,29 @@ def epoch(ts: str | float | int | None) -> float:
     if parsed.tzinfo is None:
         parsed = parsed.replace(tzinfo=UTC)
     return parsed.timestamp()
+
+
+def age(when: str | datetime | None, now: datetime | None = None) -> str:
+    """`when` (ISO 8601 or a datetime) as a person reads it: "12 s ago", "3 min ago",
+    "in 5 min", "2 h ago", "4 d ago"; "-" when there is none, the text itself if unparsable.
+    Measured against the wall clock unless `now` is given (what the CLI and the dashboard
+    show a person, who lives on the wall clock)."""
+    if when is None or when == "":
+        return "-"
+    try:
+        moment_ = when if isinstance(when, datetime) else datetime.fromisoformat(str(when))
+    except ValueError:
+        return str(when)
+    if moment_.tzinfo is None:
+        moment_ = moment_.replace(tzinfo=UTC)
+    seconds = ((now or datetime.now(UTC)) - moment_).total_seconds()
+    span = abs(seconds)
+    if span < 60:
+        text = f"{int(span)} s"
+    elif span < 3600:
+        text = f"{int(span // 60)} min"
+    elif span < 2 * 86400:
+        text = f"{int(span // 3600)} h"
+    else:
+        text = f"{int(span // 86400)} d"
+    return f"{text} ago" if seconds >= 0 else f"in {text}"

@@ -14,11 +14,13 @@ import shlex
 import shutil
 import sys
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
 import click
+
+from shared import clock
 
 F = TypeVar("F", bound=Callable[..., Any])
 WIDTH = 120  # a table's width unless --wide: fits a split terminal and a pasted issue
@@ -47,27 +49,9 @@ class NoSuch(click.ClickException):
 
 
 def age(when: str | datetime | None, now: datetime | None = None) -> str:
-    """`when` (ISO 8601 or a datetime) as a person reads it: "12 s ago", "3 min ago",
-    "in 5 min", "2 h ago", "4 d ago"; "-" when there is none, the text itself if unparsable."""
-    if when is None or when == "":
-        return "-"
-    try:
-        moment = when if isinstance(when, datetime) else datetime.fromisoformat(str(when))
-    except ValueError:
-        return clean(str(when))
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    seconds = ((now or datetime.now(UTC)) - moment).total_seconds()
-    span = abs(seconds)
-    if span < 60:
-        text = f"{int(span)} s"
-    elif span < 3600:
-        text = f"{int(span // 60)} min"
-    elif span < 2 * 86400:
-        text = f"{int(span // 3600)} h"
-    else:
-        text = f"{int(span // 86400)} d"
-    return f"{text} ago" if seconds >= 0 else f"in {text}"
+    """`when` as a person reads it ("3 min ago", `shared.clock.age`), cleaned: an unparsable
+    value is shown as its text, and that text is the citizen's."""
+    return clean(clock.age(when, now))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[object]], wide: bool = False,

@@ -8,10 +8,12 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from jinja2 import Environment, FileSystemLoader, select_autoescape
+from markupsafe import Markup
 from starlette.requests import Request
 from starlette.responses import HTMLResponse
 
 from citizen.web.auth import Session
+from shared import clock
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -19,6 +21,20 @@ STATIC = Path(__file__).parent / "static"
 # Autoescape every template whatever its suffix: a page never contains markup it did not write.
 ENV = Environment(loader=FileSystemLoader(TEMPLATES), autoescape=select_autoescape(
     enabled_extensions=("html",), default_for_string=True, default=True))
+
+
+def when(value: object) -> Markup:
+    """An ISO time as a person reads it - "3 min ago" - with the exact time in its title
+    (`{{ r.started|when }}`); nothing when there is none. Both are escaped: a time in a
+    record is the record writer's text."""
+    if value is None or value == "":
+        return Markup("")
+    iso = str(value)
+    return Markup('<time datetime="{0}" title="{0}">{1}</time>').format(iso, clock.age(iso))
+
+
+ENV.filters["age"] = clock.age
+ENV.filters["when"] = when
 
 
 def page(request: Request, template: str, status_code: int = 200, **context: Any) -> HTMLResponse:

@@ -60,13 +60,73 @@ def log_path(name: str, number: int) -> Path:
 
 
 def transcript_of(name: str, number: int) -> dict[str, Any]:
-    """Wake `number` of `name`: its summary row and every event (see `event`)."""
+    """Wake `number` of `name`: its summary row, every event (see `event`), and, while
+    the wake has not ended, `live` with the byte `offset` its tail goes on from (`tail`)."""
     path = log_path(name, number)
     home = paths.home(name)
+    if path.name.endswith(".gz"):  # compressed by retention: long ended
+        raw, offset = wakelog.read(path), 0
+    else:
+        raw, offset = _whole_lines(path)
+    # The summary after the events: an end written in between shows in it, and the tail
+    # from `offset` then reads that end too.
     summary = wakelog.summary(path)
     del summary["path"]
-    return {"citizen": name, "summary": summary,
-            "events": [event(e, home) for e in wakelog.read(path)]}
+    live = not path.name.endswith(".gz") and not any(_ended(e) for e in raw)
+    return {"citizen": name, "summary": summary, "live": live, "offset": offset,
+            "events": [event(e, home) for e in raw]}
+
+
+def tail(name: str, path: Path, offset: int, first: bool = False) -> dict[str, Any]:
+    """The events of `name`'s wake log `path` (`log_path`) written since byte `offset`
+    (whole lines only, `wakelog.read_new`: the log is never re-read, and a log that has
+    not grown costs one stat), the offset to go on from, and whether the wake has ended -
+    then with its summary row. `first`: the tail's first read, which also looks at the
+    log's last event (a tail reconnecting after the end finds no new event)."""
+    raw, offset = wakelog.read_new(path, offset)
+    gone = not path.exists()  # swept or compressed while watched: nothing more is written
+    ended = gone or any(_ended(e) for e in raw) or (
+        first and not raw and _ended(wakelog.first_and_last(path)[1]))
+    out: dict[str, Any] = {"events": [event(e, paths.home(name)) for e in raw],
+                           "offset": offset, "ended": ended, "summary": None}
+    if ended and not gone:
+        out["summary"] = {k: v for k, v in wakelog.summary(path).items() if k != "path"}
+    return out
+
+
+def block(name: str, number: int, key: str) -> str:
+    """The text of system block `key` of wake `number` of `name` - only a key a prompt
+    event of that wake names: a key in a URL is data, never a path to read.
+
+    :raises NoSuchWake: no such wake, no prompt of it names `key`, or the block is gone.
+    """
+    path = log_path(name, number)
+    named = {str(k) for e in wakelog.read(path) if e.get("event") == "prompt"
+             for k in e.get("system_blobs") or []}
+    if key not in named:
+        raise NoSuchWake(f"wake {number} of {name} has no block {key!r} - its blocks are "
+                         f"listed at /wakes/{name}/{number}")
+    try:
+        return WakeLog.read_blob(paths.home(name), key)  # checks the key's shape too
+    except OSError:
+        raise NoSuchWake(f"block {key} of wake {number} of {name} is gone (swept with "
+                         f"old logs) or not readable here") from None
+
+
+def _whole_lines(path: Path) -> tuple[list[dict[str, Any]], int]:
+    """Every whole event of a plain log and the byte offset after the last one."""
+    events: list[dict[str, Any]] = []
+    offset = 0
+    while True:  # read_new reads at most MAX_EVENT bytes at a time
+        new, after = wakelog.read_new(path, offset)
+        events += new
+        if after == offset:
+            return events, offset
+        offset = after
+
+
+def _ended(e: dict[str, Any]) -> bool:
+    return e.get("event") == "wake_end"
 
 
 def event(e: dict[str, Any], home: paths.Home) -> dict[str, Any]:
