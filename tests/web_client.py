@@ -25,6 +25,13 @@ class Operator:
     def url(self, path: str) -> str:
         return f"http://127.0.0.1:{self.port}{path}"
 
+    def up(self) -> bool:
+        """The dashboard answers (its login page)."""
+        try:
+            return self.get("/login")[0] == 200
+        except OSError:  # not listening yet
+            return False
+
     def get(self, path: str) -> tuple[int, str]:
         return self._open(urllib.request.Request(self.url(path)))
 
