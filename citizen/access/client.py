@@ -146,7 +146,7 @@ def view(path: str, params: dict[str, int] | None = None,
     try:
         with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url=BASE_URL,
                           timeout=timeout_s) as client:
-            resp = client.get(path, params=params or {})
+            resp = client.get(path, params=params)
     except httpx.HTTPError as exc:
         raise ProviderUnavailable(f"the broker did not answer at {sock} ({exc})") from exc
     return _answer(resp)
