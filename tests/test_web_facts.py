@@ -101,7 +101,7 @@ def test_proposals_debates_streams_and_quarantine_are_what_the_cli_shows(civ: Pa
     out = CliRunner().invoke(cli, ["stream", "show", sid, "--json"])
     assert decisions.stream(sid) == json.loads(out.output)
 
-    assert decisions.quarantine() == {"rows": [], "unreadable": []}
+    assert decisions.quarantine() == {"rows": [], "truncated": False, "unreadable": []}
     paths.broker_state().mkdir(mode=0o700, exist_ok=True)
     mailstate.state(paths.broker_state()).quarantine("opus", "<q@x>", HOSTILE, "a stranger")
     (q,) = decisions.quarantine()["rows"]
@@ -111,8 +111,8 @@ def test_proposals_debates_streams_and_quarantine_are_what_the_cli_shows(civ: Pa
 # ---------------------------------------------------------------- money
 
 def test_money_series_come_from_the_spend_ledgers_and_the_brokers(civ: Path) -> None:
-    assert money.cost_by_citizen() == [] and money.refused() == {"series": [],
-                                                                 "unreadable": None}
+    assert money.cost_by_citizen() == [] and money.refused() == {
+        "series": [], "truncated": False, "unreadable": None}
     spend.record(paths.home("opus"), wake_type="WORK", cost_usd=0.25, tokens_in=100,
                  cache_read=300, cache_write=0, tokens_out=10)
     spend.record(paths.home("opus"), wake_type="REVIEW", cost_usd=0.05, tokens_in=100)
@@ -135,7 +135,8 @@ def test_money_series_come_from_the_spend_ledgers_and_the_brokers(civ: Path) -> 
         ledger.reserve("opus", "m", 0.5, caps)
     ledger.close()
     assert money.refused() == {"series": [{"day": today, "citizen": "opus", "refused": 1,
-                                           "usd": 0.5}], "unreadable": None}
+                                           "usd": 0.5}], "truncated": False,
+                               "unreadable": None}
 
 
 # ---------------------------------------------------------------- a person's decision

@@ -129,6 +129,30 @@ def request(citizen: str, method: str, path: str, payload: Any = None,
             resp = client.request(method, path, json=payload)
     except httpx.HTTPError as exc:
         raise ProviderUnavailable(f"the broker did not answer ({exc})") from exc
+    return _answer(resp)
+
+
+def view(path: str, params: dict[str, int] | None = None,
+         timeout_s: float = 10.0) -> tuple[int, Any]:
+    """A GET of one of the broker's read-only views (`citizen.broker.views`): (status,
+    answer). No citizen is named - the broker serves these by the caller's uid alone -
+    and no broker is started (a server's is systemd's; dev mode reads its own files).
+
+    :raises ProviderUnavailable: no broker answers.
+    """
+    import httpx2 as httpx  # noqa: PLC0415 - lazy, as above
+
+    sock = paths.broker_socket()
+    try:
+        with httpx.Client(transport=httpx.HTTPTransport(uds=str(sock)), base_url=BASE_URL,
+                          timeout=timeout_s) as client:
+            resp = client.get(path, params=params)
+    except httpx.HTTPError as exc:
+        raise ProviderUnavailable(f"the broker did not answer at {sock} ({exc})") from exc
+    return _answer(resp)
+
+
+def _answer(resp: httpx2.Response) -> tuple[int, Any]:
     try:
         return resp.status_code, resp.json()
     except json.JSONDecodeError:

@@ -11,6 +11,8 @@ the kernel's peer credentials (`SO_PEERCRED`), never by anything the caller send
   read only from the broker's own templates and the operator's directory.
 - `estimate`: a request's worst-case cost and a response's real usage (streamed or not).
 - `server`: the socket, the caller's identity, and the Messages API forwarding.
+- `views`: the dashboard's read-only views of the broker's state, for root and the web
+  user only (by the kernel), never a citizen.
 - the citizen's side is `citizen.access` (where the socket is, an HTTP transport over it,
   and in dev mode a broker started as a child of `citizen`).
 

@@ -50,6 +50,7 @@ CREATE INDEX IF NOT EXISTS calls_month ON calls (month, citizen);
 CREATE INDEX IF NOT EXISTS calls_open ON calls (state) WHERE state = 'reserved';
 """
 CIVILIZATION = "*"  # the totals key of every citizen together
+FILE = "ledger.db"  # its name in the broker's state directory (citizen.config.paths)
 
 
 class CapExceeded(LimitReached):
@@ -209,3 +210,24 @@ def calls_since(path: Path, day: str) -> list[dict[str, Any]]:
                          r, strict=True)) for r in cur.fetchall()]
     finally:
         db.close()
+
+
+def refused_per_day(path: Path, day: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """The refused calls per UTC day and citizen from `day` on: ([{day, citizen, refused,
+    usd}] oldest first, the newest `limit` only; whether older ones were left off).
+    `usd` is what the refused reservations asked for. Read-only, as `calls_since`.
+
+    :raises sqlite3.Error: it cannot be read.
+    """
+    if not path.exists():
+        return [], False
+    db = open_readonly(path)
+    try:
+        cur = db.execute("SELECT day, citizen, COUNT(*), SUM(reserved_usd) FROM calls "
+                         "WHERE day >= ? AND state = 'refused' GROUP BY day, citizen "
+                         "ORDER BY day DESC, citizen DESC LIMIT ?", (day, limit + 1))
+        rows = cur.fetchall()
+    finally:
+        db.close()
+    return ([{"day": d, "citizen": c, "refused": n, "usd": round(float(usd or 0.0), 6)}
+             for d, c, n, usd in reversed(rows[:limit])], len(rows) > limit)

@@ -162,25 +162,32 @@ def _quarantined(db: sqlite3.Connection, citizen: str, limit: int) -> list[dict[
             for ts, mid, sender, reason in reversed(rows)]
 
 
-def quarantined_readonly(directory: Path, citizen: str, limit: int = 500
-                         ) -> list[dict[str, str]]:
-    """`MailState.quarantined` for a reader beside the broker (the dashboard): read-only,
-    never creating the file; none before the broker quarantined anything.
+_EVERY_QUARANTINED = ("SELECT citizen, ts, message_id, sender, reason FROM quarantine "
+                      "ORDER BY id DESC LIMIT ?")
+
+
+def quarantined_readonly(directory: Path, limit: int) -> tuple[list[dict[str, str]], bool]:
+    """Every citizen's quarantined messages for a reader (the dashboard's view,
+    citizen.broker.views): the newest `limit`, oldest first, and whether older ones were
+    left off. Read-only, never creating the file; none before the broker quarantined
+    anything.
 
     :raises sqlite3.Error: it cannot be read (on a server only the broker's user may).
     """
     path = directory / "mail.db"
     if not path.exists():
-        return []
+        return [], False
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        return _quarantined(db, citizen, limit)
+        rows = db.execute(_EVERY_QUARANTINED, (limit + 1,)).fetchall()
     except sqlite3.OperationalError as exc:  # no quarantine table yet: nothing quarantined
         if "no such table" in str(exc):
-            return []
+            return [], False
         raise
     finally:
         db.close()
+    return ([{"citizen": c, "ts": ts, "message_id": mid, "from": sender, "reason": reason}
+             for c, ts, mid, sender, reason in reversed(rows[:limit])], len(rows) > limit)
 
 
 _OPEN: dict[Path, MailState] = {}

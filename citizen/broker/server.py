@@ -3,7 +3,9 @@
 HTTP/1.1 on a Unix socket, one thread per connection. Routes:
 - `POST /v1/messages` - checked, reserved, forwarded with the operator's key, settled;
 - `POST /v1/messages/count_tokens` - forwarded (the upstream does not bill it);
-- `GET /v1/experience/whoami` - the caller's name, provider, caps and spending today.
+- `GET /v1/experience/whoami` - the caller's name, provider, caps and spending today;
+- `GET /v1/experience/views/...` - the dashboard's read-only views (citizen.broker.views),
+  served to no citizen.
 
 Refusals use the Messages API's error shape, so the real SDK raises them as it would
 the API's: 402 `budget_exceeded` (a cap; not retried), 403 `permission_error` (not a
@@ -56,6 +58,11 @@ ROUTE_ALLOWANCE = _Allowance(calls_per_minute=240, concurrent=8)  # per citizen,
 # add theirs with `route` and are imported by citizen.broker.service.
 Handler_ = Callable[["Broker", str, bytes], tuple[int, Any]]
 ROUTES: dict[tuple[str, str], Handler_] = {}
+# GET path -> view(broker, the caller's uid, query string) -> (status, JSON-able answer):
+# the dashboard's reads (citizen.broker.views). Their callers are not citizens, so
+# `caller` is not asked; the view decides from the kernel's uid alone.
+View_ = Callable[["Broker", int, str], tuple[int, Any]]
+VIEWS: dict[str, View_] = {}
 
 
 def route(method: str, path: str) -> Callable[[Handler_], Handler_]:
@@ -114,7 +121,10 @@ class Handler(BaseHTTPRequestHandler):
         log.debug("%s", format % args)
 
     def do_GET(self) -> None:
-        path = self.path.split("?")[0]
+        path, _, query = self.path.partition("?")
+        if path in VIEWS:
+            self._view(VIEWS[path], query)
+            return
         self._serve(self._whoami if path == "/v1/experience/whoami"
                     else self._extra("GET", path))
 
@@ -154,6 +164,14 @@ class Handler(BaseHTTPRequestHandler):
             self._error(exc)
         finally:
             broker.last_active = time.monotonic()
+
+    def _view(self, view: View_, query: str) -> None:
+        """A dashboard view: no citizen is named; `view` refuses every uid but its own."""
+        self._body_read = False
+        try:
+            self._json(*view(self.server.broker, peer_uid(self.connection), query))
+        except Refused as exc:
+            self._error(exc)
 
     # ------------------------------------------------------------ routes
 

@@ -15,9 +15,10 @@ from citizen import config
 from citizen.broker import (
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
+    views,  # noqa: F401 - the dashboard's read-only views
     world,  # noqa: F401 - the world's approved actions
 )
-from citizen.broker.ledger import Ledger
+from citizen.broker.ledger import FILE, Ledger
 from citizen.broker.listener import idle_watch, listen
 from citizen.broker.server import Broker
 from citizen.config import paths
@@ -25,7 +26,7 @@ from citizen.daemon.notify import notify
 from shared.locks import locked
 
 log = logging.getLogger(__name__)
-LEDGER = "ledger.db"
+LEDGER = FILE  # the ledger's name in the state directory (citizen.broker.ledger)
 
 
 def ledger_path() -> Path:

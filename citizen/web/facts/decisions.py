@@ -9,14 +9,11 @@ A source this process cannot read is named in `unreadable`, never shown as empty
 
 from __future__ import annotations
 
-import sqlite3
 from typing import Any
 
 from citizen import civilization, config
 from citizen.admin import approvals, helper, presence
-from citizen.broker import mailstate, onboarding
-from citizen.config import paths
-from shared.atomic import CorruptFile
+from citizen.broker import views
 from shared.consensus import STATES, listing, render
 from shared.debates import summary as debate_summary
 from shared.errors import SharedError
@@ -45,14 +42,13 @@ def waiting_for_a_person() -> dict[str, Any]:
                           "stakes": r["stakes"]})
     except (OSError, SharedError) as exc:
         unreadable.append({"source": "proposals", "error": str(exc)})
-    try:
-        for r in onboarding.all_requests():
-            if r.get("status") in onboarding.OPEN:
-                items.append({"kind": "onboarding", "id": r["id"],
-                              "summary": f"{r.get('name')}: {r.get('focus', '')}",
-                              "why": f"asked by {r.get('author')}: {r.get('why', '')}",
-                              "since": r.get("requested_at")})
-    except (OSError, CorruptFile) as exc:  # on a server: the broker's 0700 state
+    try:  # the broker's state (0700 on a server): citizen.broker.views
+        for r in views.read("onboarding")["requests"]:
+            items.append({"kind": "onboarding", "id": r["id"],
+                          "summary": f"{r.get('name')}: {r.get('focus') or ''}",
+                          "why": f"asked by {r.get('author')}: {r.get('why') or ''}",
+                          "since": r.get("requested_at")})
+    except views.Unreadable as exc:
         unreadable.append({"source": "onboarding requests", "error": str(exc)})
     return {"items": items, "count": len(items), "unreadable": unreadable}
 
@@ -136,17 +132,14 @@ def room(name: str) -> dict[str, Any]:
 
 def quarantine() -> dict[str, Any]:
     """Every citizen's quarantined mail with its reason (`citizen mail quarantine`, the
-    broker's record): {"rows": [{citizen, ts, from, reason, message_id}], "unreadable"}."""
-    rows: list[dict[str, Any]] = []
-    unreadable: list[dict[str, str]] = []
-    for name in civilization.citizens():
-        try:
-            found = mailstate.quarantined_readonly(paths.broker_state(), name)
-        except (OSError, sqlite3.Error) as exc:  # on a server: the broker's 0700 state
-            unreadable.append({"source": f"{name}'s quarantine", "error": str(exc)})
-            continue
-        rows += [{"citizen": name, **r} for r in found]
-    return {"rows": rows, "unreadable": unreadable}
+    broker's record, the newest first shown): {"rows": [{citizen, ts, from, reason,
+    message_id}], "truncated", "unreadable"}."""
+    try:  # the broker's state (0700 on a server): citizen.broker.views
+        found = views.read("quarantine")
+    except views.Unreadable as exc:
+        return {"rows": [], "truncated": False,
+                "unreadable": [{"source": "the mail quarantine", "error": str(exc)}]}
+    return {"rows": found["rows"], "truncated": found["truncated"], "unreadable": []}
 
 
 def record_human_decision(proposal_id: str, approve: bool, why: str, operator: str,

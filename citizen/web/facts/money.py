@@ -6,18 +6,14 @@ source of `citizen spend`). Read on every call; nothing cached.
 
 from __future__ import annotations
 
-import sqlite3
-from collections import defaultdict
-from datetime import timedelta
 from typing import Any
 
 from citizen import civilization
-from citizen.broker import ledger, service
+from citizen.broker import views
 from citizen.config import paths
 from citizen.home import spend
-from shared import clock
 
-DAYS = 30  # the page's default window, today included
+DAYS = views.DAYS  # the page's default window, today included
 
 
 def _homes() -> list[paths.Home]:
@@ -55,21 +51,12 @@ def cached_share(days: int = DAYS, totals: list[dict[str, Any]] | None = None,
 
 def refused(days: int = DAYS) -> dict[str, Any]:
     """The calls the broker refused because their worst case did not fit a cap:
-    {"series": [{day, citizen, refused, usd}], "unreadable": error or None} - `usd` is
-    what the refused reservations asked for. On a server the ledger is the broker's
-    (0700); a ledger this process cannot read is said, never shown as no refusals."""
-    since = (clock.today() - timedelta(days=days - 1)).isoformat()
+    {"series": [{day, citizen, refused, usd}], "truncated", "unreadable": error or None}
+    - `usd` is what the refused reservations asked for. The ledger is the broker's (0700
+    on a server: asked of the broker, citizen.broker.views); a ledger that could not be
+    read is said, never shown as no refusals."""
     try:
-        rows = ledger.calls_since(service.ledger_path(), since)
-    except (OSError, sqlite3.Error) as exc:
-        return {"series": [], "unreadable": f"{service.ledger_path()}: {exc}"}
-    totals: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"refused": 0, "usd": 0.0})
-    for row in rows:
-        if row["state"] == "refused":
-            t = totals[(row["day"], row["citizen"])]
-            t["refused"] += 1
-            t["usd"] += float(row["reserved"] or 0.0)
-    return {"series": [{"day": d, "citizen": c, "refused": t["refused"],
-                        "usd": round(t["usd"], 6)} for (d, c), t in sorted(totals.items())],
-            "unreadable": None}
+        found = views.read("refused", days=days)
+    except views.Unreadable as exc:
+        return {"series": [], "truncated": False, "unreadable": str(exc)}
+    return {"series": found["series"], "truncated": found["truncated"], "unreadable": None}
