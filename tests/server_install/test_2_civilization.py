@@ -367,6 +367,10 @@ def test_the_dashboard_approves_and_watches_through_roots_helper(server: Server)
     page.log_in(token)
     status, queue = page.get("/decisions")
     assert status == 200 and pid in queue
+    # The broker's state (0700) reaches the page through its views: nothing "unknown".
+    assert "Could not read" not in queue and "No quarantined mail." in queue, queue
+    status, money = page.get("/money")
+    assert status == 200 and "Could not read" not in money and "None refused." in money
     path = f"/decisions/proposals/{pid}"
     assert page.post(path, {"decision": "approve"})[0] == 403  # no CSRF value
     assert pid in server.run("citizen", "proposals", "--human")
