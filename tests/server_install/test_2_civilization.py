@@ -355,10 +355,11 @@ def test_the_dashboard_approves_and_watches_through_roots_helper(server: Server)
     value) and root's decision is recorded; a citizen's user asking the helper itself
     is refused; a room's page held open marks a person watching, closed it does not."""
     pid, roles = proposal_by(server, "aria", "web.md", tool="delete_file")  # high stakes
-    consensus_as(server, roles["verifier"], f"c.verify('{pid}', '{roles['verifier']}', "
-                                            f"{APPROVE})")
+    # A concern named: a verifier that is a red-team review must name one, whatever it says.
+    yes = f"json.loads({json.dumps(vote('approve', 'web.md may be read by a tool'))!r})"
+    consensus_as(server, roles["verifier"], f"c.verify('{pid}', '{roles['verifier']}', {yes})")
     consensus_as(server, roles["integrator"], f"c.integrate('{pid}', "
-                                              f"'{roles['integrator']}', {APPROVE})")
+                                              f"'{roles['integrator']}', {yes})")
     server.run("systemctl", "enable", "--now", "citizen-web")
     token = web_token_in(server.run("cat", "/etc/experience/web.token"))
     assert token
