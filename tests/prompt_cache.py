@@ -57,19 +57,27 @@ def min_tokens(model: str) -> int:
 
 
 def blocks(body: dict[str, Any]) -> list[tuple[str, str, Any]]:
-    """(section, the block's JSON, its cache_control) in the API's order."""
+    """(section, the block's JSON without its mark, its cache_control) in the API's
+    order: a mark is not content, so a block marked in one request and not in the next
+    is the same block."""
     out: list[tuple[str, str, Any]] = []
+
+    def add(section: str, block: Any, *head: Any) -> None:
+        mark = block.get("cache_control") if isinstance(block, dict) else None
+        bare = {k: v for k, v in block.items() if k != "cache_control"} \
+            if isinstance(block, dict) else block
+        out.append((section, json.dumps([*head, bare], sort_keys=True), mark))
+
     for tool in body.get("tools") or []:
-        out.append(("tools", json.dumps(tool, sort_keys=True), tool.get("cache_control")))
+        add("tools", tool)
     system = body.get("system") or []
     for block in [{"type": "text", "text": system}] if isinstance(system, str) else system:
-        out.append(("system", json.dumps(block, sort_keys=True), block.get("cache_control")))
+        add("system", block)
     for message in body.get("messages") or []:
         content = message.get("content")
         parts = [{"type": "text", "text": content}] if isinstance(content, str) else content
         for block in parts or []:
-            out.append(("messages", json.dumps([message.get("role"), block], sort_keys=True),
-                        block.get("cache_control") if isinstance(block, dict) else None))
+            add("messages", block, message.get("role"))
     return out
 
 
