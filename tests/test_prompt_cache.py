@@ -19,7 +19,7 @@ from citizen.llm.anthropic_api import AnthropicProvider
 from citizen.llm.base import Reply, Request, ToolSpec, Usage, estimate_tokens
 from citizen.llm.scripted import ScriptedProvider
 from citizen.wake import prompt
-from tests.anthropic_server import API_KEY, Behind, MessagesServer
+from tests.anthropic_server import API_KEY, Behind, MessagesServer, text
 from tests.prompt_cache import CacheRequestError, PromptCache
 
 TOOL = ToolSpec("read_file", "Read a file. " * 40, {
@@ -183,3 +183,24 @@ def test_the_cache_model_hits_only_an_identical_prefix_within_its_lifetime() -> 
     assert count([_text("short", "5m")], 0.0).write == 0  # under the model's minimum
     with pytest.raises(CacheRequestError):
         count([_text(long, "5m"), _text("work", "1h")], 0.0)  # 1h after 5m: a 400
+
+
+def test_citizen_spend_reports_each_citizens_cached_share(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """The broker's ledger keeps each call's cache reads; `citizen spend` shows the share
+    of each citizen's prompt tokens read from the cache."""
+    from click.testing import CliRunner
+
+    from citizen.cli import cli
+    from tests.test_broker import ask, setup_opus
+
+    setup_opus(civ, messages_api.url)
+    messages_api.reply(text("one", input_tokens=100, cache_write=900))
+    messages_api.reply(text("two", input_tokens=100, cache_read=900))
+    ask()
+    ask()
+    out = CliRunner().invoke(cli, ["spend", "--json"])
+    assert out.exit_code == 0, out.output
+    (row,) = json.loads(out.output)
+    assert (row["citizen"], row["prompt_tokens"], row["cache_read"]) == ("opus", 2000, 900)
+    assert row["cached_share"] == pytest.approx(0.45)
