@@ -16,6 +16,8 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.prompt_cache import CacheRequestError, PromptCache
+
 API_KEY = "sk-ant-test-key"
 
 
@@ -31,14 +33,18 @@ class Exchange:
 
 def message(content: list[dict[str, Any]], *, model: str = "claude-haiku-4-5",
             stop_reason: str = "end_turn", input_tokens: int = 100, output_tokens: int = 20,
-            cache_write: int = 0, cache_read: int = 0) -> dict[str, Any]:
-    """A Messages API response body."""
+            cache_write: int = 0, cache_read: int = 0,
+            cache_write_1h: int = 0) -> dict[str, Any]:
+    """A Messages API response body (`cache_write_1h`: the part of `cache_write` written
+    with the 1-hour lifetime)."""
     return {
         "id": "msg_test", "type": "message", "role": "assistant", "model": model,
         "content": content, "stop_reason": stop_reason, "stop_sequence": None,
         "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens,
                   "cache_creation_input_tokens": cache_write,
-                  "cache_read_input_tokens": cache_read},
+                  "cache_read_input_tokens": cache_read,
+                  "cache_creation": {"ephemeral_5m_input_tokens": cache_write - cache_write_1h,
+                                     "ephemeral_1h_input_tokens": cache_write_1h}},
     }
 
 
@@ -140,7 +146,11 @@ class MessagesServer:
                     elif server.queue:
                         ex = server.queue.pop(0)
                     elif server.responder is not None:
-                        ex = Exchange(200, server.responder(body))
+                        try:
+                            ex = Exchange(200, server.responder(body))
+                        except CacheRequestError as exc:  # the API's 400 for bad marks
+                            ex = Exchange(400, {"type": "error", "error": {
+                                "type": "invalid_request_error", "message": str(exc)}})
                     else:
                         ex = Exchange(500, {"type": "error", "error": {
                             "type": "api_error", "message": "test server: nothing queued"}},
@@ -165,8 +175,6 @@ class MessagesServer:
 # The field a structured step's schema asks for, and the purpose it serves.
 _PURPOSES = {"tier": "route", "verdict": "verify_task", "commands": "task_deliverables",
              "tools": "select_tools"}
-CACHE_MIN_TOKENS = 1024  # the API caches no prefix shorter than this (Opus, Sonnet)
-CACHE_TTL_S = 300.0  # an ephemeral cache entry lives 5 minutes from its last use
 
 
 def as_request(body: dict[str, Any]) -> Any:
@@ -191,18 +199,21 @@ def as_request(body: dict[str, Any]) -> Any:
 class Behind:
     """A scripted provider answering over the wire: the real SDK sends, this server
     turns each request back into a `Request`, asks the provider, and answers as the API
-    does - usage counted from the bytes, the cached prefix (tools + system, marked with
-    cache_control) read from cache when an earlier request had the same one within the
-    cache's lifetime (world time: `bench/month.py` runs a simulated clock)."""
+    does - usage counted from the bytes, the prompt cache as the API documents it
+    (`tests/prompt_cache.py`: a hit only for an identical prefix up to a breakpoint, each
+    entry living its TTL of world time since its last use - `bench/month.py` runs a
+    simulated clock)."""
 
     def __init__(self, provider: Any) -> None:
         self.provider = provider
-        self.prefixes: dict[str, float] = {}  # prefix -> when it was last written or read
+        self.cache = PromptCache()
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         from citizen.llm.base import estimate_tokens
         from shared import clock
 
+        counted = self.cache.count(body, estimate_tokens(json.dumps(body)), clock.time(),
+                                   estimate_tokens)  # first: a request the API refuses
         reply = self.provider.complete(as_request(body))
         content: list[dict[str, Any]] = []
         if reply.data is not None:
@@ -213,20 +224,10 @@ class Behind:
                 content.append({"type": "text", "text": reply.text})
             content += [{"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.input)}
                         for c in reply.tool_calls]
-        prefix = json.dumps([body.get("tools"), body.get("system")], sort_keys=True)
-        whole = estimate_tokens(json.dumps(body))
-        cached = estimate_tokens(prefix)
-        read = write = 0
-        if cached >= CACHE_MIN_TOKENS and "cache_control" in prefix:
-            now = clock.time()
-            if now - self.prefixes.get(prefix, -CACHE_TTL_S) < CACHE_TTL_S:
-                read = cached
-            else:
-                write = cached
-            self.prefixes[prefix] = now
         uses = any(b["type"] == "tool_use" for b in content)
         return message(content, model=body["model"],
                        stop_reason="tool_use" if uses else "end_turn",
-                       input_tokens=max(1, whole - read - write),
+                       input_tokens=counted.input_tokens,
                        output_tokens=max(1, estimate_tokens(json.dumps(content))),
-                       cache_write=write, cache_read=read)
+                       cache_write=counted.write, cache_read=counted.read,
+                       cache_write_1h=counted.write_1h)

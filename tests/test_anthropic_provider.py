@@ -101,7 +101,8 @@ def test_tool_use_round_trip(messages_api: MessagesServer) -> None:
     assert second.text == "The notes say hello."
     sent = messages_api.requests[1]["messages"]
     assert sent[2]["content"][0] == {"type": "tool_result", "tool_use_id": "toolu_1",
-                                     "content": "hello"}
+                                     "content": "hello",  # the next call reads up to here
+                                     "cache_control": {"type": "ephemeral"}}
 
 
 def test_tool_input_breaking_its_schema_is_flagged_not_raised(

@@ -17,7 +17,7 @@ from typing import Any
 
 from citizen.config import ModelPrice
 from citizen.errors import CitizenError
-from citizen.llm.base import Usage
+from citizen.llm.base import Usage, cache_write_1h
 
 # Content blocks whose tokens the bytes bound (text of the request's JSON).
 _TEXT_BLOCKS = {"text", "tool_use", "tool_result", "thinking", "redacted_thinking"}
@@ -55,6 +55,7 @@ class Call:
     stream: bool
     tools: int = 0
     wire: bytes = field(default=b"", repr=False)
+    long_cache: bool = False  # a 1-hour cache_control mark: its writes cost 2x the input
 
 
 def parse(raw: bytes) -> Call:
@@ -82,16 +83,17 @@ def _parse(raw: bytes) -> Call:
     if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
         raise Unbounded("max_tokens must be a positive integer")
     tools = body.get("tools") or []
+    ttls: set[str] = set()
     for tool in tools:
         if not isinstance(tool, dict) or tool.get("type") not in (None, "custom"):
             raise Unbounded("only the caller's own tools are forwarded, not server tools "
                             "(they bill per use)")
-        _check_cache(tool)
+        _check_cache(tool, ttls)
     for message in body.get("messages") or []:
-        _check_blocks(message.get("content") if isinstance(message, dict) else None)
-    _check_blocks(body.get("system"))
+        _check_blocks(message.get("content") if isinstance(message, dict) else None, ttls)
+    _check_blocks(body.get("system"), ttls)
     return Call(model, max_tokens, body.get("stream") is True, len(tools),
-                json.dumps(body).encode())
+                json.dumps(body).encode(), long_cache="1h" in ttls)
 
 
 def check_betas(headers: list[str]) -> None:
@@ -116,16 +118,24 @@ def check_version(value: str | None) -> None:
                         f"{', '.join(sorted(API_VERSIONS))} only, not {value.strip()[:40]!r}")
 
 
-def _check_cache(item: dict[str, Any]) -> None:
+CACHE_TTLS = ("5m", "1h")  # the lifetimes whose write price the broker knows
+
+
+def _check_cache(item: dict[str, Any], ttls: set[str]) -> None:
+    """Collect a block's cache lifetime; a 1-hour write costs 2x the input price, which
+    the worst case (`Call.long_cache`) and the settlement (`Usage.cost`) count."""
     mark = item.get("cache_control")
-    # A 1-hour cache write costs 2x the input price, more than the 5-minute write price
-    # the worst case and the settlement count.
-    if mark is not None and (not isinstance(mark, dict) or mark.get("ttl", "5m") != "5m"):
-        raise Unbounded("only 5-minute cache_control is forwarded (a 1-hour cache write "
-                        "costs more than the broker prices)")
+    if mark is None:
+        return
+    if not isinstance(mark, dict) or mark.get("type") != "ephemeral" \
+            or mark.get("ttl", "5m") not in CACHE_TTLS:
+        raise Unbounded("cache_control must be {\"type\": \"ephemeral\"} with a ttl of "
+                        f"{' or '.join(CACHE_TTLS)} (others may bill more than the broker "
+                        "prices)")
+    ttls.add(str(mark.get("ttl", "5m")))
 
 
-def _check_blocks(content: Any) -> None:
+def _check_blocks(content: Any, ttls: set[str]) -> None:
     if content is None or isinstance(content, str):
         return
     if not isinstance(content, list):
@@ -135,14 +145,15 @@ def _check_blocks(content: Any) -> None:
         if kind not in _TEXT_BLOCKS:
             raise Unbounded(f"content blocks of type {kind!r} are not forwarded (their "
                             "tokens cannot be bounded from the request's size)")
-        _check_cache(block)
+        _check_cache(block, ttls)
         if kind == "tool_result":
-            _check_blocks(block.get("content"))
+            _check_blocks(block.get("content"), ttls)
 
 
 def worst_usd(input_tokens: int, call: Call, price: ModelPrice) -> float:
     """The most a call with at most `input_tokens` of input can cost."""
-    per_input = max(price.input, price.cache_write)
+    per_input = max(price.input, price.cache_write,
+                    cache_write_1h(price) if call.long_cache else 0.0)
     if call.tools:
         input_tokens += TOOL_PROMPT_TOKENS + PER_TOOL_TOKENS * call.tools
     return (input_tokens * per_input + call.max_tokens * price.output) / 1e6
@@ -177,9 +188,12 @@ def _usage(raw: Any, base: Usage | None = None) -> Usage | None:
         return value if isinstance(value, int) and value >= 0 else before
 
     b = base or Usage()
+    created = raw.get("cache_creation")
+    long = created.get("ephemeral_1h_input_tokens") if isinstance(created, dict) else None
     return Usage(n("input_tokens", b.input_tokens), n("output_tokens", b.output_tokens),
                  n("cache_creation_input_tokens", b.cache_write_tokens),
-                 n("cache_read_input_tokens", b.cache_read_tokens))
+                 n("cache_read_input_tokens", b.cache_read_tokens),
+                 long if isinstance(long, int) and long >= 0 else b.cache_write_1h_tokens)
 
 
 class StreamUsage:

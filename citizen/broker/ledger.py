@@ -204,10 +204,12 @@ def calls_since(path: Path, day: str) -> list[dict[str, Any]]:
         return []
     db = open_readonly(path)
     try:
-        cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd, model, purpose "
+        cur = db.execute("SELECT citizen, day, state, reserved_usd, cost_usd, model, purpose, "
+                         "input_tokens, cache_write_tokens, cache_read_tokens "
                          "FROM calls WHERE day >= ? ORDER BY id", (day,))
-        return [dict(zip(("citizen", "day", "state", "reserved", "cost", "model", "purpose"),
-                         r, strict=True)) for r in cur.fetchall()]
+        return [dict(zip(("citizen", "day", "state", "reserved", "cost", "model", "purpose",
+                          "tokens_in", "cache_write", "cache_read"), r, strict=True))
+                for r in cur.fetchall()]
     finally:
         db.close()
 

@@ -92,6 +92,8 @@ def spend(days: int, wide: bool, as_json: bool) -> None:
     """What the broker let through: dollars per citizen and day, from its ledger.
 
     Open reservations count at their worst case; calls the upstream refused, at $0.
+    CACHED: the share of the prompt tokens the upstream read from its cache (the
+    stable prefix of a wake's calls; a cache read costs a tenth of the input price).
 
     \b
     Examples:
@@ -99,7 +101,7 @@ def spend(days: int, wide: bool, as_json: bool) -> None:
       citizen spend --days 30 --json
     """
     totals: dict[tuple[str, str], dict[str, Any]] = defaultdict(
-        lambda: {"usd": 0.0, "calls": 0, "open": 0})
+        lambda: {"usd": 0.0, "calls": 0, "open": 0, "prompt_tokens": 0, "cache_read": 0})
     for row in ledger_rows(days):
         if row["state"] == "refused":  # never forwarded: not what the broker let through
             continue
@@ -110,12 +112,18 @@ def spend(days: int, wide: bool, as_json: bool) -> None:
             t["usd"] += row["reserved"]
         else:
             t["usd"] += row["cost"] or 0.0
-    out = [{"day": d, "citizen": c, **v, "usd": round(v["usd"], 6)}
+        read = row["cache_read"] or 0
+        t["cache_read"] += read
+        t["prompt_tokens"] += (row["tokens_in"] or 0) + (row["cache_write"] or 0) + read
+    out = [{"day": d, "citizen": c, **v, "usd": round(v["usd"], 6),
+            "cached_share": round(v["cache_read"] / v["prompt_tokens"], 4)
+            if v["prompt_tokens"] else 0.0}
            for (d, c), v in sorted(totals.items())]
     if as_json:
         echo(json.dumps(out))
         return
-    table(["DAY", "CITIZEN", "USD", "CALLS", "OPEN"],
-          [[r["day"], r["citizen"], f"{r['usd']:.4f}", r["calls"], r["open"]] for r in out],
+    table(["DAY", "CITIZEN", "USD", "CALLS", "OPEN", "CACHED"],
+          [[r["day"], r["citizen"], f"{r['usd']:.4f}", r["calls"], r["open"],
+            f"{r['cached_share']:.0%}"] for r in out],
           wide=wide, empty=f"no model call went through the broker in the last {days} day(s) "
                            f"- look further back: `{command(f'spend --days {max(30, days * 2)}')}`")

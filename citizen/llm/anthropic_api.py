@@ -139,13 +139,7 @@ class AnthropicProvider(Provider):
                 "input_schema": dict(request.output_schema),
             })
             kwargs["tool_choice"] = {"type": "tool", "name": RESPOND_TOOL}
-        # One cache breakpoint after the stable prefix: the API caches tools, then
-        # system, in that order, so marking the last system block caches both. Not on a
-        # structured step: its prefix ends in that step's own schema and is asked once,
-        # so a cache write (1.25x the input price) would never be read back.
-        mark = system or tools if request.output_schema is None else []
-        if mark:
-            mark[-1]["cache_control"] = {"type": "ephemeral"}
+        _mark(request, tools, system, kwargs["messages"])
         if system:
             kwargs["system"] = system
         if tools:
@@ -159,6 +153,8 @@ class AnthropicProvider(Provider):
             output_tokens=u.output_tokens or 0,
             cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
             cache_read_tokens=getattr(u, "cache_read_input_tokens", 0) or 0,
+            cache_write_1h_tokens=getattr(getattr(u, "cache_creation", None),
+                                          "ephemeral_1h_input_tokens", 0) or 0,
         )
         cost = usage.cost(self.prices[model])
         try:
@@ -208,6 +204,40 @@ class AnthropicProvider(Provider):
             last = calls[-1]
             calls[-1] = ToolCall(last.id, last.name, last.input, CUT)
         return "".join(text_parts), tuple(calls), data
+
+
+def _mark(request: Request, tools: list[dict[str, Any]], system: list[dict[str, Any]],
+          messages: list[dict[str, Any]]) -> None:
+    """The cache breakpoints (the API caches tools, then system, then messages, each
+    prefix up to a marked block): after the stable system blocks (identity, long
+    contexts: the same bytes in every call of a wake and of the next wake), at
+    `request.cache_ttl`; after the rest of the system (the wake's own contexts); and, in
+    the tool loop, on the conversation's last block, so the next call reads all of it.
+    Not on a structured step: its prefix ends in that step's own schema and is asked
+    once, so a cache write (1.25x the input price) would never be read back."""
+    if request.output_schema is not None:
+        return
+    stable = len(system) if request.stable is None else min(request.stable, len(system))
+    if stable:
+        system[stable - 1]["cache_control"] = _ephemeral(request.cache_ttl)
+    elif tools and not system:
+        tools[-1]["cache_control"] = _ephemeral(request.cache_ttl)
+    if len(system) > stable:  # 5 minutes: it changes by the next wake
+        system[-1]["cache_control"] = _ephemeral("5m")
+    last = messages[-1] if messages else None
+    if last is not None and len(messages) > 1:  # a conversation under way (not its start)
+        content = last["content"]
+        blocks: list[dict[str, Any]] = (
+            [{"type": "text", "text": content}] if isinstance(content, str)
+            else [dict(b) for b in content])
+        if blocks and blocks[-1].get("type") in ("text", "tool_result", "tool_use"):
+            blocks[-1]["cache_control"] = _ephemeral("5m")
+            messages[-1] = {**last, "content": blocks}  # a copy: the loop's stays unmarked
+
+
+def _ephemeral(ttl: str) -> dict[str, str]:
+    """A cache_control mark; the 5-minute one as the API's default (no `ttl` key)."""
+    return {"type": "ephemeral"} if ttl != "1h" else {"type": "ephemeral", "ttl": "1h"}
 
 
 CUT = ("your call was cut at the output limit, so it was not run; shorten it, or write "

@@ -36,6 +36,9 @@ class Request:
     `system` blocks are stable text placed first so providers can cache them;
     `output_schema` asks for structured output validated against that JSON schema;
     `tier` names the council role whose model serves the call ("primary", "fast", …).
+    How a provider may cache (never what is asked, so not in `to_dict`): the first
+    `stable` system blocks change rarely (identity, long contexts: None means all of
+    them), and stay cached for `cache_ttl` ("5m" or "1h"); the rest change between wakes.
     """
 
     messages: Sequence[Message]
@@ -45,6 +48,8 @@ class Request:
     max_tokens: int = 1024
     tier: str = "primary"
     purpose: str = ""
+    stable: int | None = None
+    cache_ttl: str = "5m"
 
     def to_dict(self) -> dict[str, Any]:
         """The request as plain JSON-able data (for logs and replay)."""
@@ -76,21 +81,34 @@ class ToolCall:
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens of each kind a call used."""
+    """Tokens of each kind a call used. `cache_write_tokens` counts every cache write;
+    `cache_write_1h_tokens` the part of them written with the 1-hour lifetime."""
 
     input_tokens: int = 0
     output_tokens: int = 0
     cache_write_tokens: int = 0
     cache_read_tokens: int = 0
+    cache_write_1h_tokens: int = 0
 
     def cost(self, price: ModelPrice) -> float:
-        """US dollars for this usage at `price` (per million tokens)."""
+        """US dollars for this usage at `price` (per million tokens): a 5-minute cache
+        write at `price.cache_write`, a 1-hour one at twice the input price."""
+        long = min(self.cache_write_1h_tokens, self.cache_write_tokens)
         return (
             self.input_tokens * price.input
             + self.output_tokens * price.output
-            + self.cache_write_tokens * price.cache_write
+            + (self.cache_write_tokens - long) * price.cache_write
+            + long * cache_write_1h(price)
             + self.cache_read_tokens * price.cache_read
         ) / 1_000_000
+
+
+CACHE_WRITE_1H = 2.0  # a 1-hour cache write costs twice the base input price (Anthropic)
+
+
+def cache_write_1h(price: ModelPrice) -> float:
+    """US dollars per million tokens written to the cache for an hour."""
+    return CACHE_WRITE_1H * price.input
 
 
 @dataclass(frozen=True)

@@ -294,11 +294,16 @@ class _Run:
                                                      limit=prompt.RECALL_HITS))
         system, shown = prompt.system_blocks(base, contexts, limit, purpose, llm.count_tokens,
                                              recall=recall)
-        self.wlog.event("prompt_budget", purpose=purpose, shown=shown, budget=limit)
+        # The stable blocks, cached as long as the gap to the next wake calls for.
+        stable = prompt.stable_count(shown)
+        ttl = prompt.cache_ttl(self.cfg.wake_interval_minutes)
+        self.wlog.event("prompt_budget", purpose=purpose, shown=shown, budget=limit,
+                        stable=stable, cache_ttl=ttl)
+        ask = wakes.Ask(llm, self.meter, system, stable, ttl)
         if not kind.loop:
-            ending = kind.act(setup, gate, env, wakes.Ask(llm, self.meter, system))
+            ending = kind.act(setup, gate, env, ask)
             return self._ended(kind, setup, env, ending)
-        left = kind.steps(setup, gate, env, wakes.Ask(llm, self.meter, system), instruction)
+        left = kind.steps(setup, gate, env, ask, instruction)
         if not isinstance(left, str):  # the steps did all the work, or a limit stopped them
             return self._ended(kind, setup, env, left)
         instruction = left
@@ -310,7 +315,8 @@ class _Run:
         # The seat's model; which model answered is each llm_call's `model`.
         self.wlog.event("route", tier=tier, route_model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
-                          instruction=instruction, tier=tier)
+                          instruction=instruction, tier=tier, stable=stable,
+                          cache_ttl=ttl)
         if orient:  # the loop ended with it seen; a crash before here orients again
             bootstrap.done(self.home, self.number)
         return self._ended(kind, setup, env, ending)

@@ -31,8 +31,10 @@ _SUMMARY = 300
 
 
 def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
-        system: list[str], instruction: str, tier: str) -> Ending:
-    """Let the model work with its tools until it ends its turn or a limit stops it."""
+        system: list[str], instruction: str, tier: str, stable: int | None = None,
+        cache_ttl: str = "5m") -> Ending:
+    """Let the model work with its tools until it ends its turn or a limit stops it
+    (`stable`, `cache_ttl`: how the provider may cache the system, see `Request`)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
     size = llm.count_tokens(instruction)
     if size > meter.budget.conversation_tokens:  # nothing to shorten: say so, call nothing
@@ -45,7 +47,8 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
     for _ in range(meter.budget.max_iterations):
         _bound(messages, meter, llm)
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
-                          max_tokens=meter.budget.max_output_tokens, purpose="execute")
+                          max_tokens=meter.budget.max_output_tokens, purpose="execute",
+                          stable=stable, cache_ttl=cache_ttl)
         reply = _call(llm, meter, request, messages, env)
         if reply is None:
             continue

@@ -19,7 +19,7 @@ from citizen.errors import LimitReached, ProviderError, StructuredOutputError
 from citizen.home import spend
 from citizen.home.spend import Daily
 from citizen.home.wakelog import WakeLog
-from citizen.llm.base import Provider, Reply, Request, Usage, estimate_tokens
+from citizen.llm.base import Provider, Reply, Request, Usage, cache_write_1h, estimate_tokens
 
 
 @dataclass
@@ -59,7 +59,8 @@ class Meter:
         """The most the request could cost: all input written to the cache (the dearest
         way to send it), every output token used."""
         body = json.dumps(request.to_dict(), default=str)
-        per_input = max(price.input, price.cache_write)
+        per_input = max(price.input, price.cache_write,
+                        cache_write_1h(price) if request.cache_ttl == "1h" else 0.0)
         return (estimate_tokens(body) * per_input + request.max_tokens * price.output) / 1e6
 
     def call(self, llm: Provider, request: Request) -> Reply:

@@ -29,6 +29,10 @@ ORDER = {
     # a vote, a move, a bid: its values and goals, whom it deals with, its recent past
     "step": ("goals", "relationships", "history", "skills", "peer_monitor", "dreams"),
 }
+# What changes from wake to wake (the work under way, the last wakes, the memory searched
+# for this work): after the stable blocks, so a change here leaves the prefix cached.
+VOLATILE = frozenset(("working", "history", "recalled"))
+CACHE_5M_MINUTES, CACHE_1H_MINUTES = 5, 60  # the API's two cache lifetimes
 RECALL_HITS = 5  # memory search hits offered to a wake's calls
 _COMMON = frozenset((
     "this", "that", "with", "from", "your", "have", "will", "what", "when", "which", "into",
@@ -57,7 +61,30 @@ def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpo
                   count: Callable[[str], int], *,
                   recall: str = "") -> tuple[list[str], dict[str, int]]:
     """(blocks, tokens per context included) for one kind of call; `recall` (memory
-    search hits for the work) comes after the purpose's first context, if it fits."""
+    search hits for the work) is budgeted after the purpose's first context, if it fits.
+    The budget goes in the purpose's order; the blocks come stable first (the system
+    prompt, identity, the contexts that change rarely), then the VOLATILE ones, so the
+    stable prefix (`stable_count` blocks) is the same bytes in the next wake."""
+    blocks, shown = _budgeted(base, contexts, budget, purpose, count, recall=recall)
+    texts = dict(zip(["", *shown], blocks, strict=True))
+    order = ["", *[k for k in shown if k not in VOLATILE], *[k for k in shown if k in VOLATILE]]
+    return [texts[k] for k in order], shown
+
+
+def cache_ttl(wake_interval_minutes: float) -> str:
+    """The stable prefix's cache lifetime: an hour when the next wake comes after the
+    5-minute cache has expired but within the hour (a 1-hour write costs 2x the input
+    price, a 5-minute one 1.25x: worth it only if the next wake reads it); else 5 min."""
+    return "1h" if CACHE_5M_MINUTES < wake_interval_minutes <= CACHE_1H_MINUTES else "5m"
+
+
+def stable_count(shown: Mapping[str, int]) -> int:
+    """How many of `system_blocks`'s blocks form its stable prefix."""
+    return 1 + sum(1 for k in shown if k not in VOLATILE)
+
+
+def _budgeted(base: str, contexts: Mapping[str, Context], budget: int, purpose: str,
+              count: Callable[[str], int], *, recall: str) -> tuple[list[str], dict[str, int]]:
     blocks, used, shown = [base], count(base), {}
     identity = contexts.get("identity")
     if identity is not None and identity.entries:

@@ -51,12 +51,15 @@ class Ask:
     llm: Provider
     meter: Meter
     system: list[str]
+    stable: int | None = None  # how the provider may cache the system (see Request)
+    cache_ttl: str = "5m"
 
     def __call__(self, prompt: str, schema: Mapping[str, Any], purpose: str, *,
                  max_tokens: int = 1024, tier: str = "primary") -> dict[str, Any]:
         reply = self.meter.call(self.llm, Request(
             messages=[{"role": "user", "content": prompt}], system=self.system,
-            output_schema=schema, max_tokens=max_tokens, tier=tier, purpose=purpose))
+            output_schema=schema, max_tokens=max_tokens, tier=tier, purpose=purpose,
+            stable=self.stable, cache_ttl=self.cache_ttl))
         data: dict[str, Any] = reply.data
         return data
 
