@@ -1,6 +1,6 @@
 """Wake-cycle figures: overhead per wake, idle cost, sleeping daemon, doorbell, status.
 
-    .venv/bin/python bench/wake_cycle.py [--wakes N]
+    .venv/bin/python bench/wake_cycle.py [--wakes N] [--only wake]
 
 Prints medians and p95s; nothing here asserts.
 """
@@ -146,6 +146,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--wakes", type=int, default=30)
     parser.add_argument("--sleep-seconds", type=float, default=20.0)
+    parser.add_argument("--only", choices=["wake"], help="only the in-process wake figures")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-civ-") as root:
         os.environ["CIV_ROOT"] = root
@@ -153,7 +154,8 @@ def main() -> None:
 
         founding.init(["opus", "mira", "aria"])
         bench_wake_overhead(args.wakes)
-        bench_daemon(args.sleep_seconds, 10)
+        if args.only != "wake":
+            bench_daemon(args.sleep_seconds, 10)
         print(json.dumps({"civ_root": root}))
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from citizen.config import templates
-from citizen.home.contexts import ORDER, STRATEGIES, ContextStore
+from citizen.home.contexts import JOURNAL_LINES, ORDER, STRATEGIES, ContextStore
 from citizen.llm.base import estimate_tokens
 from shared.atomic import CorruptFile
 
@@ -124,3 +124,76 @@ def test_the_working_context_is_emptied_when_a_wake_files_its_task(civ: Path) ->
                          estimate_tokens)
     assert store.load("working").entries == []
     assert any(task.id in e["text"] for e in store.load("history").entries)
+
+
+def _grown_once(store: ContextStore, ctype: str = "history") -> None:
+    """A save that rewrites the file whole (init's file has no journal token yet)."""
+    ctx = store.load(ctype)
+    ctx.add("first")
+    store.save_all({ctype: ctx})
+
+
+def _grow(store: ContextStore, text: str) -> None:
+    ctx = store.load("history")
+    ctx.add(text)
+    store.save_all({"history": ctx})
+
+
+def test_a_context_that_only_grew_is_appended_to_its_journal(store: ContextStore) -> None:
+    _grown_once(store)
+    before = store.path("history").stat()
+    raw = store.path("history").read_bytes()
+    _grow(store, "a wake happened")
+    after = store.path("history").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert store.path("history").read_bytes() == raw
+    assert b"a wake happened" in store.journal("history").read_bytes()
+    assert [e["text"] for e in store.load("history").entries] == ["first", "a wake happened"]
+    store.save_all(store.load_all())  # nothing changed: nothing appended
+    assert store.journal("history").read_text().count("\n") == 1
+
+
+def test_any_other_change_rewrites_the_file_and_drops_the_journal(store: ContextStore) -> None:
+    _grown_once(store)
+    _grow(store, "second")
+    assert store.journal("history").exists()
+    ctx = store.load("history")
+    ctx.entries[0]["text"] = "first, corrected"  # not a growth: the file is rewritten
+    store.save_all({"history": ctx})
+    assert not store.journal("history").exists()
+    assert [e["text"] for e in store.load("history").entries] == ["first, corrected", "second"]
+
+
+def test_a_crash_between_rewrite_and_journal_removal_adds_nothing_twice(
+        store: ContextStore) -> None:
+    _grown_once(store)
+    _grow(store, "second")
+    stale = store.journal("history").read_bytes()
+    ctx = store.load("history")
+    ctx.meta["note"] = "changed"  # a rewrite: "second" now lives in the file itself
+    store.save_all({"history": ctx})
+    store.journal("history").write_bytes(stale)  # as if killed before the unlink
+    assert [e["text"] for e in store.load("history").entries] == ["first", "second"]
+    _grow(store, "third")
+    assert [e["text"] for e in store.load("history").entries] == ["first", "second", "third"]
+
+
+def test_a_torn_journal_line_is_skipped_and_the_next_append_is_whole(
+        store: ContextStore) -> None:
+    _grown_once(store)
+    _grow(store, "second")
+    with store.journal("history").open("rb+") as fh:  # a writer killed mid-line: cut it
+        fh.truncate(len(fh.read()) - 10)
+    assert [e["text"] for e in store.load("history").entries] == ["first"]
+    _grow(store, "third")
+    assert [e["text"] for e in store.load("history").entries] == ["first", "third"]
+
+
+def test_a_long_journal_is_folded_into_the_file(store: ContextStore) -> None:
+    _grown_once(store)
+    for i in range(JOURNAL_LINES):
+        _grow(store, f"wake {i}")
+    assert store.journal("history").read_text().count("\n") == JOURNAL_LINES
+    _grow(store, "one more")
+    assert not store.journal("history").exists()
+    assert len(store.load("history").entries) == JOURNAL_LINES + 2

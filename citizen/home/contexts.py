@@ -7,20 +7,23 @@ Whenever a context exceeds its cap at save time the 4-level fallback runs:
 3. truncate: drop the oldest entries;
 4. emergency clear, keeping only the metadata.
 Identity is never forgotten: over its cap it is kept and reported (a REFLECT wake
-rewrites it). Saving writes only the files that changed.
+rewrites it). Saving writes only the files that changed, and a context that only grew
+(a wake's history line) appends its new entries to a journal beside it (`history.jsonl`)
+instead of rewriting the whole file: a few hundred bytes a wake, not the file's 170 KB.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, read_json, write_bytes, write_json
+from shared.atomic import append_line, read_json, read_jsonl, write_bytes, write_json
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +43,9 @@ STRATEGIES: dict[str, tuple[str, int]] = {
 ORDER = ("identity", "skills", "relationships", "goals", "history", "dreams", "peer_monitor",
          "working")
 _SUMMARY_SENTENCE = 160  # characters kept from each entry when summarizing
+# Appends a journal takes before the next save rewrites its context whole (and drops it):
+# a load reads at most this many lines beside the file.
+JOURNAL_LINES = 64
 
 TokenCounter = Callable[[str], int]
 
@@ -52,7 +58,12 @@ class Context:
     cap: int
     entries: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
-    loaded: bytes = b""  # the bytes read from disk, to skip rewriting an unchanged file
+    # What is on disk (file and journal): each entry's JSON, and the metadata's, so a save
+    # can tell "unchanged" and "only grew" from the rest.
+    saved: list[str] = field(default_factory=list)
+    saved_meta: str = ""
+    journal: str = ""  # the file's journal token ("": a journal may not extend it)
+    journal_lines: int = 0
 
     def add(self, text: str, **extra: Any) -> None:
         self.entries.append({"ts": now_iso(), "text": text, **extra})
@@ -71,6 +82,10 @@ class Context:
     def to_dict(self) -> dict[str, Any]:
         return {"schema_version": SCHEMA_VERSION, "type": self.type, "entries": self.entries,
                 "meta": self.meta}
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _first_sentence(text: str) -> str:
@@ -102,6 +117,10 @@ class ContextStore:
     def path(self, ctype: str) -> Path:
         return self.dir / f"{ctype}.json"
 
+    def journal(self, ctype: str) -> Path:
+        """Entries appended since the file was last written whole (`history.jsonl`)."""
+        return self.dir / f"{ctype}.jsonl"
+
     def init(self, identity: str) -> None:
         """Create missing context files (identity from its template); never overwrites."""
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -120,10 +139,22 @@ class ContextStore:
         path = self.path(ctype)
         if not path.exists():
             return Context(ctype, self.limits[ctype], meta={"created": now_iso()})
-        raw = path.read_bytes()
         data = read_json(path, SCHEMA_VERSION)
-        return Context(ctype, self.limits[ctype], list(data.get("entries", [])),
-                       dict(data.get("meta", {})), raw)
+        ctx = Context(ctype, self.limits[ctype], list(data.get("entries", [])),
+                      dict(data.get("meta", {})), journal=str(data.get("journal", "")))
+        journal = self.journal(ctype)
+        if ctx.journal and journal.exists():
+            # Only lines written against this very file: after a rewrite (a new token) the
+            # old journal's lines are already in it, and a crash before the journal was
+            # removed must not add them twice. A torn last line (killed mid-append) is skipped.
+            lines = read_jsonl(journal)
+            ctx.journal_lines = len(lines)
+            for line in lines:
+                if isinstance(line, dict) and line.get("base") == ctx.journal:
+                    ctx.entries.extend(line.get("entries", []))
+        ctx.saved = [_compact(e) for e in ctx.entries]
+        ctx.saved_meta = _compact(ctx.meta)
+        return ctx
 
     def load_all(self) -> dict[str, Context]:
         return {ctype: self.load(ctype) for ctype in ORDER}
@@ -175,17 +206,51 @@ class ContextStore:
         # clear_on_task_complete: nothing here; the task's end clears it.
 
     def save_all(self, contexts: Mapping[str, Context]) -> dict[str, list[str]]:
-        """Forget what exceeds caps, then write each file whose bytes changed."""
+        """Forget what exceeds caps, then save each context that changed: one that only
+        grew appends its new entries to its journal; any other change rewrites it whole."""
         forgotten: dict[str, list[str]] = {}
         for ctype, ctx in contexts.items():
             levels = self.forget(ctx)
             if levels:
                 forgotten[ctype] = levels
-            raw = json.dumps(ctx.to_dict(), ensure_ascii=False, separators=(",", ":")).encode()
-            if raw != ctx.loaded:
-                write_bytes(self.path(ctype), raw)
-                ctx.loaded = raw
+            entries, meta = [_compact(e) for e in ctx.entries], _compact(ctx.meta)
+            grew = (meta == ctx.saved_meta and len(entries) >= len(ctx.saved)
+                    and entries[:len(ctx.saved)] == ctx.saved)
+            if grew and len(entries) == len(ctx.saved):
+                continue  # unchanged: the file keeps its bytes, inode and mtime
+            if grew and ctx.journal and ctx.journal_lines < JOURNAL_LINES:
+                self._append(ctx, ctx.entries[len(ctx.saved):])
+            else:
+                self._rewrite(ctx)
+            ctx.saved, ctx.saved_meta = entries, meta
         return forgotten
+
+    def _append(self, ctx: Context, new: list[dict[str, Any]]) -> None:
+        """`new` entries as one line of the journal, durable before the save returns."""
+        path = self.journal(ctx.type)
+        fresh = not path.exists()
+        append_line(path, {"base": ctx.journal, "entries": new})
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)  # as durable as a rewrite would have been
+        finally:
+            os.close(fd)
+        if fresh:  # the new name is durable only once the directory entry is on disk
+            fd = os.open(self.dir, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        ctx.journal_lines += 1
+
+    def _rewrite(self, ctx: Context) -> None:
+        """The whole context under a new journal token, then its old journal removed: a
+        crash in between leaves lines of the old token, which no load applies."""
+        ctx.journal = os.urandom(6).hex()
+        write_bytes(self.path(ctx.type), _compact({**ctx.to_dict(),
+                                                   "journal": ctx.journal}).encode())
+        self.journal(ctx.type).unlink(missing_ok=True)
+        ctx.journal_lines = 0
 
     def emergency_dump(self, contexts: Mapping[str, Context], error: str) -> Path:
         """Write everything as it is into one file beside the contexts, for recovery."""
