@@ -11,6 +11,9 @@ polling), which is why we chose flock. Printed per run: updates/s, lock wait p50
 p99 and max, the lock's hold median, `update()`'s own latency median and p99 (call to
 return, the directory fsync included wherever it happens), and lost updates (the
 document's count against the updates made, each writer's own count checked too).
+The writers start together: each says "ready" once its imports are done and waits for
+"go", so the figures are 32 writers contending, not 32 interpreters starting up (whose
+imports, on 2 cores, would slow the lock's holder and fill the first second's waits).
 """
 
 from __future__ import annotations
@@ -54,6 +57,8 @@ if kind == "flock":
                 holds.append(time.monotonic() - held)
     documents.locked = timed  # the wait and hold of the very lock update() takes
     doc = documents.Document(path, lambda: {"count": 0, "by": {}}, mode=0o660)
+    print("ready", flush=True)
+    sys.stdin.readline()  # "go": every writer imported and waiting
     for _ in range(n):
         t = time.monotonic()
         doc.update(bump)
@@ -61,6 +66,8 @@ if kind == "flock":
 else:
     from filelock import FileLock
     lock = FileLock(str(path) + ".filelock")
+    print("ready", flush=True)
+    sys.stdin.readline()
     for _ in range(n):
         t = time.monotonic()
         with lock:
@@ -80,9 +87,18 @@ def run(kind: str, writers: int, updates: int) -> None:
         doc = Path(tmp) / "doc.json"
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
         outs = [Path(tmp) / f"w{i}.json" for i in range(writers)]
-        started = time.perf_counter()
         procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(doc), kind, str(updates),
-                                   str(out), f"w{i}"], env=env) for i, out in enumerate(outs)]
+                                   str(out), f"w{i}"], env=env, text=True,
+                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+                 for i, out in enumerate(outs)]
+        pipes = [(p.stdin, p.stdout) for p in procs if p.stdin and p.stdout]
+        for _, said in pipes:  # every writer ready (a failed one reads "": seen below)
+            said.readline()
+        started = time.perf_counter()
+        for go, said in pipes:
+            go.write("go\n")
+            go.close()
+            said.close()
         if any(p.wait() for p in procs):
             raise SystemExit(f"a {kind} writer failed")
         wall = time.perf_counter() - started
