@@ -22,8 +22,8 @@ is safe. In order, and what each step protects:
 
 Why 5 may follow 4: a directory fsync matters only for a power loss (or a kernel
 crash), never for a process's death. If the power fails before it, the directory on
-disk holds this rename or an earlier one; each version it can name had its data
-fsynced (2) before it was renamed, and each contains every change before it (1). The
+disk names one of the versions renamed in turn; each had its data fsynced (2) before
+it was renamed, and each contains every change before it (1). The
 next holder may read and build on this version before it is durable, but its own
 version contains this change, and its own step 5 makes its rename durable before its
 `update` returns - so whatever version survives is whole and at least as new as the
@@ -31,13 +31,17 @@ newest `update` that returned; an update lost to the power had not returned, as
 before. What a `change` function does outside the document with what it read (as
 what any reader does: `read` takes no lock) may outlive a power loss that takes that
 read version back: act on the document's content after `update` returns if that
-matters. The directory fsyncs of writers that let go meanwhile share the filesystem's
-journal commits with the next holder's, a group commit for free.
+matters.
 
-Not done: fsync the temp file after the rename (outside the lock) - only ext4's
-`auto_da_alloc` heuristic keeps a renamed-over file's data ordered before the rename;
-other filesystems may then leave an empty document after a power loss. `fdatasync`
-for the temp file saves nothing: a new file's size and blocks must be committed anyway.
+What it buys (bench/documents.py, 32 writers): one fsync fewer under the lock, which
+counts when fsyncs are slow (a busy disk); on ext4 the journal commit a released
+writer's step 5 starts may still delay the next holder's step 2, and with a fast disk
+the 2 cores running 32 writers bound the wait instead. Not done: fsync the temp file
+after the rename (outside the lock) - only ext4's `auto_da_alloc` heuristic orders a
+renamed-over file's data before the rename; elsewhere a power loss could leave an
+empty document. `fdatasync` saves nothing here: a new file's size and blocks must be
+committed anyway (it would if the temp file's blocks were written and committed before
+the lock was taken, so that step 2 flushed data alone: the next step to measure).
 """
 
 from __future__ import annotations
