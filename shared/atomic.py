@@ -2,7 +2,11 @@
 
 Write to a temporary file in the same directory, fsync it, `os.replace` it over the
 target, then fsync the directory: a reader (or a restart after `kill -9`) sees the
-old file or the new one, never a partial one. A file that does not parse is an
+old file or the new one, never a partial one. The first fsync is what makes that hold
+across a power loss too (the new name never points at data not yet on disk); the
+directory's fsync makes the new name itself durable. A writer under a lock may defer
+the directory's fsync until it has let go (`sync_dir=False`, then `fsync_dir`; see
+shared/documents.py for why that order is safe). A file that does not parse is an
 error naming the file - it is kept for inspection, never silently reset.
 """
 
@@ -32,13 +36,15 @@ class CorruptFile(Invalid):
 
 
 def write_bytes(path: Path, data: bytes, mode: int = 0o640,
-                owner: tuple[int, int] | None = None) -> None:
+                owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> None:
     """Atomically replace `path` with `data`.
 
     `mode` 0640 by default: owner writes, group `citizens` may read (peer
     monitoring), nobody else. The commons passes 0660 for group-written documents.
     `owner` (uid, gid): root writing on a citizen's behalf hands the file over before
     it becomes visible, so the citizen never meets a file it cannot read.
+    `sync_dir=False`: return once the new file is in place, its data on disk, and leave
+    the directory's fsync (the rename's durability) to the caller: `fsync_dir(path.parent)`.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = _temp_copy(path, data, mode)
@@ -49,7 +55,8 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
-    _fsync_dir(path.parent)
+    if sync_dir:
+        fsync_dir(path.parent)
 
 
 def _temp_copy(path: Path, data: bytes, mode: int) -> str:
@@ -67,8 +74,8 @@ def _temp_copy(path: Path, data: bytes, mode: int) -> str:
     return tmp
 
 
-def _fsync_dir(directory: Path) -> None:
-    # The rename is durable only once the directory entry is on disk.
+def fsync_dir(directory: Path) -> None:
+    """fsync `directory`: a rename or a new name in it is durable only once its entry is."""
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -77,10 +84,11 @@ def _fsync_dir(directory: Path) -> None:
 
 
 def write_json(path: Path, data: Any, mode: int = 0o640,
-               owner: tuple[int, int] | None = None) -> bytes:
-    """Atomically write `data` as compact JSON (`indent` is 20x slower); return the bytes."""
+               owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> bytes:
+    """Atomically write `data` as compact JSON (`indent` is 20x slower); return the bytes.
+    `sync_dir`: as for `write_bytes`."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    write_bytes(path, raw, mode, owner)
+    write_bytes(path, raw, mode, owner, sync_dir=sync_dir)
     return raw
 
 
@@ -95,7 +103,7 @@ def create_json(path: Path, data: Any, mode: int = 0o640) -> None:
         os.link(tmp, path)  # atomic and exclusive: fails when the name is taken
     finally:
         Path(tmp).unlink(missing_ok=True)
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def create_beneath(top: Path, rel: str | Path, data: bytes, mode: int = 0o640, *,
