@@ -1,18 +1,22 @@
 """What an operator waits for at the terminal: the read commands and `logs --follow`.
 
-    .venv/bin/python bench/cli.py [--citizens 20] [--wakes 200] [--runs 9]
+    .venv/bin/python bench/cli.py [--citizens 20] [--wakes 200] [--aged 0] [--runs 9]
+    .venv/bin/python bench/cli.py --citizens 1000 --wakes 23 --aged 20 --status-only
 
 A dev-mode civilization in a temporary root: `--citizens` homes, each with `--wakes`
-wake logs of a working wake's shape and a few tasks. Timed as a person runs them (the
-console script in a fresh process): `status`, `logs NAME`, `logs NAME --wake N`,
-`task list NAME`, `task show NAME ID`; and `logs --follow`'s latency - from an event
-appended to the log of a wake in progress to its line on the follower's stdout.
+wake logs of a working wake's shape and a few tasks; the first `--aged` of them written
+three days ago (their events and mtimes), as a citizen's logs are on a lived-in server.
+Timed as a person runs them (the console script in a fresh process): `status`, `logs
+NAME`, `logs NAME --wake N`, `task list NAME`, `task show NAME ID`; and `logs --follow`'s
+latency - from an event appended to the log of a wake in progress to its line on the
+follower's stdout.
 Prints medians and p95s (bench/stats.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
 import shutil
@@ -21,27 +25,38 @@ import sys
 import tempfile
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.stats import show
 from citizen.config import paths
-from citizen.home.tasks import TaskQueue
+from citizen.home import wakelog
+from citizen.home.tasks import TaskQueue, now_iso
 from citizen.home.wakelog import WakeLog
 
 CITIZEN = str(Path(sys.executable).parent / "citizen")
 
 
-def populate(root: Path, citizens: int, wakes: int) -> list[str]:
-    """Homes `c000…` with `wakes` ended wake logs and three tasks each."""
+AGE_S = 3 * 86400.0  # an aged log: older than anything `status` counts as today
+
+
+def populate(root: Path, citizens: int, wakes: int, aged: int = 0) -> list[str]:
+    """Homes `c000…` with `wakes` ended wake logs (the first `aged` written AGE_S ago) and
+    three tasks each."""
     os.environ["CIV_ROOT"] = str(root)
     names = [f"c{i:03d}" for i in range(citizens)]
+    then = (datetime.now(UTC) - timedelta(seconds=AGE_S)).isoformat(timespec="seconds")
     for name in names:
         home = paths.home(name)
         home.dir.mkdir(parents=True)
-        (home.dir / "config.json").write_text("{}")
+        (home.dir / "config.json").write_text(json.dumps(  # valid: status reads its cap
+            {"email": f"{name}@experience.local", "focus": "bench",
+             "budget": {"max_usd_per_day": 5.0}}))
         for n in range(1, wakes + 1):
+            # The events' own times: the logs' ts, as the wakes wrote them.
+            wakelog.now_iso = (lambda: then) if n <= aged else now_iso  # type: ignore[assignment]
             log = WakeLog(home, n, "TASK")
             log.event("wake_start", citizen=name, type="TASK", slot=n % 10, pid=1,
                       reason="scheduled")
@@ -55,6 +70,10 @@ def populate(root: Path, citizens: int, wakes: int) -> list[str]:
                           result="wrote 10 characters")
             log.event("wake_end", status="ok", reason="task done", cost_usd=0.03,
                       calls=3, duration_s=40.0)
+            if n <= aged:
+                old = time.time() - AGE_S
+                os.utime(log.path, (old, old))
+        wakelog.now_iso = now_iso  # type: ignore[assignment]
         queue = TaskQueue(home.tasks)
         for i in range(3):
             queue.add(f"task {i} of {name}", source="cli")
@@ -117,16 +136,23 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--citizens", type=int, default=20)
     parser.add_argument("--wakes", type=int, default=200)
+    parser.add_argument("--aged", type=int, default=0,
+                        help="how many of each citizen's logs were written 3 days ago")
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--status-only", action="store_true",
+                        help="time `status` and `status --json` alone")
     opts = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     try:
-        names = populate(root, opts.citizens, opts.wakes)
+        names = populate(root, opts.citizens, opts.wakes, opts.aged)
         name = names[0]
         task = TaskQueue(paths.home(name).tasks).ids("queue")[0]
-        print(f"{opts.citizens} citizens, {opts.wakes} wake logs each, runs={opts.runs}")
+        print(f"{opts.citizens} citizens, {opts.wakes} wake logs each "
+              f"({opts.aged} of them {AGE_S / 86400:.0f} days old), runs={opts.runs}")
         show("citizen status", timed(["status"], opts.runs), "ms", 1000)
         show("citizen status --json", timed(["status", "--json"], opts.runs), "ms", 1000)
+        if opts.status_only:
+            return
         show("citizen logs NAME (table of 30)", timed(["logs", name], opts.runs), "ms", 1000)
         show("citizen logs NAME --wake N", timed(["logs", name, "--wake", "7"], opts.runs),
              "ms", 1000)
