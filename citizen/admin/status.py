@@ -123,9 +123,12 @@ def _disk_used(home: paths.Home, verdict: disk.Verdict | None,
                measure: bool) -> tuple[float | None, str | None]:
     """The home's MB and when they were measured: root's last check while fresh (the
     timer measures every home every 10 minutes), else walked now if `measure`."""
-    if verdict is not None and verdict.used_mb is not None \
-            and clock.time() - clock.epoch(verdict.checked_at) < DISK_FRESH_S:
-        return verdict.used_mb, verdict.checked_at
+    if verdict is not None and verdict.used_mb is not None:
+        try:
+            if clock.time() - clock.epoch(verdict.checked_at) < DISK_FRESH_S:
+                return verdict.used_mb, verdict.checked_at
+        except (TypeError, ValueError):  # an unreadable time: measured again, as if old
+            pass
     if not measure:
         return None, None
     return round(retention.disk_bytes(home) / 2**20, 1), clock.now()
