@@ -1,20 +1,25 @@
 """What an operator waits for at the terminal: the read commands and `logs --follow`.
 
-    .venv/bin/python bench/cli.py [--citizens 20] [--wakes 200] [--runs 9]
+    .venv/bin/python bench/cli.py [--citizens 20] [--wakes 200] [--aged 0] [--runs 9]
+    .venv/bin/python bench/cli.py --citizens 1000 --wakes 23 --aged 20 --status-only
 
 A dev-mode civilization in a temporary root: `--citizens` homes, each with `--wakes`
-wake logs of a working wake's shape and a few tasks. Timed as a person runs them (the
-console script in a fresh process): `status`, `logs NAME`, `logs NAME --wake N`,
-`task list NAME`, `task show NAME ID`; and `logs --follow`'s latency - from an event
-appended to the log of a wake in progress to its line on the follower's stdout.
+wake logs of a working wake's shape and a few tasks; the first `--aged` of them written
+three days ago (their events and mtimes), as a citizen's logs are on a lived-in server.
+Timed as a person runs them (the console script in a fresh process): `status`, `logs
+NAME`, `logs NAME --wake N`, `task list NAME`, `task show NAME ID`; and `logs --follow`'s
+latency - from an event appended to the log of a wake in progress to its line on the
+follower's stdout.
 Prints medians and p95s (bench/stats.py).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import queue
+import resource
 import shutil
 import subprocess
 import sys
@@ -29,19 +34,31 @@ from bench.stats import show
 from citizen.config import paths
 from citizen.home.tasks import TaskQueue
 from citizen.home.wakelog import WakeLog
+from shared import clock
 
 CITIZEN = str(Path(sys.executable).parent / "citizen")
 
 
-def populate(root: Path, citizens: int, wakes: int) -> list[str]:
-    """Homes `c000…` with `wakes` ended wake logs and three tasks each."""
+AGE_S = 3 * 86400.0  # an aged log: older than anything `status` counts as today
+
+
+def populate(root: Path, citizens: int, wakes: int, aged: int = 0) -> list[str]:
+    """Homes `c000…` with `wakes` ended wake logs (the first `aged` written AGE_S ago) and
+    three tasks each."""
     os.environ["CIV_ROOT"] = str(root)
     names = [f"c{i:03d}" for i in range(citizens)]
     for name in names:
         home = paths.home(name)
         home.dir.mkdir(parents=True)
-        (home.dir / "config.json").write_text("{}")
+        (home.dir / "config.json").write_text(json.dumps(  # valid: status reads its cap
+            {"email": f"{name}@experience.local", "focus": "bench",
+             "budget": {"max_usd_per_day": 5.0}}))
         for n in range(1, wakes + 1):
+            # The events' own times (world time, shared.clock) as the wakes wrote them.
+            if n <= aged:
+                os.environ[clock.CLOCK_ENV] = f"{time.time() - AGE_S},{time.time()},1"
+            else:
+                os.environ.pop(clock.CLOCK_ENV, None)
             log = WakeLog(home, n, "TASK")
             log.event("wake_start", citizen=name, type="TASK", slot=n % 10, pid=1,
                       reason="scheduled")
@@ -55,18 +72,28 @@ def populate(root: Path, citizens: int, wakes: int) -> list[str]:
                           result="wrote 10 characters")
             log.event("wake_end", status="ok", reason="task done", cost_usd=0.03,
                       calls=3, duration_s=40.0)
+            if n <= aged:
+                old = time.time() - AGE_S
+                os.utime(log.path, (old, old))
+        os.environ.pop(clock.CLOCK_ENV, None)
         queue = TaskQueue(home.tasks)
         for i in range(3):
             queue.add(f"task {i} of {name}", source="cli")
     return names
 
 
-def timed(args: list[str], runs: int) -> list[float]:
+def timed(args: list[str], runs: int, cpu: list[float] | None = None) -> list[float]:
+    """Wall seconds of each run; with `cpu`, the command's CPU seconds (user + system)
+    appended to it - the figure a loaded machine distorts least."""
     took = []
     for _ in range(runs):
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
         start = time.perf_counter()
         subprocess.run([CITIZEN, *args], check=True, capture_output=True)
         took.append(time.perf_counter() - start)
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        if cpu is not None:
+            cpu.append(after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime)
     return took
 
 
@@ -117,16 +144,25 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--citizens", type=int, default=20)
     parser.add_argument("--wakes", type=int, default=200)
+    parser.add_argument("--aged", type=int, default=0,
+                        help="how many of each citizen's logs were written 3 days ago")
     parser.add_argument("--runs", type=int, default=9)
+    parser.add_argument("--status-only", action="store_true",
+                        help="time `status` and `status --json` alone")
     opts = parser.parse_args()
     root = Path(tempfile.mkdtemp(prefix="bench-cli-"))
     try:
-        names = populate(root, opts.citizens, opts.wakes)
+        names = populate(root, opts.citizens, opts.wakes, opts.aged)
         name = names[0]
         task = TaskQueue(paths.home(name).tasks).ids("queue")[0]
-        print(f"{opts.citizens} citizens, {opts.wakes} wake logs each, runs={opts.runs}")
-        show("citizen status", timed(["status"], opts.runs), "ms", 1000)
-        show("citizen status --json", timed(["status", "--json"], opts.runs), "ms", 1000)
+        print(f"{opts.citizens} citizens, {opts.wakes} wake logs each "
+              f"({opts.aged} of them {AGE_S / 86400:.0f} days old), runs={opts.runs}")
+        for args in (["status"], ["status", "--json"]):
+            cpu: list[float] = []
+            show(f"citizen {' '.join(args)}", timed(args, opts.runs, cpu), "ms", 1000)
+            show(f"citizen {' '.join(args)} (CPU: user + system)", cpu, "ms", 1000)
+        if opts.status_only:
+            return
         show("citizen logs NAME (table of 30)", timed(["logs", name], opts.runs), "ms", 1000)
         show("citizen logs NAME --wake N", timed(["logs", name, "--wake", "7"], opts.runs),
              "ms", 1000)

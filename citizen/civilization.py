@@ -12,17 +12,20 @@ from __future__ import annotations
 import grp
 import logging
 import pwd
+from typing import TYPE_CHECKING
 
 from citizen import config
 from citizen.access import steps
 from citizen.config import paths
 from shared import clock
 from shared.commons import Commons
-from shared.consensus import Consensus, diversity
-from shared.debates import Debates
 from shared.errors import SharedError
 from shared.identity import server_mode
-from shared.streams import Streams
+
+if TYPE_CHECKING:  # the protocols are imported when first used (shared.commons says why)
+    from shared.consensus import Consensus
+    from shared.debates import Debates
+    from shared.streams import Streams
 
 log = logging.getLogger(__name__)
 CITIZENS_GROUP = "citizens"  # every citizen's primary group on a server (setup_server.sh)
@@ -74,6 +77,8 @@ def keep_diverse() -> None:
     """The daemon's daily job: the seed's weight diversity enforcement
     (shared.consensus.diversity; once a world day whichever daemon runs first). Never
     raises: a failure is logged and tomorrow's run tries again."""
+    from shared.consensus import diversity  # noqa: PLC0415 - daily; at start ~90 ms of every command
+
     try:
         c = commons().consensus
         made = diversity.enforce(c.weights, c.citizens, clock.moment().date().isoformat(),

@@ -13,12 +13,15 @@ from __future__ import annotations
 import hmac
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from citizen import civilization, config
 from citizen.config import paths
 from citizen.config.secrets import web_token_in
-from shared.consensus import Proposal
 from shared.errors import NotAllowed
+
+if TYPE_CHECKING:  # a type only: every CLI command imports this module (cli/options.py)
+    from shared.consensus import Proposal
 
 MAX_OPERATOR = 64
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
+from pathlib import Path
 from typing import Any
 
 from citizen import config
@@ -16,11 +17,12 @@ from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import retention, spend, wakelog
 from citizen.home.tasks import TaskQueue
+from shared import clock
 from shared.atomic import read_json
 from shared.monitor import alive
 
 RECENT_WAKES = 300  # more than a citizen wakes in a day
-RECENT_S = 2 * 86400.0  # wall seconds: a log written since may hold a wake of today
+DISK_FRESH_S = 1800.0  # root's disk check (experience-disk.timer: every 10 min) counts this long
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
 
 
@@ -49,42 +51,92 @@ def daemon(home: paths.Home) -> Daemon:
         return Daemon(f"unreadable heartbeat ({exc})", False, None)
 
 
-def citizen_status(name: str) -> dict[str, Any]:
-    """Daemon state, last and next wake, current task, wakes and dollars today."""
+def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
+    """Daemon state, last and next wake, current task, wakes and dollars today, disk.
+
+    Read for a thousand citizens at a time, so a row costs a few stats and small reads:
+    only the ends of the last log and the first line of few others (`wakes_on`), only
+    the budget of the config (`config.load_budget`), and the disk from root's last
+    check (`citizen.admin.disk`) while it is fresh, else - with `measure_disk`, which
+    a view without the figure leaves off - by walking the home (`disk_mb` None when not).
+    """
     home = paths.home(name)
     beat = daemon(home)
     logs = wakelog.wake_logs(home)
-    today = spend.today()
-    # By when each wake started (world time: shared.clock), read only from the logs
-    # written in the last two days (a stat each, not a read of hundreds of logs).
-    recent = [p for p in logs[-RECENT_WAKES:] if time.time() - p.stat().st_mtime < RECENT_S]
-    rows = [r for r in (wakelog.summary(p) for p in recent)
-            if str(r["started"])[:10] == today.isoformat()]
     last = wakelog.summary(logs[-1]) if logs else None
-    active = TaskQueue(home.tasks).active()
+    tasks = TaskQueue(home.tasks)
+    active = tasks.active()
     usd_today = spend.spent(home, spend.today())  # every call, in wakes or not
     try:
-        cap = config.load_citizen(name).budget.max_usd_per_day
+        cap = config.load_budget(name).max_usd_per_day
     except CitizenError:
         cap = None
+    verdict = disk.last(name)
+    used_mb, measured_at = _disk_used(home, verdict, measure_disk)
     return {
         "citizen": name, "daemon": beat.text, "next_wake": beat.next_wake,
         "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
         "current_task": active and {"id": active.id, "text": active.text[:120]},
-        "tasks": TaskQueue(home.tasks).counts(),
-        "wakes_today": len(rows),
+        "tasks": tasks.counts(),
+        "wakes_today": wakes_on(logs, spend.today()),
         "usd_today": round(usd_today, 6),
         "usd_per_day_cap": cap,
         "daily_cap_reached": cap is not None and usd_today >= cap,
-        "disk_mb": round(retention.disk_bytes(home) / 2**20, 1),  # logs are bounded (issue 18)
-        "disk_budget": _disk(name),
+        "disk_mb": used_mb,  # logs are bounded (issue 18)
+        "disk_measured_at": measured_at,
+        "disk_budget": _disk(verdict),
     }
 
 
-def _disk(name: str) -> dict[str, Any] | None:
+def wakes_on(logs: list[Path], day: date) -> int:
+    """How many of a citizen's wake `logs` (oldest first) started on world `day`.
+
+    Wake numbers are taken in order (`home.state.allocate`), so a wake started after
+    every older one. The scan goes from the newest log back and stops at the first last
+    written before `day` began: that wake started before it, and so did every older one.
+    Of the logs written since, only a wake that began the day before can have run past
+    midnight - the oldest ones: their first lines are read until one started on `day`.
+    """
+    midnight = datetime.combine(day, datetime.min.time(), UTC).timestamp()
+    wall, world, speed = time.time(), clock.time(), clock.speed()
+    since: list[Path] = []
+    for path in reversed(logs[-RECENT_WAKES:]):
+        try:
+            mtime = path.stat().st_mtime
+        except OSError:  # swept meanwhile
+            continue
+        # A compressed log is dated (world time) when its wake ended (home.retention);
+        # a plain one was last written at wall time `mtime`.
+        written = mtime if path.name.endswith(".gz") else world - (wall - mtime) * speed
+        if written < midnight:
+            break
+        since.append(path)
+    count = len(since)
+    for path in reversed(since):  # the oldest first
+        if str(wakelog.first_event(path).get("ts", ""))[:10] == day.isoformat():
+            break
+        count -= 1
+    return count
+
+
+def _disk_used(home: paths.Home, verdict: disk.Verdict | None,
+               measure: bool) -> tuple[float | None, str | None]:
+    """The home's MB and when they were measured: root's last check while fresh (the
+    timer measures every home every 10 minutes), else walked now if `measure`."""
+    if verdict is not None and verdict.used_mb is not None:
+        try:
+            if clock.time() - clock.epoch(verdict.checked_at) < DISK_FRESH_S:
+                return verdict.used_mb, verdict.checked_at
+        except (TypeError, ValueError):  # an unreadable time: measured again, as if old
+            pass
+    if not measure:
+        return None, None
+    return round(retention.disk_bytes(home) / 2**20, 1), clock.now()
+
+
+def _disk(verdict: disk.Verdict | None) -> dict[str, Any] | None:
     """Root's last disk check of this citizen (citizen.admin.disk), when it is past or near
     its budget or was stopped for it."""
-    verdict = disk.last(name)
     if verdict is None or (verdict.state == "ok" and not verdict.stopped_at):
         return None
     return {"state": verdict.state, "used_mb": verdict.used_mb,

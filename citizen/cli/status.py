@@ -30,7 +30,8 @@ def status(wide: bool, as_json: bool) -> None:
       citizen status --wide
       citizen --root /tmp/civ status --json
     """
-    rows = [citizen_status(n) for n in civilization.citizens()]
+    # The table without --wide shows no disk: no home is walked for it.
+    rows = [citizen_status(n, measure_disk=wide or as_json) for n in civilization.citizens()]
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return

@@ -12,7 +12,7 @@ Owns reading `templates/` (the release's, on a server), `/etc/experience` and a 
 other package of `citizen` is above it. `citizen.config.X` is the public API below.
 """
 
-from citizen.config.loading import load_citizen, medium_programs, server_mode
+from citizen.config.loading import load_budget, load_citizen, medium_programs, server_mode
 from citizen.config.secrets import SECRET_KEYS, Secrets, load_secrets, parse_env, secrets_file
 from citizen.config.settings import (
     CITIZEN_KEYS,
@@ -38,6 +38,6 @@ __all__ = [
     "CITIZEN_KEYS", "CONTEXT_TYPES", "MANDATORY_SLOTS", "OWN_SLOTS", "PROVIDERS",
     "SCHEMA_VERSION", "SECRET_KEYS", "Budget", "CitizenConfig", "CouncilSeat", "LLMSettings",
     "LocalModelSettings", "LogSettings", "MailSettings", "ModelPrice", "RoleValues",
-    "Secrets", "Templates", "WebSettings", "load_citizen", "load_secrets", "medium_programs",
-    "parse_env", "secrets_file", "server_mode", "templates",
+    "Secrets", "Templates", "WebSettings", "load_budget", "load_citizen", "load_secrets",
+    "medium_programs", "parse_env", "secrets_file", "server_mode", "templates",
 ]

@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import logging
 from functools import cache
+from pathlib import Path
+from typing import Any
 
 from citizen.config import paths
 from citizen.config.files import merge, read_object
-from citizen.config.settings import CITIZEN_KEYS, CitizenConfig
-from citizen.config.templates import templates
+from citizen.config.settings import CITIZEN_KEYS, Budget, CitizenConfig
+from citizen.config.templates import Templates, templates
 from citizen.errors import ConfigError
 from shared.identity import server_mode as _commons_owned
 
@@ -57,11 +59,35 @@ def load_citizen(name: str, *, own: bool = True) -> CitizenConfig:
     :raises ConfigError: a file is invalid, or the citizen is unknown.
     """
     tpl = templates()
+    layered = _layers(tpl, name, own)
+    if layered is None:
+        return tpl.citizen(name)
+    merged, source = layered
+    return tpl.build_citizen({**merged, "name": name}, source)
+
+
+def load_budget(name: str, *, own: bool = True) -> Budget:
+    """A citizen's budget from the same layers as `load_citizen`, only the budget checked:
+    what `citizen status` reads of every citizen (the whole check is ~0.4 ms a citizen, most
+    of a status row; a file broken elsewhere still fails `load_citizen`, i.e. its wakes).
+
+    :raises ConfigError: the budget is invalid, or the citizen is unknown.
+    """
+    tpl = templates()
+    layered = _layers(tpl, name, own)
+    if layered is None:
+        return tpl.build_budget(tpl.citizen_data(name), tpl.rules / "citizen_configs.json")
+    return tpl.build_budget(*layered)
+
+
+def _layers(tpl: Templates, name: str, own: bool) -> tuple[dict[str, Any], Path] | None:
+    """The merged layers of `name`'s config and the file that had the last word; None
+    when only its template speaks."""
     # own=False: the operator's rules alone (the broker, which cannot read a home).
     mine, rules = paths.citizen_config_file(name), paths.operator_rules_file(name)
     has_own = own and mine.is_file()
     if not has_own and not rules.is_file():
-        return tpl.citizen(name)
+        return None
     base = tpl.citizen_data(name) if name in tpl.citizen_names() else {}
     data = read_object(mine) if has_own else {}
     if server_mode():
@@ -73,7 +99,7 @@ def load_citizen(name: str, *, own: bool = True) -> CitizenConfig:
     source = mine
     if rules.is_file():
         merged, source = merge(merged, read_object(rules)), rules
-    return tpl.build_citizen({**merged, "name": name}, source)
+    return merged, source
 
 
 @cache

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import re
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 from citizen.errors import ConfigError, WrongUser
@@ -92,6 +93,7 @@ def operator_mail_file(name: str) -> Path:
     return operator_dir() / f"{check_name(name)}.mail.env"
 
 
+@cache  # resolving stats each folder up to / (ten stats): `templates()` asks per citizen
 def project_dir() -> Path:
     """The checkout this code runs from (a citizen's `~/code` on a server)."""
     return Path(__file__).resolve().parents[2]  # citizen/config/paths.py -> the checkout

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import string
 from collections.abc import Mapping
-from functools import cache
+from functools import cache, cached_property
 from pathlib import Path
 from typing import Any
 
@@ -88,6 +88,18 @@ class Templates:
     def citizen(self, name: str) -> CitizenConfig:
         """A template citizen's validated config."""
         return self.build_citizen(self.citizen_data(name), self.rules / "citizen_configs.json")
+
+    def build_budget(self, data: Mapping[str, Any], source: Path) -> Budget:
+        """The budget of merged citizen data, only it validated (`build_citizen` checks
+        the whole)."""
+        budget = merge(self._configs["defaults"], data)["budget"]
+        validate(source, {"budget": budget}, self._budget_schema)
+        return Budget(**budget)
+
+    @cached_property
+    def _budget_schema(self) -> dict[str, Any]:
+        return {"$defs": self._schema("citizen_configs")["$defs"], "type": "object",
+                "properties": {"budget": {"$ref": "#/$defs/citizen/properties/budget"}}}
 
     def build_citizen(self, data: Mapping[str, Any], source: Path) -> CitizenConfig:
         """Validate merged citizen data and turn it into a `CitizenConfig`."""

@@ -45,11 +45,15 @@ class Swept:
 
 def disk_bytes(home: Home) -> int:
     """What the citizen's home holds on disk (files only, links not followed)."""
-    total = 0
-    for root, _dirs, files in os.walk(home.dir):
-        for f in files:
-            with contextlib.suppress(OSError):  # gone meanwhile
-                total += (Path(root) / f).lstat().st_size
+    total, folders = 0, [str(home.dir)]
+    while folders:  # os.walk's files and folders, without a Path a file
+        with contextlib.suppress(OSError), os.scandir(folders.pop()) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):  # gone meanwhile
+                    if not entry.is_dir():
+                        total += entry.stat(follow_symlinks=False).st_size
+                    elif not entry.is_symlink():  # a link to a folder is not walked
+                        folders.append(entry.path)
     return total
 
 

@@ -103,16 +103,18 @@ def wake_logs(home: Home, calls: bool = False) -> list[Path]:
             or not home.wake_logs.is_dir():
         return []
     # Only names a wake log has: a file the citizen named otherwise is no wake (and must
-    # not stop `citizen status` or `logs` for every citizen).
-    whole = [p for p in home.wake_logs.glob("*.jsonl") if _NAME.fullmatch(p.name)]
+    # not stop `citizen status` or `logs` for every citizen). One listing, names only:
+    # `citizen status` lists the logs of every citizen.
+    with os.scandir(home.wake_logs) as entries:
+        listed = [e.name for e in entries if _NAME.fullmatch(e.name)]
     # Both forms only after a sweep died between writing the .gz and removing the
     # original: the original is complete, and the next sweep redoes the .gz.
-    names = {p.name for p in whole}
-    found = whole + [p for p in home.wake_logs.glob("*.jsonl.gz")
-                     if p.name.removesuffix(".gz") not in names and _NAME.fullmatch(p.name)]
+    whole = {n for n in listed if not n.endswith(".gz")}
+    found = [n for n in listed if n in whole or n.removesuffix(".gz") not in whole]
     if not calls:  # by the name alone: a stat-free filter over hundreds of logs
-        found = [p for p in found if name_of(p).partition("-")[2] not in NOT_WAKES]
-    return sorted(found, key=lambda p: p.name)
+        found = [n for n in found if n.split(".", 1)[0].partition("-")[2] not in NOT_WAKES]
+    folder = home.wake_logs
+    return [folder / n for n in sorted(found)]
 
 
 def name_of(path: Path) -> str:
@@ -185,6 +187,18 @@ def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
         tail = fh.read().splitlines()
     last = next((p for p in (_parse(r) for r in reversed(tail)) if p), {})
     return _parse(first_raw), last
+
+
+def first_event(path: Path) -> dict[str, Any]:
+    """A log's first whole event, only its first line read when not compressed ({}: none,
+    or the log is gone or unreadable) - when the wake started, without the rest."""
+    try:
+        if path.name.endswith(".gz"):
+            return next(iter(read(path)), {})
+        with open_plain(path) as fh:
+            return _parse(fh.readline(MAX_EVENT))  # why: a first line without end is no event
+    except OSError:
+        return {}
 
 
 def summary(path: Path) -> dict[str, Any]:

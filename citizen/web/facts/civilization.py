@@ -5,7 +5,7 @@ with the burn rate (what the day ends at if the last hour goes on)."""
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from citizen import civilization
 from citizen.admin.status import citizen_status
@@ -14,24 +14,29 @@ from citizen.home import spend
 from shared import clock
 from shared.atomic import read_json
 
+if TYPE_CHECKING:
+    from shared.monitor import Monitor
+
 AMBER = spend.WARN_SHARE  # past this share of its daily cap a citizen's money shows amber
 FINDINGS_S = 86400.0  # the monitor's reports of the last day
 
 
 def rows() -> list[dict[str, Any]]:
-    """One row per citizen, read from the stores now."""
-    return [row(name) for name in civilization.citizens()]
+    """One row per citizen, read from the stores now (the monitor's reports through one
+    handle of the commons: building it lists the citizens)."""
+    monitor = civilization.commons().monitor
+    return [row(name, monitor) for name in civilization.citizens()]
 
 
-def row(name: str) -> dict[str, Any]:
+def row(name: str, monitor: Monitor | None = None) -> dict[str, Any]:
     """One citizen's row (see the module)."""
-    status = citizen_status(name)
+    status = citizen_status(name, measure_disk=False)  # the page shows no disk
     home = paths.home(name)
     last = status["last_wake"]  # the wake being written now, if its log has no end yet
     running = last and last["status"] == "running" and {
         k: last[k] for k in ("wake", "type", "started")}
     return {**status, "heartbeat_age_s": _beat_age(home), "current_wake": running or None,
-            "findings": findings(name), **money(home, status["usd_today"],
+            "findings": findings(name, monitor), **money(home, status["usd_today"],
                                                  status["usd_per_day_cap"])}
 
 
@@ -43,11 +48,11 @@ def _beat_age(home: paths.Home) -> float | None:
         return None
 
 
-def findings(name: str) -> list[dict[str, Any]]:
+def findings(name: str, monitor: Monitor | None = None) -> list[dict[str, Any]]:
     """The monitor's findings about `name` filed in the last day, newest first."""
     cutoff = clock.time() - FINDINGS_S
     out: list[dict[str, Any]] = []
-    for report in civilization.commons().monitor.about(name):
+    for report in (monitor or civilization.commons().monitor).about(name):
         if clock.epoch(report.get("ts")) < cutoff:
             continue
         out.extend({"ts": report.get("ts"), "kind": f.get("kind"), "detail": f.get("detail")}
