@@ -109,17 +109,28 @@ def test_a_slot_whose_type_has_work_without_a_task_starts_its_process(
     assert args[args.index("--slot") + 1] == str(reflect)
 
 
-def test_after_a_commit_the_wake_process_decides(civ: Path,
-                                                 no_process: list[list[str]]) -> None:
-    """The daemon gates only the code it started beside: ~/code moved, the process gates."""
-    home = paths.home("opus")
-    (home.code / "citizen").mkdir(parents=True)
+def own_code_at(home: paths.Home, commit: str) -> None:
+    """A ~/code of the citizen's own, its HEAD at `commit` (read from files, as the daemon)."""
+    (home.code / "citizen").mkdir(parents=True, exist_ok=True)
     (home.code / "citizen" / "__init__.py").write_text("")
-    (home.code / ".git").mkdir()
-    (home.code / ".git" / "HEAD").write_text("a" * 40 + "\n")
+    (home.code / ".git").mkdir(exist_ok=True)
+    (home.code / ".git" / "HEAD").write_text(commit + "\n")
+
+
+def test_the_daemon_gates_only_last_known_good_code_it_started_on(
+        civ: Path, no_process: list[list[str]]) -> None:
+    """A commit no wake process has completed on yet is proven by one (last-known-good,
+    what a rollback returns to); after a commit (an adoption) the wake process decides."""
+    home = paths.home("opus")
+    own_code_at(home, "a" * 40)
     daemon = Daemon("opus", interval_s=3600, first_wake_s=3600)
-    (home.code / ".git" / "HEAD").write_text("b" * 40 + "\n")  # an adoption moved it
-    with pytest.raises(Spawned):  # the usual path: the commit the wake runs, through git
+    with pytest.raises(Spawned):  # not yet known good: the usual path, through git
+        daemon._wake(WakeRequest(None, "slot"))
+    state.mark(home, "last_known_good", "a" * 40)  # what that wake process's end records
+    daemon._wake(WakeRequest(None, "slot"))
+    assert no_process == [] and daemon.wakes_run == 1
+    own_code_at(home, "b" * 40)  # an adoption moved it
+    with pytest.raises(Spawned):
         daemon._wake(WakeRequest(None, "slot"))
 
 

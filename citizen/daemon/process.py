@@ -297,12 +297,12 @@ class Daemon:
 
     def _idle_here(self, req: WakeRequest, number: int, slot: int | None) -> bool:
         """Run the wake's gate here; True when it was idle (logged, no process started).
-
-        Only while ~/code is at the commit the daemon started on - the gate here is then
-        the gate the wake process would run; after a commit (an adoption, a rollback)
-        the wake process decides until the daemon restarts."""
+        Only while ~/code is at the commit the daemon started on (after an adoption or a
+        rollback the wake process decides) and that commit is last-known-good (a wake
+        process completed on it: what a rollback goes back to)."""
         now = rollback.at(self.home)
-        if now != self.code_at or now == rollback.UNREADABLE:
+        if now != self.code_at or now == rollback.UNREADABLE or (
+                now and state.load(self.home)["marks"].get(rollback.LKG) != now):
             return False
         try:
             idle = gate_here(self.name, number=number, slot=slot, wake_type=req.wake_type,
