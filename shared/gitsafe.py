@@ -52,8 +52,6 @@ import stat
 import subprocess
 from pathlib import Path
 
-import git
-
 from shared.errors import Invalid, NotFound, SharedError
 
 TIMEOUT_S = 300  # a FIFO planted as a ref or an object file must not hang the daemon
@@ -169,16 +167,6 @@ def run(repo: Path | None, *args: str, cwd: Path | None = None,
 def out(repo: Path, *args: str, extra_env: dict[str, str] | None = None) -> str:
     """The stripped standard output of `git args` in `repo`."""
     return run(repo, *args, extra_env=extra_env).stdout.decode(errors="replace").strip()
-
-
-def open_repo(repo: Path) -> git.Repo:
-    """A gitpython Repo whose every git call runs with `environment(repo)`.
-
-    The driver list is taken now: open a fresh one for each operation.
-    """
-    handle = git.Repo(repo)
-    handle.git.update_environment(**environment(repo))
-    return handle
 
 
 # ------------------------------------------------------------ a peer's repository, as data

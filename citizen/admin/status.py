@@ -42,11 +42,15 @@ def daemon(home: paths.Home) -> Daemon:
     try:
         beat = read_json(home.heartbeat)
         age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
+        if beat["state"] == "failed":  # the daemon's last words: why it could not start
+            return Daemon(f"failed to start: {beat.get('error', '?')}", False, None)
         if beat["state"] == "stopped" or not alive(int(beat["pid"])):
             return Daemon("not running", False, None)
         if age.total_seconds() > STALE_S and beat["state"] != "waking":
             return Daemon(f"stale heartbeat ({int(age.total_seconds())} s old)", False, None)
-        return Daemon(f"{beat['state']} (pid {beat['pid']})", True, beat.get("next_wake_at"))
+        polled = ", doorbell polled" if beat.get("doorbell", "inotify") != "inotify" else ""
+        return Daemon(f"{beat['state']} (pid {beat['pid']}{polled})", True,
+                      beat.get("next_wake_at"))
     except (ValueError, KeyError, OSError) as exc:
         return Daemon(f"unreadable heartbeat ({exc})", False, None)
 

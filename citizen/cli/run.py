@@ -18,10 +18,12 @@ from citizen.daemon.process import Daemon
 @click.option("--max-wakes", type=int, default=None, help="Stop after this many wakes.")
 @click.option("--wake-timeout", type=float, default=1200.0, show_default=True,
               help="Seconds before a wake is killed.")
-@click.option("--first-wake", type=float, default=1.0, show_default=True,
-              help="Seconds from start to the first scheduled wake.")
+@click.option("--first-wake", type=float, default=None,
+              help="Seconds from start to the first scheduled wake (default: 1 s plus a "
+                   "spread of up to a minute fixed by NAME, so daemons started together "
+                   "wake apart).")
 def run(*, name: str, interval: float | None, max_wakes: int | None, wake_timeout: float,
-        first_wake: float) -> None:
+        first_wake: float | None) -> None:
     """Run the daemon of citizen NAME in the foreground (systemd runs this).
 
     \b

@@ -23,7 +23,6 @@ from collections import deque
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
-from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
@@ -31,16 +30,18 @@ from apscheduler.triggers.interval import IntervalTrigger
 from citizen import civilization, config
 from citizen.civilization import commons
 from citizen.config import paths
-from citizen.daemon import status
+from citizen.daemon import ending, status, timing
+from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.daemon.status import State
 from citizen.errors import CitizenError
-from citizen.home import quiesce, retention, rollback, state, wakelog
+from citizen.home import quiesce, retention, rollback, state
 from citizen.home.memory import Memory
-from citizen.home.tasks import TaskQueue, now_iso
+from citizen.home.tasks import TaskQueue
 from citizen.mail.poller import MailPoller
+from citizen.wake.flow import gate_here
 from shared import clock, doorbell
-from shared.atomic import append_line, sweep_temp
+from shared.atomic import sweep_temp
 from shared.errors import LockTimeout
 from shared.locks import locked
 
@@ -68,7 +69,7 @@ class Daemon:
     """Runs one citizen until stopped (or until `max_wakes` wakes, for demos and tests)."""
 
     def __init__(self, name: str, *, interval_s: float | None = None, max_wakes: int | None = None,
-                 wake_timeout_s: float = 1200.0, first_wake_s: float = 1.0,
+                 wake_timeout_s: float = 1200.0, first_wake_s: float | None = None,
                  heartbeat_s: float = 30.0, rollup_s: float = 3600.0) -> None:
         self.name = paths.check_name(name)
         self.home = paths.home(name)
@@ -78,7 +79,8 @@ class Daemon:
         self.interval_s = interval_s or clock.wall_seconds(self.config.wake_interval_minutes * 60)
         self.max_wakes = max_wakes
         self.wake_timeout_s = wake_timeout_s
-        self.first_wake_s = first_wake_s
+        self.first_wake_s = (first_wake_s if first_wake_s is not None
+                             else timing.first_wake_s(self.name, self.interval_s))
         self.heartbeat_s = heartbeat_s
         self.rollup_s = clock.wall_seconds(rollup_s)
         self.doorbell_window_s = clock.wall_seconds(DOORBELL_WINDOW_S)
@@ -97,6 +99,8 @@ class Daemon:
         # Start times of doorbell wakes in the last hour (budget.max_doorbell_wakes_per_hour):
         # a peer or a runaway model ringing without end waits for the window, one at a time.
         self.rung: deque[float] = deque()
+        self.doorbell_mode = ""  # "inotify" or "polling (why)": in the heartbeat
+        self.code_at = rollback.at(self.home)  # the wake runs this code: the daemon may gate here
 
     # ------------------------------------------------------------ lifecycle
 
@@ -107,27 +111,20 @@ class Daemon:
                                "it with `citizen init` first")
         paths.require_owner(self.home)
         self._acquire_lock()
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
-        for note in TaskQueue(self.home.tasks).recover():
-            log.warning("recovered task %s", note)
-        for stale in sweep_temp(self.home.dir):
-            log.warning("removed %s, left by a writer that was killed", stale)
-        self.home.doorbell.mkdir(parents=True, exist_ok=True)
-        self._schedule()
-        # Watch first, then drain: a ring landing in between is seen by one or the other
-        # (watching from the thread itself raced the drain and lost rings).
-        watcher = threading.Thread(target=self._watch_doorbell, args=(self._doorbell_watch(),),
-                                   name="doorbell", daemon=True)
-        watcher.start()
-        self._enqueue_rings()  # events rung while the daemon was down
-        self.mail.start(self.scheduler)
-        self._set_state(State.SLEEPING)
-        notify("READY=1")
-        rollback.ready(self.home)
-        self._report_rollbacks()
-        log.info("citizen %s: daemon running (pid %d), a wake every %.0f s", self.name,
-                 os.getpid(), self.interval_s)
+        try:
+            self._start()
+        except Exception as exc:
+            # Where the operator looks: the journal (this line) and `citizen status` (the
+            # heartbeat) - not only a traceback on a terminal nobody watches.
+            log.error("citizen %s: the daemon cannot start: %s: %s", self.name,
+                      type(exc).__name__, exc)
+            self.state = State.FAILED
+            status.beat(self.home, name=self.name, state=State.FAILED, current="",
+                        next_at=None, wakes_run=0, error=f"{type(exc).__name__}: {exc}")
+            raise
+        log.info("citizen %s: daemon running (pid %d), a wake every %.0f s, first in %.0f s; "
+                 "doorbell: %s", self.name, os.getpid(), self.interval_s, self.first_wake_s,
+                 self.doorbell_mode)
         try:
             self._main_loop()
         finally:
@@ -138,6 +135,29 @@ class Daemon:
             self._set_state(State.STOPPED)
             log.info("citizen %s: daemon stopped after %d wakes", self.name, self.wakes_run)
         return 0
+
+    def _start(self) -> None:
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        for note in TaskQueue(self.home.tasks).recover():
+            log.warning("recovered task %s", note)
+        for stale in sweep_temp(self.home.dir):
+            log.warning("removed %s, left by a writer that was killed", stale)
+        self.home.doorbell.mkdir(parents=True, exist_ok=True)
+        # Watch first, then drain: a ring landing in between is seen by one or the other
+        # (watching from the thread itself raced the drain and lost rings).
+        watch = Watch(self.home.doorbell)
+        self.doorbell_mode = watch.mode
+        self._schedule()
+        watcher = threading.Thread(target=self._watch_doorbell, args=(watch,),
+                                   name="doorbell", daemon=True)
+        watcher.start()
+        self._enqueue_rings()  # events rung while the daemon was down
+        self.mail.start(self.scheduler)
+        self._set_state(State.SLEEPING)
+        notify("READY=1")
+        rollback.ready(self.home)
+        self._report_rollbacks()
 
     def _acquire_lock(self) -> None:
         # The one lock (flock, tried once): released by the kernel if we die, so a stale
@@ -223,14 +243,10 @@ class Daemon:
     def _over_doorbell_limit(self, req: WakeRequest) -> bool:
         """True if the hour's doorbell wakes are used up; the wake is then asked for again
         when the oldest leaves the window (rings meanwhile coalesce into it)."""
-        now = time.monotonic()
-        while self.rung and now - self.rung[0] >= self.doorbell_window_s:
-            self.rung.popleft()
         cap = self.config.budget.max_doorbell_wakes_per_hour
-        if len(self.rung) < cap:
-            self.rung.append(now)
+        later = timing.doorbell_wait(self.rung, time.monotonic(), self.doorbell_window_s, cap)
+        if later is None:
             return False
-        later = self.doorbell_window_s - (now - self.rung[0])
         log.warning("citizen %s: %d doorbell wakes this hour (budget.max_doorbell_wakes_per_"
                     "hour); %s waits %.0f s", self.name, cap, req.wake_type, later)
         when = datetime.now(UTC) + timedelta(seconds=later)
@@ -246,6 +262,8 @@ class Daemon:
 
     def _wake(self, req: WakeRequest) -> None:
         number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
+        if self._idle_here(req, number, slot):
+            return
         args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
                 "--reason", req.reason]
         args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
@@ -271,11 +289,35 @@ class Daemon:
             code = self.child.wait()
         self.child = None
         self.wakes_run += 1
-        crashed = self._record_end(number, code, time.monotonic() - started)
+        crashed = ending.record(self.home, number, code, time.monotonic() - started)
         self._after_wake(crashed, commit)
         self.current = ""
         if self.state != State.STOPPING:
             self._set_state(State.SLEEPING)
+
+    def _idle_here(self, req: WakeRequest, number: int, slot: int | None) -> bool:
+        """Run the wake's gate here; True when it was idle (logged, no process started).
+        Only while ~/code is at the commit the daemon started on (after an adoption or a
+        rollback the wake process decides) and that commit is last-known-good (a wake
+        process completed on it: what a rollback goes back to)."""
+        now = rollback.at(self.home)
+        if now != self.code_at or now == rollback.UNREADABLE or (
+                now and state.load(self.home)["marks"].get(rollback.LKG) != now):
+            return False
+        try:
+            idle = gate_here(self.name, number=number, slot=slot, wake_type=req.wake_type,
+                             reason=req.reason)
+        except Exception as exc:  # noqa: BLE001 - the wake process runs the gate again and logs it
+            log.warning("wake %d: the gate failed here (%s); the wake process decides", number,
+                        exc)
+            return False
+        if idle is None:
+            return False
+        self.wakes_run += 1
+        self.crashes = 0  # as an idle wake process would: it did not crash
+        log.info("wake %d %s: %s in the daemon - %s", number, idle.wake_type, idle.status,
+                 idle.reason)
+        return True
 
     def _after_wake(self, crashed: bool, commit: str | None) -> None:
         """Keep last-known-good current; after three crashes in a row, roll back."""
@@ -313,25 +355,6 @@ class Daemon:
         except ProcessLookupError:
             pass
 
-    def _record_end(self, number: int, code: int, duration: float) -> bool:
-        """Log how the wake ended; True when it crashed (died, or our code raised)."""
-        logs = sorted(self.home.wake_logs.glob(f"{number:06d}-*.jsonl"))
-        events = wakelog.read(logs[0]) if logs else []
-        end = next((e for e in reversed(events) if e.get("event") == "wake_end"), None)
-        if end is None:
-            how = f"killed by signal {-code}" if code < 0 else f"exited with code {code}"
-            if logs:
-                append_line(logs[0], {"ts": now_iso(), "wake": number, "event": "wake_end",
-                                      "status": "crashed", "reason": how,
-                                      "duration_s": round(duration, 3)})
-            log.error("wake %d: the wake process %s without finishing its log", number, how)
-            return True
-        log.info("wake %d %s: %s in %.1f s ($%.4f, %s calls)%s", number,
-                 logs[0].stem.split("-", 1)[1], end.get("status"), duration,
-                 end.get("cost_usd", 0.0), end.get("calls", 0),
-                 f" - {end['reason']}" if end.get("reason") else "")
-        return any(e.get("event") == "error" for e in events)
-
     def _rollup_due(self) -> None:
         """The deterministic gate for memory roll-ups; the model runs in a child."""
         if self.state == State.STOPPING or not Memory(self.home.memory).pending():
@@ -347,23 +370,9 @@ class Daemon:
             log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
             self._request(r.wake_type, f"doorbell: {r.reason}")
 
-    def _doorbell_watch(self) -> Any:
-        """An inotify watch on the doorbell (None: no inotify here; the watcher polls)."""
-        try:
-            from inotify_simple import INotify, flags  # noqa: PLC0415 - absent: the watcher polls
-        except ImportError:
-            return None
-        inotify = INotify()
-        inotify.add_watch(self.home.doorbell, flags.MOVED_TO | flags.CLOSE_WRITE)
-        return inotify
-
-    def _watch_doorbell(self, inotify: Any) -> None:
+    def _watch_doorbell(self, watch: Watch) -> None:
         while self.state != State.STOPPED:
-            if inotify is not None:
-                if inotify.read():  # blocks until a file lands (this thread dies with us)
-                    self._enqueue_rings()
-            else:  # no inotify: poll once a second (≈600 ms to notice instead of ≈5 ms)
-                time.sleep(1)
+            if watch.wait():  # blocks (this thread dies with us)
                 self._enqueue_rings()
 
     # ------------------------------------------------------------ status
@@ -381,7 +390,8 @@ class Daemon:
 
     def _heartbeat(self) -> None:
         status.beat(self.home, name=self.name, state=self.state, current=self.current,
-                    next_at=self._next_wake(), wakes_run=self.wakes_run)
+                    next_at=self._next_wake(), wakes_run=self.wakes_run,
+                    doorbell=self.doorbell_mode)
 
     def _watchdog(self) -> None:
         # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked

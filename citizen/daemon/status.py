@@ -26,6 +26,7 @@ class State(StrEnum):
     WAKING = "waking"
     STOPPING = "stopping"
     STOPPED = "stopped"
+    FAILED = "failed"  # could not start: the heartbeat's `error` says why
 
 
 def title(name: str, state: State, current: str, next_at: datetime | None) -> str:
@@ -48,16 +49,19 @@ def set_title(text: str) -> None:
 
 
 def beat(home: Home, *, name: str, state: State, current: str, next_at: datetime | None,
-         wakes_run: int) -> None:
+         wakes_run: int, doorbell: str = "", error: str = "") -> None:
     """Write the heartbeat; a failure is logged, never raised (the daemon goes on)."""
     data: dict[str, Any] = {
         "schema_version": 1, "citizen": name, "pid": os.getpid(),
         "state": state.value, "current_wake": current,
         "next_wake_at": next_at.isoformat() if next_at else None,
         "wakes_this_run": wakes_run,
+        "doorbell": doorbell,  # "inotify", or "polling (why)" when the kernel gave none
         "rss_mb": round(psutil.Process().memory_info().rss / 2**20, 1),
         "updated": clock.now(time.time()),  # liveness: the wall clock, even when simulated
     }
+    if error:
+        data["error"] = error
     try:
         # 0664: peers read each other's heartbeats (PEER_MONITOR).
         write_json(home.heartbeat, data, mode=0o664)

@@ -22,6 +22,7 @@ from citizen.config.paths import Home
 from citizen.home import state
 from shared import gitsafe
 from shared.atomic import append_line, read_jsonl
+from shared.errors import SharedError
 
 if TYPE_CHECKING:
     from shared.evolution import Evolution
@@ -33,6 +34,7 @@ LKG = "last_known_good"
 START_ATTEMPTS = ".start_attempts"  # written by scripts/start_guard.py, cleared at READY
 ROLLBACKS = "logs/rollbacks.jsonl"
 REPORTED = "rollbacks_reported"  # how many lines of ROLLBACKS have had their reports filed
+UNREADABLE = "unreadable"  # at(): a HEAD its files do not name; the code it runs is unknown
 
 
 def head(home: Home) -> str | None:
@@ -44,6 +46,17 @@ def head(home: Home) -> str | None:
         return gitsafe.out(home.code, "rev-parse", "--verify", "HEAD^{commit}")
     except gitsafe.GitFailed:
         return None
+
+
+def at(home: Home) -> str | None:
+    """The commit `~/code` is at, read from its files (no git process, so a daemon can ask
+    at every wake): None when no code of its own runs there, the daemon's then."""
+    if not (home.code / "citizen" / "__init__.py").is_file():
+        return None
+    try:
+        return gitsafe.read_head(home.code)
+    except SharedError:
+        return UNREADABLE
 
 
 def record_good(home: Home, commit: str) -> None:

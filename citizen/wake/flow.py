@@ -97,9 +97,7 @@ def run_wake(name: str, *, wake_type: str | None = None, number: int | None = No
         number, slot = state.allocate(home, scheduled=wake_type is None)
     if wake_type is None:
         wake_type = tpl.wake_slots(name)[(slot or 0) % 10]
-    wlog = WakeLog(home, number, wake_type)
-    wlog.event("wake_start", citizen=name, type=wake_type, slot=slot, pid=os.getpid(),
-               reason=reason or ("slot" if slot is not None else "requested"))
+    wlog = _opened(home, number, wake_type, slot, reason)
     started = time.monotonic()
     meter = Meter(wlog, cfg.budget, ledger=home, daily=daily_caps(home, cfg, wlog),
                   routes={seat.role: seat.model for seat in cfg.council})
@@ -171,10 +169,58 @@ def call_outside_wake(name: str, kind: str, llm: Provider, request: Request) -> 
     return llm.complete(request)
 
 
-def _close(wlog: WakeLog, meter: Meter, status: str, why: str, started: float) -> None:
+def gate_here(name: str, *, number: int, slot: int | None, wake_type: str | None,
+              reason: str) -> WakeResult | None:
+    """The gate alone, in the caller's process - the daemon's, before it starts a wake
+    process (issue 33: idle wakes start no process). None when the wake has work: nothing
+    is written, and the wake process runs it, gate and all (its verdict is the one that
+    counts). Else the idle (or skipped) wake, logged as `run_wake` logs one: the same
+    events and fields, under the number the caller allocated."""
+    home = paths.home(name)
+    tpl = config.templates()
+    if wake_type is None:
+        wake_type = tpl.wake_slots(name)[(slot or 0) % 10]
+    started = time.monotonic()
+    kind, _, gate = _gate(home, config.load_citizen(name), tpl, wake_type, number)
+    if kind is not None and gate.work:
+        return None
+    wlog = _opened(home, number, wake_type, slot, reason)
+    status, verdict = ("idle", "idle") if kind is not None else ("skipped", "skip")
+    wlog.event("gate", verdict=verdict, reason=gate.reason)
+    _close(wlog, None, status, gate.reason, started)
+    return WakeResult(number, wake_type, status, gate.reason, 0.0, 0, wlog.path)
+
+
+def _opened(home: paths.Home, number: int, wake_type: str, slot: int | None,
+            reason: str) -> WakeLog:
+    """A wake's log, its first event written."""
+    wlog = WakeLog(home, number, wake_type)
+    wlog.event("wake_start", citizen=home.name, type=wake_type, slot=slot, pid=os.getpid(),
+               reason=reason or ("slot" if slot is not None else "requested"))
+    return wlog
+
+
+def _gate(home: paths.Home, cfg: config.CitizenConfig, tpl: config.Templates,
+          wake_type: str, number: int
+          ) -> tuple[wakes.WakeType | None, Setup | None, wakes.Gate]:
+    """The wake type, what it sees and its gate's verdict (no type registered: None and
+    why)."""
+    kind = wakes.get(wake_type)
+    if kind is None:
+        why = (f"wake type {wake_type} is not available yet: no module registers it "
+               f"(registered: {', '.join(wakes.registered())})")
+        return None, None, wakes.Gate(False, why)
+    setup = Setup(home, cfg, tpl, TaskQueue(home.tasks), Memory(home.memory), number,
+                  state.load(home)["marks"])
+    return kind, setup, kind.gate(setup)
+
+
+def _close(wlog: WakeLog, meter: Meter | None, status: str, why: str, started: float) -> None:
     """The log's last event - what the wake (or the calls outside one) cost - made durable."""
-    wlog.event("wake_end", status=status, reason=why, cost_usd=round(meter.spent, 6),
-               calls=meter.calls, tokens_in=meter.tokens_in, tokens_out=meter.tokens_out,
+    wlog.event("wake_end", status=status, reason=why,
+               cost_usd=round(meter.spent, 6) if meter else 0.0,
+               calls=meter.calls if meter else 0, tokens_in=meter.tokens_in if meter else 0,
+               tokens_out=meter.tokens_out if meter else 0,
                duration_s=round(time.monotonic() - started, 3))
     wlog.close()
 
@@ -209,16 +255,11 @@ class _Run:
     task_state: str | None = None
 
     def flow(self) -> tuple[str, str]:
-        kind = wakes.get(self.wake_type)
-        if kind is None:
-            why = (f"wake type {self.wake_type} is not available yet: no module registers it "
-                   f"(registered: {', '.join(wakes.registered())})")
-            self.wlog.event("gate", verdict="skip", reason=why)
-            return "skipped", why
-        tasks, memory = TaskQueue(self.home.tasks), Memory(self.home.memory)
-        setup = Setup(self.home, self.cfg, self.tpl, tasks, memory, self.number,
-                      state.load(self.home)["marks"])
-        gate = kind.gate(setup)
+        kind, setup, gate = _gate(self.home, self.cfg, self.tpl, self.wake_type, self.number)
+        if kind is None or setup is None:
+            self.wlog.event("gate", verdict="skip", reason=gate.reason)
+            return "skipped", gate.reason
+        tasks, memory = setup.tasks, setup.memory
         self.wlog.event("gate", verdict="work" if gate.work else "idle", reason=gate.reason)
         if not gate.work:
             return "idle", gate.reason

@@ -1,0 +1,220 @@
+"""A crowd of dev-mode daemons: how many start and stay up, whether their idle wakes keep
+to schedule, what an idle wake costs, and what a sleeping daemon holds.
+
+    .venv/bin/python bench/daemons.py [-n 200] [--interval 60] [--seconds 240]
+                                      [--inotify-limit 64]
+
+N citizens are founded in a fresh dev-mode civilization and `citizen run NAME
+--interval S` is started for each (no --first-wake: the daemon's own default), as an
+operator starting a thousand would. The daemons run in a user and PID namespace of
+their own (`unshare -Urpf`, root mapped to the caller):
+
+- the namespace's inotify instance limit (/proc/sys/user/max_inotify_instances) is set
+  to --inotify-limit. The kernel's per-user limit (fs.inotify.max_user_instances, 128)
+  is shared by everything else this user runs on the machine, and instances in a child
+  namespace are charged to the user outside too: a crowd that took all 128 would break
+  the neighbours' tools. So the limit is scaled down (default 64), and a daemon that
+  needs one instance each shows the same cliff at 64 that 1,000 daemons hit at 128;
+- the PID namespace is fresh, so its last PID (/proc/sys/kernel/ns_last_pid) counts
+  every process - and thread: a thread takes a PID too - started in it, by the kernel.
+  (`strace -f -e execve` on one daemon tells the two apart.)
+
+Prints medians and p95s; nothing here asserts. Extrapolation to 1,000: the survivors
+scale with the limit (N - limit without a fallback), the idle-wake cost and USS are per
+daemon, and the lateness depends on the wakes per second the 2 cores must absorb
+(N / interval: 200 / 60 s here is the load of 1,000 woken every 300 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.stats import show  # noqa: E402
+
+
+def found(n: int) -> list[str]:
+    """Found a civilization of `n` citizens (c0000 …) under $CIV_ROOT."""
+    from citizen import config
+    from citizen.admin import founding
+
+    tpl = config.templates()
+    base = tpl.citizen_data(tpl.citizen_names()[0])
+    names = [f"c{i:04d}" for i in range(n)]
+    founding.init_shared()
+    for name in names:
+        founding.init_citizen(name, {**base, "email": f"{name}@example.org"})
+    return names
+
+
+def uss_kb(pid: int) -> int:
+    """Private_Clean + Private_Dirty of a process (its unique set), in KB."""
+    total = 0
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith(("Private_Clean:", "Private_Dirty:")):
+            total += int(line.split()[1])
+    return total
+
+
+def cpu_ticks(pid: int) -> int:
+    """utime + stime + cutime + cstime: the daemon's CPU and its reaped children's."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return sum(int(f) for f in fields[11:15])
+
+
+def last_pid() -> int:
+    return int(Path("/proc/sys/kernel/ns_last_pid").read_text())
+
+
+def wake_starts(root: Path, name: str) -> list[tuple[float, int, str, str]]:
+    """(start time, pid, reason, status) of each wake of `name`, oldest first."""
+    rows = []
+    for log in sorted((root / name / "logs" / "wakes").glob("*.jsonl")):
+        lines = log.read_text().splitlines()
+        first, last = json.loads(lines[0]), json.loads(lines[-1])
+        ts = datetime.fromisoformat(first["ts"]).timestamp()
+        rows.append((ts, first.get("pid", 0), first.get("reason", ""),
+                     last.get("status", "running") if last.get("event") == "wake_end"
+                     else "running"))
+    return rows
+
+
+def settle(root: Path, procs: dict[str, subprocess.Popen[bytes]], limit_s: float) -> None:
+    """Wait until each daemon has written its heartbeat or ended (at most `limit_s`)."""
+    beats = root / "shared" / "monitor" / "heartbeats"
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        if all(p.poll() is not None or (beats / f"{n}.json").exists() for n, p in procs.items()):
+            return
+        time.sleep(0.5)
+
+
+def report_wakes(root: Path, alive: dict[str, subprocess.Popen[bytes]], since: float,
+                 interval: float, t0: float) -> int:
+    """Print the schedule figures; returns the scheduled wakes started after `since`."""
+    firsts: list[float] = []
+    lateness: list[float] = []
+    wakes = idle = in_daemon = 0
+    for name, proc in alive.items():
+        rows = [r for r in wake_starts(root, name) if r[2] == "slot"]
+        if not rows:
+            continue
+        firsts.append(rows[0][0] - t0)
+        # Against its schedule (start + first wake + k intervals), taken as the earliest
+        # start the wakes imply: a first wake late under the start-up load counts too.
+        planned = min(ts - k * interval for k, (ts, *_) in enumerate(rows))
+        lateness += [ts - (planned + k * interval) for k, (ts, *_) in enumerate(rows)]
+        window = [r for r in rows if r[0] >= since]
+        wakes += len(window)
+        idle += sum(1 for r in window if r[3] == "idle")
+        in_daemon += sum(1 for r in window if r[1] == proc.pid)
+    print(f"{'scheduled wakes in the window (idle / in the daemon)':<52} {wakes:9d}  "
+          f"({idle} idle / {in_daemon} in the daemon)")
+    if firsts:
+        print(f"{'first wakes, s after the first daemon started':<52} "
+              f"{min(firsts):9.1f} .. {max(firsts):.1f}")
+    if lateness:
+        show("scheduled wake lateness against its schedule", lateness, "s")
+        print(f"{'  lateness max':<52} {max(lateness):9.2f} s")
+    took = [float(json.loads(log.read_text().splitlines()[-1]).get("duration_s", 0))
+            for log in root.glob("c*/logs/wakes/*.jsonl")]
+    if took:
+        show("idle wake wall time as its log says (gate to end)", took, "ms", 1000)
+    sizes = [float(log.stat().st_size) for log in root.glob("c*/logs/wakes/*.jsonl")]
+    if sizes:
+        show("bytes of an idle wake's log", sizes, "B")
+    return wakes
+
+
+def inner(args: argparse.Namespace) -> None:
+    """In the namespace: start the crowd, let it sleep and wake, measure."""
+    Path("/proc/sys/user/max_inotify_instances").write_text(str(args.inotify_limit))
+    root = Path(os.environ["CIV_ROOT"])
+    names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+    out = root.parent / "daemon-logs"
+    out.mkdir(exist_ok=True)
+    procs = {}
+    t0 = time.time()
+    for name in names:
+        with (out / f"{name}.out").open("w") as fh:
+            procs[name] = subprocess.Popen(
+                [sys.executable, "-m", "citizen", "run", name, "--interval", str(args.interval)],
+                stdout=fh, stderr=subprocess.STDOUT)
+    settle(root, procs, 180)
+    started_s = time.time() - t0
+    alive = {n: p for n, p in procs.items() if p.poll() is None}
+    since, pid0 = time.time(), last_pid()
+    ticks0 = {n: cpu_ticks(p.pid) for n, p in alive.items()}
+    time.sleep(args.seconds)
+    pid1 = last_pid()
+    alive = {n: p for n, p in alive.items() if p.poll() is None}
+    ticks = [cpu_ticks(p.pid) - ticks0[n] for n, p in alive.items()]
+    uss = [float(uss_kb(p.pid)) for p in alive.values()]
+    print(f"\n# {len(names)} dev-mode daemons, a wake every {args.interval:.0f} s, watched "
+          f"{args.seconds:.0f} s after all started; inotify limit {args.inotify_limit} "
+          "in their namespace")
+    print(f"{'daemons started (s until all had beaten or ended)':<52} {len(names):9d}  "
+          f"({started_s:.1f} s)")
+    print(f"{'daemons still running':<52} {len(alive):9d}")
+    dead = [n for n in names if n not in alive]
+    if dead:
+        tail = (out / f"{dead[0]}.out").read_text().strip().splitlines()[-1:]
+        print(f"{'  e.g. ' + dead[0] + ' ended with':<52} {tail[0][:120] if tail else '-'}")
+    wakes = report_wakes(root, alive, since, args.interval, t0)
+    if wakes:
+        print(f"{'PIDs taken per scheduled wake (processes + threads)':<52} "
+              f"{(pid1 - pid0) / wakes:9.2f}  ({pid1 - pid0} in {wakes} wakes)")
+        hz = os.sysconf("SC_CLK_TCK")
+        print(f"{'CPU per wake, daemon + children (incl. heartbeats)':<52} "
+              f"{sum(ticks) / hz / wakes * 1000:9.1f} ms")
+    if uss:
+        show("sleeping daemon USS", uss, "MB", 1 / 1024)
+    for proc in procs.values():
+        proc.terminate()
+    for proc in procs.values():
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("-n", type=int, default=200)
+    parser.add_argument("--interval", type=float, default=60.0)
+    parser.add_argument("--seconds", type=float, default=240.0)
+    parser.add_argument("--inotify-limit", type=int, default=64)
+    parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.inner:
+        inner(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-daemons-") as top:
+        root = Path(top) / "civ"
+        root.mkdir()
+        os.environ["CIV_ROOT"] = str(root)
+        t = time.perf_counter()
+        found(args.n)
+        print(f"{'founding ' + str(args.n) + ' citizens':<52} {time.perf_counter() - t:9.1f} s")
+        # A user namespace of our own (root mapped to us: the homes stay ours) for its own
+        # inotify limit, and a PID namespace whose PID counter counts what starts in it.
+        subprocess.run(["unshare", "-Urpf", "--mount-proc", sys.executable, __file__,
+                        "--inner", "-n", str(args.n), "--interval", str(args.interval),
+                        "--seconds", str(args.seconds),
+                        "--inotify-limit", str(args.inotify_limit)],
+                       check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+
+
+if __name__ == "__main__":
+    main()
