@@ -212,6 +212,8 @@ def test_operator_commands(server: Server, messages_api: MessagesServer) -> None
     until(lambda: server.sleeping("opus"))
     assert "sleeping until" in server.run("systemctl", "status", "citizen@opus", "--no-pager")
     assert "daemon running" in server.run("journalctl", "-u", "citizen@opus", "--no-pager")
+    until(lambda: server.box.run("citizen", "logs", "opus", "--wake", "1",
+                                 check=False).returncode == 0, timeout=120)
     assert "TASK" in server.run("citizen", "logs", "opus")
     # Wake 1 is the first slot's (REFLECT) or, when a ring was waiting, the doorbell's:
     # first slots are spread by name over a minute (citizen/daemon/timing.py).
