@@ -2,6 +2,7 @@
 
     .venv/bin/python bench/broker.py                 # 1 and 100 citizens, the task corpus
     .venv/bin/python bench/broker.py --calls 1000 --citizens 100 --no-corpus
+    .venv/bin/python bench/broker.py --registered 1000 --citizens 100 --no-corpus
 
 Against a zero-latency upstream (tests/anthropic_server.py answering at once), the same
 request is sent directly (httpx2 over TCP, as a daemon holding the key would) and through
@@ -191,7 +192,9 @@ def make_citizens(root: str, n: int, url: str) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=500, help="calls per side, one citizen")
-    parser.add_argument("--citizens", type=int, default=100)
+    parser.add_argument("--citizens", type=int, default=100, help="citizens calling at once")
+    parser.add_argument("--registered", type=int, default=0,
+                        help="citizens with a home (at least --citizens); the rest never call")
     parser.add_argument("--each", type=int, default=10, help="calls per side per citizen")
     parser.add_argument("--no-corpus", action="store_true")
     args = parser.parse_args()
@@ -205,7 +208,8 @@ def main() -> None:
     api.responder = _answer
     with tempfile.TemporaryDirectory(prefix="bench-broker-") as root:
         os.environ["CIV_ROOT"] = root
-        names = make_citizens(root, args.citizens, api.url)
+        names = make_citizens(root, max(args.registered, args.citizens),
+                              api.url)[:args.citizens]
         socket = str(client.ensure())
         pid = int((paths.broker_state() / "broker.pid").read_text())
         alternate(socket, api.url, names[0], 20)  # warm both paths
