@@ -32,29 +32,7 @@ from tests.scripts import Actor, call
 DEADLINE_S = 60.0
 HOSTILE = "\x1b]0;pwned\x07\x1b]52;c;Zm9v\x07\x1b[2J"
 
-# A TASK wake whose model writes a file, then waits for the test's release file before
-# it completes the task: the wake is in progress, its tool call logged, until released.
-_WAKE = """
-import sys, time
-from pathlib import Path
-from citizen.home.tasks import TaskQueue
-from citizen.config import paths
-from citizen.wake.flow import run_wake
-from tests.scripts import Actor, call
-
-release = Path(sys.argv[1])
-class Blocking(Actor):
-    def _answer(self, request):
-        if request.purpose == "execute" and len(self.work) == 1:  # after write_file
-            while not release.exists():
-                time.sleep(0.05)
-        return super()._answer(request)
-TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
-actor = Blocking(call("write_file", path="notes/a.md", content="a"),
-                 call("task_complete", summary="notes/a.md says a"))
-result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
-print(result.status, result.reason)
-"""
+# The wake in progress: tests/blocking_wake.py (its model waits for the test's files).
 
 
 def invoke(*args: str) -> str:
@@ -97,8 +75,8 @@ def _env() -> dict[str, str]:
 def test_follow_prints_a_tool_call_of_the_wake_in_progress(civ: Path, tmp_path: Path) -> None:
     release = tmp_path / "release"
     env = _env()
-    wake = subprocess.Popen([sys.executable, "-c", _WAKE, str(release)], env=env,
-                            cwd=paths.project_dir(), stdout=subprocess.PIPE,
+    wake = subprocess.Popen([sys.executable, "-m", "tests.blocking_wake", str(tmp_path),
+                             "release=1"], env=env, cwd=paths.project_dir(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     follow = subprocess.Popen([sys.executable, "-m", "citizen", "logs", "opus", "--follow"],
                               env=env, cwd=paths.project_dir(), stdout=subprocess.PIPE,

@@ -25,30 +25,7 @@ from tests.test_web_browser import log_in
 if TYPE_CHECKING:
     from selenium.webdriver import Chrome as WebDriver
 
-# A TASK wake whose model waits for the file `go` before its first piece of work (so the
-# page is open before anything is done) and for `release` before it completes the task.
-_WAKE = """
-import sys, time
-from pathlib import Path
-from citizen.home.tasks import TaskQueue
-from citizen.config import paths
-from citizen.wake.flow import run_wake
-from tests.scripts import Actor, call
-
-gates = Path(sys.argv[1])
-class Blocking(Actor):
-    def _answer(self, request):
-        if request.purpose == "execute" and len(self.work) in (1, 2):
-            gate = gates / ("go" if len(self.work) == 2 else "release")
-            while not gate.exists():
-                time.sleep(0.05)
-        return super()._answer(request)
-TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
-actor = Blocking(call("write_file", path="notes/a.md", content="a"),
-                 call("task_complete", summary="notes/a.md says a"))
-result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
-print(result.status, result.reason)
-"""
+# The wake in progress: tests/blocking_wake.py (its model waits for the test's files).
 
 
 @pytest.fixture
@@ -59,7 +36,8 @@ def app(civ: Path) -> Starlette:
 @pytest.fixture
 def waiting_wake(civ: Path, tmp_path: Path) -> Iterator[tuple[subprocess.Popen[str], Path]]:
     """The wake above, started; yields it and the folder of its gates."""
-    wake = subprocess.Popen([sys.executable, "-c", _WAKE, str(tmp_path)], env=_env(),
+    wake = subprocess.Popen([sys.executable, "-m", "tests.blocking_wake", str(tmp_path), "go=2",
+                             "release=1"], env=_env(),
                             cwd=paths.project_dir(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
     try:
