@@ -113,7 +113,8 @@ def room_names() -> list[str]:
     """Every room the page can show: those with a document, those a stream was opened
     in, and the rooms with their own defaults."""
     store = civilization.streams()
-    return sorted({*store.rooms.names(), *rooms(), *ROOM_DEFAULTS, "general"})
+    opened_in = {str(store.info(sid)["room"]) for sid in store.ids()}  # headers only
+    return sorted({*store.rooms.names(), *opened_in, *ROOM_DEFAULTS, "general"})
 
 
 def room(name: str) -> dict[str, Any]:
@@ -123,11 +124,15 @@ def room(name: str) -> dict[str, Any]:
 
     :raises Invalid: not a room name.
     """
-    data = civilization.streams().room(name)
+    store = civilization.streams()
+    data = store.room(name)
+    # The room's streams only: a header each to find them, their decisions for those alone
+    # (the presence stream reads this every second while a page watches).
+    mine = [sid for sid in store.ids() if store.info(sid)["room"] == name]
     return {"room": name, "temperature": round(float(data["temperature_now"]), 3),
             "present": data.get("present"), "updated": data.get("updated"),
             "preset": data.get("preset"), "changes": data.get("changes", {}),
-            "streams": rooms().get(name, [])}
+            "streams": [stream_summary.summary(store, sid) for sid in mine]}
 
 
 def quarantine() -> dict[str, Any]:

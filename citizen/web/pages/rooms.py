@@ -33,13 +33,10 @@ def _watchers(request: Request) -> Watchers:
     state = request.app.state
     if not hasattr(state, "watchers"):  # one per app: what this process has recorded
         sessions: Sessions = state.sessions
-        state.watchers = Watchers(functools.partial(_record, token=sessions.token))
+        state.watchers = Watchers(functools.partial(decisions.record_presence,
+                                                    token=sessions.token))
     watchers: Watchers = state.watchers
     return watchers
-
-
-def _record(room: str, present: bool, *, token: str) -> object:
-    return decisions.record_presence(room, present, token)
 
 
 async def room(request: Request) -> Response:
