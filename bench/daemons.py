@@ -19,6 +19,11 @@ their own (`unshare -Urpf`, root mapped to the caller):
   every process - and thread: a thread takes a PID too - started in it, by the kernel.
   (`strace -f -e execve` on one daemon tells the two apart.)
 
+`--floors` measures instead what any sleeping Python process holds by what it imports
+(the floor under a per-citizen daemon): five copies of each at once, so the pages of the
+interpreter and its libraries are shared as they are in a crowd, and what is left is each
+copy's own (USS; Private_Dirty is the heap and the touched data).
+
 Prints medians and p95s; nothing here asserts. Extrapolation to 1,000: the survivors
 scale with the limit (N - limit without a fallback), the idle-wake cost and USS are per
 daemon, and the lateness depends on the wakes per second the 2 cores must absorb
@@ -188,6 +193,49 @@ def inner(args: argparse.Namespace) -> None:
             proc.kill()
 
 
+FLOORS = [  # (label, interpreter flags, what it imports)
+    ("python -S, nothing imported", ["-S"], "time"),
+    ("python with site (the venv's .pth files)", [], "time"),
+    ("+ APScheduler's BackgroundScheduler", [], "apscheduler.schedulers.background"),
+    ("  site + importlib.metadata alone (APScheduler's plugins)", [], "importlib.metadata"),
+    ("  site + asyncio alone (apscheduler.util imports it)", [], "asyncio"),
+    ("+ the daemon's own imports (citizen.daemon.process)", [], "citizen.daemon.process"),
+    ("one scheduler holding 1,000 citizens' jobs (5 each)", [], "bench.crowd_jobs"),
+]
+
+
+def private_kb(pid: int) -> tuple[int, int]:
+    """(USS, Private_Dirty) of a process, in KB."""
+    fields = dict.fromkeys(("Private_Clean:", "Private_Dirty:"), 0)
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        key = line.split(" ", 1)[0]
+        if key in fields:
+            fields[key] = int(line.split()[1])
+    return sum(fields.values()), fields["Private_Dirty:"]
+
+
+def floors(copies: int = 5) -> None:
+    """What a sleeping Python process holds, by what it imports (see the docstring)."""
+    code = ("import sys, time, {m}; sys.stdout.write('up\\n'); sys.stdout.flush(); "
+            "time.sleep(600)")
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    print(f"# USS of a sleeping Python process ({copies} copies of each at once)")
+    for label, flags, module in FLOORS:
+        procs = [subprocess.Popen([sys.executable, *flags, "-c", code.format(m=module)],
+                                  stdout=subprocess.PIPE, env=env) for _ in range(copies)]
+        try:
+            for proc in procs:
+                assert proc.stdout is not None
+                proc.stdout.readline()  # imported and asleep
+            sizes = [private_kb(proc.pid) for proc in procs]
+        finally:
+            for proc in procs:
+                proc.kill()
+                proc.wait()
+        show(label, [float(u) for u, _ in sizes], "MB", 1 / 1024)
+        show("  of which Private_Dirty", [float(d) for _, d in sizes], "MB", 1 / 1024)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -195,8 +243,13 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=240.0)
     parser.add_argument("--inotify-limit", type=int, default=64)
+    parser.add_argument("--floors", action="store_true",
+                        help="measure what a sleeping Python process holds, by its imports")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.floors:
+        floors()
+        return
     if args.inner:
         inner(args)
         return
