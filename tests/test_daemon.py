@@ -7,6 +7,8 @@ import signal
 import subprocess
 import sys
 import time
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 
 from citizen import config
@@ -129,3 +131,35 @@ def test_slots_survive_restarts(civ: Path, messages_api: MessagesServer) -> None
     state = json.loads((civ / "mira" / "state.json").read_text())
     assert state["slots"] == 7 and state["wakes"] == 7
     assert not messages_api.requests  # every wake was idle or skipped: no model call at all
+
+
+def _starts(name: str) -> list[float]:
+    """When each wake of `name` began (its first event), oldest first."""
+    return sorted(datetime.fromisoformat(wakelog.read(p)[0]["ts"]).timestamp()
+                  for p in wakelog.wake_logs(paths.home(name)))
+
+
+def test_a_daemon_frozen_for_many_slots_wakes_once_when_thawed(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """Coalescing and misfire grace: slots missed while the daemon could not run (a frozen
+    process, a suspended machine) become at most one wake when it runs again - never a
+    burst of one wake per missed slot - and the schedule goes on from there."""
+    env = daemon_env(civ, messages_api)
+    proc = start(env, "mira", "--interval", "0.5", "--first-wake", "0")
+    try:
+        wait_for(lambda: len(_starts("mira")) >= 2)
+        proc.send_signal(signal.SIGSTOP)
+        frozen = len(_starts("mira"))
+        time.sleep(5)  # the freeze itself: 10 slots come and go while it cannot run
+        assert len(_starts("mira")) == frozen
+        thawed = time.time()
+        proc.send_signal(signal.SIGCONT)
+        wait_for(lambda: [t for t in _starts("mira") if t > thawed + 1.5], timeout=60)
+    finally:
+        stop(proc)
+    after = [t for t in _starts("mira")[frozen:] if t <= thawed + 1.5]
+    # The catch-up wake (if its slot was within the grace) and the next regular slots:
+    # at most 1 + 1.5 s / 0.5 s of schedule - the 10 missed slots would be 13.
+    assert len(after) <= 4, [round(t - thawed, 2) for t in after]
+    gaps = [b - a for a, b in pairwise(after)]
+    assert all(g > 0.2 for g in gaps), gaps  # no two wakes back to back: no burst
