@@ -94,6 +94,16 @@ def wake_starts(root: Path, name: str) -> list[tuple[float, int, str, str]]:
     return rows
 
 
+def hosted(root: Path, name: str, proc: subprocess.Popen[bytes]) -> bool:
+    """Whether `name`'s heartbeat is `proc`'s (a crowd may have left a citizen out)."""
+    try:
+        beat = json.loads((root / "shared" / "monitor" / "heartbeats" / f"{name}.json")
+                          .read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(beat.get("pid") == proc.pid and beat.get("state") != "failed")
+
+
 def settle(root: Path, procs: dict[str, subprocess.Popen[bytes]], limit_s: float) -> None:
     """Wait until each daemon has written its heartbeat or ended (at most `limit_s`)."""
     beats = root / "shared" / "monitor" / "heartbeats"
@@ -150,22 +160,29 @@ def inner(args: argparse.Namespace) -> None:
     out.mkdir(exist_ok=True)
     procs = {}
     t0 = time.time()
-    for name in names:
+    every = ["--interval", str(args.interval)]
+    if args.crowd:  # one process for all: `citizen run --all`
+        with (out / "crowd.out").open("w") as fh:
+            crowd = subprocess.Popen([sys.executable, "-m", "citizen", "run", "--all", *every],
+                                     stdout=fh, stderr=subprocess.STDOUT)
+        procs = dict.fromkeys(names, crowd)
+    for name in names if not args.crowd else []:
         with (out / f"{name}.out").open("w") as fh:
-            procs[name] = subprocess.Popen(
-                [sys.executable, "-m", "citizen", "run", name, "--interval", str(args.interval)],
-                stdout=fh, stderr=subprocess.STDOUT)
-    settle(root, procs, 180)
+            procs[name] = subprocess.Popen([sys.executable, "-m", "citizen", "run", name, *every],
+                                           stdout=fh, stderr=subprocess.STDOUT)
+    settle(root, procs, 600)
     started_s = time.time() - t0
-    alive = {n: p for n, p in procs.items() if p.poll() is None}
+    alive = {n: p for n, p in procs.items() if p.poll() is None and hosted(root, n, p)}
     since, pid0 = time.time(), last_pid()
-    ticks0 = {n: cpu_ticks(p.pid) for n, p in alive.items()}
+    ticks0 = {p.pid: cpu_ticks(p.pid) for p in alive.values()}
     time.sleep(args.seconds)
     pid1 = last_pid()
     alive = {n: p for n, p in alive.items() if p.poll() is None}
-    ticks = [cpu_ticks(p.pid) - ticks0[n] for n, p in alive.items()]
-    uss = [float(uss_kb(p.pid)) for p in alive.values()]
-    print(f"\n# {len(names)} dev-mode daemons, a wake every {args.interval:.0f} s, watched "
+    running = {p.pid for p in alive.values()}
+    ticks = [cpu_ticks(pid) - ticks0[pid] for pid in running]
+    uss = [float(uss_kb(pid)) for pid in running]
+    shape = "citizens in one process (run --all)" if args.crowd else "dev-mode daemons"
+    print(f"\n# {len(names)} {shape}, a wake every {args.interval:.0f} s, watched "
           f"{args.seconds:.0f} s after all started; inotify limit {args.inotify_limit} "
           "in their namespace")
     print(f"{'daemons started (s until all had beaten or ended)':<52} {len(names):9d}  "
@@ -173,7 +190,8 @@ def inner(args: argparse.Namespace) -> None:
     print(f"{'daemons still running':<52} {len(alive):9d}")
     dead = [n for n in names if n not in alive]
     if dead:
-        tail = (out / f"{dead[0]}.out").read_text().strip().splitlines()[-1:]
+        said = out / ("crowd.out" if args.crowd else f"{dead[0]}.out")
+        tail = said.read_text().strip().splitlines()[-1:]
         print(f"{'  e.g. ' + dead[0] + ' ended with':<52} {tail[0][:120] if tail else '-'}")
     wakes = report_wakes(root, alive, since, args.interval, t0)
     if wakes:
@@ -182,11 +200,15 @@ def inner(args: argparse.Namespace) -> None:
         hz = os.sysconf("SC_CLK_TCK")
         print(f"{'CPU per wake, daemon + children (incl. heartbeats)':<52} "
               f"{sum(ticks) / hz / wakes * 1000:9.1f} ms")
-    if uss:
+    if uss and args.crowd:
+        print(f"{'the one process: USS, all citizens':<52} {uss[0] / 1024:9.1f} MB")
+        print(f"{'  a citizen (USS / citizens hosted)':<52} "
+              f"{uss[0] / max(1, len(alive)):9.1f} KB")
+    elif uss:
         show("sleeping daemon USS", uss, "MB", 1 / 1024)
-    for proc in procs.values():
+    for proc in set(procs.values()):
         proc.terminate()
-    for proc in procs.values():
+    for proc in set(procs.values()):
         try:
             proc.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -243,6 +265,8 @@ def main() -> None:
     parser.add_argument("--interval", type=float, default=60.0)
     parser.add_argument("--seconds", type=float, default=240.0)
     parser.add_argument("--inotify-limit", type=int, default=64)
+    parser.add_argument("--crowd", action="store_true",
+                        help="one process for all (`citizen run --all`) instead of one each")
     parser.add_argument("--floors", action="store_true",
                         help="measure what a sleeping Python process holds, by its imports")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
@@ -264,7 +288,7 @@ def main() -> None:
         # inotify limit, and a PID namespace whose PID counter counts what starts in it.
         subprocess.run(["unshare", "-Urpf", "--mount-proc", sys.executable, __file__,
                         "--inner", "-n", str(args.n), "--interval", str(args.interval),
-                        "--seconds", str(args.seconds),
+                        "--seconds", str(args.seconds), *(["--crowd"] if args.crowd else []),
                         "--inotify-limit", str(args.inotify_limit)],
                        check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -28,11 +28,13 @@ INOTIFY = "inotify"
 
 
 class Watch:
-    """The doorbell directory's watch; `mode` is "inotify" or "polling (why)"."""
+    """The watch on one or more doorbell directories (a daemon's own, or every citizen's
+    of a crowd: one inotify instance for all); `mode` is "inotify" or "polling (why)"."""
 
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
+    def __init__(self, *directories: Path) -> None:
+        self.directories = list(directories)
         self.inotify: Any = None
+        self.watched: dict[int, Path] = {}  # inotify watch descriptor -> its directory
         try:
             from inotify_simple import INotify, flags  # noqa: PLC0415 - optional: absent, we poll
         except ImportError:
@@ -41,28 +43,43 @@ class Watch:
         inotify = None
         try:
             inotify = INotify()
-            inotify.add_watch(directory, flags.MOVED_TO | flags.CLOSE_WRITE)
+            for directory in self.directories:
+                wd = inotify.add_watch(directory, flags.MOVED_TO | flags.CLOSE_WRITE)
+                self.watched[wd] = directory
         except OSError as exc:
             if inotify is not None:
                 inotify.close()
             if exc.errno not in _NO_INOTIFY:
                 raise
+            self.watched = {}
             self.mode = f"polling (inotify: {os.strerror(exc.errno)})"
             log.warning("doorbell: no inotify instance or watch for this user (%s); polling "
-                        "%s once a second instead. Fine for hundreds of daemons; to watch "
-                        "again, run fewer daemons as one user (a server gives each citizen "
-                        "its own) or raise fs.inotify.max_user_instances",
-                        os.strerror(exc.errno), directory)
+                        "%d doorbell folder(s) once a second instead. Fine for hundreds of "
+                        "daemons; to watch again, run fewer daemons as one user (`citizen "
+                        "run --all` hosts every citizen in one) or raise "
+                        "fs.inotify.max_user_instances", os.strerror(exc.errno),
+                        len(self.directories))
             return
         self.inotify, self.mode = inotify, INOTIFY
 
     def wait(self) -> bool:
         """Block until a ring may have landed; True when the doorbell should be drained."""
+        return bool(self.wait_any())
+
+    def wait_any(self) -> list[Path]:
+        """Block until a ring may have landed; the directories to drain."""
         if self.inotify is not None:
-            return bool(self.inotify.read())  # blocks until a file lands
+            events = self.inotify.read()  # blocks until a file lands
+            if any(e.wd == -1 for e in events):  # the kernel's queue overflowed: look at all
+                return list(self.directories)
+            return sorted({self.watched[e.wd] for e in events if e.wd in self.watched})
         time.sleep(POLL_S)
-        try:
-            with os.scandir(self.directory) as entries:  # hidden: temp files, kept bad rings
-                return any(not e.name.startswith(".") for e in entries)
-        except OSError:
-            return True  # let the drain meet (and report) whatever is wrong with it
+        return [d for d in self.directories if _rung(d)]
+
+
+def _rung(directory: Path) -> bool:
+    try:
+        with os.scandir(directory) as entries:  # hidden: temp files, kept bad rings
+            return any(not e.name.startswith(".") for e in entries)
+    except OSError:
+        return True  # let the drain meet (and report) whatever is wrong with it

@@ -1,16 +1,23 @@
-"""How a wake process ended, read from the log it leaves: a line for the journal, and for
-a process that died before its last event, that event written for it."""
+"""How a wake process ends: stopped (SIGINT, then SIGKILL), read from the log it leaves
+(a line for the journal; for a process that died before its last event, that event
+written for it), and what follows (last-known-good kept, a rollback after three crashes)."""
 
 from __future__ import annotations
 
 import logging
+import os
+import signal
+import subprocess
 
+from citizen.civilization import commons
 from citizen.config.paths import Home
-from citizen.home import wakelog
+from citizen.home import rollback, wakelog
 from citizen.home.tasks import now_iso
 from shared.atomic import append_line
 
 log = logging.getLogger(__name__)
+
+KILL_GRACE_S = 5
 
 
 def record(home: Home, number: int, code: int, duration: float) -> bool:
@@ -31,3 +38,40 @@ def record(home: Home, number: int, code: int, duration: float) -> bool:
              end.get("cost_usd", 0.0), end.get("calls", 0),
              f" - {end['reason']}" if end.get("reason") else "")
     return any(e.get("event") == "error" for e in events)
+
+
+def after(home: Home, crashed: bool, commit: str | None, crashes: int) -> int:
+    """Keep last-known-good current; after three crashes in a row, roll back. The
+    consecutive crashes now."""
+    if not crashed:
+        if commit:
+            rollback.record_good(home, commit)
+        return 0
+    crashes += 1
+    if crashes < rollback.CRASHES_BEFORE_ROLLBACK:
+        return crashes
+    if rollback.roll_back(home, f"{crashes} wakes in a row crashed"):
+        report_rollbacks(home)
+    return 0
+
+
+def report_rollbacks(home: Home) -> None:
+    """File `failed` for what a rollback reverted (the start guard's, or the daemon's)."""
+    if not rollback.unreported(home):
+        return
+    filed = rollback.report_rollbacks(home, commons().evolution)
+    log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
+
+
+def stop(child: subprocess.Popen[bytes] | None) -> None:
+    """Stop a wake process and its group: SIGINT first (its `finally` still saves its
+    contexts), SIGKILL after the grace."""
+    if child is None or child.poll() is not None:
+        return
+    try:
+        os.killpg(child.pid, signal.SIGINT)
+        child.wait(timeout=KILL_GRACE_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

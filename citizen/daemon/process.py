@@ -20,6 +20,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
@@ -28,7 +29,6 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization, config
-from citizen.civilization import commons
 from citizen.config import paths
 from citizen.daemon import ending, status, timing
 from citizen.daemon.doorbell import Watch
@@ -47,7 +47,6 @@ from shared.locks import locked
 
 log = logging.getLogger(__name__)
 
-KILL_GRACE_S = 5
 DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
 RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.home.retention)
 
@@ -70,7 +69,8 @@ class Daemon:
 
     def __init__(self, name: str, *, interval_s: float | None = None, max_wakes: int | None = None,
                  wake_timeout_s: float = 1200.0, first_wake_s: float | None = None,
-                 heartbeat_s: float = 30.0, rollup_s: float = 3600.0) -> None:
+                 heartbeat_s: float = 30.0, rollup_s: float = 3600.0,
+                 scheduler: BackgroundScheduler | None = None) -> None:
         self.name = paths.check_name(name)
         self.home = paths.home(name)
         self.config = config.load_citizen(name)
@@ -92,7 +92,12 @@ class Daemon:
         self.child: subprocess.Popen[bytes] | None = None
         self.current: str = ""
         self.wakes_run = 0
-        self.scheduler = BackgroundScheduler(timezone=UTC)
+        # A crowd (`citizen run --all`, daemon/crowd.py) hosts many daemons in one process
+        # and passes its one scheduler; the jobs are then named after the citizen.
+        self.hosted = scheduler is not None
+        self.scheduler = scheduler or BackgroundScheduler(timezone=UTC)
+        self.job = (lambda job: f"{self.name}:{job}") if self.hosted else (lambda job: job)
+        self.on_request: Callable[[Daemon], None] | None = None  # the crowd's dispatcher
         self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
         self.mail = MailPoller(self.name, self.home, self.config)
         self.crashes = 0  # consecutive wakes that crashed
@@ -110,7 +115,7 @@ class Daemon:
             raise CitizenError(f"citizen {self.name} has no home at {self.home.dir} - create "
                                "it with `citizen init` first")
         paths.require_owner(self.home)
-        self._acquire_lock()
+        self.acquire_lock()
         try:
             self._start()
         except Exception as exc:
@@ -139,11 +144,7 @@ class Daemon:
     def _start(self) -> None:
         signal.signal(signal.SIGTERM, self._on_term)
         signal.signal(signal.SIGINT, self._on_term)
-        for note in TaskQueue(self.home.tasks).recover():
-            log.warning("recovered task %s", note)
-        for stale in sweep_temp(self.home.dir):
-            log.warning("removed %s, left by a writer that was killed", stale)
-        self.home.doorbell.mkdir(parents=True, exist_ok=True)
+        self.prepare()
         # Watch first, then drain: a ring landing in between is seen by one or the other
         # (watching from the thread itself raced the drain and lost rings).
         watch = Watch(self.home.doorbell)
@@ -152,14 +153,26 @@ class Daemon:
         watcher = threading.Thread(target=self._watch_doorbell, args=(watch,),
                                    name="doorbell", daemon=True)
         watcher.start()
+        self.begin()
+        notify("READY=1")
+
+    def prepare(self) -> None:
+        """Before the doorbell is watched: recover tasks, sweep temp files, make the bell."""
+        for note in TaskQueue(self.home.tasks).recover():
+            log.warning("recovered task %s", note)
+        for stale in sweep_temp(self.home.dir):
+            log.warning("removed %s, left by a writer that was killed", stale)
+        self.home.doorbell.mkdir(parents=True, exist_ok=True)
+
+    def begin(self) -> None:
+        """Once watched and scheduled: the rings of while it was down, mail, asleep."""
         self._enqueue_rings()  # events rung while the daemon was down
         self.mail.start(self.scheduler)
         self._set_state(State.SLEEPING)
-        notify("READY=1")
         rollback.ready(self.home)
-        self._report_rollbacks()
+        ending.report_rollbacks(self.home)
 
-    def _acquire_lock(self) -> None:
+    def acquire_lock(self) -> None:
         # The one lock (flock, tried once): released by the kernel if we die, so a stale
         # lock never blocks a restart. 0640: peers may read the pid, never take the lock.
         hold = contextlib.ExitStack()
@@ -175,22 +188,26 @@ class Daemon:
         self._lock = hold
 
     def _schedule(self) -> None:
+        """This citizen's jobs; on its own scheduler also the process's, and start it."""
         start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
         self.scheduler.add_job(
-            self.slot_due, IntervalTrigger(seconds=self.interval_s), id="wake",
+            self.slot_due, IntervalTrigger(seconds=self.interval_s), id=self.job("wake"),
             next_run_time=start, max_instances=1, coalesce=True,
             misfire_grace_time=max(1, int(self.interval_s // 2)))
         self.scheduler.add_job(self._heartbeat, IntervalTrigger(seconds=self.heartbeat_s),
-                               id="heartbeat", max_instances=1, coalesce=True,
+                               id=self.job("heartbeat"), max_instances=1, coalesce=True,
                                misfire_grace_time=int(self.heartbeat_s))
         self.scheduler.add_job(self._rollup_due, IntervalTrigger(seconds=self.rollup_s),
-                               id="rollup", max_instances=1, coalesce=True,
+                               id=self.job("rollup"), max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(self.rollup_s)))
         every = clock.wall_seconds(RETENTION_S)
-        self.scheduler.add_job(retention.daily, IntervalTrigger(seconds=every), id="retention",
+        self.scheduler.add_job(retention.daily, IntervalTrigger(seconds=every),
+                               id=self.job("retention"),
                                args=[self.name, self.home, self.config.logs],
                                next_run_time=start, max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(every)))
+        if self.hosted:
+            return  # the crowd schedules the process's own jobs once
         self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
                                id="diversity", next_run_time=start, max_instances=1,
                                coalesce=True, misfire_grace_time=max(1, int(every)))
@@ -219,6 +236,8 @@ class Daemon:
                 return  # coalesce: the same kind of wake is already waiting
             self.pending.add(wake_type)
         self.requests.put(WakeRequest(wake_type, reason))
+        if self.on_request is not None:
+            self.on_request(self)
 
     def slot_due(self) -> None:
         """A slot's time came: queue its wake (and a STREAM wake while mail is held)."""
@@ -231,14 +250,18 @@ class Daemon:
             req = self.requests.get()  # blocks: a sleeping daemon uses no CPU
             if req is _WAKE_UP:
                 continue
-            with self.pending_lock:
-                self.pending.discard(req.wake_type)
-            if req.reason.startswith("doorbell") and self._over_doorbell_limit(req):
-                continue
-            self._run_wake(req)
+            self.serve(req)
             if self.max_wakes is not None and self.wakes_run >= self.max_wakes:
                 log.info("citizen %s: %d wakes done, as asked", self.name, self.wakes_run)
                 return
+
+    def serve(self, req: WakeRequest) -> None:
+        """Run one request taken from the queue (unless the doorbell's hour is used up)."""
+        with self.pending_lock:
+            self.pending.discard(req.wake_type)
+        if req.reason.startswith("doorbell") and self._over_doorbell_limit(req):
+            return
+        self._run_wake(req)
 
     def _over_doorbell_limit(self, req: WakeRequest) -> bool:
         """True if the hour's doorbell wakes are used up; the wake is then asked for again
@@ -253,7 +276,8 @@ class Daemon:
         # One deferred wake per type: more rings while over the limit coalesce into it.
         self.scheduler.add_job(self._request, "date", run_date=when,
                                args=[req.wake_type, req.reason],
-                               id=f"doorbell-later-{req.wake_type}", replace_existing=True)
+                               id=self.job(f"doorbell-later-{req.wake_type}"),
+                               replace_existing=True)
         return True
 
     def _run_wake(self, req: WakeRequest) -> None:
@@ -290,7 +314,7 @@ class Daemon:
         self.child = None
         self.wakes_run += 1
         crashed = ending.record(self.home, number, code, time.monotonic() - started)
-        self._after_wake(crashed, commit)
+        self.crashes = ending.after(self.home, crashed, commit, self.crashes)
         self.current = ""
         if self.state != State.STOPPING:
             self._set_state(State.SLEEPING)
@@ -319,41 +343,8 @@ class Daemon:
                  idle.reason)
         return True
 
-    def _after_wake(self, crashed: bool, commit: str | None) -> None:
-        """Keep last-known-good current; after three crashes in a row, roll back."""
-        if not crashed:
-            self.crashes = 0
-            if commit:
-                rollback.record_good(self.home, commit)
-            return
-        self.crashes += 1
-        if self.crashes < rollback.CRASHES_BEFORE_ROLLBACK:
-            return
-        reason = f"{self.crashes} wakes in a row crashed"
-        broken = rollback.roll_back(self.home, reason)
-        self.crashes = 0
-        if broken:
-            self._report_rollbacks()
-
-    def _report_rollbacks(self) -> None:
-        """File `failed` for what a rollback reverted (the start guard's, or our own)."""
-        if not rollback.unreported(self.home):
-            return
-        filed = rollback.report_rollbacks(self.home, commons().evolution)
-        log.error("rolled back; filed 'failed' for %s", ", ".join(filed) or "no announced change")
-
     def _stop_child(self) -> None:
-        child = self.child
-        if child is None or child.poll() is not None:
-            return
-        try:
-            # SIGINT first: the wake's `finally` still saves its contexts.
-            os.killpg(child.pid, signal.SIGINT)
-            child.wait(timeout=KILL_GRACE_S)
-        except subprocess.TimeoutExpired:
-            os.killpg(child.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+        ending.stop(self.child)
 
     def _rollup_due(self) -> None:
         """The deterministic gate for memory roll-ups; the model runs in a child."""
@@ -378,14 +369,15 @@ class Daemon:
     # ------------------------------------------------------------ status
 
     def _next_wake(self) -> datetime | None:
-        job = self.scheduler.get_job("wake") if self.scheduler.running else None
+        job = self.scheduler.get_job(self.job("wake")) if self.scheduler.running else None
         return job.next_run_time if job else None
 
     def _set_state(self, new: State) -> None:
         self.state = new
-        text = status.title(self.name, new, self.current, self._next_wake())
-        status.set_title(text)
-        notify(f"STATUS={text}")
+        if not self.hosted:  # a crowd's process speaks for all its citizens
+            text = status.title(self.name, new, self.current, self._next_wake())
+            status.set_title(text)
+            notify(f"STATUS={text}")
         self._heartbeat()
 
     def _heartbeat(self) -> None:

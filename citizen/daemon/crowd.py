@@ -1,0 +1,225 @@
+"""Many citizens' daemons in one process: `citizen run --all` (issue 33).
+
+A daemon each holds 28 MB asleep, most of it the interpreter and APScheduler
+(`bench/daemons.py --floors`); one process holding every citizen's jobs costs a few KB a
+citizen more. The crowd keeps each citizen a `Daemon` of its own - its lock, its
+counters, its gate, its doorbell's hourly window, its rollback - and shares what a
+process has once: one scheduler, one doorbell watch (one inotify instance for every
+citizen's folder), the signals, the process title and the watchdog.
+
+Each citizen still has at most one wake at a time, its requests served in order and
+coalesced as in its own daemon; different citizens' wakes run side by side, at most
+`parallel` at once (idle wakes are gated here in ~2 ms; a wake with work is its own
+process, as always). It is the dev-mode shape, where every home belongs to one user; on
+a server each citizen is its own user and `citizen@NAME` runs its own daemon
+(docs/architecture.md §7 says what one scheduler per server would take).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import resource
+import signal
+import threading
+from collections import deque
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
+from citizen import civilization
+from citizen.config import paths
+from citizen.daemon import status
+from citizen.daemon.doorbell import Watch
+from citizen.daemon.notify import notify, watchdog_interval
+from citizen.daemon.process import RETENTION_S, AlreadyRunning, Daemon, WakeRequest
+from citizen.daemon.status import State
+from shared import clock
+
+log = logging.getLogger(__name__)
+
+_LOOK = object()  # "look again": a signal came or a worker is free
+
+
+class Crowd:
+    """Runs the daemons of `names` in this process until stopped (or `max_wakes` wakes)."""
+
+    def __init__(self, names: list[str], *, interval_s: float | None = None,
+                 max_wakes: int | None = None, wake_timeout_s: float = 1200.0,
+                 first_wake_s: float | None = None, parallel: int = 2) -> None:
+        self.names = names
+        self.interval_s, self.wake_timeout_s = interval_s, wake_timeout_s
+        self.first_wake_s = first_wake_s
+        self.max_wakes = max_wakes
+        self.parallel = max(1, parallel)
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.daemons: dict[str, Daemon] = {}
+        self.events: queue.Queue[object] = queue.Queue()  # a Daemon that wants, or _LOOK
+        self.work: queue.Queue[tuple[Daemon, WakeRequest] | None] = queue.Queue()
+        self.finished: queue.Queue[Daemon] = queue.Queue()
+        self.busy: set[str] = set()  # citizens with a wake running
+        self.ready: deque[Daemon] = deque()  # citizens with requests, waiting for a worker
+        self.terms = 0
+
+    def run(self) -> int:
+        """Start every citizen that can be started; run until stopped. The exit code."""
+        threading.current_thread().name = "citizen:all"
+        _raise_file_limit(len(self.names))
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        for name in self.names:
+            self._admit(name)
+        if not self.daemons:
+            log.error("no citizen could be started (see above)")
+            return 1
+        for d in self.daemons.values():
+            d.prepare()
+        # One watch for every doorbell, made before the rings of while we were down are
+        # drained (as a daemon does): a ring landing in between is seen by one or the other.
+        watch = Watch(*(d.home.doorbell for d in self.daemons.values()))
+        by_bell = {d.home.doorbell: d for d in self.daemons.values()}
+        for d in self.daemons.values():
+            d.doorbell_mode = watch.mode
+            d.on_request = self.events.put
+            d._schedule()
+        self._schedule()
+        threading.Thread(target=self._watch, args=(watch, by_bell), name="doorbell",
+                         daemon=True).start()
+        for i in range(self.parallel):
+            threading.Thread(target=self._worker, name=f"wakes-{i}", daemon=True).start()
+        for d in self.daemons.values():
+            d.begin()
+        notify("READY=1")
+        log.info("%d citizens in one process, at most %d waking at once; doorbells: %s",
+                 len(self.daemons), self.parallel, watch.mode)
+        try:
+            self._loop()
+        finally:
+            notify("STOPPING=1")
+            self.scheduler.shutdown(wait=False)
+            for d in self.daemons.values():
+                d.mail.stop.set()
+                d._set_state(State.STOPPED)
+            log.info("stopped after %d wakes", self.wakes_run())
+        return 0
+
+    def _admit(self, name: str) -> None:
+        """Make citizen `name`'s daemon and take its lock; a citizen that cannot be
+        hosted is said (journal and heartbeat) and left out, the others go on."""
+        try:
+            d = Daemon(name, interval_s=self.interval_s, wake_timeout_s=self.wake_timeout_s,
+                       first_wake_s=self.first_wake_s, scheduler=self.scheduler)
+            paths.require_owner(d.home)
+            d.acquire_lock()
+        except AlreadyRunning as exc:
+            log.warning("%s: left out - %s", name, exc)
+            return
+        except Exception as exc:  # noqa: BLE001 - one citizen's bad config stops only it
+            log.error("citizen %s: cannot be started: %s: %s", name, type(exc).__name__, exc)
+            status.beat(paths.home(name), name=name, state=State.FAILED, current="",
+                        next_at=None, wakes_run=0, error=f"{type(exc).__name__}: {exc}")
+            return
+        self.daemons[name] = d
+
+    def _schedule(self) -> None:
+        """The process's own jobs (a daemon alone schedules them itself), then start."""
+        every = clock.wall_seconds(RETENTION_S)  # daily, in world time
+        first = min(d.first_wake_s for d in self.daemons.values())
+        self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
+                               id="diversity", max_instances=1, coalesce=True,
+                               next_run_time=datetime.now(UTC) + timedelta(seconds=first),
+                               misfire_grace_time=max(1, int(every)))
+        ping = watchdog_interval()
+        if ping:
+            self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
+                                   id="watchdog", max_instances=1, coalesce=True,
+                                   misfire_grace_time=1)
+        self.scheduler.start()
+
+    def wakes_run(self) -> int:
+        return sum(d.wakes_run for d in self.daemons.values())
+
+    def _done(self) -> bool:
+        stopping = self.terms > 0 or (self.max_wakes is not None
+                                      and self.wakes_run() >= self.max_wakes)
+        return stopping and not self.busy
+
+    def _loop(self) -> None:
+        """The one thread that decides what runs: who is busy, who waits, in what order."""
+        while not self._done():
+            try:
+                event = self.events.get(timeout=1.0)  # the timeout only re-checks _done
+            except queue.Empty:
+                event = None
+            while True:  # wakes that ended free their citizen (and maybe a worker)
+                try:
+                    ended = self.finished.get_nowait()
+                except queue.Empty:
+                    break
+                self.busy.discard(ended.name)
+                if not ended.requests.empty():
+                    self.ready.append(ended)
+            if isinstance(event, Daemon) and event.name not in self.busy:
+                self.ready.append(event)
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        """Hand requests to the workers: one wake a citizen, `parallel` at most."""
+        if self.terms or (self.max_wakes is not None and self.wakes_run() >= self.max_wakes):
+            return
+        while self.ready and len(self.busy) < self.parallel:
+            d = self.ready.popleft()
+            if d.name in self.busy:
+                continue  # queued twice; its wake's end brings it back
+            try:
+                req = d.requests.get_nowait()
+            except queue.Empty:
+                continue
+            self.busy.add(d.name)
+            self.work.put((d, req))
+        status.set_title(f"citizen: {len(self.daemons)} citizens, {len(self.busy)} waking")
+
+    def _worker(self) -> None:
+        me = threading.current_thread()
+        idle_name = me.name
+        while (item := self.work.get()) is not None:
+            d, req = item
+            me.name = f"citizen:{d.name}"  # the journal's lines say whose wake they are
+            try:
+                d.serve(req)
+            except Exception:
+                log.exception("the wake could not be run")
+            finally:
+                me.name = idle_name
+                self.finished.put(d)
+                self.events.put(_LOOK)  # a worker is free
+
+    def _watch(self, watch: Watch, by_bell: dict[Path, Daemon]) -> None:
+        while True:
+            for bell in watch.wait_any():  # blocks (this thread dies with the process)
+                d = by_bell.get(bell)
+                if d is not None:
+                    d._enqueue_rings()
+
+    def _on_term(self, signum: int, frame: FrameType | None) -> None:
+        self.terms += 1
+        self.events.put(_LOOK)
+        if self.terms == 1:
+            log.warning("stopping after the wakes running now (signal again to stop now)")
+            for d in self.daemons.values():
+                d.state = State.STOPPING
+            return
+        log.warning("stopping now")
+        for d in self.daemons.values():
+            d._stop_child()
+
+
+def _raise_file_limit(citizens: int) -> None:
+    """Each hosted citizen holds its lock file open: lift the soft limit on open files
+    to the hard one (never past it; no privilege needed) so a thousand fit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < citizens * 2 + 64:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))

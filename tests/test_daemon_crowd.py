@@ -1,0 +1,131 @@
+"""`citizen run --all`: every citizen's daemon in one process (issue 33). Each citizen
+keeps its own schedule, doorbell, counters and one wake at a time; different citizens'
+wakes do not wait for each other; a citizen whose daemon already runs is left out."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+from datetime import datetime
+from itertools import pairwise
+from pathlib import Path
+from typing import Any
+
+from citizen.config import paths
+from citizen.home import state, wakelog
+from citizen.home.tasks import TaskQueue
+from shared import doorbell
+from tests.anthropic_server import MessagesServer
+from tests.daemons import Daemon, daemon_env, heartbeat, start, wait_for, worker
+
+NAMES = ("aria", "mira", "opus")
+IDLE = ("--interval", "3600", "--first-wake", "3600")  # only the doorbell wakes them
+
+
+def stop(proc: Daemon) -> str:
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    return out
+
+
+def logs(name: str) -> list[list[dict[str, Any]]]:
+    return [wakelog.read(p) for p in wakelog.wake_logs(paths.home(name))]
+
+
+def test_one_process_keeps_every_citizens_schedule(civ: Path,
+                                                   messages_api: MessagesServer) -> None:
+    proc = start(daemon_env(civ, messages_api), "--all", "--interval", "0.5",
+                 "--first-wake", "0")
+    try:
+        wait_for(lambda: all(len(logs(n)) >= 4 for n in NAMES), timeout=60)
+        beats = {n: heartbeat(civ, n) for n in NAMES}
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert {b["pid"] for b in beats.values()} == {proc.pid}  # one process beats for all
+    for name in NAMES:
+        wakes = logs(name)
+        # The first wake runs in a process (no wake has completed on this code yet); the
+        # idle ones after it are gated in the one process.
+        assert {w[0]["pid"] for w in wakes[1:]} == {proc.pid}, name
+        assert all(w[-1]["status"] in ("idle", "skipped") for w in wakes), name
+        # Each citizen's own counters: its slots in order, none shared or skipped.
+        assert [w[0]["slot"] for w in wakes] == list(range(len(wakes))), name
+        assert state.load(paths.home(name))["slots"] == len(wakes)
+    assert not messages_api.requests  # idle wakes: no model call at all
+
+
+def test_a_ring_wakes_only_its_citizen(civ: Path, messages_api: MessagesServer) -> None:
+    messages_api.responder = worker
+    env = daemon_env(civ, messages_api)
+    proc = start(env, "--all", *IDLE)
+    try:
+        wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping" for n in NAMES))
+        subprocess.run([sys.executable, "-m", "citizen", "task", "add", "mira",
+                        "Write notes/out.md"], env=env, check=True, capture_output=True)
+        wait_for(lambda: TaskQueue(paths.home("mira").tasks).ids("done"), timeout=60)
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert (civ / "mira" / "notes" / "out.md").read_text() == "from the daemon"
+    assert [w[0]["reason"][:15] for w in logs("mira")] == ["doorbell: task "]
+    assert logs("opus") == [] and logs("aria") == []
+
+
+def test_a_long_wake_holds_only_its_own_citizen(civ: Path,
+                                                messages_api: MessagesServer) -> None:
+    """mira's task wake waits on its model; opus and aria keep waking meanwhile, and
+    mira's next request waits for her wake to end (one wake a citizen at a time)."""
+    release = threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any] | None:
+        release.wait(timeout=120)  # a test that never releases fails, it does not hang
+        return worker(body)
+
+    messages_api.responder = slow
+    env = daemon_env(civ, messages_api)
+    proc = start(env, "--all", "--interval", "0.5", "--first-wake", "0")
+    try:
+        wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping" for n in NAMES))
+        subprocess.run([sys.executable, "-m", "citizen", "task", "add", "mira",
+                        "Write notes/out.md"], env=env, check=True, capture_output=True)
+        wait_for(lambda: messages_api.requests)  # mira's wake is waiting on its model
+        before = {n: len(logs(n)) for n in NAMES}
+        doorbell.ring(paths.home("mira").doorbell, "REFLECT", "a peer's report")
+        wait_for(lambda: all(len(logs(n)) >= before[n] + 2 for n in ("opus", "aria")),
+                 timeout=60)
+        assert len(logs("mira")) == before["mira"]  # her ring and slots wait for her wake
+        release.set()
+        wait_for(lambda: TaskQueue(paths.home("mira").tasks).ids("done"), timeout=60)
+    finally:
+        release.set()
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    spans = sorted((_ts(w[0]), _ts(w[-1])) for w in logs("mira") if w[-1].get("event")
+                   == "wake_end")
+    assert all(end <= nxt for (_, end), (nxt, _) in pairwise(spans))
+
+
+def test_a_citizen_whose_daemon_runs_is_left_out(civ: Path,
+                                                 messages_api: MessagesServer) -> None:
+    env = daemon_env(civ, messages_api)
+    own = start(env, "opus", *IDLE)
+    try:
+        wait_for(lambda: heartbeat(civ, "opus").get("state") == "sleeping")
+        crowd = start(env, "--all", *IDLE)
+        try:
+            wait_for(lambda: all(heartbeat(civ, n).get("pid") == crowd.pid
+                                 for n in ("aria", "mira")))
+            assert heartbeat(civ, "opus")["pid"] == own.pid
+        finally:
+            out = stop(crowd)
+    finally:
+        stop(own)
+    assert crowd.returncode == 0, out
+    assert f"opus: left out - citizen opus already has a running daemon (pid {own.pid})" in out
+
+
+def _ts(event: dict[str, Any]) -> float:
+    return datetime.fromisoformat(event["ts"]).timestamp()
