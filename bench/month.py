@@ -57,12 +57,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cache_report import report_cache  # noqa: E402
 from bench.month_report import (  # noqa: E402
     CITIZENS,
     MONDAY,
     RUNAWAY,
     contexts,
     disk,
+    ledger,
     report,
     report_backups,
     report_evolution,
@@ -304,11 +306,27 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def serve(runaway_from: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A server per citizen, so the report knows whose each request was; one prompt
+    cache for all of them, as the API keeps one per organisation."""
+    from tests.anthropic_server import Behind, MessagesServer
+    from tests.prompt_cache import PromptCache
+
+    cache = PromptCache()
+    servers = {name: MessagesServer() for name in (*CITIZENS, RUNAWAY)}
+    behind = {name: Behind(Model(runaway_from if name == RUNAWAY and runaway_from >= 0
+                                 else None), cache) for name in servers}
+    for name, s in servers.items():
+        s.responder = behind[name]
+        s.start()
+    return servers, behind
+
+
 def main() -> None:
     args = arguments()
 
     from shared import clock
-    from tests.anthropic_server import API_KEY, Behind, MessagesServer
+    from tests.anthropic_server import API_KEY
 
     work = Path(tempfile.mkdtemp(prefix="bench-month-"))
     root = work / "civ"
@@ -316,16 +334,11 @@ def main() -> None:
     speed = 86400.0 / args.day_seconds
     anchor = time.time() + 3.0
     os.environ[clock.CLOCK_ENV] = f"{MONDAY.timestamp()},{anchor},{speed}"
-    servers = {"": MessagesServer(), RUNAWAY: MessagesServer()}
-    servers[""].responder = Behind(Model())
-    servers[RUNAWAY].responder = Behind(
-        Model(args.runaway_from if args.runaway_from >= 0 else None))
-    for s in servers.values():
-        s.start()
+    servers, behind = serve(args.runaway_from)
     daemons = {}
     for name in (*CITIZENS, RUNAWAY):
         env = {**os.environ, "ANTHROPIC_API_KEY": API_KEY, "EXPERIENCE_PROVIDER": "anthropic",
-               "ANTHROPIC_BASE_URL": servers[RUNAWAY if name == RUNAWAY else ""].url}
+               "ANTHROPIC_BASE_URL": servers[name].url}
         out = (work / f"{name}.out").open("w")
         daemons[name] = subprocess.Popen([sys.executable, "-m", "citizen", "run", name],
                                          env=env, stdout=out, stderr=subprocess.STDOUT,
@@ -363,10 +376,19 @@ def main() -> None:
         for s in servers.values():
             s.stop()
     per_day = report(args, fed, snaps, work)
+    report_cache({name: list(zip(ledgers(name, args.days), behind[name].counted,
+                                 strict=False)) for name in servers})
     if backups:
         report_backups(root, backups)
     if args.code:  # the loop needs ~/code: REVIEW wakes act only there
         report_evolution(per_day, fed, args.announce_day)
+
+
+def ledgers(name: str, days: int) -> list[dict[str, Any]]:
+    """`name`'s ledger lines of the run, in call order."""
+    lines = [ln for day in range(days + 1)
+             for ln in ledger(name, (MONDAY + timedelta(days=day)).date())]
+    return sorted(lines, key=lambda ln: str(ln.get("ts")))
 
 
 class _quiet:
