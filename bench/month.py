@@ -192,7 +192,7 @@ class Model:
 # ------------------------------------------------------------------ the civilization
 
 
-def setup(root: Path, mature: bool, code: bool) -> None:
+def setup(root: Path, mature: bool, code: bool, minutes: float = WAKE_MINUTES) -> None:
     from bench.wake_cycle import fill_contexts
     from citizen.admin import founding
     from citizen.config import paths
@@ -204,7 +204,7 @@ def setup(root: Path, mature: bool, code: bool) -> None:
     for name in (*CITIZENS, RUNAWAY):
         cfg = paths.home(name).config
         data = json.loads(cfg.read_text())
-        data["wake_interval_minutes"] = WAKE_MINUTES
+        data["wake_interval_minutes"] = minutes
         cfg.write_text(json.dumps(data, indent=2))
         if mature:  # a citizen months into its life: every context at 90 % of its cap
             fill_contexts(name, 0.9)
@@ -288,6 +288,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--day-seconds", type=float, default=45.0,
                         help="wall seconds per world day (default 45: 30 days ≈ 23 min)")
     parser.add_argument("--tasks-per-day", type=int, default=3)
+    parser.add_argument("--wake-minutes", type=float, default=WAKE_MINUTES,
+                        help=f"world minutes between scheduled wakes (default "
+                             f"{WAKE_MINUTES:.0f}; the shipped config says 60)")
     parser.add_argument("--fresh", action="store_true",
                         help="start with empty contexts (default: every context at 90 %% of "
                              "its cap, a citizen months into its life)")
@@ -330,7 +333,7 @@ def main() -> None:
 
     work = Path(tempfile.mkdtemp(prefix="bench-month-"))
     root = work / "civ"
-    setup(root, mature=not args.fresh, code=args.code)
+    setup(root, mature=not args.fresh, code=args.code, minutes=args.wake_minutes)
     speed = 86400.0 / args.day_seconds
     anchor = time.time() + 3.0
     os.environ[clock.CLOCK_ENV] = f"{MONDAY.timestamp()},{anchor},{speed}"
@@ -344,8 +347,8 @@ def main() -> None:
                                          env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
     print(f"{len(daemons)} daemons, a world day every {args.day_seconds:.0f} s (speed "
-          f"{speed:.0f}x, a scheduled wake every {WAKE_MINUTES:.0f} world minutes = "
-          f"{clock.wall_seconds(WAKE_MINUTES * 60):.1f} s); logs in {work}", flush=True)
+          f"{speed:.0f}x, a scheduled wake every {args.wake_minutes:.0f} world minutes = "
+          f"{clock.wall_seconds(args.wake_minutes * 60):.1f} s); logs in {work}", flush=True)
     fed: dict[int, list[str]] = {}
     snaps: dict[int, tuple[int, dict[str, int]]] = {}
     backups: dict[int, dict[str, float]] = {}
