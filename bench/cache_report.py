@@ -15,6 +15,9 @@ from datetime import datetime
 from typing import Any
 
 HOUR_S = 3600.0  # the longest cache lifetime
+# Calls that carry no system prompt (citizen/wake/selection.py, verifier.py): short, under
+# every model's minimum, so no cache entry; they do not keep a prefix alive either.
+NO_SYSTEM = frozenset(("select_tools", "route", "verify_task", "task_deliverables"))
 
 
 def _split(counted: Any) -> tuple[int, int]:
@@ -38,13 +41,17 @@ def report_cache(calls: Mapping[str, Sequence[tuple[dict[str, Any], Any]]]) -> N
             model = str(line.get("model"))
             before = last_on.get(model)
             gap = (at - before).total_seconds() if before is not None else None
-            last_on[model] = at
+            bare = line.get("purpose") in NO_SYSTEM
+            if not bare:
+                last_on[model] = at
             wake = (line.get("wake"), str(line.get("wake_type")))
             first = wake not in first_of
-            first_of.add(wake)
-            where = ("first call of the wake" if first else "later call of the wake") + (
-                ", after > 1 h on its model" if gap is None or gap > HOUR_S
-                else ", within the hour")
+            where = "no system prompt (selection, route, verdict)" if bare else (
+                ("first call of the wake" if first else "later call of the wake") + (
+                    ", after > 1 h on its model" if gap is None or gap > HOUR_S
+                    else ", within the hour"))
+            if not bare:
+                first_of.add(wake)
             for key, table in ((wake[1], by_wake), (where, by_position)):
                 row = table.setdefault(key, [0, 0, 0])
                 row[0], row[1], row[2] = row[0] + 1, row[1] + size, row[2] + got
@@ -66,7 +73,9 @@ def report_cache(calls: Mapping[str, Sequence[tuple[dict[str, Any], Any]]]) -> N
         print(f"  {title}: " + ", ".join(f"{k} {n / unread:.0%}" for k, n in
                                           sums.most_common()))
     gapped = sum(size for key, (_, size, _) in by_position.items() if "> 1 h" in key)
+    bare = sum(size for key, (_, size, _) in by_position.items() if "no system" in key)
     print(f"  ceiling: {gapped / total:.1%} of prompt tokens are in calls with no call of "
-          f"the same citizen on the same model in the hour before - no cache entry of "
-          f"theirs can live that long, so at most {1 - gapped / total:.1%} can be read "
-          "(more only from prefixes shared between citizens)")
+          "the same citizen with a system prompt on the same model in the hour before (no "
+          f"cache entry lives that long), {bare / total:.1%} in calls under every minimum: "
+          f"at most {1 - (gapped + bare) / total:.1%} can be read (more only from "
+          "prefixes shared between citizens)")
