@@ -73,9 +73,9 @@ def report_cache(calls: Mapping[str, Sequence[tuple[dict[str, Any], Any]]]) -> N
         print(f"  {title}: " + ", ".join(f"{k} {n / unread:.0%}" for k, n in
                                           sums.most_common()))
     gapped = sum(size for key, (_, size, _) in by_position.items() if "> 1 h" in key)
-    bare = sum(size for key, (_, size, _) in by_position.items() if "no system" in key)
+    no_system = sum(size for key, (_, size, _) in by_position.items() if "no system" in key)
     print(f"  ceiling: {gapped / total:.1%} of prompt tokens are in calls with no call of "
           "the same citizen with a system prompt on the same model in the hour before (no "
-          f"cache entry lives that long), {bare / total:.1%} in calls under every minimum: "
-          f"at most {1 - (gapped + bare) / total:.1%} can be read (more only from "
+          f"cache entry lives that long), {no_system / total:.1%} in calls under every minimum: "
+          f"at most {1 - (gapped + no_system) / total:.1%} can be read (more only from "
           "prefixes shared between citizens)")
