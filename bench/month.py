@@ -57,12 +57,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.cache_report import report_cache  # noqa: E402
 from bench.month_report import (  # noqa: E402
     CITIZENS,
     MONDAY,
     RUNAWAY,
     contexts,
     disk,
+    ledger,
     report,
     report_backups,
     report_evolution,
@@ -190,7 +192,7 @@ class Model:
 # ------------------------------------------------------------------ the civilization
 
 
-def setup(root: Path, mature: bool, code: bool) -> None:
+def setup(root: Path, mature: bool, code: bool, minutes: float = WAKE_MINUTES) -> None:
     from bench.wake_cycle import fill_contexts
     from citizen.admin import founding
     from citizen.config import paths
@@ -202,7 +204,7 @@ def setup(root: Path, mature: bool, code: bool) -> None:
     for name in (*CITIZENS, RUNAWAY):
         cfg = paths.home(name).config
         data = json.loads(cfg.read_text())
-        data["wake_interval_minutes"] = WAKE_MINUTES
+        data["wake_interval_minutes"] = minutes
         cfg.write_text(json.dumps(data, indent=2))
         if mature:  # a citizen months into its life: every context at 90 % of its cap
             fill_contexts(name, 0.9)
@@ -286,6 +288,9 @@ def arguments() -> argparse.Namespace:
     parser.add_argument("--day-seconds", type=float, default=45.0,
                         help="wall seconds per world day (default 45: 30 days ≈ 23 min)")
     parser.add_argument("--tasks-per-day", type=int, default=3)
+    parser.add_argument("--wake-minutes", type=float, default=WAKE_MINUTES,
+                        help=f"world minutes between scheduled wakes (default "
+                             f"{WAKE_MINUTES:.0f}; the shipped config says 60)")
     parser.add_argument("--fresh", action="store_true",
                         help="start with empty contexts (default: every context at 90 %% of "
                              "its cap, a citizen months into its life)")
@@ -304,35 +309,46 @@ def arguments() -> argparse.Namespace:
     return args
 
 
+def serve(runaway_from: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A server per citizen, so the report knows whose each request was; one prompt
+    cache for all of them, as the API keeps one per organisation."""
+    from tests.anthropic_server import Behind, MessagesServer
+    from tests.prompt_cache import PromptCache
+
+    cache = PromptCache()
+    servers = {name: MessagesServer() for name in (*CITIZENS, RUNAWAY)}
+    behind = {name: Behind(Model(runaway_from if name == RUNAWAY and runaway_from >= 0
+                                 else None), cache) for name in servers}
+    for name, s in servers.items():
+        s.responder = behind[name]
+        s.start()
+    return servers, behind
+
+
 def main() -> None:
     args = arguments()
 
     from shared import clock
-    from tests.anthropic_server import API_KEY, Behind, MessagesServer
+    from tests.anthropic_server import API_KEY
 
     work = Path(tempfile.mkdtemp(prefix="bench-month-"))
     root = work / "civ"
-    setup(root, mature=not args.fresh, code=args.code)
+    setup(root, mature=not args.fresh, code=args.code, minutes=args.wake_minutes)
     speed = 86400.0 / args.day_seconds
     anchor = time.time() + 3.0
     os.environ[clock.CLOCK_ENV] = f"{MONDAY.timestamp()},{anchor},{speed}"
-    servers = {"": MessagesServer(), RUNAWAY: MessagesServer()}
-    servers[""].responder = Behind(Model())
-    servers[RUNAWAY].responder = Behind(
-        Model(args.runaway_from if args.runaway_from >= 0 else None))
-    for s in servers.values():
-        s.start()
+    servers, behind = serve(args.runaway_from)
     daemons = {}
     for name in (*CITIZENS, RUNAWAY):
         env = {**os.environ, "ANTHROPIC_API_KEY": API_KEY, "EXPERIENCE_PROVIDER": "anthropic",
-               "ANTHROPIC_BASE_URL": servers[RUNAWAY if name == RUNAWAY else ""].url}
+               "ANTHROPIC_BASE_URL": servers[name].url}
         out = (work / f"{name}.out").open("w")
         daemons[name] = subprocess.Popen([sys.executable, "-m", "citizen", "run", name],
                                          env=env, stdout=out, stderr=subprocess.STDOUT,
                                          start_new_session=True)
     print(f"{len(daemons)} daemons, a world day every {args.day_seconds:.0f} s (speed "
-          f"{speed:.0f}x, a scheduled wake every {WAKE_MINUTES:.0f} world minutes = "
-          f"{clock.wall_seconds(WAKE_MINUTES * 60):.1f} s); logs in {work}", flush=True)
+          f"{speed:.0f}x, a scheduled wake every {args.wake_minutes:.0f} world minutes = "
+          f"{clock.wall_seconds(args.wake_minutes * 60):.1f} s); logs in {work}", flush=True)
     fed: dict[int, list[str]] = {}
     snaps: dict[int, tuple[int, dict[str, int]]] = {}
     backups: dict[int, dict[str, float]] = {}
@@ -363,10 +379,19 @@ def main() -> None:
         for s in servers.values():
             s.stop()
     per_day = report(args, fed, snaps, work)
+    report_cache({name: list(zip(ledgers(name, args.days), behind[name].counted,
+                                 strict=False)) for name in servers})
     if backups:
         report_backups(root, backups)
     if args.code:  # the loop needs ~/code: REVIEW wakes act only there
         report_evolution(per_day, fed, args.announce_day)
+
+
+def ledgers(name: str, days: int) -> list[dict[str, Any]]:
+    """`name`'s ledger lines of the run, in call order."""
+    lines = [ln for day in range(days + 1)
+             for ln in ledger(name, (MONDAY + timedelta(days=day)).date())]
+    return sorted(lines, key=lambda ln: str(ln.get("ts")))
 
 
 class _quiet:

@@ -16,7 +16,7 @@ from email.message import Message
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
-from tests.prompt_cache import CacheRequestError, PromptCache
+from tests.prompt_cache import CacheRequestError, Counted, PromptCache
 
 API_KEY = "sk-ant-test-key"
 
@@ -204,9 +204,10 @@ class Behind:
     entry living its TTL of world time since its last use - `bench/month.py` runs a
     simulated clock)."""
 
-    def __init__(self, provider: Any) -> None:
+    def __init__(self, provider: Any, cache: PromptCache | None = None) -> None:
         self.provider = provider
-        self.cache = PromptCache()
+        self.cache = cache or PromptCache()  # one organisation's: servers may share it
+        self.counted: list[Counted] = []  # each request's split, in order (the bench's)
 
     def __call__(self, body: dict[str, Any]) -> dict[str, Any]:
         from citizen.llm.base import estimate_tokens
@@ -214,6 +215,7 @@ class Behind:
 
         counted = self.cache.count(body, estimate_tokens(json.dumps(body)), clock.time(),
                                    estimate_tokens)  # first: a request the API refuses
+        self.counted.append(counted)
         reply = self.provider.complete(as_request(body))
         content: list[dict[str, Any]] = []
         if reply.data is not None:

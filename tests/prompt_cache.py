@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
+import re
+from collections import Counter
+from dataclasses import dataclass, field
 from typing import Any
 
 LOOKBACK = 20  # blocks the API checks before each breakpoint for an earlier entry
@@ -46,6 +48,8 @@ class Counted:
     read: int
     write_5m: int
     write_1h: int
+    # Tokens not read from the cache, by (why, which block): for bench/cache_report.py.
+    missed: Counter[tuple[str, str]] = field(default_factory=Counter, compare=False)
 
     @property
     def write(self) -> int:
@@ -54,6 +58,27 @@ class Counted:
 
 def min_tokens(model: str) -> int:
     return next((n for key, n in MIN_TOKENS.items() if key in model), DEFAULT_MIN_TOKENS)
+
+
+# Why a block was not read (PromptCache.count's `missed`).
+AFTER_LAST = "after the last breakpoint"  # never cacheable as sent
+BELOW_MIN = "below the minimum length"
+EXPIRED = "lifetime expired"
+LOOKBACK_MISS = "beyond the lookback"
+CHANGED = "prefix new or changed"
+_HEADING = re.compile(r"^## (\w+)")
+
+
+def label(section: str, text: str, first: bool) -> str:
+    """What a block is, for the report: tools, the system prompt, a context (by its
+    heading), the instruction (the first message) or the transcript."""
+    if section == "tools":
+        return "tools"
+    if section == "messages":
+        return "instruction" if first else "transcript"
+    body = json.loads(text)[-1]
+    found = _HEADING.match(str(body.get("text", "")) if isinstance(body, dict) else "")
+    return found.group(1) if found else "system prompt"
 
 
 def blocks(body: dict[str, Any]) -> list[tuple[str, str, Any]]:
@@ -122,11 +147,13 @@ class PromptCache:
                     hit = max(hit, i)
                     break
         read = cumulative[hit] if hit >= 0 else 0
+        least = min_tokens(str(body.get("model")))
+        missed = self._why(seq, keys, sizes, cumulative=cumulative, marks=marks, hit=hit,
+                           now=now, least=least)
         if hit >= 0:
             self.entries[keys[hit]] = (now, self.entries[keys[hit]][1])
         written = {"5m": 0, "1h": 0}
         done = hit
-        least = min_tokens(str(body.get("model")))
         for mark, ttl in zip(marks, ttls, strict=True):
             if mark <= hit or cumulative[mark] < least:
                 continue
@@ -134,4 +161,28 @@ class PromptCache:
             self.entries[keys[mark]] = (now, TTL_S[ttl])
             done = mark
         rest = max(1, whole - read - written["5m"] - written["1h"])
-        return Counted(rest, read, written["5m"], written["1h"])
+        return Counted(rest, read, written["5m"], written["1h"], missed)
+
+    def _why(self, seq: list[tuple[str, str, Any]], keys: list[str], sizes: list[int], *,
+             cumulative: list[int], marks: list[int], hit: int, now: float,
+             least: int) -> Counter[tuple[str, str]]:
+        """The tokens after the hit, by why they were not read and which block they are
+        (before this request's writes: an entry never expires, it stops being live)."""
+        out: Counter[tuple[str, str]] = Counter()
+        first_message = next((i for i, b in enumerate(seq) if b[0] == "messages"), -1)
+        for i in range(hit + 1, len(seq)):
+            mark = next((m for m in marks if m >= i), None)
+            if mark is None:
+                why = AFTER_LAST
+            elif cumulative[mark] < least:
+                why = BELOW_MIN
+            else:
+                seen = [self.entries.get(keys[j]) for j in range(hit + 1, mark + 1)]
+                if any(s is not None and now - s[0] >= s[1] for s in seen):
+                    why = EXPIRED
+                elif any(s is not None for s in seen):
+                    why = LOOKBACK_MISS
+                else:
+                    why = CHANGED
+            out[(why, label(seq[i][0], seq[i][1], i == first_message))] += sizes[i]
+        return out

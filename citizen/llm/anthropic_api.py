@@ -20,6 +20,9 @@ from citizen.home.spend import DailyCapReached
 from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.structured import schema_problem
 
+# The first stable system blocks that change least (the system prompt, identity): a
+# cache entry of their own, so a change in a later stable context leaves them read.
+ANCHORED = 2
 # The forced tool through which structured output is requested.
 RESPOND_TOOL = "respond"
 DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
@@ -123,9 +126,11 @@ class AnthropicProvider(Provider):
 
     def _build(self, request: Request, model: str) -> dict[str, Any]:
         system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in request.system]
+        # By name: tools open the cached prefix, so the order a selection listed them in
+        # must not make two calls with the same tools miss each other's cache.
         tools: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
-            for t in request.tools
+            for t in sorted(request.tools, key=lambda t: t.name)
         ]
         kwargs: dict[str, Any] = {
             "model": model, "max_tokens": request.max_tokens, "messages": list(request.messages),
@@ -208,16 +213,20 @@ class AnthropicProvider(Provider):
 
 def _mark(request: Request, tools: list[dict[str, Any]], system: list[dict[str, Any]],
           messages: list[dict[str, Any]]) -> None:
-    """The cache breakpoints (the API caches tools, then system, then messages, each
-    prefix up to a marked block): after the stable system blocks (identity, long
-    contexts: the same bytes in every call of a wake and of the next wake), at
-    `request.cache_ttl`; after the rest of the system (the wake's own contexts); and, in
-    the tool loop, on the conversation's last block, so the next call reads all of it.
+    """The cache breakpoints, at most the API's four (it caches tools, then system, then
+    messages, each prefix up to a marked block): after the first two stable blocks (the
+    system prompt and identity, which change least) and after all the stable ones (long
+    contexts: the same bytes in every call of a wake and of the next wake), both at
+    `request.cache_ttl`, so a changed goal still leaves the identity read; after the rest
+    of the system (the wake's own contexts); and, in the tool loop, on the
+    conversation's last block, so the next call reads all of it.
     Not on a structured step: its prefix ends in that step's own schema and is asked
     once, so a cache write (1.25x the input price) would never be read back."""
     if request.output_schema is not None:
         return
     stable = len(system) if request.stable is None else min(request.stable, len(system))
+    if stable > ANCHORED:
+        system[ANCHORED - 1]["cache_control"] = _ephemeral(request.cache_ttl)
     if stable:
         system[stable - 1]["cache_control"] = _ephemeral(request.cache_ttl)
     elif tools and not system:
