@@ -76,8 +76,9 @@ def test_a_ring_wakes_only_its_citizen(civ: Path, messages_api: MessagesServer) 
 
 def test_a_long_wake_holds_only_its_own_citizen(civ: Path,
                                                 messages_api: MessagesServer) -> None:
-    """mira's task wake waits on its model; opus and aria keep waking meanwhile, and
-    mira's next request waits for her wake to end (one wake a citizen at a time)."""
+    """mira's task wake waits on its model and takes the one wake process allowed; opus
+    and aria keep waking meanwhile (their gates do not wait behind it), and mira's next
+    request waits for her wake to end (one wake a citizen at a time)."""
     release = threading.Event()
 
     def slow(body: dict[str, Any]) -> dict[str, Any] | None:
@@ -86,7 +87,7 @@ def test_a_long_wake_holds_only_its_own_citizen(civ: Path,
 
     messages_api.responder = slow
     env = daemon_env(civ, messages_api)
-    proc = start(env, "--all", "--interval", "0.5", "--first-wake", "0")
+    proc = start(env, "--all", "--interval", "0.5", "--first-wake", "0", "--parallel", "1")
     try:
         wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping" for n in NAMES))
         subprocess.run([sys.executable, "-m", "citizen", "task", "add", "mira",
@@ -106,6 +107,37 @@ def test_a_long_wake_holds_only_its_own_citizen(civ: Path,
     spans = sorted((_ts(w[0]), _ts(w[-1])) for w in logs("mira") if w[-1].get("event")
                    == "wake_end")
     assert all(end <= nxt for (_, end), (nxt, _) in pairwise(spans))
+
+
+def test_wake_processes_are_bounded_by_parallel(civ: Path,
+                                                 messages_api: MessagesServer) -> None:
+    """Two citizens with a task each and `--parallel 1`: the second wake process starts
+    only when the first has ended (a thousand tasks never start a thousand processes)."""
+    release = threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any] | None:
+        release.wait(timeout=120)  # a test that never releases fails, it does not hang
+        return worker(body)
+
+    messages_api.responder = slow
+    env = daemon_env(civ, messages_api)
+    proc = start(env, "--all", *IDLE, "--parallel", "1")
+    try:
+        wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping" for n in NAMES))
+        for name in ("mira", "opus"):
+            subprocess.run([sys.executable, "-m", "citizen", "task", "add", name,
+                            "Write notes/out.md"], env=env, check=True, capture_output=True)
+        wait_for(lambda: messages_api.requests)  # one wake waits on its model
+        release.set()
+        wait_for(lambda: all(TaskQueue(paths.home(n).tasks).ids("done")
+                             for n in ("mira", "opus")), timeout=90)
+    finally:
+        release.set()
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    (first, second) = sorted((_ts(w[0]), _ts(w[-1])) for n in ("mira", "opus")
+                             for w in logs(n))
+    assert first[1] <= second[0], (first, second)
 
 
 def test_a_citizen_whose_daemon_runs_is_left_out(civ: Path,

@@ -8,11 +8,14 @@ process has once: one scheduler, one doorbell watch (one inotify instance for ev
 citizen's folder), the signals, the process title and the watchdog.
 
 Each citizen still has at most one wake at a time, its requests served in order and
-coalesced as in its own daemon; different citizens' wakes run side by side, at most
-`parallel` at once (idle wakes are gated here in ~2 ms; a wake with work is its own
-process, as always). It is the dev-mode shape, where every home belongs to one user; on
-a server each citizen is its own user and `citizen@NAME` runs its own daemon
-(docs/architecture.md §7 says what one scheduler per server would take).
+coalesced as in its own daemon; different citizens' wakes run side by side. A wake with
+work is its own process, as always, at most `parallel` at once; the gate that finds a
+wake idle (~2 ms, here) has workers of its own beyond those, so idle wakes keep to
+their schedule while long wakes run.
+
+It is the dev-mode shape, where every home belongs to one user; on a server each citizen
+is its own user and `citizen@NAME` runs its own daemon (docs/architecture.md §7 says
+what one scheduler per server would take).
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from shared import clock
 
 log = logging.getLogger(__name__)
 
+GATE_WORKERS = 4  # workers beyond `parallel`: gates are not held up by running wakes
 _LOOK = object()  # "look again": a signal came or a worker is free
 
 
@@ -55,6 +59,8 @@ class Crowd:
         self.first_wake_s = first_wake_s
         self.max_wakes = max_wakes
         self.parallel = max(1, parallel)
+        self.workers = self.parallel + GATE_WORKERS
+        self.processes = threading.Semaphore(self.parallel)
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.daemons: dict[str, Daemon] = {}
         self.events: queue.Queue[object] = queue.Queue()  # a Daemon that wants, or _LOOK
@@ -84,16 +90,17 @@ class Crowd:
         for d in self.daemons.values():
             d.doorbell_mode = watch.mode
             d.on_request = self.events.put
+            d.processes = self.processes
             d._schedule()
         self._schedule()
         threading.Thread(target=self._watch, args=(watch, by_bell), name="doorbell",
                          daemon=True).start()
-        for i in range(self.parallel):
+        for i in range(self.workers):
             threading.Thread(target=self._worker, name=f"wakes-{i}", daemon=True).start()
         for d in self.daemons.values():
             d.begin()
         notify("READY=1")
-        log.info("%d citizens in one process, at most %d waking at once; doorbells: %s",
+        log.info("%d citizens in one process, at most %d wake processes at once; doorbells: %s",
                  len(self.daemons), self.parallel, watch.mode)
         try:
             self._loop()
@@ -167,10 +174,10 @@ class Crowd:
             self._dispatch()
 
     def _dispatch(self) -> None:
-        """Hand requests to the workers: one wake a citizen, `parallel` at most."""
+        """Hand requests to the workers: one wake a citizen, as many as workers."""
         if self.terms or (self.max_wakes is not None and self.wakes_run() >= self.max_wakes):
             return
-        while self.ready and len(self.busy) < self.parallel:
+        while self.ready and len(self.busy) < self.workers:
             d = self.ready.popleft()
             if d.name in self.busy:
                 continue  # queued twice; its wake's end brings it back

@@ -98,6 +98,7 @@ class Daemon:
         self.scheduler = scheduler or BackgroundScheduler(timezone=UTC)
         self.job = (lambda job: f"{self.name}:{job}") if self.hosted else (lambda job: job)
         self.on_request: Callable[[Daemon], None] | None = None  # the crowd's dispatcher
+        self.processes: threading.Semaphore | None = None  # the crowd's wake processes
         self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
         self.mail = MailPoller(self.name, self.home, self.config)
         self.crashes = 0  # consecutive wakes that crashed
@@ -288,6 +289,10 @@ class Daemon:
         number, slot = state.allocate(self.home, scheduled=req.wake_type is None)
         if self._idle_here(req, number, slot):
             return
+        with self.processes or contextlib.nullcontext():  # a crowd bounds its wake processes
+            self._wake_process(req, number, slot)
+
+    def _wake_process(self, req: WakeRequest, number: int, slot: int | None) -> None:
         args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
                 "--reason", req.reason]
         args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
