@@ -4,6 +4,7 @@ wakes do not wait for each other; a citizen whose daemon already runs is left ou
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -13,6 +14,10 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import pytest
+from click.testing import CliRunner
+
+from citizen.cli import run as run_command
 from citizen.config import paths
 from citizen.home import state, wakelog
 from citizen.home.tasks import TaskQueue
@@ -161,3 +166,27 @@ def test_a_citizen_whose_daemon_runs_is_left_out(civ: Path,
 
 def _ts(event: dict[str, Any]) -> float:
     return datetime.fromisoformat(event["ts"]).timestamp()
+
+
+def test_all_is_refused_on_a_server(civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a server each citizen is its own user: one process must not host them (it would
+    write homes and heartbeats not its own)."""
+    monkeypatch.setattr(run_command, "server_mode", lambda: True)
+    before = sorted(str(p) for p in civ.rglob("*"))
+    result = CliRunner().invoke(run_command.run, ["--all", "--max-wakes", "1"])
+    assert result.exit_code == 2, result.output
+    assert "sudo systemctl start citizens.target" in result.output
+    assert sorted(str(p) for p in civ.rglob("*")) == before
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="gives a home to another user (needs root)")
+def test_a_home_not_ours_is_left_out_untouched(civ: Path,
+                                               messages_api: MessagesServer) -> None:
+    os.chown(civ / "mira", 65534, 65534)  # nobody's now
+    proc = start(daemon_env(civ, messages_api), "--all", "--interval", "0.5",
+                 "--first-wake", "0", "--max-wakes", "4")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "mira: left out - " in out and "belongs to another user" in out
+    assert heartbeat(civ, "mira") == {}  # nothing written for her, by anyone
+    assert logs("mira") == [] and logs("opus") and logs("aria")

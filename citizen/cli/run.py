@@ -10,6 +10,7 @@ import sys
 import click
 
 from citizen.cli.options import CitizenName, known_citizens
+from citizen.config import server_mode
 
 
 @click.command()
@@ -41,6 +42,11 @@ def run(*, name: str | None, everyone: bool, parallel: int | None, interval: flo
     """
     if everyone == (name is not None):
         raise click.UsageError("name one citizen, or give --all (not both)")
+    if everyone and server_mode():
+        # Each citizen is its own user here: one process would write homes not its own
+        # (and root's files there would lock each citizen's own daemon out).
+        raise click.UsageError("--all is for dev mode; on a server each citizen's unit runs "
+                               "its daemon: sudo systemctl start citizens.target")
     # The daemon logs to stdout, one line per event, for journald.
     logging.basicConfig(level=logging.INFO, stream=sys.stdout, force=True,
                         format=(f"%(levelname)s citizen:{name} %(message)s" if name else

@@ -40,6 +40,7 @@ from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import notify, watchdog_interval
 from citizen.daemon.process import RETENTION_S, AlreadyRunning, Daemon, WakeRequest
 from citizen.daemon.status import State
+from citizen.errors import WrongUser
 from shared import clock
 
 log = logging.getLogger(__name__)
@@ -117,11 +118,11 @@ class Crowd:
         """Make citizen `name`'s daemon and take its lock; a citizen that cannot be
         hosted is said (journal and heartbeat) and left out, the others go on."""
         try:
+            paths.require_owner(paths.home(name))  # before anything is written there
             d = Daemon(name, interval_s=self.interval_s, wake_timeout_s=self.wake_timeout_s,
                        first_wake_s=self.first_wake_s, scheduler=self.scheduler)
-            paths.require_owner(d.home)
             d.acquire_lock()
-        except AlreadyRunning as exc:
+        except (AlreadyRunning, WrongUser) as exc:
             log.warning("%s: left out - %s", name, exc)
             return
         except Exception as exc:  # noqa: BLE001 - one citizen's bad config stops only it
