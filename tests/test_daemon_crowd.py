@@ -39,6 +39,18 @@ def logs(name: str) -> list[list[dict[str, Any]]]:
     return [wakelog.read(p) for p in wakelog.wake_logs(paths.home(name))]
 
 
+def held(api: MessagesServer) -> threading.Event:
+    """Make the model a worker that answers only once the returned event is set."""
+    release = threading.Event()
+
+    def slow(body: dict[str, Any]) -> dict[str, Any] | None:
+        release.wait(timeout=120)  # a test that never releases fails, it does not hang
+        return worker(body)
+
+    api.responder = slow
+    return release
+
+
 def test_one_process_keeps_every_citizens_schedule(civ: Path,
                                                    messages_api: MessagesServer) -> None:
     proc = start(daemon_env(civ, messages_api), "--all", "--interval", "0.5",
@@ -84,13 +96,7 @@ def test_a_long_wake_holds_only_its_own_citizen(civ: Path,
     """mira's task wake waits on its model and takes the one wake process allowed; opus
     and aria keep waking meanwhile (their gates do not wait behind it), and mira's next
     request waits for her wake to end (one wake a citizen at a time)."""
-    release = threading.Event()
-
-    def slow(body: dict[str, Any]) -> dict[str, Any] | None:
-        release.wait(timeout=120)  # a test that never releases fails, it does not hang
-        return worker(body)
-
-    messages_api.responder = slow
+    release = held(messages_api)
     env = daemon_env(civ, messages_api)
     proc = start(env, "--all", "--interval", "0.5", "--first-wake", "0", "--parallel", "1")
     try:
@@ -118,13 +124,7 @@ def test_wake_processes_are_bounded_by_parallel(civ: Path,
                                                  messages_api: MessagesServer) -> None:
     """Two citizens with a task each and `--parallel 1`: the second wake process starts
     only when the first has ended (a thousand tasks never start a thousand processes)."""
-    release = threading.Event()
-
-    def slow(body: dict[str, Any]) -> dict[str, Any] | None:
-        release.wait(timeout=120)  # a test that never releases fails, it does not hang
-        return worker(body)
-
-    messages_api.responder = slow
+    release = held(messages_api)
     env = daemon_env(civ, messages_api)
     proc = start(env, "--all", *IDLE, "--parallel", "1")
     try:
