@@ -64,7 +64,9 @@ class Crowd:
         self.processes = threading.Semaphore(self.parallel)
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.daemons: dict[str, Daemon] = {}
-        self.events: queue.Queue[object] = queue.Queue()  # a Daemon that wants, or _LOOK
+        # A Daemon that wants a wake, or _LOOK. SimpleQueue: its put is reentrant, so the
+        # signal handler may put while this thread is inside get (a Queue could deadlock).
+        self.events: queue.SimpleQueue[object] = queue.SimpleQueue()
         self.work: queue.Queue[tuple[Daemon, WakeRequest] | None] = queue.Queue()
         self.finished: queue.Queue[Daemon] = queue.Queue()
         self.busy: set[str] = set()  # citizens with a wake running
