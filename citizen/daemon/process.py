@@ -220,7 +220,9 @@ class Daemon:
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
-        self.requests.put(_WAKE_UP)  # unblock the main loop's wait
+        # Unblock the main loop's wait - from another thread: this handler runs on the main
+        # thread, which may be inside requests.get holding the queue's lock (a deadlock).
+        threading.Thread(target=self.requests.put, args=(_WAKE_UP,), daemon=True).start()
         if self.terms == 1:
             log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
                         self.name)
