@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, read_json, read_jsonl, write_bytes, write_json
+from shared.atomic import append_line, parse_json, read_jsonl, write_bytes, write_json
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,13 @@ class Context:
     cap: int
     entries: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
-    # What is on disk (file and journal): each entry's JSON, and the metadata's, so a save
-    # can tell "unchanged" and "only grew" from the rest.
-    saved: list[str] = field(default_factory=list)
-    saved_meta: str = ""
+    # What is on disk (file and journal), parsed apart from `entries` and `meta` (never
+    # the same objects), so a save tells "unchanged" and "only grew" from the rest by
+    # comparing them (equality of parsed JSON: C speed, where encoding each entry again
+    # on every load and save was most of a wake's CPU; 1 == 1.0 == True is the one change
+    # it cannot see, and no writer swaps those). None: nothing on disk yet.
+    saved: list[Any] = field(default_factory=list)
+    saved_meta: dict[str, Any] | None = None
     journal: str = ""  # the file's journal token ("": a journal may not extend it)
     journal_lines: int = 0
 
@@ -86,6 +89,11 @@ class Context:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _copy(value: Any) -> Any:
+    """`value` as it reads back from disk, sharing no object with it."""
+    return json.loads(_compact(value))
 
 
 def _first_sentence(text: str) -> str:
@@ -139,9 +147,12 @@ class ContextStore:
         path = self.path(ctype)
         if not path.exists():
             return Context(ctype, self.limits[ctype], meta={"created": now_iso()})
-        data = read_json(path, SCHEMA_VERSION)
+        raw = path.read_bytes()
+        data = parse_json(path, raw, SCHEMA_VERSION)
         ctx = Context(ctype, self.limits[ctype], list(data.get("entries", [])),
                       dict(data.get("meta", {})), journal=str(data.get("journal", "")))
+        on_disk = json.loads(raw)  # a second parse: objects apart from the context's
+        ctx.saved, ctx.saved_meta = list(on_disk.get("entries", [])), on_disk.get("meta", {})
         journal = self.journal(ctype)
         if ctx.journal and journal.exists():
             # Only lines written against this very file: after a rewrite (a new token) the
@@ -152,8 +163,7 @@ class ContextStore:
             for line in lines:
                 if isinstance(line, dict) and line.get("base") == ctx.journal:
                     ctx.entries.extend(line.get("entries", []))
-        ctx.saved = [_compact(e) for e in ctx.entries]
-        ctx.saved_meta = _compact(ctx.meta)
+                    ctx.saved.extend(_copy(line.get("entries", [])))
         return ctx
 
     def load_all(self) -> dict[str, Context]:
@@ -213,16 +223,19 @@ class ContextStore:
             levels = self.forget(ctx)
             if levels:
                 forgotten[ctype] = levels
-            entries, meta = [_compact(e) for e in ctx.entries], _compact(ctx.meta)
-            grew = (meta == ctx.saved_meta and len(entries) >= len(ctx.saved)
-                    and entries[:len(ctx.saved)] == ctx.saved)
-            if grew and len(entries) == len(ctx.saved):
+            known = len(ctx.saved)
+            grew = (ctx.meta == ctx.saved_meta and len(ctx.entries) >= known
+                    and ctx.entries[:known] == ctx.saved)
+            if grew and len(ctx.entries) == known:
                 continue  # unchanged: the file keeps its bytes, inode and mtime
             if grew and ctx.journal and ctx.journal_lines < JOURNAL_LINES:
-                self._append(ctx, ctx.entries[len(ctx.saved):])
+                new = ctx.entries[known:]
+                copied = _copy(new)  # first: an entry JSON cannot hold fails before a write
+                self._append(ctx, new)
+                ctx.saved.extend(copied)
             else:
-                self._rewrite(ctx)
-            ctx.saved, ctx.saved_meta = entries, meta
+                on_disk = json.loads(self._rewrite(ctx))
+                ctx.saved, ctx.saved_meta = on_disk["entries"], on_disk["meta"]
         return forgotten
 
     def _append(self, ctx: Context, new: list[dict[str, Any]]) -> None:
@@ -243,14 +256,16 @@ class ContextStore:
                 os.close(fd)
         ctx.journal_lines += 1
 
-    def _rewrite(self, ctx: Context) -> None:
+    def _rewrite(self, ctx: Context) -> bytes:
         """The whole context under a new journal token, then its old journal removed: a
-        crash in between leaves lines of the old token, which no load applies."""
+        crash in between leaves lines of the old token, which no load applies. Returns
+        the bytes written."""
         ctx.journal = os.urandom(6).hex()
-        write_bytes(self.path(ctx.type), _compact({**ctx.to_dict(),
-                                                   "journal": ctx.journal}).encode())
+        raw = _compact({**ctx.to_dict(), "journal": ctx.journal}).encode()
+        write_bytes(self.path(ctx.type), raw)
         self.journal(ctx.type).unlink(missing_ok=True)
         ctx.journal_lines = 0
+        return raw
 
     def emergency_dump(self, contexts: Mapping[str, Context], error: str) -> Path:
         """Write everything as it is into one file beside the contexts, for recovery."""
