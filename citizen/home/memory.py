@@ -16,6 +16,7 @@ loss that tears the index shows as a database error, which rebuilds it as well.
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -50,12 +51,17 @@ class Memory:
 
     def _db(self) -> sqlite3.Connection:
         """The index, rebuilt first when a writer died mid-way or it does not open."""
-        if self.mark.exists():
+        # Only the memory's owner rebuilds: root or a peer reading it (`citizen memory
+        # search`) must not leave files in it that its owner cannot write.
+        owner = self.dir.stat().st_uid == os.geteuid()
+        if owner and self.mark.exists():
             with self._writing():  # rebuilds under the lock (the mark's writer is gone)
                 pass
         try:
             return self._open()
         except sqlite3.DatabaseError:  # torn by a power loss: the files still hold it all
+            if not owner:
+                raise
             with self._writing(rebuild=True):
                 pass
             return self._open()
