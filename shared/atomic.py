@@ -207,11 +207,7 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
     :raises CorruptFile: it does not parse, or has another schema version.
     :raises FileNotFoundError: it does not exist.
     """
-    return parse_json(path, path.read_bytes(), schema_version)
-
-
-def parse_json(path: Path, raw: bytes, schema_version: int | None = None) -> Any:
-    """`raw`, the bytes read from `path`, parsed as `read_json` does (same errors)."""
+    raw = path.read_bytes()
     try:
         data = json.loads(raw)
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
