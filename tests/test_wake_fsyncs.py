@@ -1,9 +1,19 @@
 """What a working wake fsyncs, and that each fsync it no longer makes loses nothing.
 
-A wake's blobs share one directory fsync at the log's close (before the log's own); a
-task's progress and outcome are fsynced whole, their directory not (only the claim is).
-The crash side: a wake killed with -9 before its log is closed leaves a log that reads,
-and every blob its lines name is there, whole.
+The 13 fsyncs of a TASK wake (claim, progress, complete), store by store, and what each
+protects:
+- state.json: its temp file and the home's directory (2) - the wake number is never
+  handed out twice;
+- the task: the claim's file and tasks/active/ (2) - no run without its attempt
+  counted; each later version's data (deliverables, progress, outcome: 3), so the name
+  never points at a torn task (a lost rename leaves the version before, whole);
+- blobs: each new blob's data (3 here: the blocks that change each wake) and logs/blobs/
+  once, at the log's close, before the log;
+- contexts: the history journal's appended line (1);
+- the wake log: once, at its close (1) - its events are appended without fsync;
+- memory: none - its index is a cache of the memory files (tests/test_memory.py).
+A wake process killed with -9 before its log is closed leaves a log that reads, and
+every blob its lines name is there, whole.
 """
 
 from __future__ import annotations
@@ -24,6 +34,8 @@ from citizen.config import paths
 from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
 from citizen.home.wakelog import WakeLog
+from citizen.wake.flow import run_wake
+from tests.scripts import Actor, call, provides
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -121,3 +133,30 @@ def test_a_wake_killed_before_its_log_is_closed_leaves_a_readable_log(
         text = WakeLog.read_blob(home, key)
         assert text == f"block {i} " * 200
         assert hashlib.sha256(text.encode()).hexdigest()[:24] == key
+
+
+def test_a_working_wake_fsyncs_each_store_only_where_a_crash_needs_it(
+        civ: Path, fsyncs: list[str]) -> None:
+    """One TASK wake (a scripted model: progress, then complete) and the fsyncs it makes,
+    store by store - the table this module's docstring describes."""
+    home = paths.home("opus")
+    tasks = TaskQueue(home.tasks)
+    for i in range(3):  # the last wake: stable blocks stored, history's journal begun
+        tasks.add(f"task {i}")
+        fsyncs.clear()
+        result = run_wake("opus", wake_type="TASK", provider=provides(Actor(
+            call("task_progress", note="half"), call("task_complete", summary="done"))))
+        assert result.status == "ok"
+    root = home.dir.resolve()
+    seen = [(kind, str(Path(where).relative_to(root)))
+            for kind, where in (f.split(" ", 1) for f in fsyncs)]
+    dirs = sorted(where for kind, where in seen if kind == "dir")
+    # state.json's rename (the wake number), the claim, and once for all new blobs
+    assert dirs == [".", "logs/blobs", "tasks/active"]
+    files = [where for kind, where in seen if kind == "file"]
+    assert not [f for f in files if f.startswith("memory/")]  # the index is a cache
+    assert [f for f in files if f.startswith("logs/wakes/")] == ["logs/wakes/000003-TASK.jsonl"]
+    assert [f for f in files if f.startswith("contexts/")] == ["contexts/history.jsonl"]
+    # the claim, the deliverables fixed, the progress, the outcome: each version whole
+    assert len([f for f in files if f.startswith("tasks/active/")]) == 4
+    assert len(fsyncs) == 13, "a new fsync in a wake: add it to the docstring's table"
