@@ -6,8 +6,9 @@ makes no roll-up calls. Everything is indexed in SQLite FTS5 (stdlib) for search
 
 The files are the memory; the index is a cache of them, rebuilt whenever it cannot be
 trusted. So it is written without a journal on disk and without fsync (a wake writes
-its pages only, no fdatasync): a writer marks `index.sqlite.writing` (under the one
-lock) before it touches a memory file and unmarks once the index has them too; a
+its pages only, no fdatasync): a writer marks the index's lock file (`1`, under the
+one lock) before it touches a memory file and unmarks it (`0`) once the index has
+them too - one byte of a file that stays, no file made and removed each time; a
 mark left by a writer killed in between (kill -9 mid-commit, or between the raw line
 and its index row) makes the next opener rebuild the index from the files. A power
 loss that tears the index shows as a database error, which rebuilds it as well.
@@ -27,7 +28,7 @@ from typing import Any
 
 from shared import clock
 from shared.atomic import append_line, write_bytes
-from shared.locks import locked
+from shared.locks import lock_path, locked
 
 LEVELS = ("daily", "weekly", "monthly")
 Summarizer = Callable[[str, str, str], str]  # (level, key, source text) -> summary
@@ -54,7 +55,7 @@ class Memory:
         # Only the memory's owner rebuilds: root or a peer reading it (`citizen memory
         # search`) must not leave files in it that its owner cannot write.
         owner = self.dir.stat().st_uid == os.geteuid()
-        if owner and self.mark.exists():
+        if owner and self._marked():
             with self._writing():  # rebuilds under the lock (the mark's writer is gone)
                 pass
         try:
@@ -66,9 +67,19 @@ class Memory:
                 pass
             return self._open()
 
-    @property
-    def mark(self) -> Path:
-        return self.index_path.with_name(self.index_path.name + ".writing")
+    def _marked(self) -> bool:
+        try:
+            with lock_path(self.index_path).open("rb") as fh:
+                return fh.read(1) == b"1"
+        except FileNotFoundError:
+            return False
+
+    def _mark(self, value: bytes) -> None:
+        fd = os.open(lock_path(self.index_path), os.O_WRONLY | os.O_NOFOLLOW)
+        try:
+            os.pwrite(fd, value, 0)
+        finally:
+            os.close(fd)
 
     def _open(self) -> sqlite3.Connection:
         fresh = not self.index_path.exists()
@@ -91,13 +102,13 @@ class Memory:
         # The one lock, beside the index in the citizen's own memory directory: only the
         # citizen's processes write its memory.
         with locked(self.index_path):
-            stale = rebuild or self.mark.exists()
-            self.mark.touch()  # first: a rebuild killed half-way is redone too
+            stale = rebuild or self._marked()
+            self._mark(b"1")  # first: a rebuild killed half-way is redone too
             if stale:
                 self.index_path.unlink(missing_ok=True)
                 self._open().close()  # rebuilt from the files, before anything new is added
             yield
-            self.mark.unlink()
+            self._mark(b"0")
 
     def _insert(self, kind: str, ref: str, day: str, text: str) -> None:
         db = self._open()
