@@ -1,6 +1,11 @@
 """Wake-cycle figures: overhead per wake, idle cost, sleeping daemon, doorbell, status.
 
-    .venv/bin/python bench/wake_cycle.py [--wakes N] [--only wake]
+    .venv/bin/python bench/wake_cycle.py [--wakes N] [--only wake] [--cold]
+
+--cold: every page clean before each wake (os.sync), as when wakes are minutes apart:
+the bytes then include each page a wake dirties again (the log's, the index's) and the
+file system's metadata for each file it creates; without it a page still dirty from
+the wake before is not counted twice.
 
 Prints medians and p95s; nothing here asserts.
 """
@@ -49,7 +54,7 @@ def fill_contexts(name: str, share: float = 0.95) -> int:
     return sum(store.path(t).stat().st_size for t in contexts)
 
 
-def bench_wake_overhead(wakes: int) -> None:
+def bench_wake_overhead(wakes: int, cold: bool = False) -> None:
     from citizen.config import paths
     from citizen.home.tasks import TaskQueue
     from citizen.wake.flow import run_wake
@@ -59,20 +64,26 @@ def bench_wake_overhead(wakes: int) -> None:
     size = fill_contexts("opus")
     print(f"{'context files on disk':<52} {size / 1024:9.0f} KB")
     tasks = TaskQueue(paths.home("opus").tasks)
-    times, writes = [], []
+    times, cpu, writes = [], [], []
     for i in range(wakes):
         tasks.add(f"bench task {i}")
         actor = Actor(call("task_progress", note=f"step {i}"),
                       call("task_complete", summary=f"bench {i} done"))
+        if cold:
+            os.sync()  # the whole machine's dirty pages: --cold only
         before = written_bytes()
-        t = time.perf_counter()
+        t, c = time.perf_counter(), time.process_time()
         result = run_wake("opus", wake_type="TASK", provider=provides(actor))
         times.append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c)
         writes.append(written_bytes() - before)
         if result.status != "ok":
             print("unexpected:", result)
     show("wake overhead (3 model calls, 2 tool calls)", times, "ms", 1000)
-    show("bytes written per wake (logs, contexts, task)", [w / 1024 for w in writes], "KB")
+    # CPU alone: the wall time less the waits (fsync, a shared machine's other work)
+    show("  of which CPU time of this process", cpu, "ms", 1000)
+    show("bytes written per wake (logs, contexts, task)" + (", cold" if cold else ""),
+         [w / 1024 for w in writes], "KB")
     print("peer: LangGraph SqliteSaver 8-10 ms per step, ≈19 MB per 10-step run (TESTBEDS.md)")
 
     idle = run_wake("opus", wake_type="TASK", provider=lambda c, s: (_ for _ in ()).throw(
@@ -147,13 +158,15 @@ def main() -> None:
     parser.add_argument("--wakes", type=int, default=30)
     parser.add_argument("--sleep-seconds", type=float, default=20.0)
     parser.add_argument("--only", choices=["wake"], help="only the in-process wake figures")
+    parser.add_argument("--cold", action="store_true",
+                        help="os.sync() before each wake (bytes as when wakes are far apart)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-civ-") as root:
         os.environ["CIV_ROOT"] = root
         from citizen.admin import founding
 
         founding.init(["opus", "mira", "aria"])
-        bench_wake_overhead(args.wakes)
+        bench_wake_overhead(args.wakes, args.cold)
         if args.only != "wake":
             bench_daemon(args.sleep_seconds, 10)
         print(json.dumps({"civ_root": root}))

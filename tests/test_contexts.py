@@ -197,3 +197,21 @@ def test_a_long_journal_is_folded_into_the_file(store: ContextStore) -> None:
     _grow(store, "one more")
     assert not store.journal("history").exists()
     assert len(store.load("history").entries) == JOURNAL_LINES + 2
+
+
+def test_a_change_in_place_after_a_save_is_saved_too(store: ContextStore) -> None:
+    """What a save remembers of the disk shares no object with the context: an entry
+    just appended, or a list inside the metadata, changed in place is seen next save."""
+    contexts = store.load_all()
+    ctx = contexts["history"]
+    ctx.add("appended")
+    store.save_all(contexts)  # only grew: a journal line
+    ctx.entries[-1]["text"] = "appended, then corrected"
+    store.save_all(contexts)
+    ctx.meta.setdefault("notes", []).append("a note")
+    store.save_all(contexts)
+    ctx.meta["notes"].append("another")  # nested, in place
+    store.save_all(contexts)
+    again = store.load("history")
+    assert again.entries[-1]["text"] == "appended, then corrected"
+    assert again.meta["notes"] == ["a note", "another"]

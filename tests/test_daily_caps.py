@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -267,3 +268,33 @@ def test_the_doctors_call_is_metered_too(civ: Path, messages_api: MessagesServer
     assert line["purpose"] == "doctor" and line["cost_usd"] == pytest.approx(22e-6)
     (log,) = paths.home("mira").wake_logs.glob("*-DOCTOR.jsonl")
     assert wakelog.read(log)[-1]["cost_usd"] == pytest.approx(22e-6)
+
+
+def test_a_ledger_is_read_once_then_only_what_was_appended(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The meter asks before and after every call, for itself and each peer: a ledger
+    that did not grow is not read again, and a grown one from where the last read ended."""
+    spent_already("opus", 0.25)
+    path = spend.ledger(paths.home("opus"), spend.today())
+    reads: list[int] = []
+    real_open = Path.open
+
+    def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
+        fh = real_open(self, *args, **kwargs)
+        if self == path:
+            reads.append(0)
+        return fh
+
+    monkeypatch.setattr(Path, "open", spy)
+    assert [spend.spent(paths.home("opus"), spend.today()) for _ in range(3)] == [0.25] * 3
+    assert len(reads) == 1
+    with real_open(path, "a") as fh:
+        fh.write('{"cost_usd": 0.')  # a writer in the middle of its line
+    assert spend.spent(paths.home("opus"), spend.today()) == 0.25  # the half line waits
+    with real_open(path, "a") as fh:
+        fh.write('5}\n')
+    assert spend.spent(paths.home("opus"), spend.today()) == 0.75
+    replaced = path.with_name(".replaced")
+    replaced.write_text('{"cost_usd": 0.125}\n')
+    replaced.replace(path)  # another file under the name: summed afresh
+    assert spend.spent(paths.home("opus"), spend.today()) == 0.125

@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
+import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 from citizen.home.memory import Memory
+from shared import clock
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_rollups_daily_then_weekly_then_monthly(tmp_path: Path) -> None:
@@ -37,3 +45,52 @@ def test_index_is_rebuilt_from_files_when_missing(tmp_path: Path) -> None:
     mem.index_path.unlink()
     assert mem.search("lighthouse")[0]["ref"] == "1"
     assert mem.latest_wake() == 1
+
+
+# A writer that stops for good once it opens the index: the raw line is on disk, the
+# index has not got it yet (where a kill -9 or a crash of the wake can land).
+_STOPPED_WRITER = """
+import signal, sqlite3, sys
+from pathlib import Path
+from citizen.home.memory import Memory
+
+def stop(*args, **kwargs):
+    Path(sys.argv[2]).touch()
+    signal.pause()
+
+sqlite3.connect = stop
+Memory(Path(sys.argv[1])).record(2, "TASK", "the second lighthouse")
+"""
+
+
+def test_a_writer_killed_between_the_raw_line_and_the_index_loses_nothing(
+        tmp_path: Path) -> None:
+    mem = Memory(tmp_path / "memory")
+    mem.init()
+    mem.record(1, "TASK", "the first lighthouse")
+    ready = tmp_path / "ready"
+    child = subprocess.Popen([sys.executable, "-c", _STOPPED_WRITER, str(mem.dir), str(ready)],
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert ready.exists(), "the writer never reached the index"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    assert "second lighthouse" in (mem.dir / "raw").joinpath(
+        f"{clock.today().isoformat()}.jsonl").read_text()
+    assert {h["ref"] for h in mem.search("lighthouse")} == {"1", "2"}
+    mem.record(3, "TASK", "the third lighthouse")  # and it goes on, each entry once
+    assert sorted(h["ref"] for h in mem.search("lighthouse")) == ["1", "2", "3"]
+
+
+def test_an_index_that_does_not_open_is_rebuilt_from_the_files(tmp_path: Path) -> None:
+    mem = Memory(tmp_path / "memory")
+    mem.init()
+    mem.record(1, "TASK", "the lighthouse keeper")
+    mem.index_path.write_bytes(b"torn by a power loss" * 300)
+    assert [h["ref"] for h in mem.search("lighthouse")] == ["1"]
+    mem.record(2, "TASK", "another lighthouse")
+    assert sorted(h["ref"] for h in mem.search("lighthouse")) == ["1", "2"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 from citizen.config import paths
@@ -51,11 +52,18 @@ class Secrets:
         """`text` with every secret value replaced by its name: the last line of defence
         for what reaches a model, a log or a mail (a hard link to `.env`, a tool that
         prints its environment)."""
-        for key in SECRET_KEYS:
-            value = self.values.get(key, "") or self.redact_only.get(key, "")
-            if len(value) >= MIN_SECRET and value in text:
+        for key, value in self._redacted:
+            if value in text:
                 text = text.replace(value, f"[{key} redacted]")
         return text
+
+    @cached_property
+    def _redacted(self) -> tuple[tuple[str, str], ...]:
+        """(name, value) of each secret `redact` replaces, found once: a wake log passes
+        every string of every event through `redact` (hundreds a wake)."""
+        pairs = ((key, self.values.get(key, "") or self.redact_only.get(key, ""))
+                 for key in SECRET_KEYS)
+        return tuple((key, value) for key, value in pairs if len(value) >= MIN_SECRET)
 
 
 def web_token_in(text: str) -> str:

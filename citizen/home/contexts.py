@@ -58,10 +58,13 @@ class Context:
     cap: int
     entries: list[dict[str, Any]] = field(default_factory=list)
     meta: dict[str, Any] = field(default_factory=dict)
-    # What is on disk (file and journal): each entry's JSON, and the metadata's, so a save
-    # can tell "unchanged" and "only grew" from the rest.
-    saved: list[str] = field(default_factory=list)
-    saved_meta: str = ""
+    # What is on disk (file and journal), copied apart from `entries` and `meta` (no
+    # mutable object shared), so a save tells "unchanged" and "only grew" from the rest
+    # by comparing them (equality: C speed, where encoding each entry again on every
+    # load and save was most of a wake's CPU; 1 == 1.0 == True is the one change it
+    # cannot see, and no writer swaps those). None: nothing on disk yet.
+    saved: list[Any] = field(default_factory=list)
+    saved_meta: dict[str, Any] | None = None
     journal: str = ""  # the file's journal token ("": a journal may not extend it)
     journal_lines: int = 0
 
@@ -86,6 +89,21 @@ class Context:
 
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+
+
+def _copy(value: Any) -> Any:
+    """`value` as it reads back from disk, sharing no object with it."""
+    return json.loads(_compact(value))
+
+
+_SCALARS = (str, int, float, bool, type(None))
+
+
+def _apart(entries: list[Any]) -> list[Any]:
+    """`entries` sharing no mutable object with them: an entry of plain values (nearly
+    all) is copied as a dict - a tenth of the cost of encoding it - any other by JSON."""
+    return [dict(e) if type(e) is dict and all(type(v) in _SCALARS for v in e.values())
+            else _copy(e) for e in entries]
 
 
 def _first_sentence(text: str) -> str:
@@ -152,8 +170,7 @@ class ContextStore:
             for line in lines:
                 if isinstance(line, dict) and line.get("base") == ctx.journal:
                     ctx.entries.extend(line.get("entries", []))
-        ctx.saved = [_compact(e) for e in ctx.entries]
-        ctx.saved_meta = _compact(ctx.meta)
+        ctx.saved, ctx.saved_meta = _apart(ctx.entries), _copy(ctx.meta)
         return ctx
 
     def load_all(self) -> dict[str, Context]:
@@ -213,16 +230,19 @@ class ContextStore:
             levels = self.forget(ctx)
             if levels:
                 forgotten[ctype] = levels
-            entries, meta = [_compact(e) for e in ctx.entries], _compact(ctx.meta)
-            grew = (meta == ctx.saved_meta and len(entries) >= len(ctx.saved)
-                    and entries[:len(ctx.saved)] == ctx.saved)
-            if grew and len(entries) == len(ctx.saved):
+            known = len(ctx.saved)
+            grew = (ctx.meta == ctx.saved_meta and len(ctx.entries) >= known
+                    and ctx.entries[:known] == ctx.saved)
+            if grew and len(ctx.entries) == known:
                 continue  # unchanged: the file keeps its bytes, inode and mtime
             if grew and ctx.journal and ctx.journal_lines < JOURNAL_LINES:
-                self._append(ctx, ctx.entries[len(ctx.saved):])
+                new = ctx.entries[known:]
+                copied = _apart(new)  # first: an entry JSON cannot hold fails before a write
+                self._append(ctx, new)
+                ctx.saved.extend(copied)
             else:
                 self._rewrite(ctx)
-            ctx.saved, ctx.saved_meta = entries, meta
+                ctx.saved, ctx.saved_meta = _apart(ctx.entries), _copy(ctx.meta)
         return forgotten
 
     def _append(self, ctx: Context, new: list[dict[str, Any]]) -> None:

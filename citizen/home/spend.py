@@ -74,17 +74,59 @@ def lines(home: Home, day: date) -> list[dict[str, Any]]:
 
 def spent(home: Home, day: date) -> float:
     """The day's dollars; a line that is no sane cost (not a number, negative, NaN, more
-    than any call can cost) counts as nothing or as that most, never as an error."""
-    total = 0.0
-    for line in lines(home, day):
-        cost = line.get("cost_usd", 0.0) if isinstance(line, dict) else 0.0
+    than any call can cost) counts as nothing or as that most, never as an error.
+
+    A ledger is append-only: what was summed is remembered (per process) with the byte
+    it reached, and only lines appended since are read - the meter asks before and after
+    every call, for itself and every peer, and a peer's ledger that did not change costs
+    one stat. A file replaced (another inode), shorter than that byte, or changed without
+    growing (its mtime) is read again from the start."""
+    path = ledger(home, day)
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return 0.0
+    except OSError as exc:
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+        return 0.0
+    ino, mtime, offset, total = _SUMMED.get(path, (info.st_ino, info.st_mtime_ns, 0, 0.0))
+    if info.st_size == offset and mtime == info.st_mtime_ns and ino == info.st_ino:
+        return total
+    if ino != info.st_ino or info.st_size <= offset:
+        offset, total = 0, 0.0
+    try:
+        with path.open("rb") as fh:
+            fh.seek(offset)
+            raw = fh.read(info.st_size - offset)
+    except OSError as exc:  # a peer's ledger we may not read: counted as nothing, said
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+        return 0.0
+    whole = raw[:raw.rfind(b"\n") + 1]  # a last line still being written waits
+    for text in whole.decode("utf-8", "replace").splitlines():
         try:
-            value = float(cost)
-        except (TypeError, ValueError):
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            log.warning("%s: a line that does not parse is skipped", path)
             continue
-        if math.isfinite(value) and value > 0:
-            total += min(value, MAX_CALL_USD)
+        total += _cost(line)
+    if len(_SUMMED) >= _SUMMED_MAX:
+        _SUMMED.clear()  # a long-lived process (the dashboard) reads many days' ledgers
+    _SUMMED[path] = (info.st_ino, info.st_mtime_ns, offset + len(whole), total)
     return total
+
+
+# ledger -> (inode, mtime_ns, bytes summed, dollars)
+_SUMMED: dict[Path, tuple[int, int, int, float]] = {}
+_SUMMED_MAX = 8192
+
+
+def _cost(line: Any) -> float:
+    cost = line.get("cost_usd", 0.0) if isinstance(line, dict) else 0.0
+    try:
+        value = float(cost)
+    except (TypeError, ValueError):
+        return 0.0
+    return min(value, MAX_CALL_USD) if math.isfinite(value) and value > 0 else 0.0
 
 
 def days(n: int) -> list[date]:

@@ -266,7 +266,7 @@ class TaskQueue:
         task.status = "active"
         task.attempts += 1
         task.history.append({"ts": now_iso(), "event": "claimed", "attempt": task.attempts})
-        write_json(dst, task.to_dict())
+        write_json(dst, task.to_dict())  # durable, directory too: no run without its attempt
         return task
 
     def save(self, task: Task) -> None:
@@ -283,7 +283,10 @@ class TaskQueue:
         # put it in two states at once (the wake ends at its next turn, `cancel_requested`).
         if self._path("cancelled", task.id).exists():
             return
-        write_json(self._path("active", task.id), task.to_dict())
+        # The data is fsynced (the name never points at a torn task), the directory is
+        # not: a rename lost to a power loss leaves the version before, whole - the task as
+        # a crash a moment earlier leaves it. Only the claim must be durable (`attempts`).
+        write_json(self._path("active", task.id), task.to_dict(), sync_dir=False)
 
     def cancel_requested(self, task_id: str) -> bool:
         """Whether the operator cancelled this task while it was active (a wake working on
@@ -309,7 +312,9 @@ class TaskQueue:
         task.result = result
         task.history.append({"ts": now_iso(), "event": status, "result": result[:2000]})
         src = self._path("active", task.id)
-        write_json(src, task.to_dict())
+        # No directory fsync: the rename below is not fsynced either, so it bought nothing;
+        # after a power loss active/ holds this version or the one before, both whole.
+        write_json(src, task.to_dict(), sync_dir=False)
         dst = self._path(target, task.id)
         dst.parent.mkdir(exist_ok=True)  # cancelled/ is newer than some homes
         os.rename(src, dst)

@@ -21,7 +21,7 @@ from typing import Any
 
 from citizen.config.paths import Home
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, open_plain, write_bytes
+from shared.atomic import append_line, fsync_dir, open_plain, write_bytes
 
 MAX_EVENT = 16 * 2**20  # --follow reads at most this much a poll; a longer line is skipped
 
@@ -36,6 +36,7 @@ class WakeLog:
         self.started = time.monotonic()
         # Set once the wake knows its secrets: every string logged passes through it.
         self.redact: Callable[[str], str] = str
+        self.new_blobs = False  # whether `close` owes the blobs' directory an fsync
 
     def event(self, event: str, **fields: Any) -> None:
         record = {"ts": now_iso(), "wake": self.number, "event": event, **fields}
@@ -49,12 +50,21 @@ class WakeLog:
         """
         text = self.redact(text)
         key = hashlib.sha256(text.encode()).hexdigest()[:24]
-        path = self.path.parent.parent / "blobs" / f"{key}.txt"
+        path = self.blobs / f"{key}.txt"
         try:
             os.utime(path)  # in use again: the retention sweep leaves recent blobs alone
         except FileNotFoundError:
-            write_bytes(path, text.encode())
+            # Its data is fsynced before the name appears (a name never points at a torn
+            # blob, which every later wake would reuse); the names' durability waits for
+            # `close`, one directory fsync for all of them (a name lost to a power loss
+            # before then reads as a swept blob, and the next wake that needs it writes it).
+            write_bytes(path, text.encode(), sync_dir=False)
+            self.new_blobs = True
         return key
+
+    @property
+    def blobs(self) -> Path:
+        return self.path.parent.parent / "blobs"
 
     @staticmethod
     def read_blob(home: Home, key: str) -> str:
@@ -67,11 +77,16 @@ class WakeLog:
         return (home.wake_logs.parent / "blobs" / f"{key}.txt").read_text(encoding="utf-8")
 
     def close(self) -> None:
-        """Make the log durable (called once, at the end of the wake)."""
+        """Make the log durable (called once, at the end of the wake), and every blob it
+        names before it: the events are appended without fsync, one fsync here for them
+        all (a power loss mid-wake loses the last lines, never the lines' order)."""
+        if self.new_blobs:
+            fsync_dir(self.blobs)  # the names of this wake's new blobs, before the log's
+            self.new_blobs = False
         if self.path.exists():
             fd = os.open(self.path, os.O_RDONLY)
             try:
-                os.fsync(fd)
+                os.fsync(fd)  # the wake's events, appended without fsync
             finally:
                 os.close(fd)
 
