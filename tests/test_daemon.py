@@ -11,6 +11,8 @@ from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
 
+import pytest
+
 from citizen import config
 from citizen.config import paths
 from citizen.home import wakelog
@@ -139,13 +141,15 @@ def _starts(name: str) -> list[float]:
                   for p in wakelog.wake_logs(paths.home(name)))
 
 
+@pytest.mark.parametrize("who", ["mira", "--all"])
 def test_a_daemon_frozen_for_many_slots_wakes_once_when_thawed(
-        civ: Path, messages_api: MessagesServer) -> None:
+        civ: Path, messages_api: MessagesServer, who: str) -> None:
     """Coalescing and misfire grace: slots missed while the daemon could not run (a frozen
     process, a suspended machine) become at most one wake when it runs again - never a
-    burst of one wake per missed slot - and the schedule goes on from there."""
+    burst of one wake per missed slot - and the schedule goes on from there. The same
+    for a citizen hosted with every other in one process (`run --all`)."""
     env = daemon_env(civ, messages_api)
-    proc = start(env, "mira", "--interval", "0.5", "--first-wake", "0")
+    proc = start(env, who, "--interval", "0.5", "--first-wake", "0")
     try:
         wait_for(lambda: len(_starts("mira")) >= 2)
         proc.send_signal(signal.SIGSTOP)

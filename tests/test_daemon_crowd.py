@@ -4,6 +4,7 @@ wakes do not wait for each other; a citizen whose daemon already runs is left ou
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -190,3 +191,47 @@ def test_a_home_not_ours_is_left_out_untouched(civ: Path,
     assert "mira: left out - " in out and "belongs to another user" in out
     assert heartbeat(civ, "mira") == {}  # nothing written for her, by anyone
     assert logs("mira") == [] and logs("opus") and logs("aria")
+
+
+def test_the_doorbells_hourly_window_is_each_citizens_own(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """budget.max_doorbell_wakes_per_hour holds per citizen in the one process: mira's
+    third ring this hour waits for her window; opus's ring does not wait for hers."""
+    cfg = paths.home("mira").config
+    cfg.write_text(json.dumps({**json.loads(cfg.read_text()),
+                               "budget": {"max_doorbell_wakes_per_hour": 2}}))
+    proc = start(daemon_env(civ, messages_api), "--all", *IDLE)
+    try:
+        wait_for(lambda: all(heartbeat(civ, n).get("state") == "sleeping" for n in NAMES))
+        for k in (1, 2):
+            doorbell.ring(paths.home("mira").doorbell, "REFLECT", f"a peer's report {k}")
+            wait_for(lambda k=k: len(logs("mira")) == k)  # type: ignore[misc]
+        doorbell.ring(paths.home("mira").doorbell, "REFLECT", "a peer's report 3")
+        wait_for(lambda: "citizen mira: 2 doorbell wakes this hour" in proc.output())
+        doorbell.ring(paths.home("opus").doorbell, "REFLECT", "a peer's report")
+        wait_for(lambda: len(logs("opus")) == 1)
+    finally:
+        out = stop(proc)
+    assert proc.returncode == 0, out
+    assert len(logs("mira")) == 2 and "REFLECT waits" in out
+
+
+def test_kill_9_of_the_one_process_loses_no_lock_and_no_count(
+        civ: Path, messages_api: MessagesServer) -> None:
+    env = daemon_env(civ, messages_api)
+    first = start(env, "--all", "--interval", "0.5", "--first-wake", "0")
+    wait_for(lambda: all(len(logs(n)) >= 2 for n in NAMES))
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait(timeout=30)
+    counted = {n: state.load(paths.home(n))["slots"] for n in NAMES}
+    second = start(env, "--all", "--interval", "0.5", "--first-wake", "0")
+    try:  # every lock came free with the process: all three are hosted again
+        wait_for(lambda: all(heartbeat(civ, n).get("pid") == second.pid for n in NAMES))
+        wait_for(lambda: all(state.load(paths.home(n))["slots"] >= counted[n] + 2
+                             for n in NAMES))
+    finally:
+        out = stop(second)
+    assert second.returncode == 0, out
+    for name in NAMES:  # the slots go on from where they were, none handed out twice
+        slots = [w[0]["slot"] for w in logs(name) if w[0].get("slot") is not None]
+        assert len(slots) == len(set(slots)), (name, slots)
