@@ -1,0 +1,80 @@
+"""What a wake does once that it used to do again and again (issue 33: a wake's CPU).
+
+The wake log's file is opened once a wake, not once an event; each context is rendered
+once a wake while it is unchanged. Mechanics only: the bench (bench/wake_cycle.py) has
+the figures.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from citizen import config
+from citizen.config import paths
+from citizen.home import wakelog
+from citizen.home.contexts import Context, ContextStore
+from citizen.home.tasks import TaskQueue
+from citizen.llm.base import estimate_tokens
+from citizen.wake.flow import run_wake
+from tests.scripts import Actor, call, provides
+
+
+def _task_wake() -> Path:
+    TaskQueue(paths.home("opus").tasks).add("write the report")
+    result = run_wake("opus", wake_type="TASK", provider=provides(Actor(
+        call("task_progress", note="half"), call("task_complete", summary="done"))))
+    assert result.status == "ok"
+    return result.log_path
+
+
+def test_a_wake_opens_its_log_once(civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    opened: list[str] = []  # opened to write (evidence reads the log: not counted)
+    real: Callable[..., int] = os.open
+
+    def spy(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        if flags & (os.O_WRONLY | os.O_RDWR):
+            opened.append(os.fspath(path))
+        return real(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", spy)
+    log = _task_wake()
+    events = wakelog.read(log)
+    assert len(events) > 10 and events[-1]["event"] == "wake_end"
+    assert opened.count(str(log)) == 1
+
+
+def test_a_log_closed_takes_a_later_line_and_stays_whole(civ: Path) -> None:
+    log = wakelog.WakeLog(paths.home("opus"), 3, "TASK")
+    log.event("wake_start")
+    log.close()
+    log.event("after")  # appended on its own: nothing is lost after the close
+    assert [e["event"] for e in wakelog.read(log.path)] == ["wake_start", "after"]
+
+
+def test_a_context_is_rendered_once_a_wake_while_unchanged(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    _task_wake()  # the first wake's orientation and new files out of the way
+    cfg = config.load_citizen("opus")
+    store = ContextStore(paths.home("opus").contexts, cfg.context_limits, estimate_tokens)
+    contexts = store.load_all()
+    for ctype in ("skills", "goals", "relationships", "dreams"):
+        contexts[ctype].add(f"one {ctype} entry")  # small: each fits the prompt whole
+    store.save_all(contexts)
+    lines: Counter[str] = Counter()
+    real = Context.line
+
+    def spy(entry: dict[str, Any]) -> str:
+        lines[str(entry["text"])] += 1  # each render of a context shows each entry once
+        return real(entry)
+
+    monkeypatch.setattr(Context, "line", staticmethod(spy))
+    _task_wake()
+    # Read by the contexts event, the prompt and the cap check at the save: one render.
+    assert [lines[f"one {t} entry"] for t in ("skills", "goals", "relationships",
+                                             "dreams")] == [1, 1, 1, 1]
