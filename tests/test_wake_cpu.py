@@ -7,6 +7,7 @@ the figures.
 
 from __future__ import annotations
 
+import json
 import os
 from collections import Counter
 from collections.abc import Callable
@@ -17,11 +18,14 @@ import pytest
 
 from citizen import config
 from citizen.config import paths
+from citizen.config.settings import ModelPrice
 from citizen.home import wakelog
 from citizen.home.contexts import Context, ContextStore
 from citizen.home.tasks import TaskQueue
-from citizen.llm.base import estimate_tokens
+from citizen.home.wakelog import WakeLog
+from citizen.llm.base import Request, ToolSpec, estimate_tokens
 from citizen.wake.flow import run_wake
+from citizen.wake.meter import Meter
 from tests.scripts import Actor, call, provides
 
 
@@ -78,3 +82,32 @@ def test_a_context_is_rendered_once_a_wake_while_unchanged(
     # Read by the contexts event, the prompt and the cap check at the save: one render.
     assert [lines[f"one {t} entry"] for t in ("skills", "goals", "relationships",
                                              "dreams")] == [1, 1, 1, 1]
+
+
+def _request(system: list[str], text: str) -> Request:
+    return Request(messages=[{"role": "user", "content": text}], system=system,
+                   tools=[ToolSpec("note", "write a note", {"type": "object"})],
+                   max_tokens=300, tier="primary", purpose="execute")
+
+
+def test_the_worst_case_encodes_each_system_block_once_a_wake(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    block = "## history\n- the wake before: « ünïcode » and \"quotes\"\n" * 50
+    system = ["You are opus.", block]
+    meter = Meter(WakeLog(paths.home("opus"), 1, "TASK"), config.load_citizen("opus").budget)
+    price = ModelPrice(input=3.0, output=15.0, cache_write=3.75, cache_read=0.3)
+    encoded: list[Any] = []
+    real = json.dumps
+
+    def spy(value: Any, *args: Any, **kwargs: Any) -> str:
+        if value is block or (isinstance(value, dict) and block in value.get("system", ())):
+            encoded.append(value)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", spy)  # the module the meter encodes with
+    worst = [meter.worst_case(_request(system, f"call {i}"), price) for i in range(3)]
+    assert len(encoded) == 1, "the block is encoded for the first call only"
+    monkeypatch.undo()
+    for i, cost in enumerate(worst):  # the same figure as the whole request's estimate
+        body = json.dumps(_request(system, f"call {i}").to_dict(), default=str)
+        assert cost == (estimate_tokens(body) * 3.75 + 300 * 15.0) / 1e6

@@ -111,14 +111,16 @@ def _copy(value: Any) -> Any:
     return json.loads(_compact(value))
 
 
-_SCALARS = (str, int, float, bool, type(None))
+_SCALARS = frozenset((str, int, float, bool, type(None)))
 
 
 def _apart(entries: list[Any]) -> list[Any]:
     """`entries` sharing no mutable object with them: an entry of plain values (nearly
-    all) is copied as a dict - a tenth of the cost of encoding it - any other by JSON."""
-    return [dict(e) if type(e) is dict and all(type(v) in _SCALARS for v in e.values())
-            else _copy(e) for e in entries]
+    all) is copied as a dict - a tenth of the cost of encoding it - any other by JSON.
+    (The types' check is a set's, in C: a generator per entry was a third of a load.)"""
+    plain = _SCALARS.issuperset
+    return [dict(e) if type(e) is dict and plain(map(type, e.values())) else _copy(e)
+            for e in entries]
 
 
 def _first_sentence(text: str) -> str:
