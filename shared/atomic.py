@@ -270,23 +270,49 @@ def make_dirs(path: Path, top: Path | None = None, mode: int = 0o2775) -> list[P
 
 def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
     """Append one JSON line (histories and logs are append-only JSONL)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
-    try:  # read too, to see a torn last line; a file we may only append to is fine
-        fd, readable = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, mode), True
-    except PermissionError:
-        fd, readable = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode), False
-    try:
+    with Appender(path, mode) as out:
+        out.append(record)
+
+
+class Appender:
+    """One JSONL file held open for many appends (a wake's log: one open, not one per
+    line); each `append` is `append_line`'s - locked, a torn last line ended first - and
+    `sync` makes them durable. The descriptor is close-on-exec (Python's default): a
+    sandboxed command never inherits it."""
+
+    def __init__(self, path: Path, mode: int = 0o640) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path, self.mode = path, mode
+        try:  # read too, to see a torn last line; a file we may only append to is fine
+            self.fd, self.readable = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT,
+                                             mode), True
+        except PermissionError:
+            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+            self.readable = False
+
+    def append(self, record: Any) -> None:
+        line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
+        fd = self.fd
         # One appender at a time: the torn-line check and the write are one step, so a
         # writer in progress is never mistaken for a torn line. The one lock, on the very
         # descriptor we write through (a file we may only append to still locks).
-        with locked(path, lock_file=path, fd=fd):
+        with locked(self.path, lock_file=self.path, fd=fd):
             info = os.fstat(fd)
             if info.st_size == 0 and info.st_uid == os.geteuid() \
-                    and info.st_mode & 0o777 != mode:
-                os.fchmod(fd, mode)  # a new file: open's mode was filtered by the umask
-            if readable and info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
+                    and info.st_mode & 0o777 != self.mode:
+                os.fchmod(fd, self.mode)  # a new file: open's mode was filtered by the umask
+            if self.readable and info.st_size and os.pread(fd, 1, info.st_size - 1) != b"\n":
                 line = "\n" + line  # a writer killed mid-line: do not glue this record on
             os.write(fd, line.encode())
-    finally:
-        os.close(fd)
+
+    def sync(self) -> None:
+        os.fsync(self.fd)
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+    def __enter__(self) -> Appender:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -21,7 +21,7 @@ from typing import Any
 
 from citizen.config.paths import Home
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, fsync_dir, open_plain, write_bytes
+from shared.atomic import Appender, append_line, fsync_dir, open_plain, write_bytes
 
 MAX_EVENT = 16 * 2**20  # --follow reads at most this much a poll; a longer line is skipped
 
@@ -37,10 +37,20 @@ class WakeLog:
         # Set once the wake knows its secrets: every string logged passes through it.
         self.redact: Callable[[str], str] = str
         self.new_blobs = False  # whether `close` owes the blobs' directory an fsync
+        # The log's file, open from the first event to `close`: one open a wake, not one
+        # an event (each line still written, locked, as it happens: a kill loses none).
+        self._out: Appender | None = None
+        self._closed = False
 
     def event(self, event: str, **fields: Any) -> None:
-        record = {"ts": now_iso(), "wake": self.number, "event": event, **fields}
-        append_line(self.path, _scrub(record, self.redact))
+        record = _scrub({"ts": now_iso(), "wake": self.number, "event": event, **fields},
+                        self.redact)
+        if self._closed:  # a line after the close (none in a wake): appended on its own
+            append_line(self.path, record)
+            return
+        if self._out is None:
+            self._out = Appender(self.path)
+        self._out.append(record)
 
     def blob(self, text: str) -> str:
         """Store a large text once under `logs/blobs/` (content-addressed); return its key.
@@ -83,12 +93,23 @@ class WakeLog:
         if self.new_blobs:
             fsync_dir(self.blobs)  # the names of this wake's new blobs, before the log's
             self.new_blobs = False
-        if self.path.exists():
+        self._closed = True
+        out, self._out = self._out, None
+        if out is not None:
+            try:
+                out.sync()  # the wake's events, appended without fsync
+            finally:
+                out.close()
+        elif self.path.exists():
             fd = os.open(self.path, os.O_RDONLY)
             try:
                 os.fsync(fd)  # the wake's events, appended without fsync
             finally:
                 os.close(fd)
+
+    def __del__(self) -> None:
+        if self._out is not None:  # a log its wake never closed: its descriptor, not its data
+            self._out.close()
 
 
 def _scrub(value: Any, redact: Callable[[str], str]) -> Any:

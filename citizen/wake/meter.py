@@ -10,6 +10,7 @@ type's steps) ends with an `Ending` that says which.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -19,7 +20,7 @@ from citizen.errors import LimitReached, ProviderError, StructuredOutputError
 from citizen.home import spend
 from citizen.home.spend import Daily
 from citizen.home.wakelog import WakeLog
-from citizen.llm.base import Provider, Reply, Request, Usage, cache_write_1h, estimate_tokens
+from citizen.llm.base import CHARS_PER_TOKEN, Provider, Reply, Request, Usage, cache_write_1h
 
 
 @dataclass
@@ -53,15 +54,28 @@ class Meter:
     tokens_in: int = 0
     tokens_out: int = 0
     _logged: dict[str, int] = field(default_factory=dict)
+    # A system block's length as JSON: the blocks are built once a wake and sent on each
+    # of its calls, so each is encoded once, not once a call (the contexts: most bytes).
+    _encoded: dict[str, int] = field(default_factory=dict)
 
-    @staticmethod
-    def worst_case(request: Request, price: ModelPrice) -> float:
+    def worst_case(self, request: Request, price: ModelPrice) -> float:
         """The most the request could cost: all input written to the cache (the dearest
-        way to send it), every output token used."""
-        body = json.dumps(request.to_dict(), default=str)
+        way to send it), every output token used. The input is estimated from the request
+        as JSON (`estimate_tokens` of `json.dumps(request.to_dict())`), its length summed
+        from the rest and each system block's length (`[a, b]`: 2 characters apart)."""
+        rest = json.dumps({**request.to_dict(), "system": []}, default=str)
+        blocks = [self._length(b) for b in request.system]
+        chars = len(rest) + sum(blocks) + 2 * max(0, len(blocks) - 1)
         per_input = max(price.input, price.cache_write,
                         cache_write_1h(price) if request.cache_ttl == "1h" else 0.0)
-        return (estimate_tokens(body) * per_input + request.max_tokens * price.output) / 1e6
+        tokens = math.ceil(chars / CHARS_PER_TOKEN)  # llm.base.estimate_tokens, by length
+        return (tokens * per_input + request.max_tokens * price.output) / 1e6
+
+    def _length(self, block: str) -> int:
+        length = self._encoded.get(block)
+        if length is None:
+            length = self._encoded[block] = len(json.dumps(block, default=str))
+        return length
 
     def call(self, llm: Provider, request: Request) -> Reply:
         """Make one model call within the budget, and log it completely enough to replay.
