@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -111,3 +112,20 @@ def cli(env: dict[str, str], *args: str) -> str:
                           capture_output=True, check=False, timeout=120)
     assert done.returncode == 0, done.stderr
     return done.stdout
+
+
+def kill_when_ready(code: str, ready: Path, *args: str) -> None:
+    """Run `python -c CODE READY ARGS...` (from the project, as a real process) until it
+    creates the file READY - it has reached the moment a test wants to crash it at - then
+    SIGKILL it. Fails if it never gets there (at most 60 s)."""
+    project = Path(__file__).resolve().parent.parent
+    child = subprocess.Popen([sys.executable, "-c", code, str(ready), *args],
+                             env={**os.environ, "PYTHONPATH": str(project)})
+    try:
+        deadline = time.monotonic() + 60
+        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)  # polling a file the child creates
+        assert ready.exists(), f"the child never reached {ready.name} (exit {child.poll()})"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()

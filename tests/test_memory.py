@@ -2,18 +2,12 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
-import time
 from datetime import UTC, date, datetime
 from pathlib import Path
 
 from citizen.home.memory import Memory
 from shared import clock
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.daemons import kill_when_ready
 
 
 def test_rollups_daily_then_weekly_then_monthly(tmp_path: Path) -> None:
@@ -55,11 +49,11 @@ from pathlib import Path
 from citizen.home.memory import Memory
 
 def stop(*args, **kwargs):
-    Path(sys.argv[2]).touch()
+    Path(sys.argv[1]).touch()
     signal.pause()
 
 sqlite3.connect = stop
-Memory(Path(sys.argv[1])).record(2, "TASK", "the second lighthouse")
+Memory(Path(sys.argv[2])).record(2, "TASK", "the second lighthouse")
 """
 
 
@@ -68,17 +62,7 @@ def test_a_writer_killed_between_the_raw_line_and_the_index_loses_nothing(
     mem = Memory(tmp_path / "memory")
     mem.init()
     mem.record(1, "TASK", "the first lighthouse")
-    ready = tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", _STOPPED_WRITER, str(mem.dir), str(ready)],
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ready.exists(), "the writer never reached the index"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    kill_when_ready(_STOPPED_WRITER, tmp_path / "ready", str(mem.dir))
     assert "second lighthouse" in (mem.dir / "raw").joinpath(
         f"{clock.today().isoformat()}.jsonl").read_text()
     assert {h["ref"] for h in mem.search("lighthouse")} == {"1", "2"}

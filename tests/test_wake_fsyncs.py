@@ -20,11 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import os
-import signal
 import stat
-import subprocess
-import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -35,9 +31,8 @@ from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
 from citizen.home.wakelog import WakeLog
 from citizen.wake.flow import run_wake
+from tests.daemons import kill_when_ready
 from tests.scripts import Actor, call, provides
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture
@@ -114,17 +109,7 @@ signal.pause()
 
 def test_a_wake_killed_before_its_log_is_closed_leaves_a_readable_log(
         civ: Path, tmp_path: Path) -> None:
-    ready = tmp_path / "ready"
-    child = subprocess.Popen([sys.executable, "-c", _STOPPED_WAKE, str(ready)],
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        deadline = time.monotonic() + 60
-        while not ready.exists() and child.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert ready.exists(), "the wake never got to the middle"
-    finally:
-        child.send_signal(signal.SIGKILL)
-        child.wait()
+    kill_when_ready(_STOPPED_WAKE, tmp_path / "ready")
     home = paths.home("opus")
     events = wakelog.read(home.wake_logs / "000009-TASK.jsonl")
     assert [e["event"] for e in events] == ["wake_start"] + ["prompt"] * 20
