@@ -12,6 +12,7 @@ from __future__ import annotations
 import grp
 import logging
 import pwd
+import time
 from typing import TYPE_CHECKING
 
 from citizen import config
@@ -51,17 +52,31 @@ def citizen_users() -> list[str]:
     return sorted(u.pw_name for u in pwd.getpwall() if u.pw_gid == gid)
 
 
-_COMMONS: dict[tuple[str, str], Commons] = {}
+_COMMONS: dict[tuple[str, str], tuple[Commons, int | None]] = {}
+SETTLED_NS = 2_000_000_000  # a root changed more recently may be getting a home's config
+
+
+def _root_settled() -> int | None:
+    """The root's mtime once it has not changed for 2 s, else None. A home is made
+    (the root changes) before its config.json is written: a fresh change is listed again."""
+    try:
+        mtime = paths.civ_root().stat().st_mtime_ns
+    except OSError:
+        return None
+    return mtime if time.time_ns() - mtime > SETTLED_NS else None
 
 
 def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
     """This civilization's commons, built once per process (per root and templates):
-    the citizens, server mode and the validated templates are read once."""
+    server mode and the validated templates are read once, the citizens again only when
+    the root has changed (a listing of a thousand homes costs ~6 ms: every gate asks)."""
     tpl = tpl or config.templates()
     shared = paths.shared_dir()
     key = (str(shared), str(tpl.dir))
-    handle = _COMMONS.get(key)
-    names = citizens()
+    handle, listed_at = _COMMONS.get(key, (None, None))
+    settled = _root_settled()
+    fresh = handle is not None and settled is not None and settled == listed_at
+    names = handle.citizens if handle is not None and fresh else citizens()
     medium = config.medium_programs()  # re-read: an operator's edit counts without restarts
     if handle is None or handle.citizens != names or handle.approvals != approvals \
             or handle.medium_programs != medium:
@@ -69,7 +84,7 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
                          {n: tpl.values_profile(n) for n in names}, approvals,
                          {n: paths.home(n).code for n in names}, medium,
                          merge_request=steps.merge, world_request=steps.world)
-        _COMMONS[key] = handle
+    _COMMONS[key] = (handle, settled)
     return handle
 
 

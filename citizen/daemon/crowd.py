@@ -61,7 +61,7 @@ class Crowd:
         self.max_wakes = max_wakes
         self.parallel = max(1, parallel)
         self.workers = self.parallel + GATE_WORKERS
-        self.processes = threading.Semaphore(self.parallel)
+        self.processes = threading.BoundedSemaphore(self.parallel)
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.daemons: dict[str, Daemon] = {}
         # A Daemon that wants a wake, or _LOOK. SimpleQueue: its put is reentrant, so the
