@@ -33,7 +33,8 @@ class PeerMonitorWake(WakeType):
     name = "PEER_MONITOR"
 
     def gate(self, setup: Setup) -> Gate:
-        peers = [c for c in civilization.citizens() if c != setup.home.name]
+        peers = [c for c in civilization.commons(setup.templates).citizens
+                 if c != setup.home.name]  # the listing the handle keeps (a gate is hot)
         if not peers:
             return Gate(False, "no peers to watch")
         peer = random.Random(setup.number).choice(peers)  # noqa: S311 - whom to watch, not a secret
