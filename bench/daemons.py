@@ -19,6 +19,9 @@ their own (`unshare -Urpf`, root mapped to the caller):
   every process - and thread: a thread takes a PID too - started in it, by the kernel.
   (`strace -f -e execve` on one daemon tells the two apart.)
 
+`--gates` times each wake type's gate in a civilization of N citizens, in this process
+(what the daemon runs for an idle wake; a gate that lists every home grows with N).
+
 `--floors` measures instead what any sleeping Python process holds by what it imports
 (the floor under a per-citizen daemon): five copies of each at once, so the pages of the
 interpreter and its libraries are shared as they are in a crowd, and what is left is each
@@ -258,6 +261,30 @@ def floors(copies: int = 5) -> None:
         show("  of which Private_Dirty", [float(d) for _, d in sizes], "MB", 1 / 1024)
 
 
+def gates(n: int, each: int = 40) -> None:
+    """Each wake type's gate, idle, for `each` citizens of a civilization of `n`."""
+    from citizen import config
+    from citizen.config import paths
+    from citizen.home import state
+    from citizen.wake.flow import gate_here
+
+    names = found(n)
+    past = time.time() - 10  # the root settled, as on a server that has run a while
+    os.utime(paths.civ_root(), (past, past))
+    tpl = config.templates()
+    took: dict[str, list[float]] = {}
+    for name in names[:each]:
+        for _ in range(10):
+            number, slot = state.allocate(paths.home(name), scheduled=True)
+            t = time.perf_counter()
+            gate_here(name, number=number, slot=slot, wake_type=None, reason="slot")
+            took.setdefault(tpl.wake_slots(name)[(slot or 0) % 10], []).append(
+                time.perf_counter() - t)
+    print(f"# idle gates of {each} citizens in a civilization of {n}, in-process")
+    for kind, times in sorted(took.items()):
+        show(f"{kind} gate", times, "ms", 1000)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -267,6 +294,8 @@ def main() -> None:
     parser.add_argument("--inotify-limit", type=int, default=64)
     parser.add_argument("--crowd", action="store_true",
                         help="one process for all (`citizen run --all`) instead of one each")
+    parser.add_argument("--gates", action="store_true",
+                        help="time each wake type's gate in a civilization of N citizens")
     parser.add_argument("--floors", action="store_true",
                         help="measure what a sleeping Python process holds, by its imports")
     parser.add_argument("--inner", action="store_true", help=argparse.SUPPRESS)
@@ -282,6 +311,9 @@ def main() -> None:
         root.mkdir()
         os.environ["CIV_ROOT"] = str(root)
         t = time.perf_counter()
+        if args.gates:
+            gates(args.n)
+            return
         found(args.n)
         print(f"{'founding ' + str(args.n) + ' citizens':<52} {time.perf_counter() - t:9.1f} s")
         # A user namespace of our own (root mapped to us: the homes stay ours) for its own
