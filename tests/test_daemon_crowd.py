@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -235,3 +236,19 @@ def test_kill_9_of_the_one_process_loses_no_lock_and_no_count(
     for name in NAMES:  # the slots go on from where they were, none handed out twice
         slots = [w[0]["slot"] for w in logs(name) if w[0].get("slot") is not None]
         assert len(slots) == len(set(slots)), (name, slots)
+
+
+def test_a_citizen_whose_home_is_broken_is_left_out_and_said(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """mira's doorbell is a file, not a folder (something broke her files): her start
+    fails, she is said in her heartbeat, and opus and aria run in the one process."""
+    bell = paths.home("mira").doorbell
+    shutil.rmtree(bell, ignore_errors=True)
+    bell.write_text("not a folder")
+    proc = start(daemon_env(civ, messages_api), "--all", "--interval", "0.5",
+                 "--first-wake", "0", "--max-wakes", "4")
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 0, out
+    assert "citizen mira: cannot be started: FileExistsError" in out
+    assert heartbeat(civ, "mira")["state"] == "failed"
+    assert logs("mira") == [] and logs("opus") and logs("aria")

@@ -26,6 +26,7 @@ import resource
 import signal
 import threading
 from collections import deque
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -84,8 +85,8 @@ class Crowd:
         if not self.daemons:
             log.error("no citizen could be started (see above)")
             return 1
-        for d in self.daemons.values():
-            d.prepare()
+        for d in list(self.daemons.values()):
+            self._step(d, d.prepare)
         # One watch for every doorbell, made before the rings of while we were down are
         # drained (as a daemon does): a ring landing in between is seen by one or the other.
         watch = Watch(*(d.home.doorbell for d in self.daemons.values()))
@@ -100,8 +101,11 @@ class Crowd:
                          daemon=True).start()
         for i in range(self.workers):
             threading.Thread(target=self._worker, name=f"wakes-{i}", daemon=True).start()
-        for d in self.daemons.values():
-            d.begin()
+        for d in list(self.daemons.values()):
+            self._step(d, d.begin)
+        if not self.daemons:
+            log.error("no citizen could be started (see above)")
+            return 1
         notify("READY=1")
         log.info("%d citizens in one process, at most %d wake processes at once; doorbells: %s",
                  len(self.daemons), self.parallel, watch.mode)
@@ -128,11 +132,24 @@ class Crowd:
             log.warning("%s: left out - %s", name, exc)
             return
         except Exception as exc:  # noqa: BLE001 - one citizen's bad config stops only it
-            log.error("citizen %s: cannot be started: %s: %s", name, type(exc).__name__, exc)
-            status.beat(paths.home(name), name=name, state=State.FAILED, current="",
-                        next_at=None, wakes_run=0, error=f"{type(exc).__name__}: {exc}")
+            _failed(name, exc)
             return
         self.daemons[name] = d
+
+    def _step(self, d: Daemon, step: Callable[[], None]) -> None:
+        """One step of a citizen's start; if it fails (a home the citizen broke), that
+        citizen is said and left out - its jobs and lock let go - and the others go on."""
+        try:
+            step()
+        except Exception as exc:  # noqa: BLE001 - one citizen's broken home stops only it
+            _failed(d.name, exc)
+            for job in self.scheduler.get_jobs():
+                if job.id.startswith(f"{d.name}:"):
+                    job.remove()
+            d.mail.stop.set()
+            if d._lock is not None:
+                d._lock.close()
+            del self.daemons[d.name]
 
     def _schedule(self) -> None:
         """The process's own jobs (a daemon alone schedules them itself), then start."""
@@ -172,7 +189,8 @@ class Crowd:
                 self.busy.discard(ended.name)
                 if not ended.requests.empty():
                     self.ready.append(ended)
-            if isinstance(event, Daemon) and event.name not in self.busy:
+            if isinstance(event, Daemon) and event.name in self.daemons \
+                    and event.name not in self.busy:
                 self.ready.append(event)
             self._dispatch()
 
@@ -225,6 +243,13 @@ class Crowd:
         log.warning("stopping now")
         for d in self.daemons.values():
             d._stop_child()
+
+
+def _failed(name: str, exc: Exception) -> None:
+    """Say that citizen `name` cannot be started: the journal and its heartbeat."""
+    log.error("citizen %s: cannot be started: %s: %s", name, type(exc).__name__, exc)
+    status.beat(paths.home(name), name=name, state=State.FAILED, current="", next_at=None,
+                wakes_run=0, error=f"{type(exc).__name__}: {exc}")
 
 
 def _raise_file_limit(citizens: int) -> None:
