@@ -26,7 +26,7 @@ from citizen.config import paths
 
 pytestmark = pytest.mark.model  # the wake, doctor and ask make real embedded-model calls
 README = paths.project_dir() / "README.md"
-LONG_RUNNING = ("run opus", "logs opus --follow")
+LONG_RUNNING = ("run opus", "run --all", "logs opus --follow")
 DEADLINE_S = 600.0
 
 
@@ -78,14 +78,25 @@ def test_every_readme_command_runs_as_printed(tmp_path: Path) -> None:
             assert run.returncode == 0, (line, said)
 
 
+def _beating(beat: Path, pid: int) -> bool:
+    """The heartbeat is this process's (`exec`: bash's pid is the daemon's) and says so."""
+    try:
+        data = json.loads(beat.read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(data["pid"] == pid and data["state"] in ("sleeping", "waking"))
+
+
 def _long_running(command: str, civ: Path, env: dict[str, str]) -> None:
     proc = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
-        if command.endswith("run opus"):  # the daemon: up once its heartbeat says so
-            beat = civ / "shared" / "monitor" / "heartbeats" / "opus.json"
-            _until(lambda: beat.is_file() and json.loads(beat.read_text())["state"]
-                   in ("sleeping", "waking"), "the daemon's heartbeat", proc)
+        if command.endswith(("run opus", "run --all")):  # up once the heartbeats say so
+            beats = civ / "shared" / "monitor" / "heartbeats"
+            names = ["opus"] if command.endswith("run opus") else sorted(
+                p.parent.name for p in civ.glob("*/config.json"))
+            _until(lambda: all(_beating(beats / f"{n}.json", proc.pid) for n in names),
+                   "the daemon's heartbeat", proc)
             proc.send_signal(signal.SIGTERM)  # systemctl stop: a wake in progress finishes
         else:  # follow: its header row, then Ctrl-C
             assert proc.stdout is not None
