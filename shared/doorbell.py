@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,3 +56,70 @@ def drain(directory: Path) -> list[Ring]:
             continue
         path.unlink(missing_ok=True)
     return rings
+
+
+MAX_RING_BYTES = 4096  # a ring is a few hundred bytes; anything larger is not one
+
+
+def peek(directory: Path, owner: int) -> list[Ring]:
+    """Every pending event, read and left where it is (oldest first): how the server's
+    scheduler hears a citizen's doorbell, whose files it may not remove (the wake it
+    starts removes them, as the citizen). Read as data from a folder the citizen owns:
+    the folder is opened without following a link and must be `owner`'s; each event is
+    opened without following one, and must be a small regular file - else it is skipped,
+    so a planted link makes the reader read nothing of where it points.
+
+    :raises PermissionError: the folder is a link, or not `owner`'s (the fix: make it
+        the citizen's own folder again - `citizen doctor` says how)."""
+    # O_NOFOLLOW | O_DIRECTORY: a symlink planted at the folder fails here, not later.
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        if os.fstat(fd).st_uid != owner:
+            raise PermissionError(f"{directory} is not the citizen's own folder (uid "
+                                  f"{os.fstat(fd).st_uid}, not {owner}); not read")
+        rings: list[Ring] = []
+        # listdir of the descriptor: the folder we checked, not a name swapped since.
+        for entry in sorted(n for n in os.listdir(fd) if not n.startswith(".")):  # noqa: PTH208
+            data = _read_ring(fd, entry)
+            if data is not None:
+                rings.append(Ring(directory / entry, str(data["wake_type"]),
+                                  str(data.get("reason", "")), str(data.get("sender", "?"))))
+        return rings
+    finally:
+        os.close(fd)
+
+
+def _read_ring(dir_fd: int, entry: str) -> dict[str, object] | None:
+    try:
+        # O_NOFOLLOW | O_NONBLOCK: never a link's target, never stuck on a planted FIFO.
+        fd = os.open(entry, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                     dir_fd=dir_fd)
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_RING_BYTES:
+            return None
+        data = json.loads(os.read(fd, MAX_RING_BYTES + 1))
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict) or not isinstance(data.get("wake_type"), str):
+        return None
+    return data
+
+
+def consume(directory: Path, names: list[str]) -> int:
+    """Remove the events `names` (plain file names the scheduler read) from the citizen's
+    own doorbell; the count removed. A name that is not a plain file name is ignored."""
+    removed = 0
+    for name in names:
+        if not name or "/" in name or name.startswith(".") or name in (".", ".."):
+            continue
+        try:
+            (directory / name).unlink()
+            removed += 1
+        except FileNotFoundError:
+            pass
+    return removed

@@ -56,7 +56,7 @@ def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
     if not path.exists():
         return [Finding("dead", "no heartbeat at all: the daemon has never run")]
     beat = read_json(path)
-    if beat.get("state") == "stopped":
+    if beat.get("state") in ("stopped", "scheduled"):  # scheduled: the scheduler's to keep
         return []
     age = now - clock.epoch(beat["updated"])
     if not alive(int(beat["pid"])):

@@ -5,6 +5,8 @@ and the web dashboard's civilization page shows it - the same facts from one fun
 
 from __future__ import annotations
 
+import functools
+import os
 import time
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -14,6 +16,7 @@ from typing import Any
 from citizen import config
 from citizen.admin import disk
 from citizen.config import paths
+from citizen.daemon.schedstore import Store
 from citizen.errors import CitizenError
 from citizen.home import retention, spend, wakelog
 from citizen.home.tasks import TaskQueue
@@ -36,7 +39,45 @@ class Daemon:
 
 
 def daemon(home: paths.Home) -> Daemon:
-    """Read citizen's heartbeat alone - what `task add` needs to say whether it runs."""
+    """Read citizen's heartbeat (and, between wake units, the server scheduler's status) -
+    what `task add` needs to say whether it runs."""
+    beat = _heartbeat(home)
+    return beat if beat.running else (_scheduled(home.name) or beat)
+
+
+def _scheduled(name: str) -> Daemon | None:
+    """The scheduler's word on `name`, when a live scheduler keeps its schedule."""
+    line = scheduler_line(name)
+    if line is None:
+        return None
+    what = f"waking {line['current_wake']}" if line["state"] == "waking" else line["state"]
+    return Daemon(f"scheduled: {what} (scheduler pid {line['pid']})", True,
+                  line.get("next_wake_at"))
+
+
+def scheduler_line(name: str) -> dict[str, Any] | None:
+    """Citizen `name`'s line in a live scheduler's status (None: no live scheduler has it)."""
+    data = _store(str(paths.civ_root()), os.environ.get("EXPERIENCE_SCHEDULER_DIR", "")).status()
+    if not data or not alive(int(data.get("pid", 0))):
+        return None
+    line = data.get("citizens", {}).get(name)
+    if not isinstance(line, dict):
+        return None
+    try:
+        age = time.time() - clock.epoch(line.get("updated"))
+    except ValueError:
+        return None
+    return {**line, "pid": data["pid"]} if age <= STALE_S or line.get("state") == "waking" \
+        else None
+
+
+@functools.lru_cache(maxsize=4)
+def _store(root: str, here: str) -> Store:
+    """The scheduler's store for this root (where it is takes a group lookup: once)."""
+    return Store()
+
+
+def _heartbeat(home: paths.Home) -> Daemon:
     if not home.heartbeat.exists():
         return Daemon("not running", False, None)
     try:
@@ -68,6 +109,11 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
     beat = daemon(home)
     logs = wakelog.wake_logs(home)
     last = wakelog.summary(logs[-1]) if logs else None
+    idle = (scheduler_line(name) or {}).get("last")  # the scheduler logs idle wakes itself
+    if isinstance(idle, dict) and idle.get("ts") and (
+            last is None or clock.epoch(idle["ts"]) > clock.epoch(last.get("started"))):
+        last = {"wake": None, "type": idle.get("type"), "status": idle.get("status"),
+                "started": idle["ts"]}
     tasks = TaskQueue(home.tasks)
     active = tasks.active()
     usd_today = spend.spent(home, spend.today())  # every call, in wakes or not

@@ -60,7 +60,8 @@ def _cells(r: dict[str, Any], wide: bool) -> list[str]:
              + (f" of ${r['usd_per_day_cap']:.2f}" if r["usd_per_day_cap"] else ""))
     task = r["current_task"]
     cells = [r["citizen"], r["daemon"],
-             f"#{last['wake']} {last['type']} {last['status']} {age(last['started'] or None)}"
+             f"{'#' + str(last['wake']) + ' ' if last['wake'] else ''}{last['type']} "
+             f"{last['status']} {age(last['started'] or None)}"
              if last else "none",
              age(r["next_wake"]), tasks, today,
              (f"{task['id']} {task['text']}" if wide else task["id"]) if task else "-"]

@@ -117,6 +117,7 @@ class Crowd:
             for d in self.daemons.values():
                 d.mail.stop.set()
                 d._set_state(State.STOPPED)
+            self.stopped()
             log.info("stopped after %d wakes", self.wakes_run())
         return 0
 
@@ -124,17 +125,27 @@ class Crowd:
         """Make citizen `name`'s daemon and take its lock; a citizen that cannot be
         hosted is said (journal and heartbeat) and left out, the others go on."""
         try:
-            paths.require_owner(paths.home(name))  # before anything is written there
-            d = Daemon(name, interval_s=self.interval_s, wake_timeout_s=self.wake_timeout_s,
-                       first_wake_s=self.first_wake_s, scheduler=self.scheduler)
+            d = self.make(name)
             d.acquire_lock()
         except (AlreadyRunning, WrongUser) as exc:
             log.warning("%s: left out - %s", name, exc)
             return
         except Exception as exc:  # noqa: BLE001 - one citizen's bad config stops only it
-            _failed(name, exc)
+            self.failed(name, exc)
             return
         self.daemons[name] = d
+
+    def make(self, name: str) -> Daemon:
+        """Citizen `name`'s daemon, hosted here."""
+        paths.require_owner(paths.home(name))  # before anything is written there
+        return Daemon(name, interval_s=self.interval_s, wake_timeout_s=self.wake_timeout_s,
+                      first_wake_s=self.first_wake_s, scheduler=self.scheduler)
+
+    def failed(self, name: str, exc: Exception) -> None:
+        """Say that citizen `name` cannot be started: the journal and its heartbeat."""
+        log.error("citizen %s: cannot be started: %s: %s", name, type(exc).__name__, exc)
+        status.beat(paths.home(name), name=name, state=State.FAILED, current="",
+                    next_at=None, wakes_run=0, error=f"{type(exc).__name__}: {exc}")
 
     def _step(self, d: Daemon, step: Callable[[], None]) -> None:
         """One step of a citizen's start; if it fails (a home the citizen broke), that
@@ -142,7 +153,7 @@ class Crowd:
         try:
             step()
         except Exception as exc:  # noqa: BLE001 - one citizen's broken home stops only it
-            _failed(d.name, exc)
+            self.failed(d.name, exc)
             for job in self.scheduler.get_jobs():
                 if job.id.startswith(f"{d.name}:"):
                     job.remove()
@@ -165,6 +176,9 @@ class Crowd:
                                    id="watchdog", max_instances=1, coalesce=True,
                                    misfire_grace_time=1)
         self.scheduler.start()
+
+    def stopped(self) -> None:
+        """Once every citizen is stopped (a scheduler writes its status)."""
 
     def wakes_run(self) -> int:
         return sum(d.wakes_run for d in self.daemons.values())
@@ -243,13 +257,6 @@ class Crowd:
         log.warning("stopping now")
         for d in self.daemons.values():
             d._stop_child()
-
-
-def _failed(name: str, exc: Exception) -> None:
-    """Say that citizen `name` cannot be started: the journal and its heartbeat."""
-    log.error("citizen %s: cannot be started: %s: %s", name, type(exc).__name__, exc)
-    status.beat(paths.home(name), name=name, state=State.FAILED, current="", next_at=None,
-                wakes_run=0, error=f"{type(exc).__name__}: {exc}")
 
 
 def _raise_file_limit(citizens: int) -> None:

@@ -27,6 +27,9 @@ class State(StrEnum):
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"  # could not start: the heartbeat's `error` says why
+    # Between wakes with no daemon: the server's scheduler keeps the schedule (its status
+    # is in its own store, daemon/schedstore.py); written by the wake unit at its end.
+    SCHEDULED = "scheduled"
 
 
 def title(name: str, state: State, current: str, next_at: datetime | None) -> str:

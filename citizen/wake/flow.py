@@ -176,19 +176,30 @@ def gate_here(name: str, *, number: int, slot: int | None, wake_type: str | None
     is written, and the wake process runs it, gate and all (its verdict is the one that
     counts). Else the idle (or skipped) wake, logged as `run_wake` logs one: the same
     events and fields, under the number the caller allocated."""
+    started = time.monotonic()
+    verdict = gate_only(name, number=number, slot=slot, wake_type=wake_type)
+    if verdict is None:
+        return None
+    wake_type, status, why = verdict
+    wlog = _opened(paths.home(name), number, wake_type, slot, reason)
+    wlog.event("gate", verdict="idle" if status == "idle" else "skip", reason=why)
+    _close(wlog, None, status, why, started)
+    return WakeResult(number, wake_type, status, why, 0.0, 0, wlog.path)
+
+
+def gate_only(name: str, *, number: int, slot: int | None, wake_type: str | None
+              ) -> tuple[str, str, str] | None:
+    """The gate's verdict and nothing written: None when the wake has work, else its
+    type, "idle" or "skipped", and why. The server's scheduler asks it as a peer may
+    read a home (daemon/scheduled.py) and logs an idle wake in its own store."""
     home = paths.home(name)
     tpl = config.templates()
     if wake_type is None:
         wake_type = tpl.wake_slots(name)[(slot or 0) % 10]
-    started = time.monotonic()
     kind, _, gate = _gate(home, config.load_citizen(name), tpl, wake_type, number)
     if kind is not None and gate.work:
         return None
-    wlog = _opened(home, number, wake_type, slot, reason)
-    status, verdict = ("idle", "idle") if kind is not None else ("skipped", "skip")
-    wlog.event("gate", verdict=verdict, reason=gate.reason)
-    _close(wlog, None, status, gate.reason, started)
-    return WakeResult(number, wake_type, status, gate.reason, 0.0, 0, wlog.path)
+    return wake_type, ("idle" if kind is not None else "skipped"), gate.reason
 
 
 def _opened(home: paths.Home, number: int, wake_type: str, slot: int | None,

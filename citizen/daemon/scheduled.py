@@ -1,0 +1,269 @@
+"""One citizen as the server's scheduler holds it (docs/architecture.md §7).
+
+The scheduler (`experience-scheduler.service`, `citizen run --all` as its own user) keeps
+every citizen's schedule in one process; a `Scheduled` is one citizen's part of it: its
+slots, its doorbell, its gate, and the start of its wake unit when there is work. It
+writes nothing in the home: the slot counter, the idle wakes and the status are the
+scheduler's (daemon/schedstore.py); the rings stay where they are until the wake unit,
+running as the citizen, removes the ones it was handed. What the scheduler reads in a
+home - config, tasks, contexts, rings, code - is data: a link planted there is never
+followed to write, and never followed at all where it could point into the scheduler's
+own files (the doorbell; the code, compared byte for byte).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import subprocess
+import sys
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from apscheduler.triggers.interval import IntervalTrigger
+
+from citizen.daemon import process
+from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
+from citizen.daemon.schedstore import Store
+from citizen.daemon.status import State
+from citizen.home import state
+from citizen.wake.flow import gate_only
+from shared import clock, doorbell
+
+log = logging.getLogger(__name__)
+
+Starter = Callable[[str, Path, float], int]  # (citizen, request file, deadline) -> exit code
+CODE = ("citizen", "shared")  # the packages whose code decides a gate
+RELEASE = Path(process.__file__).resolve().parents[2]  # the code this scheduler runs
+
+
+def systemd_starter(name: str, request: Path, deadline_s: float) -> int:
+    """Start `citizen-wake@NAME.service` and wait for it to end (a polkit rule lets this
+    user start those units and nothing else); systemd runs it as the citizen. Starting a
+    unit that runs already joins it: systemd coalesces."""
+    unit = f"citizen-wake@{name}.service"
+    try:
+        return subprocess.run(["systemctl", "start", unit], check=False,
+                              timeout=deadline_s + 120).returncode
+    except subprocess.TimeoutExpired:
+        subprocess.run(["systemctl", "stop", "--no-block", unit], check=False)
+        return -9
+
+
+def process_starter(name: str, request: Path, deadline_s: float) -> int:
+    """Dev mode's stand-in for the unit (`citizen run --all --scheduler`): the same
+    one-shot, `citizen run NAME --request FILE`, as a child."""
+    args = [sys.executable, "-m", "citizen", "run", name, "--request", str(request)]
+    try:
+        return subprocess.run(args, check=False, timeout=deadline_s + 120).returncode
+    except subprocess.TimeoutExpired:
+        return -9
+
+
+class Scheduled(Daemon):
+    """Citizen `name`'s schedule, rings and gate, kept by the scheduler."""
+
+    def __init__(self, name: str, *, store: Store, starter: Starter, **kw: Any) -> None:
+        super().__init__(name, **kw)
+        self.store, self.starter = store, starter
+        self.owner = self.home.dir.stat().st_uid  # the kernel's word for whose home it is
+        self.rings: dict[str | None, list[str]] = {}  # ring files handed to the next wake
+        self.seen: set[str] = set()  # ring files already asked for
+        self.last: dict[str, Any] | None = None  # the last wake, for the status
+        self.code = SameCode(self.home.code)
+
+    # ------------------------------------------------------------ lifecycle
+
+    def acquire_lock(self) -> None:
+        """No lock of ours in the home; a citizen whose own daemon runs is left out."""
+        if own_daemon_runs(self.home.daemon_lock):
+            raise AlreadyRunning(f"citizen {self.name} runs its own daemon (citizen@"
+                                 f"{self.name}); the scheduler leaves it out")
+
+    def prepare(self) -> None:
+        doorbell.peek(self.home.doorbell, self.owner)  # a folder we can watch and read
+
+    def begin(self) -> None:
+        self._enqueue_rings()  # rung while nobody listened
+        self._set_state(State.SLEEPING)
+
+    def _schedule(self) -> None:
+        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
+        self.scheduler.add_job(
+            self.slot_due, IntervalTrigger(seconds=self.interval_s), id=self.job("wake"),
+            next_run_time=start, max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(self.interval_s // 2)))
+
+    def slot_due(self) -> None:
+        self._request(None, "slot")  # held mail is the wake unit's to see (it reads tasks)
+
+    # ------------------------------------------------------------ rings
+
+    def _enqueue_rings(self) -> None:
+        try:
+            rings = doorbell.peek(self.home.doorbell, self.owner)
+        except OSError as exc:
+            log.error("citizen %s: doorbell not read: %s", self.name, exc)
+            return
+        present = {r.path.name for r in rings}
+        self.seen &= present  # consumed by a wake: forgotten
+        for r in rings:
+            if r.path.name in self.seen:
+                continue
+            self.seen.add(r.path.name)
+            self.rings.setdefault(r.wake_type, []).append(r.path.name)
+            log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
+            self._request(r.wake_type, f"doorbell: {r.reason}")
+
+    # ------------------------------------------------------------ wakes
+
+    def _run_wake(self, req: WakeRequest) -> None:
+        if own_daemon_runs(self.home.daemon_lock):
+            log.warning("citizen %s: its own daemon runs; no wake from the scheduler", self.name)
+            return
+        slot = self.store.next_slot(self.name) if req.wake_type is None else None
+        if self._idle_here(req, 0, slot):
+            return
+        with self.processes or contextlib.nullcontext():  # at most `parallel` units
+            self._start_unit(req, slot)
+
+    def _idle_here(self, req: WakeRequest, number: int, slot: int | None) -> bool:
+        """The gate, here, when the citizen's code is this release's (else its own gate,
+        in its wake, decides); an idle wake is logged in the scheduler's store."""
+        if not self.code.is_release():
+            return False
+        try:
+            number = int(state.load(self.home)["wakes"]) + 1  # read: the wake it would be
+            verdict = gate_only(self.name, number=number, slot=slot, wake_type=req.wake_type)
+        except Exception as exc:  # noqa: BLE001 - the wake unit runs the gate again, as the citizen
+            log.warning("the gate failed here (%s); the wake unit decides", exc)
+            return False
+        if verdict is None:
+            return False
+        wake_type, how, why = verdict
+        self.last = {"ts": clock.now(), "type": wake_type, "slot": slot, "status": how,
+                     "reason": why, "request": req.reason}
+        self.store.log_idle(self.name, self.last)
+        self.wakes_run += 1
+        log.info("%s %s: %s in the scheduler - %s", wake_type, f"slot {slot}" if slot is not None
+                 else req.reason, how, why)
+        return True
+
+    def _start_unit(self, req: WakeRequest, slot: int | None) -> None:
+        handed = self.rings.pop(req.wake_type, [])
+        path = self.store.write_request(self.name, {
+            "type": req.wake_type, "slot": slot, "reason": req.reason, "rings": handed})
+        self.current = req.wake_type or f"slot {slot}"
+        self._set_state(State.WAKING)
+        code = self.starter(self.name, path, self.wake_timeout_s)
+        self.wakes_run += 1
+        self.last = {"ts": clock.now(), "type": req.wake_type, "slot": slot,
+                     "status": "ran" if code == 0 else f"unit failed ({code})"}
+        (log.info if code == 0 else log.error)("%s: the wake unit ended with %d", self.current,
+                                               code)
+        self.current = ""
+        if self.state != State.STOPPING:
+            self._set_state(State.SLEEPING)
+
+    def _stop_child(self) -> None:
+        pass  # systemd stops the unit (the scheduler's stop does not stop a wake)
+
+    # ------------------------------------------------------------ status
+
+    def _set_state(self, new: State) -> None:
+        self.state = new
+
+    def _heartbeat(self) -> None:
+        pass  # the scheduler writes one status for all (Scheduler._beat)
+
+    def line(self) -> dict[str, Any]:
+        """This citizen's line in the scheduler's status."""
+        nxt = self._next_wake()
+        return {"state": self.state.value, "current_wake": self.current,
+                "next_wake_at": nxt.isoformat() if nxt else None,
+                "wakes_this_run": self.wakes_run, "last": self.last,
+                "updated": clock.now()}
+
+
+def own_daemon_runs(lock: Path) -> bool:
+    """Whether the citizen's own daemon holds its lock - read from /proc/locks, which
+    takes no lock (taking one, even shared, could make its daemon's start fail)."""
+    try:
+        inode = lock.lstat().st_ino
+        table = Path("/proc/locks").read_text()
+    except OSError:
+        return False
+    for line in table.splitlines():
+        parts = line.split()
+        where = next((p for p in parts if p.count(":") == 2), "")
+        if where.rsplit(":", 1)[-1] == str(inode):
+            return True
+    return False
+
+
+class SameCode:
+    """Whether a citizen's code (its `citizen` and `shared` packages) is byte for byte
+    the release's - the condition for its gate to run in the scheduler, from the
+    release's code. Decided again only when a file's size or time changed; links and
+    anything that is not a regular file count as different."""
+
+    def __init__(self, code: Path) -> None:
+        self.code = code
+        self.key: frozenset[tuple[str, int, int]] | None = None
+        self.same = False
+
+    def is_release(self) -> bool:
+        marker = self.code / "citizen" / "__init__.py"
+        if not marker.exists() and not marker.is_symlink():
+            return True  # no code of its own: its wakes run the release (process.py)
+        key = _listing(self.code)
+        if key is None:
+            return False
+        if key != self.key:
+            self.key, self.same = key, _digests(self.code, key) == _release()
+        return self.same
+
+
+_RELEASE: dict[str, str] = {}
+
+
+def _release() -> dict[str, str]:
+    if not _RELEASE:
+        listing = _listing(RELEASE) or frozenset()
+        _RELEASE.update(_digests(RELEASE, listing))
+    return _RELEASE
+
+
+def _listing(root: Path) -> frozenset[tuple[str, int, int]] | None:
+    found: set[tuple[str, int, int]] = set()
+    for package in CODE:
+        top = root / package
+        if top.is_symlink() or not top.is_dir():
+            return None
+        for folder, dirs, files in os.walk(top):  # never follows a link
+            dirs[:] = [d for d in dirs if d != "__pycache__"]
+            for f in files:
+                if not f.endswith(".py"):
+                    continue
+                path = Path(folder, f)
+                info = path.lstat()
+                found.add((str(path.relative_to(root)), info.st_size, info.st_mtime_ns))
+    return frozenset(found)
+
+
+def _digests(root: Path, listing: frozenset[tuple[str, int, int]]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for rel, _, _ in listing:
+        try:
+            # O_NOFOLLOW: a link is "not the release's", never read where it points.
+            fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            out[rel] = "unreadable"
+            continue
+        with os.fdopen(fd, "rb") as f:
+            out[rel] = hashlib.sha256(f.read()).hexdigest()
+    return out

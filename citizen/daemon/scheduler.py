@@ -1,0 +1,82 @@
+"""The server's one scheduler: every citizen's schedule in one process, as its own user
+(`experience-scheduler.service`; docs/architecture.md §7).
+
+A crowd (daemon/crowd.py) whose citizens are `Scheduled` (daemon/scheduled.py): the
+same one APScheduler, one doorbell watch, workers and bounds - but it writes no home.
+A wake with work is the citizen's unit, `citizen-wake@NAME`, started through systemd
+and run as the citizen; an idle wake is a line in the scheduler's own store. A sleeping
+citizen has no process: its part of this one is a few KB (`bench/daemons.py --floors`).
+"""
+
+from __future__ import annotations
+
+import logging
+import pwd
+from datetime import UTC, datetime, timedelta
+
+from apscheduler.triggers.interval import IntervalTrigger
+
+from citizen.config import paths, server_mode
+from citizen.daemon.crowd import Crowd
+from citizen.daemon.notify import notify, watchdog_interval
+from citizen.daemon.process import Daemon
+from citizen.daemon.schedstore import Store
+from citizen.daemon.scheduled import Scheduled, Starter
+from citizen.errors import CitizenError
+
+log = logging.getLogger(__name__)
+
+USER = "experience-scheduler"  # the scheduler's own system user (setup_server.sh)
+STATUS_S = 30.0  # the status file is written this often (a heartbeat for all)
+
+
+class Scheduler(Crowd):
+    """Every citizen of `names` scheduled here; wakes with work started by `starter`."""
+
+    def __init__(self, names: list[str], *, store: Store, starter: Starter,
+                 **kw: object) -> None:
+        super().__init__(names, **kw)  # type: ignore[arg-type]
+        self.store, self.starter = store, starter
+        self.left_out: dict[str, str] = {}  # citizens not scheduled, and why (in the status)
+
+    def run(self) -> int:
+        self.store.make()
+        return super().run()
+
+    def make(self, name: str) -> Daemon:
+        home = paths.home(name)
+        owner = pwd.getpwuid(home.dir.stat().st_uid).pw_name if home.dir.is_dir() else ""
+        if server_mode() and owner != name:
+            # The kernel's word: a home whose owner is not the user of that name is no
+            # citizen's (a citizen cannot make one for another: /home is root's).
+            raise CitizenError(f"{home.dir} belongs to {owner or '?'}, not to a user {name}")
+        return Scheduled(name, store=self.store, starter=self.starter,
+                         interval_s=self.interval_s, wake_timeout_s=self.wake_timeout_s,
+                         first_wake_s=self.first_wake_s, scheduler=self.scheduler)
+
+    def failed(self, name: str, exc: Exception) -> None:
+        log.error("citizen %s: not scheduled: %s: %s", name, type(exc).__name__, exc)
+        self.left_out[name] = f"{type(exc).__name__}: {exc}"
+
+    def _schedule(self) -> None:
+        self.scheduler.add_job(self._beat, IntervalTrigger(seconds=STATUS_S), id="status",
+                               next_run_time=datetime.now(UTC) + timedelta(seconds=1),
+                               max_instances=1, coalesce=True, misfire_grace_time=int(STATUS_S))
+        ping = watchdog_interval()
+        if ping:
+            self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
+                                   id="watchdog", max_instances=1, coalesce=True,
+                                   misfire_grace_time=1)
+        self.scheduler.start()
+
+    def _beat(self) -> None:
+        lines = {d.name: d.line() for d in self.daemons.values() if isinstance(d, Scheduled)}
+        for name, why in self.left_out.items():
+            lines.setdefault(name, {"state": "failed", "error": why})
+        try:
+            self.store.write_status(lines)
+        except OSError as exc:
+            log.warning("status not written: %s", exc)
+
+    def stopped(self) -> None:
+        self._beat()
