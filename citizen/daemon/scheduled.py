@@ -98,9 +98,6 @@ class Scheduled(Daemon):
             next_run_time=start, max_instances=1, coalesce=True,
             misfire_grace_time=max(1, int(self.interval_s // 2)))
 
-    def slot_due(self) -> None:
-        self._request(None, "slot")  # held mail is the wake unit's to see (it reads tasks)
-
     # ------------------------------------------------------------ rings
 
     def _enqueue_rings(self) -> None:

@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from citizen import config, mail
+from citizen import civilization, config, mail
 from citizen.config import paths
 from citizen.daemon import ending, status
 from citizen.daemon.process import Daemon, WakeRequest
@@ -116,11 +116,13 @@ def _send_mail(d: Daemon) -> None:
 
 
 def _daily(d: Daemon) -> None:
-    """The log sweep once a day; the memory roll-up when memories wait for one."""
+    """The log sweep and weight diversity once a day; the memory roll-up when memories
+    wait for one."""
     marks = state.load(d.home)["marks"]
     now = clock.epoch(clock.now())  # world time, as the sweep's days are
     if now - float(marks.get(SWEPT, 0)) >= 86400:
         retention.daily(d.name, d.home, d.config.logs)
+        civilization.keep_diverse()  # once a world day, whichever citizen runs it first
         state.mark(d.home, SWEPT, now)
     if Memory(d.home.memory).pending():
         with quiesce.working(d.name):

@@ -1,0 +1,135 @@
+"""The server's one scheduler on a booted server with real Unix users (issue 33;
+docs/architecture.md §7): sleeping citizens have no process, their idle wakes are the
+scheduler's, a wake with work runs as its citizen in `citizen-wake@NAME`, and what a
+citizen can plant - a link at its doorbell or a ring, a forged request, a kill of the
+scheduler - reads, writes and starts nothing it should not.
+
+Boots its own container (tests/nspawn.py); root and systemd-nspawn needed, skipped with
+the reason elsewhere. The polkit rule itself (who may start which unit) is
+tests/test_scheduler_units_server.py.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from citizen.config import paths
+from tests.anthropic_server import API_KEY, MessagesServer
+from tests.daemons import worker
+from tests.nspawn import Container, set_up_server, unavailable, until
+
+pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
+
+CITIZENS = ("opus", "mira", "aria")
+STATE = "/var/lib/experience-scheduler"
+
+
+@pytest.fixture(scope="module")
+def box() -> Iterator[Container]:
+    with set_up_server(paths.project_dir(), "experience-sched") as (box, _):
+        box.run("systemctl", "stop", "citizens.target")
+        box.run("systemctl", "start", "experience-scheduler")
+        yield box
+
+
+def idle(box: Container, name: str) -> list[dict[str, object]]:
+    out = box.run("cat", f"{STATE}/idle/{name}.jsonl", check=False).stdout
+    return [json.loads(line) for line in out.splitlines() if line.strip()]
+
+
+def as_user(box: Container, user: str, script: str) -> str:
+    done = box.run("runuser", "-u", user, "--", "sh", "-c", script, check=False)
+    return done.stdout + done.stderr
+
+
+def processes_of(box: Container, name: str) -> list[str]:
+    out = box.run("ps", "-u", name, "-o", "pid=,args=", check=False).stdout
+    return [line for line in out.splitlines() if line.strip()]
+
+
+def test_sleeping_citizens_have_no_process_and_idle_wakes_are_the_schedulers(
+        box: Container) -> None:
+    for name in CITIZENS:  # the first wake comes within the minute's spread
+        until(lambda name=name: idle(box, name), timeout=150)  # type: ignore[misc]
+    for name in CITIZENS:
+        assert processes_of(box, name) == [], name  # asleep: nothing of its own runs
+        assert box.run("ls", f"/home/{name}/logs/wakes").stdout.strip() == ""
+    owners = box.run("stat", "-c", "%U %a", f"{STATE}/idle/opus.jsonl").stdout.split()
+    assert owners == ["experience-scheduler", "640"]
+    shown = box.run("citizen", "status").stdout
+    pid = box.run("systemctl", "show", "-p", "MainPID", "--value",
+                  "experience-scheduler").stdout.strip()
+    for name in CITIZENS:
+        row = next(line for line in shown.splitlines() if line.startswith(name))
+        assert f"scheduled: sleeping (scheduler pid {pid})" in row, shown
+    smaps = box.run("cat", f"/proc/{pid}/smaps_rollup").stdout
+    private = sum(int(line.split()[1]) for line in smaps.splitlines()
+                  if line.startswith(("Private_Clean", "Private_Dirty")))
+    print(f"\nthe scheduler with {len(CITIZENS)} citizens: USS {private / 1024:.1f} MB")
+
+
+def test_a_task_runs_as_its_citizen_in_its_own_unit(box: Container,
+                                                    messages_api: MessagesServer) -> None:
+    messages_api.responder = worker
+    box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={API_KEY}\\nANTHROPIC_BASE_URL="
+            f"{messages_api.url}\\n' >> /etc/experience/opus.env")
+    box.run("citizen", "task", "add", "opus", "Write notes/out.md")
+    until(lambda: box.run("sh", "-c", "ls /home/opus/tasks/done").stdout.strip(), 180)
+    assert box.run("stat", "-c", "%U", "/home/opus/notes/out.md").stdout.strip() == "opus"
+    journal = box.run("journalctl", "--no-pager", "-u", "citizen-wake@opus").stdout
+    assert "Finished" in journal or "Deactivated successfully" in journal, journal
+    until(lambda: processes_of(box, "opus") == [], 60)  # the unit ended: nothing left
+    assert not box.run("ls", "/home/shared/doorbell/opus").stdout.strip()  # ring taken
+
+
+def test_a_citizen_can_neither_forge_nor_read_a_request(box: Container) -> None:
+    out = as_user(box, "mira", "echo '{\"type\": \"TASK\"}' > "
+                  "/run/experience-scheduler/wake/opus.json; "
+                  "cat /run/experience-scheduler/wake/opus.json; "
+                  f"ls {STATE}/slots; systemctl start citizen-wake@opus.service")
+    assert out.count("Permission denied") >= 3, out
+    assert "Access denied" in out or "Interactive authentication required" in out, out
+
+
+def test_a_link_planted_at_a_doorbell_reads_nothing_of_the_schedulers(
+        box: Container) -> None:
+    """mira swaps her doorbell folder for a link to the scheduler's store, aria rings
+    herself with a link to its status: neither is followed. mira is left out and said;
+    the others are scheduled as before."""
+    before = box.run("ls", "-la", STATE).stdout
+    as_user(box, "mira", "cd /home/shared/doorbell && mv mira mira.real && "
+            f"ln -s {STATE} mira")
+    as_user(box, "aria", f"ln -s {STATE}/status.json /home/shared/doorbell/aria/1-1-TASK.json")
+    box.run("systemctl", "restart", "experience-scheduler")
+    until(lambda: "citizen mira: not scheduled" in box.run(
+        "journalctl", "--no-pager", "-u", "experience-scheduler").stdout, 60)
+    until(lambda: len(idle(box, "aria")) >= 2, 150)
+    assert all("TASK" != r.get("type") for r in idle(box, "aria"))  # the link rang nothing
+    after = box.run("ls", "-la", STATE).stdout
+    assert [line.split()[-1] for line in after.splitlines()] == \
+        [line.split()[-1] for line in before.splitlines()]  # nothing new in its store
+    status = json.loads(box.run("cat", f"{STATE}/status.json").stdout)
+    assert status["citizens"]["mira"]["state"] == "failed"
+    as_user(box, "mira", "cd /home/shared/doorbell && rm mira && mv mira.real mira")
+    as_user(box, "aria", "rm /home/shared/doorbell/aria/1-1-TASK.json")
+
+
+def test_kill_9_of_the_scheduler_hands_no_slot_out_twice(box: Container) -> None:
+    first = box.run("systemctl", "show", "-p", "MainPID", "--value",
+                    "experience-scheduler").stdout.strip()
+    counted = {n: len(idle(box, n)) for n in ("opus", "aria")}
+    box.run("systemctl", "kill", "-s", "KILL", "experience-scheduler")
+
+    def restarted() -> bool:
+        pid = box.run("systemctl", "show", "-p", "MainPID", "--value",
+                      "experience-scheduler").stdout.strip()
+        return pid not in ("0", first)
+
+    until(restarted, 60)
+    for name, n in counted.items():
+        until(lambda name=name, n=n: len(idle(box, name)) > n, 150)  # type: ignore[misc]
+        slots = [r["slot"] for r in idle(box, name) if r.get("slot") is not None]
+        assert slots == sorted(set(slots)), (name, slots)  # none twice, in order
