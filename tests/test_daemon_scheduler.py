@@ -17,9 +17,9 @@ from typing import Any
 
 import pytest
 
+from citizen.admin.schedstore import Store
 from citizen.config import paths
 from citizen.daemon import unit
-from citizen.daemon.schedstore import Store
 from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
 from shared import doorbell
@@ -215,5 +215,5 @@ def test_status_says_the_scheduler_keeps_the_schedule(civ: Path,
     for name in NAMES:
         row = next(line for line in shown.splitlines() if line.startswith(name))
         assert f"scheduled: sleeping (scheduler pid {proc.pid})" in row \
-            or f"scheduled: waking" in row, shown
+            or "scheduled: waking" in row, shown
         assert "none" not in row.split("scheduler pid")[1][:40], row  # its last wake shown

@@ -291,3 +291,27 @@ def test_a_daemon_answers_mail_end_to_end(opus_mail: Path, mx: MailSystem,
         out, _ = proc.communicate(timeout=60)
     assert replies[0]["In-Reply-To"] == original["Message-ID"], out
     assert (opus_mail / "notes" / "out.md").read_text() == "from the daemon"
+
+
+def test_the_scheduler_wakes_a_citizen_for_new_mail(opus_mail: Path, mx: MailSystem,
+                                                   messages_api: Any) -> None:
+    """Under the one scheduler no citizen process waits on its INBOX: the scheduler asks
+    (the broker, on a server) whose INBOX grew, and that citizen's wake takes the mail
+    in and answers it - without a slot coming (the slots are an hour apart here)."""
+    from tests.daemons import daemon_env, start, wait_for, worker
+
+    messages_api.responder = worker
+    proc = start(daemon_env(opus_mail.parent, messages_api), "--all", "--scheduler",
+                 "--interval", "3600", "--first-wake", "3600")
+    try:
+        wait_for(lambda: (opus_mail.parent / ".scheduler" / "state" / "mail.json").exists(),
+                 timeout=60)  # the INBOX's number is known: mail from now on wakes opus
+        original = mail("Write notes/out.md please")
+        mx.send(original, OPERATOR, OPUS)
+        replies = wait_for(lambda: folder(mx, OPERATOR, "INBOX"), timeout=150, every=0.5)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=60)
+    assert replies[0]["In-Reply-To"] == original["Message-ID"], out
+    assert (opus_mail / "notes" / "out.md").read_text() == "from the daemon"
+    assert "mail: new in the INBOX" in out

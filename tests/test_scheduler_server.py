@@ -77,7 +77,11 @@ def test_a_task_runs_as_its_citizen_in_its_own_unit(box: Container,
     box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={API_KEY}\\nANTHROPIC_BASE_URL="
             f"{messages_api.url}\\n' >> /etc/experience/opus.env")
     box.run("citizen", "task", "add", "opus", "Write notes/out.md")
-    until(lambda: box.run("sh", "-c", "ls /home/opus/tasks/done").stdout.strip(), 180)
+
+    def done() -> str:
+        return box.run("ls", "/home/opus/tasks/done").stdout.strip()
+
+    until(done, 180)
     assert box.run("stat", "-c", "%U", "/home/opus/notes/out.md").stdout.strip() == "opus"
     journal = box.run("journalctl", "--no-pager", "-u", "citizen-wake@opus").stdout
     assert "Finished" in journal or "Deactivated successfully" in journal, journal
@@ -107,7 +111,7 @@ def test_a_link_planted_at_a_doorbell_reads_nothing_of_the_schedulers(
     until(lambda: "citizen mira: not scheduled" in box.run(
         "journalctl", "--no-pager", "-u", "experience-scheduler").stdout, 60)
     until(lambda: len(idle(box, "aria")) >= 2, 150)
-    assert all("TASK" != r.get("type") for r in idle(box, "aria"))  # the link rang nothing
+    assert all(r.get("type") != "TASK" for r in idle(box, "aria"))  # the link rang nothing
     after = box.run("ls", "-la", STATE).stdout
     assert [line.split()[-1] for line in after.splitlines()] == \
         [line.split()[-1] for line in before.splitlines()]  # nothing new in its store
@@ -132,4 +136,4 @@ def test_kill_9_of_the_scheduler_hands_no_slot_out_twice(box: Container) -> None
     for name, n in counted.items():
         until(lambda name=name, n=n: len(idle(box, name)) > n, 150)  # type: ignore[misc]
         slots = [r["slot"] for r in idle(box, name) if r.get("slot") is not None]
-        assert slots == sorted(set(slots)), (name, slots)  # none twice, in order
+        assert slots == sorted({int(str(s)) for s in slots}), (name, slots)  # none twice, in order

@@ -15,8 +15,8 @@ from typing import Any
 
 from citizen import config
 from citizen.admin import disk
+from citizen.admin.schedstore import Store
 from citizen.config import paths
-from citizen.daemon.schedstore import Store
 from citizen.errors import CitizenError
 from citizen.home import retention, spend, wakelog
 from citizen.home.tasks import TaskQueue

@@ -13,6 +13,7 @@ from pathlib import Path
 import citizen.broker.mail  # noqa: F401 - its routes
 from citizen import config
 from citizen.broker import (
+    mailnews,  # noqa: F401 - the scheduler's new-mail numbers
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
     views,  # noqa: F401 - the dashboard's read-only views

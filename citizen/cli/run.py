@@ -83,13 +83,14 @@ def run(*, name: str | None, everyone: bool, scheduled: bool, request: Path | No
     kw = {"interval_s": interval, "max_wakes": max_wakes, "wake_timeout_s": wake_timeout,
           "first_wake_s": first_wake, "parallel": parallel or os.cpu_count() or 2}
     if server or scheduled:
+        from citizen.admin.schedstore import Store  # noqa: PLC0415
+        from citizen.broker import mailnews  # noqa: PLC0415
         from citizen.daemon import scheduled as how  # noqa: PLC0415 - only what this run needs
-        from citizen.daemon.schedstore import Store  # noqa: PLC0415
         from citizen.daemon.scheduler import Scheduler  # noqa: PLC0415
 
         starter = how.systemd_starter if server else how.process_starter
         raise SystemExit(Scheduler(known_citizens(), store=Store(), starter=starter,
-                                   **kw).run())
+                                   news=mailnews.read, **kw).run())
     from citizen.daemon.crowd import Crowd  # noqa: PLC0415 - only what this run needs
 
     raise SystemExit(Crowd(known_citizens(), **kw).run())  # type: ignore[arg-type]

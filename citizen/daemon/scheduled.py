@@ -4,7 +4,7 @@ The scheduler (`experience-scheduler.service`, `citizen run --all` as its own us
 every citizen's schedule in one process; a `Scheduled` is one citizen's part of it: its
 slots, its doorbell, its gate, and the start of its wake unit when there is work. It
 writes nothing in the home: the slot counter, the idle wakes and the status are the
-scheduler's (daemon/schedstore.py); the rings stay where they are until the wake unit,
+scheduler's (admin/schedstore.py); the rings stay where they are until the wake unit,
 running as the citizen, removes the ones it was handed. What the scheduler reads in a
 home - config, tasks, contexts, rings, code - is data: a link planted there is never
 followed to write, and never followed at all where it could point into the scheduler's
@@ -26,9 +26,9 @@ from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from citizen.admin.schedstore import Store
 from citizen.daemon import process
 from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
-from citizen.daemon.schedstore import Store
 from citizen.daemon.status import State
 from citizen.home import state
 from citizen.wake.flow import gate_only
@@ -37,6 +37,7 @@ from shared import clock, doorbell
 log = logging.getLogger(__name__)
 
 Starter = Callable[[str, Path, float], int]  # (citizen, request file, deadline) -> exit code
+MAIL = "mail: "  # the reason of a wake for new mail (Scheduler._mail)
 CODE = ("citizen", "shared")  # the packages whose code decides a gate
 RELEASE = Path(process.__file__).resolve().parents[2]  # the code this scheduler runs
 
@@ -123,7 +124,8 @@ class Scheduled(Daemon):
             log.warning("citizen %s: its own daemon runs; no wake from the scheduler", self.name)
             return
         slot = self.store.next_slot(self.name) if req.wake_type is None else None
-        if self._idle_here(req, 0, slot):
+        # New mail: the wake takes it in first, so no gate here could see its task.
+        if not req.reason.startswith(MAIL) and self._idle_here(req, 0, slot):
             return
         with self.processes or contextlib.nullcontext():  # at most `parallel` units
             self._start_unit(req, slot)
@@ -156,6 +158,7 @@ class Scheduled(Daemon):
             "type": req.wake_type, "slot": slot, "reason": req.reason, "rings": handed})
         self.current = req.wake_type or f"slot {slot}"
         self._set_state(State.WAKING)
+        log.info("%s: its wake unit starts (%s)", self.current, req.reason)
         code = self.starter(self.name, path, self.wake_timeout_s)
         self.wakes_run += 1
         self.last = {"ts": clock.now(), "type": req.wake_type, "slot": slot,

@@ -12,31 +12,34 @@ from __future__ import annotations
 
 import logging
 import pwd
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from citizen.admin.schedstore import Store
 from citizen.config import paths, server_mode
 from citizen.daemon.crowd import Crowd
 from citizen.daemon.notify import notify, watchdog_interval
 from citizen.daemon.process import Daemon
-from citizen.daemon.schedstore import Store
-from citizen.daemon.scheduled import Scheduled, Starter
+from citizen.daemon.scheduled import MAIL, Scheduled, Starter
 from citizen.errors import CitizenError
 
 log = logging.getLogger(__name__)
 
 USER = "experience-scheduler"  # the scheduler's own system user (setup_server.sh)
 STATUS_S = 30.0  # the status file is written this often (a heartbeat for all)
+MAIL_S = 60.0  # the broker is asked this often whose INBOX grew (a daemon polls as often)
 
 
 class Scheduler(Crowd):
     """Every citizen of `names` scheduled here; wakes with work started by `starter`."""
 
     def __init__(self, names: list[str], *, store: Store, starter: Starter,
-                 **kw: object) -> None:
+                 news: Callable[[], dict[str, Any]] | None = None, **kw: object) -> None:
         super().__init__(names, **kw)  # type: ignore[arg-type]
-        self.store, self.starter = store, starter
+        self.store, self.starter, self.news = store, starter, news
         self.left_out: dict[str, str] = {}  # citizens not scheduled, and why (in the status)
 
     def run(self) -> int:
@@ -62,12 +65,42 @@ class Scheduler(Crowd):
         self.scheduler.add_job(self._beat, IntervalTrigger(seconds=STATUS_S), id="status",
                                next_run_time=datetime.now(UTC) + timedelta(seconds=1),
                                max_instances=1, coalesce=True, misfire_grace_time=int(STATUS_S))
+        if self.news is not None:
+            self.scheduler.add_job(self._mail, IntervalTrigger(seconds=MAIL_S), id="mail",
+                                   next_run_time=datetime.now(UTC), max_instances=1,
+                                   coalesce=True, misfire_grace_time=int(MAIL_S))
         ping = watchdog_interval()
         if ping:
             self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
                                    id="watchdog", max_instances=1, coalesce=True,
                                    misfire_grace_time=1)
         self.scheduler.start()
+
+    def _mail(self) -> None:
+        """Ask the broker whose INBOX grew; wake each such citizen (its wake takes the
+        mail in, as the citizen). A citizen met for the first time is only noted: its
+        next wake takes in whatever waits."""
+        if self.news is None:
+            return
+        try:
+            answer = self.news()
+        except Exception as exc:  # noqa: BLE001 - the broker down: ask again next time
+            log.warning("new mail not known: %s", exc)
+            return
+        seen = self.store.mail_seen()
+        grew = False
+        for name, uidnext in (answer.get("uidnext") or {}).items():
+            d = self.daemons.get(name)
+            if not isinstance(d, Scheduled) or not isinstance(uidnext, int):
+                continue
+            if name in seen and uidnext > seen[name]:
+                d._request("TASK", f"{MAIL}new in the INBOX")
+            grew = grew or seen.get(name) != uidnext
+            seen[name] = uidnext
+        for name, why in (answer.get("errors") or {}).items():
+            log.warning("citizen %s: its INBOX not asked: %s", name, why)
+        if grew:
+            self.store.write_mail_seen(seen)
 
     def _beat(self) -> None:
         lines = {d.name: d.line() for d in self.daemons.values() if isinstance(d, Scheduled)}

@@ -28,7 +28,7 @@ class State(StrEnum):
     STOPPED = "stopped"
     FAILED = "failed"  # could not start: the heartbeat's `error` says why
     # Between wakes with no daemon: the server's scheduler keeps the schedule (its status
-    # is in its own store, daemon/schedstore.py); written by the wake unit at its end.
+    # is in its own store, admin/schedstore.py); written by the wake unit at its end.
     SCHEDULED = "scheduled"
 
 

@@ -123,6 +123,23 @@ class Store:
         _STATUS[self.status_file] = (key, data)
         return data
 
+    # ------------------------------------------------------------ mail
+
+    def mail_seen(self) -> dict[str, int]:
+        """Each citizen's INBOX UIDNEXT when the scheduler last asked (a restart goes on
+        from there: mail that came meanwhile still wakes its citizen)."""
+        try:
+            data = read_json(self.state / "mail.json", schema_version=1)
+        except (FileNotFoundError, CorruptFile):
+            return {}
+        seen = data.get("uidnext", {})
+        return {k: v for k, v in seen.items() if isinstance(v, int)} \
+            if isinstance(seen, dict) else {}
+
+    def write_mail_seen(self, seen: dict[str, int]) -> None:
+        write_json(self.state / "mail.json", {"schema_version": 1, "uidnext": seen},
+                   mode=0o640, sync_dir=False)
+
     # ------------------------------------------------------------ requests
 
     def request(self, name: str) -> Path:
