@@ -27,6 +27,7 @@ units=/etc/systemd/system
 changes=0
 restart_broker=0
 restart_web=0
+restart_scheduler=0
 restart_approve=0
 local_model=0
 if [ "${1:-}" = --local-model ]; then local_model=1; shift; fi
@@ -48,9 +49,11 @@ step "$current"
 missing=()
 # bubblewrap: the sandbox of every command a citizen's model runs (citizen/tools/sandbox.py).
 # restic: the snapshots of `citizen backup` (citizen/admin/backup.py).
-# procps: pgrep in scripts/remove_citizen.sh. With --local-model: the compiler and cmake
-# that build llama.cpp (llama-cpp-python has no wheel for this platform).
-packages=(python3-venv git passwd util-linux procps bubblewrap restic)
+# procps: pgrep in scripts/remove_citizen.sh. polkitd: its rule lets the scheduler's user
+# start and stop the citizens' wake units, nothing else (50-experience-scheduler.rules).
+# With --local-model: the compiler and cmake that build llama.cpp (llama-cpp-python has
+# no wheel for this platform).
+packages=(python3-venv git passwd util-linux procps bubblewrap restic polkitd)
 [ "$local_model" -eq 0 ] || packages+=(build-essential cmake)
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
@@ -70,30 +73,46 @@ if ! getent group citizens >/dev/null; then
     changed "group citizens"
 fi
 
+# A system user with a group of its own, no home and no shell: nobody logs in as it.
+system_user() {  # NAME COMMENT
+    if ! getent passwd "$1" >/dev/null; then
+        useradd --system --user-group --home-dir /nonexistent --no-create-home \
+            --shell /usr/sbin/nologin --comment "$2" "$1"
+        changed "user $1"
+    fi
+}
+# Not a member of group citizens in /etc/group: a member could file records in the commons
+# (3775 root:citizens) without being a citizen. A unit that must read the homes as a peer
+# adds the group itself (SupplementaryGroups=), under a read-only view of /home.
+not_in_citizens() {  # NAME
+    if id -nG "$1" | grep -qw citizens; then
+        gpasswd -d "$1" citizens >/dev/null
+        changed "user $1 no longer in group citizens"
+    fi
+}
+
 current="user experience"
 step "$current"
 # The baseline's owner before the broker took it (issue 28): kept so that an older
-# install's files have a known owner, owning nothing now and no longer in group citizens
-# (a member could file records in the commons without being a citizen).
-if ! getent passwd experience >/dev/null; then
-    useradd --system --user-group --home-dir /nonexistent --no-create-home \
-        --shell /usr/sbin/nologin --comment "Experience (former baseline owner)" experience
-    changed "user experience"
-elif id -nG experience | grep -qw citizens; then
-    gpasswd -d experience citizens >/dev/null
-    changed "user experience no longer in group citizens"
-fi
+# install's files have a known owner, owning nothing now.
+system_user experience "Experience (former baseline owner)"
+not_in_citizens experience
 
 current="user experience-broker"
 step "$current"
 # The broker's own system user (citizen/broker/, systemd/experience-broker.service): it
-# alone reads the model keys and writes the ledger. Not in group citizens, no home, no
-# shell: no citizen can read its files, signal it or run as it.
-if ! getent passwd experience-broker >/dev/null; then
-    useradd --system --user-group --home-dir /nonexistent --no-create-home \
-        --shell /usr/sbin/nologin --comment "Experience broker" experience-broker
-    changed "user experience-broker"
-fi
+# alone reads the model keys and writes the ledger. Not in group citizens: no citizen can
+# read its files, signal it or run as it.
+system_user experience-broker "Experience broker"
+
+current="user experience-scheduler"
+step "$current"
+# The server's one scheduler (systemd/experience-scheduler.service, opt-in): it reads the
+# homes as a peer through its unit's SupplementaryGroups=citizens, writes only its own
+# state and run directories, and may start and stop citizen-wake@ units (the polkit rule
+# below names this user). Its own group has no other member: no citizen reads its files.
+system_user experience-scheduler "Experience scheduler"
+not_in_citizens experience-scheduler
 
 current="user experience-web and the dashboard's token"
 step "$current"
@@ -101,14 +120,8 @@ step "$current"
 # member of `citizens` in /etc/group - its unit alone adds that group, under a read-only
 # view of every path, so it reads the homes and the commons as a peer does and writes
 # nothing. It gets no credential: /etc/experience/<c>.env stay the broker's (0600).
-if ! getent passwd experience-web >/dev/null; then
-    useradd --system --user-group --home-dir /nonexistent --no-create-home \
-        --shell /usr/sbin/nologin --comment "Experience dashboard" experience-web
-    changed "user experience-web"
-elif id -nG experience-web | grep -qw citizens; then
-    gpasswd -d experience-web citizens >/dev/null  # outside its unit it could write the commons
-    changed "user experience-web no longer in group citizens"
-fi
+system_user experience-web "Experience dashboard"
+not_in_citizens experience-web  # outside its unit it could write the commons
 # The operator's token for the pages (`citizen web --token` prints it): made once with a
 # random value and never rewritten (a rerun must not log every operator out); root writes
 # it, the web user's group reads it, nobody else - no citizen - does.
@@ -175,6 +188,7 @@ else
     changed "$release"
     restart_broker=1  # the broker runs the release: the new one takes over below
     restart_web=1     # and so does the dashboard, if the operator runs it
+    restart_scheduler=1  # and the scheduler, if the operator switched to it
 fi
 
 current="baseline repository $shared/baseline"
@@ -434,18 +448,28 @@ reload=0
 for unit in citizen@.service citizens.target experience-backup.service \
             experience-backup.timer experience-broker.service experience-disk.service \
             experience-disk.timer citizen-web.service experience-approve.socket \
-            experience-approve@.service; do
+            experience-approve@.service citizen-wake@.service experience-scheduler.service; do
     if ! cmp -s "$source_dir/systemd/$unit" "$units/$unit"; then
         install -m 0644 "$source_dir/systemd/$unit" "$units/$unit"
         changed "$units/$unit"
         reload=1
         [ "$unit" != experience-broker.service ] || restart_broker=1
         [ "$unit" != citizen-web.service ] || restart_web=1
+        [ "$unit" != experience-scheduler.service ] || restart_scheduler=1
         [ "$unit" != experience-approve.socket ] || restart_approve=1
     fi
 done
 if [ "$reload" -eq 1 ]; then
     systemctl daemon-reload
+fi
+# The scheduler's one permission beyond its user's: start and stop citizen-wake@NAME.service
+# (and nothing else). polkitd reloads its rules when this directory changes.
+rules=/etc/polkit-1/rules.d/50-experience-scheduler.rules
+[ -d /etc/polkit-1/rules.d ] || fail "/etc/polkit-1/rules.d is missing - apt-get install polkitd"
+if ! cmp -s "$source_dir/systemd/50-experience-scheduler.rules" "$rules"; then
+    # 0644 root: polkitd reads it; only root changes who may start units.
+    install -m 0644 -o root -g root "$source_dir/systemd/50-experience-scheduler.rules" "$rules"
+    changed "$rules"
 fi
 if ! systemctl is-enabled --quiet citizens.target; then
     systemctl enable --quiet citizens.target
@@ -512,6 +536,16 @@ if systemctl is-active --quiet citizen-web.service \
         && [ "$restart_web" -eq 1 ]; then
     systemctl restart citizen-web.service  # it runs the release: the new one takes over
     changed "citizen-web.service restarted on the new release"
+fi
+
+current="the scheduler"
+step "$current"
+# Installed, not enabled: one scheduler instead of a daemon each is the operator's switch
+# (DEPLOY.md, "A thousand citizens"). Once running, it follows upgrades.
+if systemctl is-active --quiet experience-scheduler.service \
+        && [ "$restart_scheduler" -eq 1 ]; then
+    systemctl restart experience-scheduler.service  # it runs the release: the new one takes over
+    changed "experience-scheduler.service restarted on the new release"
 fi
 
 current="each citizen's code"

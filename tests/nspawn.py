@@ -16,8 +16,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 ROOTFS = Path(os.environ.get("EXPERIENCE_ROOTFS", "/var/cache/experience/rootfs-bookworm"))
+# polkitd: the rule that lets the scheduler start wake units (tests/test_scheduler_units_server.py).
 PACKAGES = ("systemd,systemd-sysv,dbus,procps,libpam-systemd,python3,python3-venv,python3-pip,"
-            "git,ca-certificates,bubblewrap,restic")
+            "git,ca-certificates,bubblewrap,restic,polkitd")
 STAMP = ".experience-packages"  # what the cached root filesystem was built with
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"  # a root login shell's PATH
 SETUP = "/srv/project/scripts/setup_server.sh"  # the checkout, bound read-only

@@ -63,8 +63,9 @@ def test_each_permission_decision_says_why() -> None:
 def test_setup_installs_it_with_the_token_and_leaves_it_to_the_operator() -> None:
     units = re.search(r"^for unit in (.*?); do", SETUP, re.S | re.M)
     assert units is not None and "citizen-web.service" in units.group(1).split()
+    assert 'system_user experience-web "Experience dashboard"' in SETUP
     assert "useradd --system --user-group --home-dir /nonexistent --no-create-home \\\n" \
-        '        --shell /usr/sbin/nologin --comment "Experience dashboard" experience-web' in SETUP
+        '            --shell /usr/sbin/nologin --comment "$2" "$1"' in SETUP  # system_user's
     assert "token=/etc/experience/web.token" in SETUP
     assert 'chown root:experience-web "$tmp"\n    chmod 0640 "$tmp"' in SETUP
     assert 'mv -n "$tmp" "$token"' in SETUP  # made once, never overwritten
@@ -81,7 +82,7 @@ def test_setup_installs_and_enables_roots_approval_helper_with_its_socket() -> N
     # The socket is enabled and started (the service is instantiated per connection);
     # the web user's group exists by then, since SocketGroup= names it.
     assert "systemctl enable --quiet --now experience-approve.socket" in SETUP
-    assert SETUP.index('"Experience dashboard" experience-web') \
+    assert SETUP.index('system_user experience-web "Experience dashboard"') \
         < SETUP.index("enable --quiet --now experience-approve.socket")
     socket = directives((paths.project_dir() / "systemd" / "experience-approve.socket")
                         .read_text())
