@@ -31,17 +31,20 @@ if getent passwd "$name" >/dev/null; then
 fi
 say() { printf '    removed: %s\n' "$*"; }
 
-unit="citizen@$name.service"
-if systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl is-active --quiet "$unit"; then
-    systemctl disable --quiet --now "$unit"  # a running wake finishes first (the unit's stop)
-    say "$unit (stopped, disabled)"
-fi
-if [ -e "$units/$unit.d" ] || [ -L "$units/$unit.d" ]; then
-    rm -rf "$units/$unit.d"  # its network drop-in (citizen/admin/network.py) and any other
-    systemctl daemon-reload
-    say "$units/$unit.d"
-fi
-systemctl reset-failed "$unit" 2>/dev/null || true
+# Its daemon's unit, and its wake unit under the server's scheduler (docs/architecture.md §7).
+for unit in "citizen@$name.service" "citizen-wake@$name.service"; do
+    if systemctl is-enabled --quiet "$unit" 2>/dev/null || systemctl is-active --quiet "$unit"; then
+        # a running wake finishes first (the unit's stop); --now on a static unit only stops it
+        systemctl disable --quiet --now "$unit" 2>/dev/null || systemctl stop "$unit"
+        say "$unit (stopped, disabled)"
+    fi
+    if [ -e "$units/$unit.d" ] || [ -L "$units/$unit.d" ]; then
+        rm -rf "$units/$unit.d"  # its network drop-in (citizen/admin/network.py) and any other
+        systemctl daemon-reload
+        say "$units/$unit.d"
+    fi
+    systemctl reset-failed "$unit" 2>/dev/null || true
+done
 
 if [ -n "$uid" ]; then
     # The unit's stop ended its processes; any other (a shell of the operator's as it) is named.
@@ -77,5 +80,11 @@ if [ -n "$uid" ]; then
     [ "$kept" -eq 0 ] || say "$name's ownership of $kept directories of the commons (now root's)"
     userdel "$name"
     say "user $name"
+fi
+if systemctl is-active --quiet experience-scheduler.service; then
+    # It lists the citizens when it starts: a restart forgets this one (its wakes are
+    # their own units; its counters are on disk).
+    systemctl try-restart experience-scheduler.service
+    say "$name from the scheduler (restarted)"
 fi
 echo "remove_citizen: $name is gone (its snapshots stay in the backup repository)."

@@ -217,3 +217,27 @@ def test_status_says_the_scheduler_keeps_the_schedule(civ: Path,
         assert f"scheduled: sleeping (scheduler pid {proc.pid})" in row \
             or "scheduled: waking" in row, shown
         assert "none" not in row.split("scheduler pid")[1][:40], row  # its last wake shown
+
+
+def test_a_citizen_held_for_its_disk_budget_gets_no_wake(
+        civ: Path, messages_api: MessagesServer, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Root's disk check stopped mira (past her budget): the scheduler starts no wake
+    for her task, while opus's runs."""
+    state = civ / ".disk"
+    state.mkdir()
+    (state / "mira.json").write_text(json.dumps({
+        "schema_version": 1, "citizen": "mira", "used_mb": 3.0, "budget_mb": 2,
+        "state": "over", "checked_at": "2026-11-26T10:00:00.000Z",
+        "stopped_at": "2026-11-26T10:00:00.000Z", "note": ""}))
+    messages_api.responder = worker
+    env = daemon_env(civ, messages_api)
+    proc = scheduler(env, *IDLE)
+    try:
+        wait_for(lambda: "3 citizens in one process" in proc.output())
+        cli(env, "task", "add", "mira", "Write notes/out.md")
+        wait_for(lambda: "past its disk budget" in proc.output())
+        cli(env, "task", "add", "opus", "Write notes/out.md")
+        wait_for(lambda: TaskQueue(paths.home("opus").tasks).ids("done"), timeout=90)
+    finally:
+        stop(proc)
+    assert logs("mira") == [] and TaskQueue(paths.home("mira").tasks).ids("queue")

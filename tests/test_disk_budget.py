@@ -116,8 +116,10 @@ def test_enforcing_stops_the_unit_of_a_citizen_past_its_budget(
     (tmp_path / "etc" / "opus.json").write_text(json.dumps({"budget": {"max_home_mb": 2}}))
     fill(civ / "opus" / "work" / "big.bin", 3)
     verdicts = {v.citizen: v for v in disk.check(["opus", "mira"], enforce=True)}
-    assert calls.read_text().splitlines() == [
-        "is-active --quiet citizen@opus.service", "stop --no-block citizen@opus.service"]
+    assert calls.read_text().splitlines() == [  # its daemon, and its wake (the scheduler's)
+        "is-active --quiet citizen@opus.service", "stop --no-block citizen@opus.service",
+        "is-active --quiet citizen-wake@opus.service",
+        "stop --no-block citizen-wake@opus.service"]
     assert verdicts["opus"].stopped_at and verdicts["mira"].stopped_at is None
     assert "systemctl start citizen@opus" in caplog.text  # the journal names the fix
     assert disk.last("opus") == verdicts["opus"]  # recorded for `citizen status`

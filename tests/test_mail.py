@@ -304,7 +304,7 @@ def test_the_scheduler_wakes_a_citizen_for_new_mail(opus_mail: Path, mx: MailSys
     proc = start(daemon_env(opus_mail.parent, messages_api), "--all", "--scheduler",
                  "--interval", "3600", "--first-wake", "3600")
     try:
-        wait_for(lambda: (opus_mail.parent / ".scheduler" / "state" / "mail.json").exists(),
+        wait_for((opus_mail.parent / ".scheduler" / "state" / "mail.json").exists,
                  timeout=60)  # the INBOX's number is known: mail from now on wakes opus
         original = mail("Write notes/out.md please")
         mx.send(original, OPERATOR, OPUS)

@@ -30,6 +30,16 @@ def test_without_the_permission_the_unit_has_no_network(civ: Path, dirs: Path) -
     assert network.apply("opus") == []  # a second run changes nothing
 
 
+def test_the_wake_unit_is_held_to_the_same_rule(civ: Path, dirs: Path) -> None:
+    """Under the server's scheduler the citizen runs in citizen-wake@NAME, not its
+    daemon's unit: without its own drop-in every wake would see the network."""
+    network.apply("opus")
+    assert "PrivateNetwork=yes" in network.drop_in("opus", "citizen-wake").read_text()
+    rules(dirs, permissions={"can_use_network": True})
+    network.apply("opus")
+    assert not network.drop_in("opus", "citizen-wake").exists()
+
+
 def test_the_citizens_own_config_grants_nothing(civ: Path, dirs: Path) -> None:
     own = civ / "opus" / "config.json"
     data = json.loads(own.read_text())

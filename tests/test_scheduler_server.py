@@ -83,9 +83,15 @@ def test_a_task_runs_as_its_citizen_in_its_own_unit(box: Container,
 
     until(done, 180)
     assert box.run("stat", "-c", "%U", "/home/opus/notes/out.md").stdout.strip() == "opus"
+
+    def ended() -> bool:
+        return box.run("systemctl", "is-active", "citizen-wake@opus",
+                       check=False).stdout.strip() == "inactive"
+
+    until(ended, 120)
     journal = box.run("journalctl", "--no-pager", "-u", "citizen-wake@opus").stdout
-    assert "Finished" in journal or "Deactivated successfully" in journal, journal
-    until(lambda: processes_of(box, "opus") == [], 60)  # the unit ended: nothing left
+    assert "wake 1 TASK: ok" in journal and "ERROR" not in journal, journal
+    assert processes_of(box, "opus") == []  # the unit ended: nothing of opus runs
     assert not box.run("ls", "/home/shared/doorbell/opus").stdout.strip()  # ring taken
 
 

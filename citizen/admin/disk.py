@@ -146,31 +146,34 @@ def check(only: list[str] | None = None, *, enforce: bool = False,
 
 
 def _over(verdict: Verdict, enforce: bool) -> Verdict:
-    """Stop the unit of a citizen past its budget (server, root) and tell the journal."""
+    """Stop the units of a citizen past its budget (server, root) and tell the journal:
+    its daemon's, and its wake unit under the server's scheduler - which also starts no
+    wake while the verdict says stopped (daemon/scheduled.py)."""
     name = verdict.citizen
     used = "more than it can measure in time" if verdict.used_mb is None \
         else f"{verdict.used_mb} MB"
     fix = (f"free space in {paths.citizen_home(name)} or raise budget.max_home_mb in "
-           f"{paths.operator_rules_file(name)}, then systemctl start citizen@{name}")
+           f"{paths.operator_rules_file(name)}, then systemctl start citizen@{name} (under "
+           "the scheduler its wakes resume at the next check)")
     if not (enforce and config.server_mode() and os.geteuid() == 0):
         log.warning("citizen %s holds %s of its %d MB disk budget - %s", name, used,
                     verdict.budget_mb, fix)
         return verdict
-    unit = f"citizen@{name}.service"
-    active = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
-    if active.returncode != 0:
-        return verdict  # stopped already (by us, or by the operator)
-    # --no-block: the wake in progress finishes as on any stop (up to TimeoutStopSec);
-    # the check goes on to the next citizen meanwhile.
-    stop = subprocess.run(["systemctl", "stop", "--no-block", unit], check=False,
-                          capture_output=True, text=True)
-    if stop.returncode != 0:
-        log.error("citizen %s is past its disk budget but its unit could not be stopped: "
-                  "%s", name, stop.stderr.strip())
-        return Verdict(**{**asdict(verdict), "note": f"not stopped: {stop.stderr.strip()}"})
-    log.warning("citizen %s holds %s of its %d MB disk budget: its unit is stopped - %s",
-                name, used, verdict.budget_mb, fix)
-    return Verdict(**{**asdict(verdict), "stopped_at": clock.now()})
+    for unit in (f"citizen@{name}.service", f"citizen-wake@{name}.service"):
+        active = subprocess.run(["systemctl", "is-active", "--quiet", unit], check=False)
+        if active.returncode != 0:
+            continue  # stopped already (by us, or by the operator), or never started
+        # --no-block: the wake in progress finishes as on any stop (up to TimeoutStopSec);
+        # the check goes on to the next citizen meanwhile.
+        stop = subprocess.run(["systemctl", "stop", "--no-block", unit], check=False,
+                              capture_output=True, text=True)
+        if stop.returncode != 0:
+            log.error("citizen %s is past its disk budget but %s could not be stopped: %s",
+                      name, unit, stop.stderr.strip())
+            return Verdict(**{**asdict(verdict), "note": f"not stopped: {stop.stderr.strip()}"})
+        log.warning("citizen %s holds %s of its %d MB disk budget: %s is stopped - %s",
+                    name, used, verdict.budget_mb, unit, fix)
+    return Verdict(**{**asdict(verdict), "stopped_at": verdict.stopped_at or clock.now()})
 
 
 def last(name: str) -> Verdict | None:

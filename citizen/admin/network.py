@@ -26,9 +26,12 @@ PrivateNetwork=yes
 """
 
 
-def drop_in(name: str) -> Path:
+UNITS = ("citizen", "citizen-wake")  # its daemon's unit, and its wakes' under the scheduler
+
+
+def drop_in(name: str, unit: str = "citizen") -> Path:
     base = Path(os.environ.get(UNIT_DIR_ENV) or "/etc/systemd/system")
-    return base / f"citizen@{paths.check_name(name)}.service.d" / "network.conf"
+    return base / f"{unit}@{paths.check_name(name)}.service.d" / "network.conf"
 
 
 def closed(name: str) -> bool:
@@ -38,9 +41,14 @@ def closed(name: str) -> bool:
 
 
 def apply(name: str) -> list[str]:
-    """Write or remove the citizen's network drop-in as its rules say; what changed."""
-    path = drop_in(name)
+    """Write or remove the citizen's network drop-ins as its rules say - for its daemon's
+    unit and for its wake unit (docs/architecture.md §7), so a citizen run by the
+    scheduler is held to the same rule; what changed."""
     want = DROP_IN if closed(name) else None
+    return [line for unit in UNITS for line in _apply(drop_in(name, unit), want, name)]
+
+
+def _apply(path: Path, want: str | None, name: str) -> list[str]:
     have = path.read_text(encoding="utf-8") if path.is_file() else None
     if have == want:
         return []

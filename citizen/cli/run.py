@@ -71,6 +71,8 @@ def run(*, name: str | None, everyone: bool, scheduled: bool, request: Path | No
                         format=(f"%(levelname)s citizen:{name} %(message)s" if name else
                                 "%(levelname)s %(threadName)s %(message)s"))
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # job bookkeeping is noise here
+    for chatty in ("httpx", "httpx2", "httpcore"):  # a line per broker call: noise in a journal
+        logging.getLogger(chatty).setLevel(logging.WARNING)
     if name is not None and request is not None:
         from citizen.daemon.unit import run_request  # noqa: PLC0415 - only what this run needs
 

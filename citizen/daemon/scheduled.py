@@ -26,6 +26,7 @@ from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from citizen.admin import disk
 from citizen.admin.schedstore import Store
 from citizen.daemon import process
 from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
@@ -153,6 +154,13 @@ class Scheduled(Daemon):
         return True
 
     def _start_unit(self, req: WakeRequest, slot: int | None) -> None:
+        held = disk.last(self.name)
+        if held is not None and held.stopped_at and held.state in disk.ENFORCED:
+            # Root's disk check stopped it: no wake until a check finds it within budget.
+            log.warning("past its disk budget (%s MB of %d): no wake - free space or raise "
+                        "budget.max_home_mb; the next check lets it wake", held.used_mb,
+                        held.budget_mb)
+            return
         handed = self.rings.pop(req.wake_type, [])
         path = self.store.write_request(self.name, {
             "type": req.wake_type, "slot": slot, "reason": req.reason, "rings": handed})

@@ -102,6 +102,8 @@ def _take_mail(d: Daemon) -> None:
     try:
         for o in d.mail.intake.poll():
             log.info("mail %s: %s %s", o.message_id, o.action, o.detail)
+    except mail.MailNotConfigured:  # the broker's answer: no mailbox, nothing to take in
+        d.mail.intake = None
     except mail.MailError as exc:
         log.error("mail: %s (taken in at the next wake)", exc)
 
