@@ -84,8 +84,20 @@ def last_pid() -> int:
     return int(Path("/proc/sys/kernel/ns_last_pid").read_text())
 
 
+SCHEDULER = False  # --scheduler: idle wakes are the scheduler's records, not home logs
+
+
+def idle_records(root: Path, name: str) -> list[dict[str, object]]:
+    path = root / ".scheduler" / "state" / "idle" / f"{name}.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
 def wake_starts(root: Path, name: str) -> list[tuple[float, int, str, str]]:
-    """(start time, pid, reason, status) of each wake of `name`, oldest first."""
+    """(start time, pid, reason, status) of each wake of `name`, oldest first (under
+    the scheduler, an idle wake's pid is the scheduler's: 0 here, filled in by the caller)."""
+    if SCHEDULER:
+        return [(datetime.fromisoformat(str(r["ts"])).timestamp(), -1, str(r["request"]),
+                 str(r["status"])) for r in idle_records(root, name)]
     rows = []
     for log in sorted((root / name / "logs" / "wakes").glob("*.jsonl")):
         lines = log.read_text().splitlines()
@@ -99,6 +111,13 @@ def wake_starts(root: Path, name: str) -> list[tuple[float, int, str, str]]:
 
 def hosted(root: Path, name: str, proc: subprocess.Popen[bytes]) -> bool:
     """Whether `name`'s heartbeat is `proc`'s (a crowd may have left a citizen out)."""
+    if SCHEDULER:
+        try:
+            status = json.loads((root / ".scheduler" / "state" / "status.json").read_text())
+        except (OSError, ValueError):
+            return False
+        line = status["citizens"].get(name, {})
+        return bool(status["pid"] == proc.pid and line.get("state") not in (None, "failed"))
     try:
         beat = json.loads((root / "shared" / "monitor" / "heartbeats" / f"{name}.json")
                           .read_text())
@@ -112,7 +131,11 @@ def settle(root: Path, procs: dict[str, subprocess.Popen[bytes]], limit_s: float
     beats = root / "shared" / "monitor" / "heartbeats"
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
-        if all(p.poll() is not None or (beats / f"{n}.json").exists() for n, p in procs.items()):
+        if SCHEDULER and all(p.poll() is not None or hosted(root, n, p)
+                             for n, p in procs.items()):
+            return
+        if not SCHEDULER and all(p.poll() is not None or (beats / f"{n}.json").exists()
+                                 for n, p in procs.items()):
             return
         time.sleep(0.5)
 
@@ -135,7 +158,7 @@ def report_wakes(root: Path, alive: dict[str, subprocess.Popen[bytes]], since: f
         window = [r for r in rows if r[0] >= since]
         wakes += len(window)
         idle += sum(1 for r in window if r[3] == "idle")
-        in_daemon += sum(1 for r in window if r[1] == proc.pid)
+        in_daemon += sum(1 for r in window if r[1] in (proc.pid, -1))
     print(f"{'scheduled wakes in the window (idle / in the daemon)':<52} {wakes:9d}  "
           f"({idle} idle / {in_daemon} in the daemon)")
     if firsts:
@@ -149,21 +172,23 @@ def report_wakes(root: Path, alive: dict[str, subprocess.Popen[bytes]], since: f
     if took:
         show("idle wake wall time as its log says (gate to end)", took, "ms", 1000)
     sizes = [float(log.stat().st_size) for log in root.glob("c*/logs/wakes/*.jsonl")]
+    if SCHEDULER:  # an idle wake is one line of the scheduler's store
+        sizes = [float(len(json.dumps(r, separators=(",", ":"))) + 1)
+                 for name in alive for r in idle_records(root, name)]
     if sizes:
         show("bytes of an idle wake's log", sizes, "B")
     return wakes
 
 
-def inner(args: argparse.Namespace) -> None:
-    """In the namespace: start the crowd, let it sleep and wake, measure."""
-    Path("/proc/sys/user/max_inotify_instances").write_text(str(args.inotify_limit))
-    root = Path(os.environ["CIV_ROOT"])
-    names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
-    out = root.parent / "daemon-logs"
-    out.mkdir(exist_ok=True)
+def start_all(args: argparse.Namespace, names: list[str], out: Path,
+              every: list[str]) -> dict[str, subprocess.Popen[bytes]]:
+    """Start the daemons (or the one process hosting them all); citizen -> its process."""
     procs = {}
-    t0 = time.time()
-    every = ["--interval", str(args.interval)]
+    global SCHEDULER  # noqa: PLW0603 - the bench's one mode switch
+    SCHEDULER = args.scheduler
+    if args.scheduler:
+        args.crowd = True  # one process for all, writing no home (`run --all --scheduler`)
+        every.append("--scheduler")
     if args.crowd:  # one process for all: `citizen run --all`
         with (out / "crowd.out").open("w") as fh:
             crowd = subprocess.Popen([sys.executable, "-m", "citizen", "run", "--all", *every],
@@ -173,6 +198,19 @@ def inner(args: argparse.Namespace) -> None:
         with (out / f"{name}.out").open("w") as fh:
             procs[name] = subprocess.Popen([sys.executable, "-m", "citizen", "run", name, *every],
                                            stdout=fh, stderr=subprocess.STDOUT)
+    return procs
+
+
+def inner(args: argparse.Namespace) -> None:
+    """In the namespace: start the crowd, let it sleep and wake, measure."""
+    Path("/proc/sys/user/max_inotify_instances").write_text(str(args.inotify_limit))
+    root = Path(os.environ["CIV_ROOT"])
+    names = sorted(p.name for p in root.iterdir() if (p / "config.json").is_file())
+    out = root.parent / "daemon-logs"
+    out.mkdir(exist_ok=True)
+    t0 = time.time()
+    every = ["--interval", str(args.interval)]
+    procs = start_all(args, names, out, every)
     settle(root, procs, 600)
     started_s = time.time() - t0
     alive = {n: p for n, p in procs.items() if p.poll() is None and hosted(root, n, p)}
@@ -184,7 +222,9 @@ def inner(args: argparse.Namespace) -> None:
     running = {p.pid for p in alive.values()}
     ticks = [cpu_ticks(pid) - ticks0[pid] for pid in running]
     uss = [float(uss_kb(pid)) for pid in running]
-    shape = "citizens in one process (run --all)" if args.crowd else "dev-mode daemons"
+    shape = ("citizens in the server's scheduler, rehearsed (run --all --scheduler)"
+             if args.scheduler else "citizens in one process (run --all)" if args.crowd
+             else "dev-mode daemons")
     print(f"\n# {len(names)} {shape}, a wake every {args.interval:.0f} s, watched "
           f"{args.seconds:.0f} s after all started; inotify limit {args.inotify_limit} "
           "in their namespace")
@@ -294,6 +334,9 @@ def main() -> None:
     parser.add_argument("--inotify-limit", type=int, default=64)
     parser.add_argument("--crowd", action="store_true",
                         help="one process for all (`citizen run --all`) instead of one each")
+    parser.add_argument("--scheduler", action="store_true",
+                        help="the server's scheduler (`citizen run --all --scheduler`): one "
+                             "process that writes no home")
     parser.add_argument("--gates", action="store_true",
                         help="time each wake type's gate in a civilization of N citizens")
     parser.add_argument("--floors", action="store_true",
@@ -321,6 +364,7 @@ def main() -> None:
         subprocess.run(["unshare", "-Urpf", "--mount-proc", sys.executable, __file__,
                         "--inner", "-n", str(args.n), "--interval", str(args.interval),
                         "--seconds", str(args.seconds), *(["--crowd"] if args.crowd else []),
+                        *(["--scheduler"] if args.scheduler else []),
                         "--inotify-limit", str(args.inotify_limit)],
                        check=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
 

@@ -19,7 +19,7 @@ import pytest
 
 from citizen.admin.schedstore import Store
 from citizen.config import paths
-from citizen.daemon import unit
+from citizen.daemon import status, unit
 from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
 from shared import doorbell
@@ -33,6 +33,16 @@ EVERY = ("--interval", "0.5", "--first-wake", "0")
 
 def scheduler(env: dict[str, str], *args: str) -> Daemon:
     return start(env, "--all", "--scheduler", *args)
+
+
+@pytest.fixture
+def civ(civ: Path) -> Path:
+    """The three, having run before: each has its heartbeat (a citizen that never woke
+    has its first wake in its unit, to write one - test_a_first_wake_...)."""
+    for name in NAMES:
+        status.beat(paths.home(name), name=name, state=status.State.STOPPED, current="",
+                    next_at=None, wakes_run=0)
+    return civ
 
 
 def stop(proc: Daemon) -> str:
@@ -241,3 +251,17 @@ def test_a_citizen_held_for_its_disk_budget_gets_no_wake(
     finally:
         stop(proc)
     assert logs("mira") == [] and TaskQueue(paths.home("mira").tasks).ids("queue")
+
+
+def test_a_citizens_first_wake_is_its_own_and_writes_its_heartbeat(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """mira never woke (no heartbeat): her first wake runs in her unit and says she is
+    scheduled - her peers' PEER_MONITOR finds her alive - and the next are the scheduler's."""
+    (civ / "shared" / "monitor" / "heartbeats" / "mira.json").unlink()
+    proc = scheduler(daemon_env(civ, messages_api), *EVERY)
+    try:
+        wait_for(lambda: len(idle("mira")) >= 2 and len(idle("opus")) >= 2, timeout=60)
+    finally:
+        stop(proc)
+    assert len(logs("mira")) == 1 and logs("opus") == []
+    assert heartbeat(civ, "mira")["state"] == "scheduled"

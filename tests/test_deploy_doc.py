@@ -57,6 +57,8 @@ def test_section_7_removes_every_file_onboarding_made(tmp_path: Path,
     for rule in ("$name.env", "$name.json"):
         assert f"/etc/experience/{rule}" in script, rule
     monkeypatch.setenv(network.UNIT_DIR_ENV, "/etc/systemd/system")
-    assert network.drop_in("nova").parent == Path("/etc/systemd/system/citizen@nova.service.d")
+    for unit in network.UNITS:  # its daemon's unit and its wake unit, with their drop-ins
+        assert network.drop_in("nova", unit).parent == Path(
+            f"/etc/systemd/system/{unit}@nova.service.d")
+        assert f'"{unit}@$name.service"' in script, unit
     assert 'units=/etc/systemd/system' in script and 'rm -rf "$units/$unit.d"' in script
-    assert 'unit="citizen@$name.service"' in script

@@ -133,8 +133,10 @@ class Scheduled(Daemon):
 
     def _idle_here(self, req: WakeRequest, number: int, slot: int | None) -> bool:
         """The gate, here, when the citizen's code is this release's (else its own gate,
-        in its wake, decides); an idle wake is logged in the scheduler's store."""
-        if not self.code.is_release():
+        in its wake, decides); an idle wake is logged in the scheduler's store. A citizen
+        that never woke has its first wake in its unit, which writes its heartbeat - else
+        its peers' PEER_MONITOR would find it dead, never having run."""
+        if not self.code.is_release() or not self.home.heartbeat.exists():
             return False
         try:
             number = int(state.load(self.home)["wakes"]) + 1  # read: the wake it would be
