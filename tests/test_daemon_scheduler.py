@@ -222,6 +222,8 @@ def test_status_says_the_scheduler_keeps_the_schedule(civ: Path,
                                text=True, capture_output=True, check=True).stdout
     finally:
         stop(proc)
+    # `citizen logs` lists the home's wakes, and says where the scheduler's idle ones are.
+    assert "idle wakes in the scheduler, the last" in cli(env, "logs", "aria")
     for name in NAMES:
         row = next(line for line in shown.splitlines() if line.startswith(name))
         assert f"scheduled: sleeping (scheduler pid {proc.pid})" in row \

@@ -15,6 +15,7 @@ from typing import Any
 
 import click
 
+from citizen.admin.schedstore import Store
 from citizen.cli.options import citizen_argument, json_option
 from citizen.cli.terminal import NoSuch, age, command, echo, table, wide_option
 from citizen.config import paths
@@ -88,6 +89,19 @@ def logs(*, name: str, number: int | None, follow: bool, limit: int, wide: bool,
         _rows(rows, wide)
     else:
         echo(f"no wakes yet in {home.wake_logs}")
+    if not as_json:
+        _scheduled(name)
+
+
+def _scheduled(name: str) -> None:
+    """Under the server's scheduler, the idle wakes it ran (not in the home, not above)."""
+    store = Store()
+    last = store.last_idle(name)
+    if last is None:
+        return
+    count = sum(1 for _ in store.idle_log(name).open("rb"))
+    echo(f"and {count} idle wakes in the scheduler, the last {last.get('type')} "
+         f"{last.get('status')} {age(str(last.get('ts')))}: {store.idle_log(name)}")
 
 
 def _follow(home: paths.Home, recent: list[Path], as_json: bool, wide: bool) -> None:
