@@ -23,7 +23,7 @@ from citizen.daemon import status, unit
 from citizen.home import wakelog
 from citizen.home.tasks import TaskQueue
 from shared import doorbell
-from tests.anthropic_server import MessagesServer
+from tests.anthropic_server import MessagesServer, no_deliverables, tool_use
 from tests.daemons import Daemon, cli, daemon_env, heartbeat, start, wait_for, worker
 
 NAMES = ("aria", "mira", "opus")
@@ -267,3 +267,30 @@ def test_a_citizens_first_wake_is_its_own_and_writes_its_heartbeat(
         stop(proc)
     assert len(logs("mira")) == 1 and logs("opus") == []
     assert heartbeat(civ, "mira")["state"] == "scheduled"
+
+
+def test_stopping_a_wake_unit_interrupts_its_wake_and_loses_nothing(
+        civ: Path, messages_api: MessagesServer, tmp_path: Path) -> None:
+    """systemd stops a wake unit (the operator, the disk check) with SIGTERM to its main
+    process: the wake is interrupted as a daemon's second SIGTERM does it - its log ends,
+    its task goes back to wait - not killed with the process."""
+    messages_api.reply(no_deliverables())
+    messages_api.reply(tool_use("respond", {"tools": ["task_complete"]}))
+    messages_api.reply(tool_use("respond", {"tier": "fast"}))
+    messages_api.reply(tool_use("task_complete", {"summary": "never"}), delay_s=30)
+    env = daemon_env(civ, messages_api)
+    cli(env, "task", "add", "opus", "slow")
+    request = tmp_path / "request"
+    request.write_text(json.dumps({"type": "TASK", "slot": None, "reason": "test"}))
+    proc = Daemon([sys.executable, "-m", "citizen", "run", "opus", "--request", str(request)],
+                  env)
+    try:
+        wait_for(lambda: len(messages_api.requests) >= 4, timeout=60)  # the slow call
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    (log,) = wakelog.wake_logs(paths.home("opus"))
+    assert wakelog.summary(log)["status"] == "interrupted", out
+    assert TaskQueue(paths.home("opus").tasks).ids("active")  # taken up again next wake

@@ -19,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -173,6 +174,8 @@ class Scheduled(Daemon):
         self.wakes_run += 1
         self.last = {"ts": clock.now(), "type": req.wake_type, "slot": slot,
                      "status": "ran" if code == 0 else f"unit failed ({code})"}
+        if code != 0:  # rings it may not have taken: asked for again at the next ring
+            self.seen -= set(handed)
         (log.info if code == 0 else log.error)("%s: the wake unit ended with %d", self.current,
                                                code)
         self.current = ""
@@ -196,7 +199,7 @@ class Scheduled(Daemon):
         return {"state": self.state.value, "current_wake": self.current,
                 "next_wake_at": nxt.isoformat() if nxt else None,
                 "wakes_this_run": self.wakes_run, "last": self.last,
-                "updated": clock.now()}
+                "updated": clock.now(time.time())}  # liveness: the wall clock, as a heartbeat
 
 
 def own_daemon_runs(lock: Path) -> bool:

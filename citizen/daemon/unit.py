@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -76,6 +77,10 @@ def run_request(name: str, request_file: Path, *, wake_timeout_s: float = 1200.0
     home = paths.home(name)
     paths.require_owner(home)  # the citizen's own: root's files there would lock it out
     d = Daemon(name, wake_timeout_s=wake_timeout_s, first_wake_s=0)
+    # systemd's stop (the operator's, the disk check's): the wake is asked to stop as a
+    # daemon's second SIGTERM asks it (SIGINT, its `finally` saves its contexts), not
+    # killed with this process.
+    signal.signal(signal.SIGTERM, lambda *_: d._stop_child())
     d.acquire_lock()  # the citizen's one lock: not beside its own daemon, nor twice
     d.prepare()
     doorbell.consume(home.doorbell, req["rings"])
