@@ -169,6 +169,9 @@ def report_wakes(root: Path, alive: dict[str, subprocess.Popen[bytes]], since: f
         print(f"{'  lateness max':<52} {max(lateness):9.2f} s")
     took = [float(json.loads(log.read_text().splitlines()[-1]).get("duration_s", 0))
             for log in root.glob("c*/logs/wakes/*.jsonl")]
+    if SCHEDULER:  # the gate in the scheduler, as its idle record says
+        took = [float(str(r.get("duration_s", 0))) for name in alive
+                for r in idle_records(root, name)]
     if took:
         show("idle wake wall time as its log says (gate to end)", took, "ms", 1000)
     sizes = [float(log.stat().st_size) for log in root.glob("c*/logs/wakes/*.jsonl")]
@@ -357,8 +360,17 @@ def main() -> None:
         if args.gates:
             gates(args.n)
             return
-        found(args.n)
+        names = found(args.n)
         print(f"{'founding ' + str(args.n) + ' citizens':<52} {time.perf_counter() - t:9.1f} s")
+        if args.scheduler:
+            # Citizens that have run before (a server switched from daemons): one that
+            # never woke has its first wake in its unit, to write its heartbeat.
+            from citizen.config import paths
+            from citizen.daemon import status
+
+            for name in names:
+                status.beat(paths.home(name), name=name, state=status.State.STOPPED,
+                            current="", next_at=None, wakes_run=0)
         # A user namespace of our own (root mapped to us: the homes stay ours) for its own
         # inotify limit, and a PID namespace whose PID counter counts what starts in it.
         subprocess.run(["unshare", "-Urpf", "--mount-proc", sys.executable, __file__,

@@ -139,6 +139,7 @@ class Scheduled(Daemon):
         its peers' PEER_MONITOR would find it dead, never having run."""
         if not self.code.is_release() or not self.home.heartbeat.exists():
             return False
+        started = time.monotonic()
         try:
             number = int(state.load(self.home)["wakes"]) + 1  # read: the wake it would be
             verdict = gate_only(self.name, number=number, slot=slot, wake_type=req.wake_type)
@@ -149,7 +150,8 @@ class Scheduled(Daemon):
             return False
         wake_type, how, why = verdict
         self.last = {"ts": clock.now(), "type": wake_type, "slot": slot, "status": how,
-                     "reason": why, "request": req.reason}
+                     "reason": why, "request": req.reason,
+                     "duration_s": round(time.monotonic() - started, 4)}
         self.store.log_idle(self.name, self.last)
         self.wakes_run += 1
         log.info("%s %s: %s in the scheduler - %s", wake_type, f"slot {slot}" if slot is not None
