@@ -374,3 +374,15 @@ def test_a_folder_the_release_has_not_is_not_walked(
     monkeypatch.setattr(os, "walk", spy)
     assert not scheduled.SameCode(code).is_release()
     assert not any("planted" in w for w in walked), walked
+
+
+def test_rings_of_types_no_module_registers_ask_for_nothing(civ: Path) -> None:
+    """A peer rings mira with a thousand invented wake types: none is a request (each
+    was one, and past the doorbell's hourly cap a deferred job in the one scheduler)."""
+    bell = paths.home("mira").doorbell
+    for i in range(1000):
+        doorbell.ring(bell, f"JUNK_{i}", "invented")
+    doorbell.ring(bell, "TASK", "the operator's task")
+    mira = hosted("mira", [])
+    mira._enqueue_rings()
+    assert mira.requests.get_nowait().wake_type == "TASK" and mira.requests.empty()

@@ -33,6 +33,7 @@ from citizen.daemon import process
 from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
 from citizen.daemon.status import State
 from citizen.home import state
+from citizen.wake import types as wakes
 from citizen.wake.flow import gate_only
 from shared import clock, doorbell
 
@@ -118,8 +119,11 @@ class Scheduled(Daemon):
             return
         present = {r.path.name for r in rings}
         self.seen &= present  # consumed by a wake: forgotten
+        known = set(wakes.registered())
         for r in rings:
-            if r.path.name in self.seen:
+            # A type no module registers is no wake: else each of a peer's invented types
+            # is a request of its own and a deferred job in the one scheduler.
+            if r.path.name in self.seen or r.wake_type not in known:
                 continue
             self.seen.add(r.path.name)
             self.rings.setdefault(r.wake_type, []).append(r.path.name)
