@@ -201,6 +201,19 @@ def open_plain(path: Path) -> BinaryIO:
     return os.fdopen(fd, "rb")
 
 
+def read_tail(path: Path, cap: int) -> bytes:
+    """A file another user wrote, as data: its last `cap` bytes at most, opened with
+    `open_plain` (a link is not followed, a FIFO fails at once instead of hanging). The
+    writer may plant a sparse file of any size; the reader's memory may be everyone's.
+
+    :raises OSError: absent, unreadable, or not a plain file (NotPlain)."""
+    with open_plain(path) as f:
+        size = os.fstat(f.fileno()).st_size
+        if size > cap:
+            f.seek(size - cap)
+        return f.read(cap)
+
+
 def read_json(path: Path, schema_version: int | None = None) -> Any:
     """Read a JSON state file, checking its `schema_version` when one is given.
 
@@ -219,11 +232,14 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
     return data
 
 
-def read_jsonl(path: Path) -> list[Any]:
+def read_jsonl(path: Path, tail_bytes: int | None = None) -> list[Any]:
     """Every whole line of a JSONL history; a torn last line (a killed writer) or bytes
-    that are not UTF-8 (a stray writer) are skipped rather than stopping every reader."""
+    that are not UTF-8 (a stray writer) are skipped rather than stopping every reader.
+    `tail_bytes`: a peer's file, read as `read_tail` reads it - its end only, never
+    through a link or from a FIFO (a cut first line is skipped as a torn one)."""
+    raw = path.read_bytes() if tail_bytes is None else read_tail(path, tail_bytes)
     out = []
-    for line in path.read_bytes().decode("utf-8", "replace").splitlines():
+    for line in raw.decode("utf-8", "replace").splitlines():
         try:
             out.append(json.loads(line))
         except json.JSONDecodeError:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock, records
-from shared.atomic import read_json, read_jsonl
+from shared.atomic import CorruptFile, read_jsonl, read_tail
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +31,10 @@ LOOP_WAKES = 3  # the same call with the same result in this many wakes
 STALLED_WAKES = 5  # this many work wakes in a row without a good ending
 REPEATED_FAILURES = 3  # the same call failing the same way this often is no longer trying
 UNKNOWN_TOOLS = 2  # calls of tools that do not exist in the wake
+# What is read of a peer's file, at most: a heartbeat is ~300 bytes, a wake log rarely
+# past 1 MB (its end is what the checks need). The peer may plant a sparse file of any
+# size, and the reader may be the server's scheduler, whose memory is every citizen's.
+MAX_BEAT_BYTES, MAX_LOG_BYTES = 65536, 4 * 2**20
 
 
 @dataclass(frozen=True)
@@ -55,7 +59,11 @@ def check_heartbeat(path: Path, now: float | None = None) -> list[Finding]:
     now = now or time.time()  # liveness: the wall clock, as the heartbeat is written
     if not path.exists():
         return [Finding("dead", "no heartbeat at all: the daemon has never run")]
-    beat = read_json(path)
+    raw = read_tail(path, MAX_BEAT_BYTES)
+    try:
+        beat = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptFile(path, f"not valid JSON ({exc})") from exc
     if beat.get("state") in ("stopped", "scheduled"):  # scheduled: the scheduler's to keep
         return []
     age = now - clock.epoch(beat["updated"])
@@ -73,7 +81,7 @@ def check_wakes(logs: list[Path], work_kinds: tuple[str, ...]) -> list[Finding]:
     results: dict[str, set[str]] = defaultdict(set)
     endings: list[str] = []
     for path in logs:
-        events = [e for e in read_jsonl(path) if isinstance(e, dict)]
+        events = [e for e in read_jsonl(path, MAX_LOG_BYTES) if isinstance(e, dict)]
         for e in events:
             if e.get("event") == "tool_call":
                 key = f"{e['tool']} {json.dumps(e.get('args'), sort_keys=True)}"
@@ -105,7 +113,7 @@ def check_nonsense(logs: list[Path]) -> list[Finding]:
     unknown: set[str] = set()
     calls = 0
     for path in logs:
-        for e in read_jsonl(path):
+        for e in read_jsonl(path, MAX_LOG_BYTES):
             if not isinstance(e, dict) or e.get("event") != "tool_call" or not e.get("error"):
                 continue
             if str(e.get("result", "")).startswith(f"error: no tool '{e.get('tool')}'"):

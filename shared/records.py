@@ -15,6 +15,7 @@ Records written before the one author key named their author under another key
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pwd
@@ -25,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import atomic, clock
-from shared.atomic import CorruptFile, create_json, read_json, write_json
+from shared.atomic import CorruptFile, create_json, write_json
 from shared.identity import ForgedRecord, check_author
 
 __all__ = ["AUTHOR", "DIR_MODE", "LEGACY_AUTHOR_KEYS", "RECORD_MODE", "add", "beside",
@@ -162,10 +163,29 @@ def read(path: Path, author: str | None, enforce: bool, *,
     return None
 
 
+MAX_RECORD_BYTES = 16 * 2**20  # a record is KBs; a peer's sparse giant is no record
+
+
+def _read_bounded(path: Path) -> Any:
+    """read_json of a record a peer wrote, at most MAX_RECORD_BYTES: every citizen's gate
+    reads the commons in the server's one scheduler, whose memory is everyone's.
+    open_plain: a FIFO swapped in after `is_file` fails at once instead of hanging.
+
+    :raises CorruptFile: too big or not JSON. :raises OSError: unreadable, not plain."""
+    with atomic.open_plain(path) as f:
+        raw = f.read(MAX_RECORD_BYTES + 1)
+    if len(raw) > MAX_RECORD_BYTES:
+        raise CorruptFile(path, f"over {MAX_RECORD_BYTES} bytes: no record is")
+    try:
+        return json.loads(raw)
+    except ValueError as exc:
+        raise CorruptFile(path, f"not valid JSON ({exc})") from exc
+
+
 def _read_one(path: Path, author: str | None, enforce: bool,
               legacy: tuple[str, ...], by_name: bool) -> dict[str, Any] | None:
     try:
-        data = read_json(path)
+        data = _read_bounded(path)
     except (CorruptFile, OSError) as exc:  # OSError: a record made unreadable (chmod 000)
         log.warning("ignoring %s: %s", path, exc)
         return None

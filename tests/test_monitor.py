@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
+import threading
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -161,3 +164,36 @@ def test_a_finding_in_another_authors_name_is_not_counted(tmp_path: Path) -> Non
     assert [r[AUTHOR] for r in about] == [ME, ME]
     assert monitor.recent("aria") == 2
     assert len(list((findings / "aria").glob("*.json"))) == 5  # nothing removed
+
+
+def test_what_a_peer_plants_neither_hangs_nor_fills_its_monitor(tmp_path: Path) -> None:
+    """PEER_MONITOR reads a peer's heartbeat and wake logs - in the server's scheduler,
+    for every citizen. A FIFO at the heartbeat is refused at once (it hung the reader: six
+    such gates stopped the scheduler for all); a sparse 3 GB wake log is read from its
+    end, within a 2 GB address space (the scheduler's MemoryMax is 1G)."""
+    fifo = tmp_path / "mira.json"
+    os.mkfifo(fifo)
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            check_heartbeat(fifo)
+        except OSError as exc:
+            failed.append(exc)
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(30)
+    hung = reader.is_alive()
+    if hung:  # a writer lets the blocked reader go
+        os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
+    assert not hung and failed
+    giant = log(tmp_path / "000009-TASK.jsonl", 9, [("read_file", {"path": "a"}, "x")])
+    with giant.open("r+b") as f:
+        f.truncate(3 * 2**30)
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**31, 2**31))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", limit + "from pathlib import Path\nfrom shared.monitor import "
+         f"check_wakes\nprint(check_wakes([Path({str(giant)!r})], ('TASK',)))"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (0, "[]\n"), done.stderr[-500:]

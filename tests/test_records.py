@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import pwd
+import subprocess
+import sys
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -73,3 +75,20 @@ def test_added_records_never_collide(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert len(made) == 5 and len(list(folder.glob("*.json"))) == 5
     read = [records.read(p, ME, enforce=True) for p in made]
     assert sorted(r["n"] for r in read if r is not None) == [0, 1, 2, 3, 4]
+
+
+def test_a_sparse_giant_planted_as_a_record_is_ignored_unread(tmp_path: Path) -> None:
+    """A peer makes a record a sparse 3 GB file (no disk used): every reader of that
+    store - on a server, the scheduler, for every citizen's gate - ignores it without
+    reading it whole, within a 2 GB address space (the scheduler's MemoryMax is 1G)."""
+    giant = records.write(tmp_path, tmp_path / "proposals" / "p-1.json", ME, {"title": "x"})
+    path = tmp_path / "proposals" / "p-1.json"
+    with path.open("r+b") as f:
+        f.truncate(3 * 2**30)
+    limit = "import resource; resource.setrlimit(resource.RLIMIT_AS, (2**31, 2**31))\n"
+    done = subprocess.run(
+        [sys.executable, "-c", limit + "from pathlib import Path\nfrom shared import records\n"
+         f"print(records.read(Path({str(path)!r}), None, enforce=False))"],
+        capture_output=True, text=True, timeout=120, check=False)
+    assert giant[AUTHOR] == ME
+    assert (done.returncode, done.stdout) == (0, "None\n"), done.stderr[-500:]

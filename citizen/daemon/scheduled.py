@@ -19,6 +19,7 @@ import logging
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
@@ -33,6 +34,7 @@ from citizen.daemon import process
 from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
 from citizen.daemon.status import State
 from citizen.home import state
+from citizen.wake import types as wakes
 from citizen.wake.flow import gate_only
 from shared import clock, doorbell
 
@@ -42,6 +44,12 @@ Starter = Callable[[str, Path, float], int]  # (citizen, request file, deadline)
 MAIL = "mail: "  # the reason of a wake for new mail (Scheduler._mail)
 CODE = ("citizen", "shared")  # the packages whose code decides a gate
 RELEASE = Path(process.__file__).resolve().parents[2]  # the code this scheduler runs
+# A gate reads a few files in ~2 ms; one still running after this waits on something a
+# citizen planted (a FIFO opened with no writer): its worker is freed, the unit decides.
+GATE_S = 30.0
+# The rings one request hands over: read_request takes 64 KB, and a peer may flood a
+# doorbell with long names - more would fail the victim's wake (the rest wait their turn).
+MAX_HANDED, MAX_RING_NAME = 200, 128
 
 
 def systemd_starter(name: str, request: Path, deadline_s: float) -> int:
@@ -78,6 +86,7 @@ class Scheduled(Daemon):
         self.seen: set[str] = set()  # ring files already asked for
         self.last: dict[str, Any] | None = None  # the last wake, for the status
         self.code = SameCode(self.home.code)
+        self.gate_stuck = False  # a gate here overran GATE_S: the unit gates from now on
 
     # ------------------------------------------------------------ lifecycle
 
@@ -111,8 +120,11 @@ class Scheduled(Daemon):
             return
         present = {r.path.name for r in rings}
         self.seen &= present  # consumed by a wake: forgotten
+        known = set(wakes.registered())
         for r in rings:
-            if r.path.name in self.seen:
+            # A type no module registers is no wake: else each of a peer's invented types
+            # is a request of its own and a deferred job in the one scheduler.
+            if r.path.name in self.seen or r.wake_type not in known:
                 continue
             self.seen.add(r.path.name)
             self.rings.setdefault(r.wake_type, []).append(r.path.name)
@@ -137,12 +149,24 @@ class Scheduled(Daemon):
         in its wake, decides); an idle wake is logged in the scheduler's store. A citizen
         that never woke has its first wake in its unit, which writes its heartbeat - else
         its peers' PEER_MONITOR would find it dead, never having run."""
-        if not self.code.is_release() or not self.home.heartbeat.exists():
+        if self.gate_stuck or not self.code.is_release() or not self.home.heartbeat.exists():
             return False
         started = time.monotonic()
-        try:
+
+        def gate() -> tuple[str, str, str] | None:
             number = int(state.load(self.home)["wakes"]) + 1  # read: the wake it would be
-            verdict = gate_only(self.name, number=number, slot=slot, wake_type=req.wake_type)
+            return gate_only(self.name, number=number, slot=slot, wake_type=req.wake_type)
+
+        try:
+            verdict = _within(GATE_S, gate)
+        except TimeoutError:
+            # Its thread stays blocked (a thread cannot be killed), so never again here.
+            self.gate_stuck = True
+            log.error("the gate did not end in %.0f s here (a FIFO or a huge file in this "
+                      "citizen's home or a peer's?); its wake units gate from now on - find "
+                      "it with `find /home/%s -type p`, restart the scheduler", GATE_S,
+                      self.name)
+            return False
         except Exception as exc:  # noqa: BLE001 - the wake unit runs the gate again, as the citizen
             log.warning("the gate failed here (%s); the wake unit decides", exc)
             return False
@@ -166,7 +190,10 @@ class Scheduled(Daemon):
                         "budget.max_home_mb; the next check lets it wake", held.used_mb,
                         held.budget_mb)
             return
-        handed = self.rings.pop(req.wake_type, [])
+        waiting = [r for r in self.rings.pop(req.wake_type, []) if len(r) <= MAX_RING_NAME]
+        handed = waiting[:MAX_HANDED]  # the request stays under read_request's 64 KB
+        if waiting[MAX_HANDED:]:
+            self.rings[req.wake_type] = waiting[MAX_HANDED:]
         path = self.store.write_request(self.name, {
             "type": req.wake_type, "slot": slot, "reason": req.reason, "rings": handed})
         self.current = req.wake_type or f"slot {slot}"
@@ -204,6 +231,30 @@ class Scheduled(Daemon):
                 "updated": clock.now(time.time())}  # liveness: the wall clock, as a heartbeat
 
 
+def _within(seconds: float, fn: Callable[[], Any]) -> Any:
+    """`fn()` run in a thread of its own, waited for `seconds` at most.
+
+    :raises TimeoutError: still running (it is left to end, or not, on its own)."""
+    box: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            box.append((True, fn()))
+        except Exception as exc:  # noqa: BLE001 - raised again in the caller's thread
+            box.append((False, exc))
+
+    thread = threading.Thread(target=run, name=f"{threading.current_thread().name}:gate",
+                              daemon=True)
+    thread.start()
+    thread.join(seconds)
+    if not box:
+        raise TimeoutError(f"still running after {seconds:.0f} s")
+    ok, value = box[0]
+    if not ok:
+        raise value
+    return value
+
+
 def own_daemon_runs(lock: Path) -> bool:
     """Whether the citizen's own daemon holds its lock - read from /proc/locks, which
     takes no lock (taking one, even shared, could make its daemon's start fail)."""
@@ -235,7 +286,8 @@ class SameCode:
         marker = self.code / "citizen" / "__init__.py"
         if not marker.exists() and not marker.is_symlink():
             return True  # no code of its own: its wakes run the release (process.py)
-        key = _listing(self.code)
+        _release()
+        key = _listing(self.code, _SIZES, _DIRS)
         if key is None:
             return False
         if key != self.key:
@@ -244,35 +296,51 @@ class SameCode:
 
 
 _RELEASE: dict[str, str] = {}
+_SIZES: dict[str, int] = {}  # the release's files and their sizes
+_DIRS: set[str] = set()  # the release's folders
 
 
 def _release() -> dict[str, str]:
     if not _RELEASE:
-        listing = _listing(RELEASE) or frozenset()
+        listing = _listing(RELEASE, dirs_seen=_DIRS) or frozenset()
+        _SIZES.update({rel: size for rel, size, _ in listing})
         _RELEASE.update(_digests(RELEASE, listing))
     return _RELEASE
 
 
-def _listing(root: Path) -> frozenset[tuple[str, int, int]] | None:
+def _listing(root: Path, sizes: dict[str, int] | None = None, dirs: set[str] | None = None,
+             dirs_seen: set[str] | None = None) -> frozenset[tuple[str, int, int]] | None:
+    """The `.py` files under `root`'s packages: (path, size, time). Given the release's
+    `sizes` and `dirs`, None at the first folder or file the release has not, or of another
+    size: a citizen's planted tree of a million files or sparse file of 100 GB is neither
+    walked to its end nor read (the scheduler's memory is every citizen's)."""
     found: set[tuple[str, int, int]] = set()
     for package in CODE:
         top = root / package
         if top.is_symlink() or not top.is_dir():
             return None
-        for folder, dirs, files in os.walk(top):  # never follows a link
-            dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for folder, subdirs, files in os.walk(top):  # never follows a link
+            subdirs[:] = [d for d in subdirs if d != "__pycache__"]
+            here = [str(Path(folder, d).relative_to(root)) for d in subdirs]
+            if dirs is not None and any(d not in dirs for d in here):
+                return None
+            if dirs_seen is not None:
+                dirs_seen.update(here)
             for f in files:
                 if not f.endswith(".py"):
                     continue
                 path = Path(folder, f)
                 info = path.lstat()
-                found.add((str(path.relative_to(root)), info.st_size, info.st_mtime_ns))
+                rel = str(path.relative_to(root))
+                if sizes is not None and sizes.get(rel) != info.st_size:
+                    return None
+                found.add((rel, info.st_size, info.st_mtime_ns))
     return frozenset(found)
 
 
 def _digests(root: Path, listing: frozenset[tuple[str, int, int]]) -> dict[str, str]:
     out: dict[str, str] = {}
-    for rel, _, _ in listing:
+    for rel, size, _ in listing:
         try:
             # O_NOFOLLOW: a link is "not the release's", never read where it points.
             fd = os.open(root / rel, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
@@ -280,5 +348,6 @@ def _digests(root: Path, listing: frozenset[tuple[str, int, int]]) -> dict[str, 
             out[rel] = "unreadable"
             continue
         with os.fdopen(fd, "rb") as f:
-            out[rel] = hashlib.sha256(f.read()).hexdigest()
+            # At most the size listed and a byte: a file grown since is not the release's.
+            out[rel] = hashlib.sha256(f.read(size + 1)).hexdigest()
     return out
