@@ -136,6 +136,26 @@ def test_a_link_planted_at_a_doorbell_reads_nothing_of_the_schedulers(
     as_user(box, "aria", "rm /home/shared/doorbell/aria/1-1-TASK.json")
 
 
+def test_a_sparse_giant_in_a_home_fails_only_its_own_gate(box: Container) -> None:
+    """opus swaps his state.json for a sparse 3 GB file and rings himself: the gate that
+    reads it in the scheduler fails (its address space is capped below its memory limit)
+    and hands the wake to opus's unit - the scheduler, everyone's, stays up."""
+    pid = box.run("systemctl", "show", "-p", "MainPID", "--value",
+                  "experience-scheduler").stdout.strip()
+    as_user(box, "opus", "cd /home/opus && cp state.json state.keep && truncate -s 3G state.json"
+            " && cd /home/shared/doorbell/opus && printf '%s' '{\"wake_type\": \"REFLECT\","
+            " \"reason\": \"me\", \"sender\": \"opus\"}' > .ring && mv .ring 1-1-REFLECT.json")
+    try:
+        until(lambda: "the gate failed here" in box.run(
+            "journalctl", "--no-pager", "-u", "experience-scheduler").stdout, 90)
+        assert box.run("systemctl", "show", "-p", "MainPID", "--value",
+                       "experience-scheduler").stdout.strip() == pid  # not killed
+        assert "MemoryError" in box.run("journalctl", "--no-pager", "-u",
+                                        "experience-scheduler").stdout
+    finally:
+        as_user(box, "opus", "cd /home/opus && mv state.keep state.json")
+
+
 def test_kill_9_of_the_scheduler_hands_no_slot_out_twice(box: Container) -> None:
     """systemd brings a killed scheduler back at once, and its slot counters go on from
     where they were (a slot decides a mandatory wake type: none is handed out twice)."""

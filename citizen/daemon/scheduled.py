@@ -168,7 +168,8 @@ class Scheduled(Daemon):
                       self.name)
             return False
         except Exception as exc:  # noqa: BLE001 - the wake unit runs the gate again, as the citizen
-            log.warning("the gate failed here (%s); the wake unit decides", exc)
+            log.warning("the gate failed here (%s: %s); the wake unit decides",
+                        type(exc).__name__, exc)
             return False
         if verdict is None:
             return False
@@ -259,16 +260,14 @@ def own_daemon_runs(lock: Path) -> bool:
     """Whether the citizen's own daemon holds its lock - read from /proc/locks, which
     takes no lock (taking one, even shared, could make its daemon's start fail)."""
     try:
-        inode = lock.lstat().st_ino
+        info = lock.lstat()
         table = Path("/proc/locks").read_text()
     except OSError:
         return False
-    for line in table.splitlines():
-        parts = line.split()
-        where = next((p for p in parts if p.count(":") == 2), "")
-        if where.rsplit(":", 1)[-1] == str(inode):
-            return True
-    return False
+    # The kernel names a locked file "major:minor:inode" (device numbers in hex): the
+    # device too, so a lock on another file system's same inode is not this one.
+    mine = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
+    return any(mine in line.split() for line in table.splitlines())
 
 
 class SameCode:
