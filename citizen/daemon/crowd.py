@@ -164,18 +164,22 @@ class Crowd:
 
     def _schedule(self) -> None:
         """The process's own jobs (a daemon alone schedules them itself), then start."""
-        every = clock.wall_seconds(RETENTION_S)  # daily, in world time
-        first = min(d.first_wake_s for d in self.daemons.values())
-        self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
-                               id="diversity", max_instances=1, coalesce=True,
-                               next_run_time=datetime.now(UTC) + timedelta(seconds=first),
-                               misfire_grace_time=max(1, int(every)))
+        self._own_jobs()
         ping = watchdog_interval()
         if ping:
             self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
                                    id="watchdog", max_instances=1, coalesce=True,
                                    misfire_grace_time=1)
         self.scheduler.start()
+
+    def _own_jobs(self) -> None:
+        """Beyond the citizens' jobs and the watchdog: the daily weight diversity."""
+        every = clock.wall_seconds(RETENTION_S)  # daily, in world time
+        first = min(d.first_wake_s for d in self.daemons.values())
+        self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
+                               id="diversity", max_instances=1, coalesce=True,
+                               next_run_time=datetime.now(UTC) + timedelta(seconds=first),
+                               misfire_grace_time=max(1, int(every)))
 
     def stopped(self) -> None:
         """Once every citizen is stopped (a scheduler writes its status)."""

@@ -190,11 +190,7 @@ class Daemon:
 
     def _schedule(self) -> None:
         """This citizen's jobs; on its own scheduler also the process's, and start it."""
-        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
-        self.scheduler.add_job(
-            self.slot_due, IntervalTrigger(seconds=self.interval_s), id=self.job("wake"),
-            next_run_time=start, max_instances=1, coalesce=True,
-            misfire_grace_time=max(1, int(self.interval_s // 2)))
+        start = self._schedule_slots()
         self.scheduler.add_job(self._heartbeat, IntervalTrigger(seconds=self.heartbeat_s),
                                id=self.job("heartbeat"), max_instances=1, coalesce=True,
                                misfire_grace_time=int(self.heartbeat_s))
@@ -212,11 +208,22 @@ class Daemon:
         self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),
                                id="diversity", next_run_time=start, max_instances=1,
                                coalesce=True, misfire_grace_time=max(1, int(every)))
-        ping = watchdog_interval()
-        if ping:
-            self.scheduler.add_job(self._watchdog, IntervalTrigger(seconds=ping), id="watchdog",
-                                   max_instances=1, coalesce=True, misfire_grace_time=1)
+        if ping := watchdog_interval():
+            # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked
+            # interpreter) stops feeding it, and systemd kills and restarts the daemon.
+            self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
+                                   id="watchdog", max_instances=1, coalesce=True,
+                                   misfire_grace_time=1)
         self.scheduler.start()
+
+    def _schedule_slots(self) -> datetime:
+        """The slot job: coalesced, one at a time, late by at most half an interval."""
+        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
+        self.scheduler.add_job(
+            self.slot_due, IntervalTrigger(seconds=self.interval_s), id=self.job("wake"),
+            next_run_time=start, max_instances=1, coalesce=True,
+            misfire_grace_time=max(1, int(self.interval_s // 2)))
+        return start
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
@@ -391,9 +398,3 @@ class Daemon:
         status.beat(self.home, name=self.name, state=self.state, current=self.current,
                     next_at=self._next_wake(), wakes_run=self.wakes_run,
                     doorbell=self.doorbell_mode)
-
-    def _watchdog(self) -> None:
-        # Fed from the scheduler's thread: a frozen process (SIGSTOP, a deadlocked
-        # interpreter) stops feeding it, and systemd kills and restarts the daemon.
-        if self.state != State.STOPPED:
-            notify("WATCHDOG=1")

@@ -22,11 +22,8 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
-
-from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen.admin import disk
 from citizen.admin.schedstore import Store
@@ -104,11 +101,7 @@ class Scheduled(Daemon):
         self._set_state(State.SLEEPING)
 
     def _schedule(self) -> None:
-        start = datetime.now(UTC) + timedelta(seconds=self.first_wake_s)
-        self.scheduler.add_job(
-            self.slot_due, IntervalTrigger(seconds=self.interval_s), id=self.job("wake"),
-            next_run_time=start, max_instances=1, coalesce=True,
-            misfire_grace_time=max(1, int(self.interval_s // 2)))
+        self._schedule_slots()  # its only job: the rest is its wake unit's
 
     # ------------------------------------------------------------ rings
 

@@ -21,7 +21,6 @@ from apscheduler.triggers.interval import IntervalTrigger
 from citizen.admin.schedstore import Store
 from citizen.config import paths, server_mode
 from citizen.daemon.crowd import Crowd
-from citizen.daemon.notify import notify, watchdog_interval
 from citizen.daemon.process import Daemon
 from citizen.daemon.scheduled import MAIL, Scheduled, Starter
 from citizen.errors import CitizenError
@@ -61,7 +60,9 @@ class Scheduler(Crowd):
         log.error("citizen %s: not scheduled: %s: %s", name, type(exc).__name__, exc)
         self.left_out[name] = f"{type(exc).__name__}: {exc}"
 
-    def _schedule(self) -> None:
+    def _own_jobs(self) -> None:
+        """The status (a heartbeat for all) and the question of new mail; the daily
+        diversity is the wake units' (daemon/unit.py)."""
         self.scheduler.add_job(self._beat, IntervalTrigger(seconds=STATUS_S), id="status",
                                next_run_time=datetime.now(UTC) + timedelta(seconds=1),
                                max_instances=1, coalesce=True, misfire_grace_time=int(STATUS_S))
@@ -69,12 +70,6 @@ class Scheduler(Crowd):
             self.scheduler.add_job(self._mail, IntervalTrigger(seconds=MAIL_S), id="mail",
                                    next_run_time=datetime.now(UTC), max_instances=1,
                                    coalesce=True, misfire_grace_time=int(MAIL_S))
-        ping = watchdog_interval()
-        if ping:
-            self.scheduler.add_job(lambda: notify("WATCHDOG=1"), IntervalTrigger(seconds=ping),
-                                   id="watchdog", max_instances=1, coalesce=True,
-                                   misfire_grace_time=1)
-        self.scheduler.start()
 
     def _mail(self) -> None:
         """Ask the broker whose INBOX grew; wake each such citizen (its wake takes the
