@@ -26,11 +26,29 @@ class ForgedRecord(NotAllowed):
 
 def server_mode(shared_dir: Path) -> bool:
     """Server mode: the commons belongs to group `citizens` (set up by setup_server.sh)."""
+    gid = _group_gid()
+    return gid is not None and shared_dir.is_dir() and shared_dir.stat().st_gid == gid
+
+
+_GID: list[tuple[tuple[int, int], int | None]] = []  # ((mtime, inode) of /etc/group, gid)
+
+
+def _group_gid() -> int | None:
+    """The gid of group `citizens`, looked up again only when /etc/group changed: `citizen
+    status` asks twice per citizen, and each lookup read the whole group file."""
     try:
-        gid = grp.getgrnam(GROUP).gr_gid
+        info = Path("/etc/group").stat()
+        key = (info.st_mtime_ns, info.st_ino)
+    except OSError:
+        key = (0, 0)  # no /etc/group (NSS elsewhere): look up every time
+    if _GID and _GID[0][0] == key and key != (0, 0):
+        return _GID[0][1]
+    try:
+        gid: int | None = grp.getgrnam(GROUP).gr_gid
     except KeyError:
-        return False
-    return shared_dir.is_dir() and shared_dir.stat().st_gid == gid
+        gid = None
+    _GID[:] = [(key, gid)]
+    return gid
 
 
 def check_author(path: Path, claimed: str, enforce: bool) -> None:
