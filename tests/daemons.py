@@ -106,6 +106,17 @@ def heartbeat(root: Path, name: str = "opus") -> dict[str, Any]:
     return data
 
 
+def have_run(names: tuple[str, ...]) -> None:
+    """Give each citizen a heartbeat, as if it had run before: the server's scheduler
+    gates a citizen itself only once it has (daemon/scheduled.py)."""
+    from citizen.config import paths
+    from citizen.daemon import status
+
+    for name in names:
+        status.beat(paths.home(name), name=name, state=status.State.STOPPED, current="",
+                    next_at=None, wakes_run=0)
+
+
 def cli(env: dict[str, str], *args: str) -> str:
     """Run `citizen ARGS` as an operator would; its stdout (asserts it succeeded)."""
     done = subprocess.run([sys.executable, "-m", "citizen", *args], env=env, text=True,

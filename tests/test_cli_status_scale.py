@@ -156,16 +156,18 @@ def test_the_group_is_looked_up_once_until_etc_group_changes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """`citizen status` asks whether this is a server twice per citizen; each asked the
     group database (the whole of /etc/group) - 2,000 reads for a thousand citizens."""
+    import grp
+
     from shared import identity
 
     asked: list[str] = []
-    real = identity.grp.getgrnam
+    real = grp.getgrnam
 
     def counting(name: str) -> Any:
         asked.append(name)
         return real(name)
 
-    monkeypatch.setattr(identity.grp, "getgrnam", counting)
+    monkeypatch.setattr(grp, "getgrnam", counting)
     monkeypatch.setattr(identity, "_GID", [])
     for _ in range(100):
         identity.server_mode(tmp_path)

@@ -89,7 +89,7 @@ class Scheduled(Daemon):
 
     def acquire_lock(self) -> None:
         """No lock of ours in the home; a citizen whose own daemon runs is left out."""
-        if own_daemon_runs(self.home.daemon_lock):
+        if self.own_daemon_runs():
             raise AlreadyRunning(f"citizen {self.name} runs its own daemon (citizen@"
                                  f"{self.name}); the scheduler leaves it out")
 
@@ -127,7 +127,7 @@ class Scheduled(Daemon):
     # ------------------------------------------------------------ wakes
 
     def _run_wake(self, req: WakeRequest) -> None:
-        if own_daemon_runs(self.home.daemon_lock):
+        if self.own_daemon_runs():
             log.warning("citizen %s: its own daemon runs; no wake from the scheduler", self.name)
             return
         slot = self.store.next_slot(self.name) if req.wake_type is None else None
@@ -205,6 +205,18 @@ class Scheduled(Daemon):
         if self.state != State.STOPPING:
             self._set_state(State.SLEEPING)
 
+    def own_daemon_runs(self) -> bool:
+        """Whether citizen@NAME runs (its lock held by its daemon). On a server the lock
+        may be its own wake unit's instead - one the scheduler started before a restart -
+        so systemd is asked which unit runs; in dev mode the holder is its daemon."""
+        if not lock_held(self.home.daemon_lock):
+            return False
+        if self.starter is not systemd_starter:
+            return True
+        unit = f"citizen@{self.name}.service"
+        return subprocess.run(["systemctl", "is-active", "--quiet", unit],
+                              check=False).returncode == 0
+
     def _stop_child(self) -> None:
         pass  # systemd stops the unit (the scheduler's stop does not stop a wake)
 
@@ -249,8 +261,8 @@ def _within(seconds: float, fn: Callable[[], Any]) -> Any:
     return value
 
 
-def own_daemon_runs(lock: Path) -> bool:
-    """Whether the citizen's own daemon holds its lock - read from /proc/locks, which
+def lock_held(lock: Path) -> bool:
+    """Whether someone holds the citizen's daemon lock - read from /proc/locks, which
     takes no lock (taking one, even shared, could make its daemon's start fail)."""
     try:
         info = lock.lstat()
