@@ -7,6 +7,7 @@ the figures.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 from collections import Counter
@@ -111,3 +112,39 @@ def test_the_worst_case_encodes_each_system_block_once_a_wake(
     for i, cost in enumerate(worst):  # the same figure as the whole request's estimate
         body = json.dumps(_request(system, f"call {i}").to_dict(), default=str)
         assert cost == (estimate_tokens(body) * 3.75 + 300 * 15.0) / 1e6
+
+
+def test_a_metered_call_encodes_each_system_block_once_a_wake_digest_included(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from citizen.llm.base import Reply, Usage
+    from citizen.llm.scripted import ScriptedProvider
+
+    block = "## goals\n- ship « the report » with \"quotes\"\n" * 50
+    system = ["You are opus.", block]
+    log = WakeLog(paths.home("opus"), 1, "TASK")
+    meter = Meter(log, config.load_citizen("opus").budget)
+    llm = ScriptedProvider(default=Reply(text="answer", model="scripted", provider="scripted",
+                                         usage=Usage(), cost_usd=0.0, latency_s=0.0))
+    encoded: list[Any] = []
+    real = json.dumps
+
+    def spy(value: Any, *args: Any, **kwargs: Any) -> str:
+        if value is block or (isinstance(value, dict) and block in value.get("system", ())) \
+                or (isinstance(value, list) and block in value):
+            encoded.append(value)
+        return real(value, *args, **kwargs)
+
+    monkeypatch.setattr(json, "dumps", spy)
+    requests = [_request(system, f"call {i}") for i in range(3)]
+    for request in requests:
+        meter.call(llm, request)
+    assert len(encoded) == 1, "the block is encoded for the first call only, digest too"
+    monkeypatch.undo()
+    log.close()
+    # The logged digest is the request's own (what a replay compares), byte for byte the
+    # whole request encoded with sorted keys.
+    calls = [e for e in wakelog.read(log.path) if e["event"] == "llm_call"]
+    for request, event in zip(requests, calls, strict=True):
+        body = json.dumps(request.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
+        assert event["request_digest"] == request.digest() \
+            == hashlib.sha256(body.encode()).hexdigest()[:16]

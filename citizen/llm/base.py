@@ -56,7 +56,10 @@ class Request:
         return {
             "messages": list(self.messages),
             "system": list(self.system),
-            "tools": [asdict(t) for t in self.tools],
+            # Each tool as its fields (what `asdict` gave, without deep-copying each
+            # schema on every call: the data is encoded at once, never changed).
+            "tools": [{"name": t.name, "description": t.description,
+                       "input_schema": t.input_schema} for t in self.tools],
             "output_schema": self.output_schema,
             "max_tokens": self.max_tokens,
             "tier": self.tier,
@@ -65,8 +68,20 @@ class Request:
 
     def digest(self) -> str:
         """A stable fingerprint of what was asked, so a replay can check it asks the same."""
-        body = json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(body.encode()).hexdigest()[:16]
+        return digest_of({**self.to_dict(), "system": []},
+                         [json.dumps(b, default=str) for b in self.system])
+
+
+def digest_of(data: Mapping[str, Any], system: Sequence[str]) -> str:
+    """`Request.digest` from the request's data (`to_dict`, its system blocks left out)
+    and each system block already encoded as JSON (`json.dumps(block)`): the same bytes as
+    encoding the whole with sorted keys, so a wake's meter encodes its blocks - most of
+    a request - once a wake, not once a call."""
+    fields = {k: json.dumps(v, sort_keys=True, separators=(",", ":"), default=str)
+              for k, v in data.items() if k != "system"}
+    fields["system"] = "[" + ",".join(system) + "]"
+    body = "{" + ",".join(f"{json.dumps(k)}:{fields[k]}" for k in sorted(fields)) + "}"
+    return hashlib.sha256(body.encode()).hexdigest()[:16]
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from citizen.config import Budget, ModelPrice
 from citizen.config.paths import Home
@@ -20,7 +21,15 @@ from citizen.errors import LimitReached, ProviderError, StructuredOutputError
 from citizen.home import spend
 from citizen.home.spend import Daily
 from citizen.home.wakelog import WakeLog
-from citizen.llm.base import CHARS_PER_TOKEN, Provider, Reply, Request, Usage, cache_write_1h
+from citizen.llm.base import (
+    CHARS_PER_TOKEN,
+    Provider,
+    Reply,
+    Request,
+    Usage,
+    cache_write_1h,
+    digest_of,
+)
 
 
 @dataclass
@@ -54,28 +63,35 @@ class Meter:
     tokens_in: int = 0
     tokens_out: int = 0
     _logged: dict[str, int] = field(default_factory=dict)
-    # A system block's length as JSON: the blocks are built once a wake and sent on each
-    # of its calls, so each is encoded once, not once a call (the contexts: most bytes).
-    _encoded: dict[str, int] = field(default_factory=dict)
+    # A system block as JSON: the blocks are built once a wake and sent on each of its
+    # calls, so each is encoded once, not once a call (the contexts: most bytes), for
+    # the worst case and the digest alike.
+    _encoded: dict[str, str] = field(default_factory=dict)
 
-    def worst_case(self, request: Request, price: ModelPrice) -> float:
+    def worst_case(self, request: Request, price: ModelPrice,
+                   data: dict[str, Any] | None = None) -> float:
         """The most the request could cost: all input written to the cache (the dearest
         way to send it), every output token used. The input is estimated from the request
         as JSON (`estimate_tokens` of `json.dumps(request.to_dict())`), its length summed
-        from the rest and each system block's length (`[a, b]`: 2 characters apart)."""
-        rest = json.dumps({**request.to_dict(), "system": []}, default=str)
-        blocks = [self._length(b) for b in request.system]
+        from the rest and each system block's length (`[a, b]`: 2 characters apart).
+        `data`: `request.to_dict()` already made (a call makes it once)."""
+        rest = json.dumps({**(data or request.to_dict()), "system": []}, default=str)
+        blocks = [len(self._json(b)) for b in request.system]
         chars = len(rest) + sum(blocks) + 2 * max(0, len(blocks) - 1)
         per_input = max(price.input, price.cache_write,
                         cache_write_1h(price) if request.cache_ttl == "1h" else 0.0)
         tokens = math.ceil(chars / CHARS_PER_TOKEN)  # llm.base.estimate_tokens, by length
         return (tokens * per_input + request.max_tokens * price.output) / 1e6
 
-    def _length(self, block: str) -> int:
-        length = self._encoded.get(block)
-        if length is None:
-            length = self._encoded[block] = len(json.dumps(block, default=str))
-        return length
+    def _json(self, block: str) -> str:
+        encoded = self._encoded.get(block)
+        if encoded is None:
+            encoded = self._encoded[block] = json.dumps(block, default=str)
+        return encoded
+
+    def _digest(self, request: Request, data: dict[str, Any]) -> str:
+        """`request.digest()`, its system blocks encoded once a wake (`_json`)."""
+        return digest_of(data, [self._json(b) for b in request.system])
 
     def call(self, llm: Provider, request: Request) -> Reply:
         """Make one model call within the budget, and log it completely enough to replay.
@@ -83,7 +99,8 @@ class Meter:
         :raises BudgetExceeded: the call could exceed the wake's cap; nothing was sent.
         :raises DailyCapReached: it could cross a daily cap; nothing was sent.
         """
-        worst = self.worst_case(request, llm.price(request.tier))
+        data = request.to_dict()  # once a call: the worst case's and the digest's
+        worst = self.worst_case(request, llm.price(request.tier), data)
         cap = self.budget.max_usd_per_wake
         if self.spent + worst > cap:
             raise BudgetExceeded(f"the next call could cost ${worst:.4f} and ${self.spent:.4f} "
@@ -108,7 +125,8 @@ class Meter:
             # limit like any other (at its worst case when the provider cannot say).
             cost = exc.cost_usd if exc.cost_usd is not None else worst
             self._count(cost, exc.tokens_in, exc.tokens_out)
-            self.log.event("llm_call", purpose=request.purpose, request_digest=request.digest(),
+            self.log.event("llm_call", purpose=request.purpose,
+                           request_digest=self._digest(request, data),
                            new_messages=new_messages, error=exc.problem, raw=exc.raw[:2000],
                            cost_usd=round(cost, 6), tokens_in=exc.tokens_in,
                            tokens_out=exc.tokens_out)
@@ -125,7 +143,8 @@ class Meter:
             tokens_in=u.input_tokens, tokens_out=u.output_tokens,
             cache_read=u.cache_read_tokens, cache_write=u.cache_write_tokens,
             cost_usd=round(reply.cost_usd, 6), latency_s=round(reply.latency_s, 3),
-            request_digest=request.digest(), new_messages=new_messages, reply=reply.to_dict())
+            request_digest=self._digest(request, data), new_messages=new_messages,
+            reply=reply.to_dict())
         self._ledger(request, reply.model, reply.cost_usd, u)
         return reply
 
