@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import shutil
 from collections.abc import Callable
@@ -278,3 +279,33 @@ def test_the_rules_come_from_the_rules_dir_not_the_codes_templates(
     assert opus.permissions.get("can_use_network", False) is False
     assert tpl.prices["claude-opus-4-6"].output > 0  # the release's price, not the zero
     assert tpl.dir == code  # prompts and wake types stay the citizen's to evolve
+
+
+def test_a_citizens_config_is_checked_against_its_schema_once_per_content(
+        civ_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    templates = importlib.import_module("citizen.config.templates")  # the name is a function too
+
+    config.load_citizen("mira")  # the templates loaded (each template citizen checked)
+    checked: list[Any] = []
+    real = templates.validate
+
+    def spy(path: Path, data: Any, schema: Any) -> None:
+        checked.append(data)
+        real(path, data, schema)
+
+    monkeypatch.setattr(templates, "validate", spy)
+    for _ in range(3):  # a wake's load, again and again: the content was checked already
+        assert config.load_citizen("mira").focus
+    assert checked == []
+    own = civ_root / "mira" / "config.json"
+    own.parent.mkdir()
+    own.write_text(json.dumps({"email": "mira@example.org", "focus": "Systems"}))
+    for _ in range(3):  # new content: checked once
+        assert config.load_citizen("mira").focus == "Systems"
+    assert len(checked) == 1
+    own.write_text('{"focus": 7}')  # content that fails is refused every time
+    for _ in range(2):
+        with pytest.raises(ConfigError) as info:
+            config.load_citizen("mira")
+        assert info.value.path == own and info.value.key == "focus"
+    assert len(checked) == 3

@@ -3,6 +3,7 @@ cross-checked once, with the operator's rules from `paths.rules_dir`."""
 
 from __future__ import annotations
 
+import json
 import string
 from collections.abc import Mapping
 from functools import cache, cached_property
@@ -32,6 +33,8 @@ from citizen.config.settings import (
 )
 from citizen.errors import ConfigError
 
+_VALID_MAX = 4096  # citizen contents remembered as valid (`Templates.build_citizen`)
+
 
 class Templates:
     """Every file in `templates/`, loaded and cross-checked once."""
@@ -44,6 +47,7 @@ class Templates:
         # citizen evolves. The schemas of these files are data too, with the names only
         # code knows filled in; they are checked as JSON Schemas first.
         self.rules = rules or directory
+        self._valid: set[str] = set()  # citizen data (JSON, sorted keys) that passed
         self._schemas = Schemas(self.rules / "schemas" / "config")
         self._configs = load_file(self.rules / "citizen_configs.json",
                               self._schema("citizen_configs"))
@@ -104,9 +108,18 @@ class Templates:
     def build_citizen(self, data: Mapping[str, Any], source: Path) -> CitizenConfig:
         """Validate merged citizen data and turn it into a `CitizenConfig`."""
         data = merge(self._configs["defaults"], data)
-        citizen = {"$defs": self._schema("citizen_configs")["$defs"],
-                   "$ref": "#/$defs/citizen", "required": ["name", "email", "focus"]}
-        validate(source, data, citizen)
+        # Each content is checked against the schema once per Templates (the schema is
+        # this object's): the template citizens at start, then the same data again for
+        # every wake that loads one. Only data that passed is remembered.
+        content = _content(data)
+        if content is None or content not in self._valid:
+            citizen = {"$defs": self._schema("citizen_configs")["$defs"],
+                       "$ref": "#/$defs/citizen", "required": ["name", "email", "focus"]}
+            validate(source, data, citizen)
+            if len(self._valid) >= _VALID_MAX:
+                self._valid.clear()  # a crowd's process loads many citizens: bounded
+            if content is not None:
+                self._valid.add(content)
         name = paths.check_name(data["name"])
         council = tuple(CouncilSeat(**s) for s in data["council"])
         if not any(s.role == "primary" for s in council):
@@ -239,6 +252,15 @@ class Templates:
             roles[role] = RoleValues(dict(spec["weights"]),
                                      {v: (b[0], b[1]) for v, b in spec["bounds"].items()})
         return roles
+
+
+def _content(data: Mapping[str, Any]) -> str | None:
+    """`data` as JSON with sorted keys; None when a value is not plain JSON (a YAML
+    date: its text would pass for a string), which is then checked every time."""
+    try:
+        return json.dumps(data, sort_keys=True)
+    except TypeError:
+        return None
 
 
 @cache
