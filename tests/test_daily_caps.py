@@ -8,6 +8,7 @@ doorbell wakes (a debate, a proposal, a mailed task) could spend without limit."
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,15 @@ def test_a_ledger_is_read_once_then_only_what_was_appended(
     replaced.write_text('{"cost_usd": 0.125}\n')
     replaced.replace(path)  # another file under the name: summed afresh
     assert spend.spent(paths.home("opus"), spend.today()) == 0.125
+
+
+def test_a_ledgers_path_is_built_once_a_day(civ: Path) -> None:
+    """The meter asks for its own and every peer's ledger several times a call: the path
+    is built once per home and day (the same object), a new day's afresh."""
+    home, day = paths.home("opus"), spend.today()
+    first = spend.ledger(home, day)
+    assert spend.ledger(home, day) is first
+    assert first == home.dir / "logs" / "spend" / f"{day.isoformat()}.jsonl"
+    tomorrow = spend.ledger(home, day + timedelta(days=1))
+    assert tomorrow != first and tomorrow.name == f"{(day + timedelta(days=1)).isoformat()}.jsonl"
+    assert spend.ledger(paths.home("mira"), day).parent == paths.home("mira").dir / "logs" / "spend"

@@ -45,7 +45,19 @@ def today() -> date:
 
 
 def ledger(home: Home, day: date) -> Path:
-    return home.dir / "logs" / "spend" / f"{day.isoformat()}.jsonl"
+    """The day's ledger of `home`: built once per process (the meter asks for its own and
+    every peer's several times a call - path joins were most of a ledger check)."""
+    key = (home.dir, day)
+    path = _LEDGERS.get(key)
+    if path is None:
+        if len(_LEDGERS) >= _SUMMED_MAX:
+            _LEDGERS.clear()  # a long-lived process (the dashboard) reads many days
+        path = _LEDGERS[key] = home.dir / "logs" / "spend" / f"{day.isoformat()}.jsonl"
+    return path
+
+
+# (home directory, day) -> its ledger's path
+_LEDGERS: dict[tuple[Path, date], Path] = {}
 
 
 def record(home: Home, **line: Any) -> None:
