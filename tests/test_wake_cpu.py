@@ -148,3 +148,31 @@ def test_a_metered_call_encodes_each_system_block_once_a_wake_digest_included(
         body = json.dumps(request.to_dict(), sort_keys=True, separators=(",", ":"), default=str)
         assert event["request_digest"] == request.digest() \
             == hashlib.sha256(body.encode()).hexdigest()[:16]
+
+
+def test_a_wake_that_knows_no_secret_logs_its_events_without_walking_them(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A server's wake holds no secret: its events go to the log as they are. One that
+    knows a secret still walks every event and keeps the secret out."""
+    from citizen.config.secrets import SECRET_KEYS
+
+    for key in SECRET_KEYS:
+        monkeypatch.delenv(key, raising=False)
+    walked: list[Any] = []
+    real = wakelog._scrub
+
+    def spy(value: Any, redact: Callable[[str], str]) -> Any:
+        walked.append(value)
+        return real(value, redact)
+
+    monkeypatch.setattr(wakelog, "_scrub", spy)
+    log = _task_wake()
+    assert len(wakelog.read(log)) > 10 and walked == []
+    secret = "sk-ant-not-to-be-logged-0123"  # noqa: S105 - a test's key
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    TaskQueue(paths.home("opus").tasks).add(f"quote {secret} back")
+    result = run_wake("opus", wake_type="TASK", provider=provides(Actor(
+        call("task_complete", summary="done"))))
+    assert result.status == "ok" and walked
+    text = result.log_path.read_text()
+    assert secret not in text and "[ANTHROPIC_API_KEY redacted]" in text

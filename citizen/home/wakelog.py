@@ -34,7 +34,8 @@ class WakeLog:
         self.number = number
         self.wake_type = wake_type
         self.started = time.monotonic()
-        # Set once the wake knows its secrets: every string logged passes through it.
+        # Set once the wake knows its secrets (`Secrets.redactor`): every string logged
+        # passes through it; `str` (none known) leaves the events as they are.
         self.redact: Callable[[str], str] = str
         self.new_blobs = False  # whether `close` owes the blobs' directory an fsync
         # The log's file, open from the first event to `close`: one open a wake, not one
@@ -43,8 +44,9 @@ class WakeLog:
         self._closed = False
 
     def event(self, event: str, **fields: Any) -> None:
-        record = _scrub({"ts": now_iso(), "wake": self.number, "event": event, **fields},
-                        self.redact)
+        record = {"ts": now_iso(), "wake": self.number, "event": event, **fields}
+        if self.redact is not str:  # `str`: no secret known, nothing to replace
+            record = _scrub(record, self.redact)
         if self._closed:  # a line after the close (none in a wake): appended on its own
             append_line(self.path, record)
             return

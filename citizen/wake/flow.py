@@ -281,7 +281,7 @@ class _Run:
             self.wlog.event("daily_cap", reason=str(exc))
             return "daily_cap", str(exc)
         secrets = config.load_secrets(self.name)
-        self.wlog.redact = secrets.redact  # from here on, no known secret is logged
+        self.wlog.redact = secrets.redactor  # from here on, no known secret is logged
         try:
             llm = self.provider(self.cfg, secrets)
         except ProviderError as exc:  # no key, no model: the operator's to fix, not a crash
