@@ -281,6 +281,33 @@ def test_the_rules_come_from_the_rules_dir_not_the_codes_templates(
     assert tpl.dir == code  # prompts and wake types stay the citizen's to evolve
 
 
+def test_a_budget_is_checked_once_per_content(civ_root: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`citizen status` asks every citizen's budget: the same budget is one check, not
+    one per citizen; a bad one is refused every time."""
+    templates = importlib.import_module("citizen.config.templates")
+    for name in ("mira", "opus", "aria"):  # each content checked once here
+        config.load_budget(name)
+    checked: list[Any] = []
+    real = templates.validate
+
+    def spy(path: Path, data: Any, schema: Any) -> None:
+        checked.append(data)
+        real(path, data, schema)
+
+    monkeypatch.setattr(templates, "validate", spy)
+    for name in ("mira", "opus", "aria", "mira"):
+        config.load_budget(name)
+    assert checked == []  # the same contents again: no check
+    own = civ_root / "mira" / "config.json"
+    own.parent.mkdir()
+    own.write_text(json.dumps({"budget": {"max_usd_per_day": "lots"}}))
+    for _ in range(2):
+        with pytest.raises(ConfigError):
+            config.load_budget("mira")
+    assert len(checked) == 2
+
+
 def test_a_citizens_config_is_checked_against_its_schema_once_per_content(
         civ_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     templates = importlib.import_module("citizen.config.templates")  # the name is a function too

@@ -97,7 +97,16 @@ class Templates:
         """The budget of merged citizen data, only it validated (`build_citizen` checks
         the whole)."""
         budget = merge(self._configs["defaults"], data)["budget"]
-        validate(source, {"budget": budget}, self._budget_schema)
+        # Once per content, as build_citizen: `citizen status` asks every citizen's
+        # budget, and most are the same defaults under the same operator's rules.
+        content = _content({"budget": budget})
+        key = None if content is None else f"budget:{content}"
+        if key is None or key not in self._valid:
+            validate(source, {"budget": budget}, self._budget_schema)
+            if len(self._valid) >= _VALID_MAX:
+                self._valid.clear()
+            if key is not None:
+                self._valid.add(key)
         return Budget(**budget)
 
     @cached_property
