@@ -281,13 +281,9 @@ def test_the_rules_come_from_the_rules_dir_not_the_codes_templates(
     assert tpl.dir == code  # prompts and wake types stay the citizen's to evolve
 
 
-def test_a_budget_is_checked_once_per_content(civ_root: Path,
-                                             monkeypatch: pytest.MonkeyPatch) -> None:
-    """`citizen status` asks every citizen's budget: the same budget is one check, not
-    one per citizen; a bad one is refused every time."""
-    templates = importlib.import_module("citizen.config.templates")
-    for name in ("mira", "opus", "aria"):  # each content checked once here
-        config.load_budget(name)
+def schema_checks(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
+    """The data each schema check is asked from now on (the checks still run)."""
+    templates = importlib.import_module("citizen.config.templates")  # the name is a function too
     checked: list[Any] = []
     real = templates.validate
 
@@ -296,6 +292,16 @@ def test_a_budget_is_checked_once_per_content(civ_root: Path,
         real(path, data, schema)
 
     monkeypatch.setattr(templates, "validate", spy)
+    return checked
+
+
+def test_a_budget_is_checked_once_per_content(civ_root: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """`citizen status` asks every citizen's budget: the same budget is one check, not
+    one per citizen; a bad one is refused every time."""
+    for name in ("mira", "opus", "aria"):  # each content checked once here
+        config.load_budget(name)
+    checked = schema_checks(monkeypatch)
     for name in ("mira", "opus", "aria", "mira"):
         config.load_budget(name)
     assert checked == []  # the same contents again: no check
@@ -310,17 +316,8 @@ def test_a_budget_is_checked_once_per_content(civ_root: Path,
 
 def test_a_citizens_config_is_checked_against_its_schema_once_per_content(
         civ_root: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    templates = importlib.import_module("citizen.config.templates")  # the name is a function too
-
     config.load_citizen("mira")  # the templates loaded (each template citizen checked)
-    checked: list[Any] = []
-    real = templates.validate
-
-    def spy(path: Path, data: Any, schema: Any) -> None:
-        checked.append(data)
-        real(path, data, schema)
-
-    monkeypatch.setattr(templates, "validate", spy)
+    checked = schema_checks(monkeypatch)
     for _ in range(3):  # a wake's load, again and again: the content was checked already
         assert config.load_citizen("mira").focus
     assert checked == []
