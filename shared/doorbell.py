@@ -74,9 +74,9 @@ def peek(directory: Path, owner: int) -> list[Ring]:
     # O_NOFOLLOW | O_DIRECTORY: a symlink planted at the folder fails here, not later.
     fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        if os.fstat(fd).st_uid != owner:
-            raise PermissionError(f"{directory} is not the citizen's own folder (uid "
-                                  f"{os.fstat(fd).st_uid}, not {owner}); not read")
+        if (uid := os.fstat(fd).st_uid) != owner:
+            raise PermissionError(f"{directory} is not the citizen's own folder (uid {uid}, "
+                                  f"not {owner}); not read")
         rings: list[Ring] = []
         # listdir of the descriptor: the folder we checked, not a name swapped since.
         for entry in sorted(n for n in os.listdir(fd) if not n.startswith(".")):  # noqa: PTH208

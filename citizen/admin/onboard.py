@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from citizen import config
-from citizen.admin import founding, network
+from citizen.admin import founding, network, schedstore
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
@@ -26,7 +26,6 @@ from shared.atomic import make_dirs
 
 GROUP = "citizens"
 BROKER_USER = "experience-broker"  # holds the model keys (citizen.broker); not a citizen
-SCHEDULER_UNIT = "experience-scheduler.service"  # the server's one scheduler (architecture §7)
 # The mailbox settings an older install kept apart in <name>.mail.env (broker_secrets).
 MAIL_KEYS = ("IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "EMAIL_PASS", "IMAP_TLS", "SMTP_TLS")
 
@@ -261,9 +260,9 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True, *,
             _run("systemctl", "enable", "--quiet", unit)
             changed.append(f"{unit} enabled")
         if changed and subprocess.run(["systemctl", "is-active", "--quiet",
-                                       SCHEDULER_UNIT], check=False).returncode == 0:
+                                       schedstore.UNIT], check=False).returncode == 0:
             # The scheduler lists the citizens when it starts: a restart schedules this
             # one (running wakes are their own units; its counters are on disk).
-            _run("systemctl", "try-restart", SCHEDULER_UNIT)
-            changed.append(f"{SCHEDULER_UNIT} restarted: it schedules {name}")
+            _run("systemctl", "try-restart", schedstore.UNIT)
+            changed.append(f"{schedstore.UNIT} restarted: it schedules {name}")
     return changed

@@ -18,9 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from citizen.config import paths
-from shared.atomic import Appender, CorruptFile, read_json, read_jsonl, write_json
+from shared.atomic import Appender, CorruptFile, read_json, read_jsonl, write_bytes, write_json
 from shared.identity import server_mode
 
+USER = "experience-scheduler"  # its own system user (setup_server.sh): the release's word
+UNIT = "experience-scheduler.service"
 STATE_DIR = Path("/var/lib/experience-scheduler")
 RUN_DIR = Path("/run/experience-scheduler")
 _STATUS: dict[Path, tuple[tuple[int, int, int], dict[str, Any]]] = {}
@@ -74,27 +76,16 @@ class Store:
             out.append(record)
         if path.stat().st_size > IDLE_KEEP_BYTES:
             kept = read_jsonl(path)
-            raw = b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n"
-                           for r in kept[len(kept) // 2:])
-            tmp = path.with_name(f".{path.name}.tmp")
-            tmp.write_bytes(raw)
-            tmp.replace(path)
+            write_bytes(path, b"".join(json.dumps(r, separators=(",", ":")).encode() + b"\n"
+                                       for r in kept[len(kept) // 2:]), mode=0o640)
 
     def last_idle(self, name: str) -> dict[str, Any] | None:
         """The newest idle wake logged for `name` (None: none, or unreadable)."""
         try:
-            with self.idle_log(name).open("rb") as f:
-                f.seek(max(0, f.seek(0, os.SEEK_END) - 4096))
-                lines = f.read().splitlines()
+            records = read_jsonl(self.idle_log(name), tail_bytes=4096)
         except OSError:
             return None
-        for line in reversed(lines):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            return record if isinstance(record, dict) else None
-        return None
+        return records[-1] if records and isinstance(records[-1], dict) else None
 
     # ------------------------------------------------------------ status
 

@@ -19,6 +19,7 @@ from typing import Any
 
 from citizen import config
 from citizen.access import client
+from citizen.admin import schedstore
 from citizen.broker import mailbox
 from citizen.broker.mailbox import MailboxError, NoMailbox
 from citizen.broker.mailrules import citizen_names, logout
@@ -27,7 +28,6 @@ from citizen.broker.server import VIEWS, Broker
 from citizen.errors import CitizenError, ProviderUnavailable
 
 PATH = "/v1/experience/views/mailnews"
-SCHEDULER_USER = "experience-scheduler"  # the release's constant, never a caller's word
 TIMEOUT_S = 10.0  # one INBOX's STATUS: a frozen server costs this, not the whole answer
 
 
@@ -37,12 +37,12 @@ def may_ask(uid: int, *, server_mode: bool) -> None:
     if uid == 0 or (not server_mode and uid == os.geteuid()):
         return
     try:
-        scheduler_uid: int | None = pwd.getpwnam(SCHEDULER_USER).pw_uid
+        scheduler_uid: int | None = pwd.getpwnam(schedstore.USER).pw_uid
     except KeyError:
         scheduler_uid = None
     if uid != scheduler_uid:
         raise Refused(403, "permission_error",
-                      f"new-mail numbers are root's and the scheduler's ({SCHEDULER_USER}) only")
+                      f"new-mail numbers are root's and the scheduler's ({schedstore.USER}) only")
 
 
 def news() -> dict[str, Any]:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import click
 
+from citizen.admin.schedstore import USER
 from citizen.cli.options import CitizenName, known_citizens
 from citizen.config import server_mode
-
-USER = "experience-scheduler"  # the server scheduler's own user (setup_server.sh)
 
 
 @click.command()

@@ -27,7 +27,6 @@ from citizen.errors import CitizenError
 
 log = logging.getLogger(__name__)
 
-USER = "experience-scheduler"  # the scheduler's own system user (setup_server.sh)
 STATUS_S = 30.0  # the status file is written this often (a heartbeat for all)
 MAIL_S = 60.0  # the broker is asked this often whose INBOX grew (a daemon polls as often)
 
