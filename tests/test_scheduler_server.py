@@ -101,6 +101,10 @@ def test_a_task_runs_as_its_citizen_in_its_own_unit(box: Container,
     journal = box.run("journalctl", "--no-pager", "-u", "citizen-wake@opus").stdout
     assert re.search(r"wake \d+ TASK: ok", journal) and "ERROR" not in journal, journal
     assert processes_of(box, "opus") == []  # the unit ended: nothing of opus runs
+    # The operator's network rule holds in the wake unit as in the daemon's (onboarding
+    # wrote both drop-ins): without it, a citizen run by the scheduler saw the network.
+    assert box.run("systemctl", "show", "-p", "PrivateNetwork", "--value",
+                   "citizen-wake@opus").stdout.strip() == "yes"
     assert not box.run("ls", "/home/shared/doorbell/opus").stdout.strip()  # ring taken
 
 
