@@ -12,17 +12,21 @@ error naming the file - it is kept for inspection, never silently reset.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
 import stat
-import tempfile
 import time
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
+from shared import door
+from shared.door import NotPlain, TooBig, open_plain, read_tail
 from shared.errors import Invalid
 from shared.locks import locked
+
+__all__ = ["NotPlain", "TooBig", "open_plain", "read_tail"]  # the door's, re-exported
 
 
 class CorruptFile(Invalid):
@@ -36,7 +40,8 @@ class CorruptFile(Invalid):
 
 
 def write_bytes(path: Path, data: bytes, mode: int = 0o640,
-                owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> None:
+                owner: tuple[int, int] | None = None, *, sync_dir: bool = True,
+                beneath: Path | None = None) -> None:
     """Atomically replace `path` with `data`.
 
     `mode` 0640 by default: owner writes, group `citizens` may read (peer
@@ -45,33 +50,72 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
     it becomes visible, so the citizen never meets a file it cannot read.
     `sync_dir=False`: return once the new file is in place, its data on disk, and leave
     the directory's fsync (the rename's durability) to the caller: `fsync_dir(path.parent)`.
+    `beneath`: no directory below it is followed through a link (a writer with more
+    rights than whoever can write there: root into a home or the commons).
+
+    Everything happens through descriptors (shared/door.py): the directory is opened
+    without following a link, the temp file is created in it O_EXCL|O_NOFOLLOW, its mode
+    and owner set with fchmod/fchown, and it is renamed within that directory - so a
+    citizen who swaps the temp file for a link, or the folder for one, steers nothing.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_copy(path, data, mode)
+    if owner is None and beneath is None:  # our own tree: make what is missing
+        path.parent.mkdir(parents=True, exist_ok=True)
+    dfd = door.open_dir(path.parent, beneath=beneath)
     try:
-        if owner is not None:
-            os.chown(tmp, *owner)
-        os.replace(tmp, path)
+        replace_in(dfd, path.name, data, mode, owner, sync_dir=sync_dir)
+    finally:
+        os.close(dfd)
+
+
+def replace_in(dfd: int, name: str, data: bytes, mode: int = 0o640,
+               owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> None:
+    """Atomically replace `name` in the open directory `dfd` with `data` (a link at the
+    name is replaced, never followed); `write_bytes` through a descriptor."""
+    tmp = _temp_in(dfd, name, data, mode, owner)
+    try:
+        os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        _unlink_in(dfd, tmp)
         raise
     if sync_dir:
-        fsync_dir(path.parent)
+        os.fsync(dfd)
 
 
-def _temp_copy(path: Path, data: bytes, mode: int) -> str:
-    """`data` in a hidden, fsynced temp file beside `path`, with `mode`; its name."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+def _temp_in(dfd: int, name: str, data: bytes, mode: int,
+             owner: tuple[int, int] | None) -> str:
+    """`data` in a new hidden, fsynced temp file in the directory `dfd`, with `mode` and
+    `owner` set through its descriptor; the temp file's name."""
+    for _ in range(100):
+        tmp = f".{name}.{os.urandom(6).hex()}.tmp"
+        try:  # O_EXCL|O_NOFOLLOW: never opens what someone placed at the name
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                         | os.O_CLOEXEC, 0o600, dir_fd=dfd)
+            break
+        except FileExistsError:
+            continue
+    else:
+        raise FileExistsError(errno.EEXIST, "no free temp name after 100 tries", name)
     try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)  # mkstemp creates 0600; set the intended mode before it is visible
+        # 0600 until whole; then the intended mode and owner, through the descriptor: a
+        # link swapped in at the name is never what is chmodded or chowned.
+        os.fchmod(fd, mode)
+        if owner is not None:
+            os.fchown(fd, *owner)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        os.close(fd)
+        _unlink_in(dfd, tmp)
         raise
+    os.close(fd)
     return tmp
+
+
+def _unlink_in(dfd: int, name: str) -> None:
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(name, dir_fd=dfd)
 
 
 def fsync_dir(directory: Path) -> None:
@@ -98,12 +142,16 @@ def create_json(path: Path, data: Any, mode: int = 0o640) -> None:
     :raises FileExistsError: it exists (a vote, once cast, is never replaced).
     """
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    tmp = _temp_copy(path, raw, mode)
+    dfd = door.open_dir(path.parent)
     try:
-        os.link(tmp, path)  # atomic and exclusive: fails when the name is taken
+        tmp = _temp_in(dfd, path.name, raw, mode, None)
+        try:  # atomic and exclusive: fails when the name is taken
+            os.link(tmp, path.name, src_dir_fd=dfd, dst_dir_fd=dfd, follow_symlinks=False)
+        finally:
+            _unlink_in(dfd, tmp)
+        os.fsync(dfd)
     finally:
-        Path(tmp).unlink(missing_ok=True)
-    fsync_dir(path.parent)
+        os.close(dfd)
 
 
 def create_beneath(top: Path, rel: str | Path, data: bytes, mode: int = 0o640, *,
@@ -178,52 +226,25 @@ def _link_new(dir_fd: int, name: str, data: bytes, mode: int,
             os.unlink(tmp, dir_fd=dir_fd)
 
 
-class NotPlain(OSError):
-    """A path that is a link, a FIFO, a device or a directory, where a plain file was read."""
+def read_json(path: Path, schema_version: int | None = None, *,
+              cap: int = door.MAX_RECORD, beneath: Path | None = None) -> Any:
+    """Read a JSON state file, checking its `schema_version` when one is given: a plain
+    file (never through a link, never a FIFO), at most `cap` bytes, nested at most
+    door.MAX_JSON_DEPTH deep - so whoever wrote it, its reader is never hung, filled or
+    sent into a RecursionError.
 
-
-def open_plain(path: Path) -> BinaryIO:
-    """`path` opened for reading if it is a plain file - for a reader more privileged than
-    the file's writer (root reading a citizen's files): O_NOFOLLOW, so a planted link does
-    not lead it to a file the writer cannot read, and O_NONBLOCK, so a FIFO does not hang it.
-
-    :raises NotPlain: a link or anything but a plain file. :raises OSError: cannot be opened.
-    """
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-    except OSError as exc:
-        if exc.errno == errno.ELOOP:  # the last component is a symbolic link
-            raise NotPlain(exc.errno, f"{path} is a symbolic link, not a plain file") from exc
-        raise
-    if not stat.S_ISREG(os.fstat(fd).st_mode):
-        os.close(fd)
-        raise NotPlain(errno.EINVAL, f"{path} is not a plain file")
-    return os.fdopen(fd, "rb")
-
-
-def read_tail(path: Path, cap: int) -> bytes:
-    """A file another user wrote, as data: its last `cap` bytes at most, opened with
-    `open_plain` (a link is not followed, a FIFO fails at once instead of hanging). The
-    writer may plant a sparse file of any size; the reader's memory may be everyone's.
-
-    :raises OSError: absent, unreadable, or not a plain file (NotPlain)."""
-    with open_plain(path) as f:
-        size = os.fstat(f.fileno()).st_size
-        if size > cap:
-            f.seek(size - cap)
-        return f.read(cap)
-
-
-def read_json(path: Path, schema_version: int | None = None) -> Any:
-    """Read a JSON state file, checking its `schema_version` when one is given.
-
-    :raises CorruptFile: it does not parse, or has another schema version.
+    :raises CorruptFile: it does not parse, is too large or too deep, or has another
+        schema version (the file is kept).
+    :raises NotPlain: a link, a FIFO or not a plain file.
     :raises FileNotFoundError: it does not exist.
     """
-    raw = path.read_bytes()
     try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raw = door.read_capped(path, cap, beneath=beneath)
+    except TooBig as exc:
+        raise CorruptFile(path, str(exc)) from exc
+    try:
+        data = door.loads(raw)
+    except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
         raise CorruptFile(path, f"not valid JSON ({exc})") from exc
     if schema_version is not None:
         found = data.get("schema_version") if isinstance(data, dict) else None
@@ -232,17 +253,22 @@ def read_json(path: Path, schema_version: int | None = None) -> Any:
     return data
 
 
+MAX_HISTORY = 64 * 1024 * 1024  # a JSONL history read whole: larger ones are read as their tail
+
+
 def read_jsonl(path: Path, tail_bytes: int | None = None) -> list[Any]:
-    """Every whole line of a JSONL history; a torn last line (a killed writer) or bytes
-    that are not UTF-8 (a stray writer) are skipped rather than stopping every reader.
-    `tail_bytes`: a peer's file, read as `read_tail` reads it - its end only, never
-    through a link or from a FIFO (a cut first line is skipped as a torn one)."""
-    raw = path.read_bytes() if tail_bytes is None else read_tail(path, tail_bytes)
+    """Every whole line of a JSONL history; a torn last line (a killed writer), bytes
+    that are not UTF-8 (a stray writer) or a line nested too deep (a planted parser bomb)
+    are skipped rather than stopping every reader. Read through the door: never through
+    a link or from a FIFO, and at most its last `tail_bytes` (MAX_HISTORY when not
+    given: a sparse terabyte planted there fills no reader) - a cut first line is
+    skipped as a torn one."""
+    raw = read_tail(path, MAX_HISTORY if tail_bytes is None else tail_bytes)
     out = []
     for line in raw.decode("utf-8", "replace").splitlines():
         try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
+            out.append(door.loads(line))
+        except ValueError:
             continue
     return out
 
@@ -290,29 +316,54 @@ def append_line(path: Path, record: Any, mode: int = 0o640) -> None:
         out.append(record)
 
 
+APPEND_WAIT_S = 30.0  # a shared history's lock held longer is a peer's, not a writer's
+
+
 class Appender:
     """One JSONL file held open for many appends (a wake's log: one open, not one per
     line); each `append` is `append_line`'s - locked, a torn last line ended first - and
     `sync` makes them durable. The descriptor is close-on-exec (Python's default): a
-    sandboxed command never inherits it."""
+    sandboxed command never inherits it; the file is opened without following a link
+    and only if it is a regular file (a FIFO planted there fails at once).
+
+    Which lock: a flock needs only a descriptor, so a file peers may read is a file
+    they could lock. A file only its owner writes (no group or other write bit: a
+    citizen's logs and ledgers) is locked through `.appends.lock` beside it, 0600 -
+    only the owner's processes can open it. A history every citizen appends to (0664)
+    locks the file itself, and waits at most APPEND_WAIT_S for it: a peer that holds it
+    for ever stops that history's writers with an error naming it, not silently."""
 
     def __init__(self, path: Path, mode: int = 0o640) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path, self.mode = path, mode
+        flags = os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
         try:  # read too, to see a torn last line; a file we may only append to is fine
-            self.fd, self.readable = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT,
-                                             mode), True
+            self.fd, self.readable = os.open(path, os.O_RDWR | flags, mode), True
         except PermissionError:
-            self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, mode)
+            self.fd = os.open(path, os.O_WRONLY | flags, mode)
             self.readable = False
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise NotPlain(errno.EINVAL, f"{path} is not a plain file; nothing appended - "
+                           "remove it")
+        self.private = not mode & 0o022
+        self.lock, self.lock_fd = path, self.fd
+        if self.private:  # 0600: only the owner's processes can open it, so hold it
+            self.lock = path.with_name(".appends.lock")
+            try:
+                self.lock_fd = os.open(self.lock, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW
+                                       | os.O_NONBLOCK | os.O_CLOEXEC, 0o600)
+            except OSError:
+                os.close(self.fd)
+                raise
 
     def append(self, record: Any) -> None:
         line = json.dumps(record, ensure_ascii=False, separators=(",", ":"), default=str) + "\n"
         fd = self.fd
         # One appender at a time: the torn-line check and the write are one step, so a
-        # writer in progress is never mistaken for a torn line. The one lock, on the very
-        # descriptor we write through (a file we may only append to still locks).
-        with locked(self.path, lock_file=self.path, fd=fd):
+        # writer in progress is never mistaken for a torn line.
+        with locked(self.lock, lock_file=self.lock, fd=self.lock_fd,
+                    timeout=None if self.private else APPEND_WAIT_S):
             info = os.fstat(fd)
             if info.st_size == 0 and info.st_uid == os.geteuid() \
                     and info.st_mode & 0o777 != self.mode:
@@ -326,6 +377,8 @@ class Appender:
 
     def close(self) -> None:
         os.close(self.fd)
+        if self.lock_fd != self.fd:
+            os.close(self.lock_fd)
 
     def __enter__(self) -> Appender:
         return self

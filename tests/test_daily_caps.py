@@ -19,6 +19,7 @@ from citizen.config import ModelPrice, paths
 from citizen.home import spend, wakelog
 from citizen.home.tasks import TaskQueue
 from citizen.wake.flow import run_wake
+from shared import door
 from tests.anthropic_server import MessagesServer
 from tests.scripts import Actor, call, provides
 
@@ -279,14 +280,15 @@ def test_a_ledger_is_read_once_then_only_what_was_appended(
     path = spend.ledger(paths.home("opus"), spend.today())
     reads: list[int] = []
     real_open = Path.open
+    real_plain = door.open_plain
 
-    def spy(self: Path, *args: Any, **kwargs: Any) -> Any:
-        fh = real_open(self, *args, **kwargs)
-        if self == path:
+    def spy(where: Path, *args: Any, **kwargs: Any) -> Any:
+        fh = real_plain(where, *args, **kwargs)
+        if where == path:
             reads.append(0)
         return fh
 
-    monkeypatch.setattr(Path, "open", spy)
+    monkeypatch.setattr(door, "open_plain", spy)  # the one way a ledger is opened
     assert [spend.spent(paths.home("opus"), spend.today()) for _ in range(3)] == [0.25] * 3
     assert len(reads) == 1
     with real_open(path, "a") as fh:

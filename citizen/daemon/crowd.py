@@ -38,8 +38,9 @@ from citizen import civilization
 from citizen.config import paths
 from citizen.daemon import status
 from citizen.daemon.doorbell import Watch
+from citizen.daemon.instance import AlreadyRunning
 from citizen.daemon.notify import notify, watchdog_interval
-from citizen.daemon.process import RETENTION_S, AlreadyRunning, Daemon, WakeRequest
+from citizen.daemon.process import RETENTION_S, Daemon, WakeRequest
 from citizen.daemon.status import State
 from citizen.errors import WrongUser
 from shared import clock

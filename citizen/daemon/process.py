@@ -30,7 +30,7 @@ from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization, config
 from citizen.config import paths
-from citizen.daemon import ending, status, timing
+from citizen.daemon import ending, instance, status, timing
 from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.daemon.status import State
@@ -42,17 +42,11 @@ from citizen.mail.poller import MailPoller
 from citizen.wake.flow import gate_here
 from shared import clock, doorbell
 from shared.atomic import sweep_temp
-from shared.errors import LockTimeout
-from shared.locks import locked
 
 log = logging.getLogger(__name__)
 
 DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
 RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.home.retention)
-
-
-class AlreadyRunning(CitizenError, RuntimeError):
-    """Another daemon holds this citizen's lock."""
 
 
 @dataclass(frozen=True)
@@ -174,19 +168,7 @@ class Daemon:
         ending.report_rollbacks(self.home)
 
     def acquire_lock(self) -> None:
-        # The one lock (flock, tried once): released by the kernel if we die, so a stale
-        # lock never blocks a restart. 0640: peers may read the pid, never take the lock.
-        hold = contextlib.ExitStack()
-        try:
-            hold.enter_context(locked(self.home.daemon_lock, lock_file=self.home.daemon_lock,
-                                      timeout=0, mode=0o640))
-        except LockTimeout as exc:
-            other = self.home.daemon_lock.read_text().strip() or "?"
-            raise AlreadyRunning(
-                f"citizen {self.name} already has a running daemon (pid {other}) - stop it "
-                f"first (systemctl stop citizen@{self.name}, or kill {other})") from exc
-        self.home.daemon_lock.write_text(str(os.getpid()))
-        self._lock = hold
+        self._lock = instance.take(self.home)
 
     def _schedule(self) -> None:
         """This citizen's jobs; on its own scheduler also the process's, and start it."""

@@ -28,7 +28,8 @@ from typing import Any
 from citizen.admin import disk
 from citizen.admin.schedstore import Store
 from citizen.daemon import process
-from citizen.daemon.process import AlreadyRunning, Daemon, WakeRequest
+from citizen.daemon.instance import AlreadyRunning
+from citizen.daemon.process import Daemon, WakeRequest
 from citizen.daemon.status import State
 from citizen.home import state
 from citizen.wake import types as wakes

@@ -66,7 +66,8 @@ def beat(home: Home, *, name: str, state: State, current: str, next_at: datetime
     if error:
         data["error"] = error
     try:
-        # 0664: peers read each other's heartbeats (PEER_MONITOR).
-        write_json(home.heartbeat, data, mode=0o664)
+        # 0644: peers read each other's heartbeats (PEER_MONITOR), only its daemon
+        # writes it (0664 let any peer rewrite its state, pid and next wake).
+        write_json(home.heartbeat, data, mode=0o644)
     except OSError as exc:
         log.warning("heartbeat not written: %s", exc)

@@ -16,7 +16,6 @@ of its own cap the citizen tells its operators (mail.allowed_senders) once that 
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 from collections.abc import Callable, Iterable
@@ -27,7 +26,7 @@ from typing import Any
 
 from citizen.config.paths import Home
 from citizen.errors import LimitReached, ProviderError
-from shared import clock
+from shared import clock, door
 from shared.atomic import append_line
 
 log = logging.getLogger(__name__)
@@ -68,18 +67,18 @@ def record(home: Home, **line: Any) -> None:
 def lines(home: Home, day: date) -> list[dict[str, Any]]:
     """The day's ledger; a torn last line (a crash mid-append) is skipped, not fatal."""
     path = ledger(home, day)
-    try:
-        raw = path.read_text(encoding="utf-8")
+    try:  # its end at most: a sparse terabyte planted as a ledger fills no reader
+        raw = door.read_tail(path, MAX_LEDGER)
     except FileNotFoundError:
         return []
-    except OSError as exc:  # a peer's ledger we may not read: counted as nothing, said
-        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+    except OSError as exc:  # a peer's ledger we may not read (or a FIFO, a link): nothing
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc)
         return []
     out = []
-    for text in raw.splitlines():
+    for text in raw.decode("utf-8", "replace").splitlines():
         try:
-            out.append(json.loads(text))
-        except json.JSONDecodeError:
+            out.append(door.loads(text))
+        except ValueError:
             log.warning("%s: a line that does not parse is skipped", path)
     return out
 
@@ -106,18 +105,22 @@ def spent(home: Home, day: date) -> float:
         return total
     if ino != info.st_ino or info.st_size <= offset:
         offset, total = 0, 0.0
-    try:
-        with path.open("rb") as fh:
+    if info.st_size - offset > MAX_LEDGER:  # no day of calls writes this much: a planted
+        log.warning("%s grew by %d bytes: only its last %d are summed", path,  # giant
+                    info.st_size - offset, MAX_LEDGER)
+        offset = info.st_size - MAX_LEDGER
+    try:  # through the door: never a link's target, never stuck on a FIFO
+        with door.open_plain(path) as fh:
             fh.seek(offset)
-            raw = fh.read(info.st_size - offset)
+            raw = fh.read(min(info.st_size - offset, MAX_LEDGER))
     except OSError as exc:  # a peer's ledger we may not read: counted as nothing, said
-        log.warning("cannot read %s (%s): its spending is not counted", path, exc.strerror)
+        log.warning("cannot read %s (%s): its spending is not counted", path, exc)
         return 0.0
     whole = raw[:raw.rfind(b"\n") + 1]  # a last line still being written waits
     for text in whole.decode("utf-8", "replace").splitlines():
         try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
+            line = door.loads(text)
+        except ValueError:
             log.warning("%s: a line that does not parse is skipped", path)
             continue
         total += _cost(line)
@@ -127,6 +130,8 @@ def spent(home: Home, day: date) -> float:
     return total
 
 
+# A day's ledger is a few hundred bytes a call: 16 MiB is tens of thousands of calls.
+MAX_LEDGER = 16 * 1024 * 1024
 # ledger -> (inode, mtime_ns, bytes summed, dollars)
 _SUMMED: dict[Path, tuple[int, int, int, float]] = {}
 _SUMMED_MAX = 8192

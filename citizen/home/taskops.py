@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
@@ -21,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen.home.tasks import CANCEL, SCHEMA_VERSION, Task, TaskError, TaskQueue, now_iso
-from shared.atomic import CorruptFile
+from shared.atomic import CorruptFile, replace_in
 
 Owner = tuple[int, int] | None
 
@@ -85,25 +84,10 @@ def _read(dir_fd: int, name: str, shown: Path) -> Task:
 
 
 def _write(dir_fd: int, name: str, data: bytes, owner: Owner) -> None:
-    """Replace `name` in `dir_fd` atomically: a new temporary file (O_EXCL, so nothing
-    planted is opened), fsynced, renamed over the name (a link there is replaced, not
-    followed)."""
-    tmp = f".{name}.{secrets.token_hex(4)}.tmp"
+    """Replace `name` in `dir_fd` atomically (shared.atomic.replace_in: a link there is
+    replaced, not followed)."""
     # 0640 as every task file: the citizen writes, its group may read (peer monitoring).
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o640,
-                 dir_fd=dir_fd)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            if owner is not None:
-                os.fchown(fh.fileno(), *owner)
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    except BaseException:
-        os.unlink(tmp, dir_fd=dir_fd)
-        raise
-    os.fsync(dir_fd)
+    replace_in(dir_fd, name, data, 0o640, owner)
 
 
 def _raw(task: Task) -> bytes:
