@@ -10,6 +10,7 @@ Relevant episodes for a prompt are found with SQLite FTS5 over the kept ones.
 from __future__ import annotations
 
 import json
+import logging
 import re
 import sqlite3
 from collections import Counter
@@ -21,7 +22,15 @@ from shared.atomic import append_line, make_dirs, read_jsonl, write_bytes
 from shared.layout import Layout
 from shared.locks import locked
 
+log = logging.getLogger(__name__)
+
 KEEP = 100  # episodes kept in full (the seed's sliding window)
+# The newest 8 MiB of a memory file: COMPACT_AT episodes of a few KB fit many times over.
+# Every citizen appends to these files (0664), so none is read past a cap: a sparse
+# terabyte planted there must not fill every reader's memory (root's included).
+TAIL = 8 * 2**20
+# The archive and the decisions' history only grow: their newest 64 MiB.
+LONG_TAIL = 64 * 2**20
 COMPACT_AT = 200  # compact once this many have accumulated
 MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
@@ -35,10 +44,10 @@ class Episodes:
         self.summary = self.dir / "episodes_summary.md"
 
     def all(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.path) if self.path.exists() else []
+        return lines(self.path, TAIL)
 
     def history(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.history_path) if self.history_path.exists() else []
+        return lines(self.history_path, LONG_TAIL)
 
     def add(self, episode: dict[str, Any]) -> None:
         make_dirs(self.dir)
@@ -70,7 +79,7 @@ class Episodes:
         write_bytes(self.path, body, mode=MODE)
 
     def archive_all(self) -> list[dict[str, Any]]:
-        return read_jsonl(self.archive) if self.archive.exists() else []
+        return lines(self.archive, LONG_TAIL)
 
     def relevant(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
         """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
@@ -79,6 +88,21 @@ class Episodes:
     def ids(self) -> set[str]:
         """The id of every episode there is (kept and archived)."""
         return {str(ep.get("id")) for ep in [*self.archive_all(), *self.all()]}
+
+
+def lines(path: Path, tail: int) -> list[dict[str, Any]]:
+    """The JSON objects among the newest `tail` bytes of a history every citizen appends
+    to (a line too deep, torn or not an object is skipped); [] when it is absent or
+    cannot be read as a plain file (a link, a FIFO: logged) - a broken history is named,
+    never a step or a decision stopped."""
+    try:
+        found = read_jsonl(path, tail_bytes=tail)
+    except FileNotFoundError:
+        return []
+    except OSError as exc:
+        log.warning("%s is not read (%s) - move it aside", path, exc)
+        return []
+    return [line for line in found if isinstance(line, dict)]
 
 
 def relevant(items: list[dict[str, Any]], text: str, searchable: Callable[[dict[str, Any]], str],

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock
-from shared.atomic import append_line, make_dirs, read_jsonl
+from shared.atomic import append_line, make_dirs
+from shared.consensus.episodes import lines as history_lines
 from shared.consensus.episodes import relevant
 from shared.layout import Layout
 
@@ -29,6 +30,9 @@ PER_EPISODE = 2  # patterns one episode may record (the schema's maxItems)
 MAX_CHARS = 300
 SHOWN = 3  # patterns a prompt shows
 READ_LAST = 500  # the newest lines considered (each vouch reads one record)
+# Bytes read from the file's end: READ_LAST lines of at most ~1 KB (MAX_CHARS and ids).
+# Any citizen appends to it, so never more: a planted sparse giant fills no reader.
+TAIL = READ_LAST * 2048
 
 Vouch = Callable[[Mapping[str, Any]], bool]
 
@@ -40,11 +44,8 @@ class Patterns:
 
     def all(self) -> list[dict[str, Any]]:
         """The well-formed, vouched-for lines among the newest READ_LAST."""
-        if not self.path.exists():
-            return []
-        lines = [line for line in read_jsonl(self.path)[-READ_LAST:]
-                 if isinstance(line, dict) and isinstance(line.get("pattern"), str)
-                 and isinstance(line.get("episode"), str)]
+        lines = [line for line in history_lines(self.path, TAIL)[-READ_LAST:]
+                 if isinstance(line.get("pattern"), str) and isinstance(line.get("episode"), str)]
         return [line for line in lines if self.vouch is None or self.vouch(line)]
 
     def add(self, patterns: list[str], *, episode: str, proposal: str,

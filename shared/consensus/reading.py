@@ -74,6 +74,8 @@ class Reader:
         self._weights_seen = -1
         self._places: dict[str, int] = {}
         self._places_seen = (-1, -1)
+        self._evidence_seen: dict[str, tuple[int, Mapping[str, Any], dict[str, Any] | None]] \
+            = {}
 
     # ------------------------------------------------------------ reading
 
@@ -139,22 +141,44 @@ class Reader:
         history is appended by every integrator, so a line alone proves nothing)."""
         episode = str(line["episodes"][0])
         pid = "prop-" + episode.removeprefix("ep-")
-        if not episode.startswith("ep-") or not self.threads.exists(pid):
+        if not episode.startswith("ep-"):
             return False
-        try:
-            roles = self.threads.header(pid).get("roles", {})
-        except (SharedError, OSError):
-            return False
+        roles, record = self._evidence(pid)
         integrator = roles.get("integrator")
         if not integrator or integrator == roles.get("executor") \
                 or line.get("approved_by") != integrator or line["citizen"] == integrator \
                 or line["citizen"] not in roles.values():
             return False  # only another participant's weights, approved by the integrator
-        record = self.threads.read(pid, "episode.json", integrator)
         return record is not None and any(
             a.get("citizen") == line["citizen"] and a.get("value") == line["value"]
             and abs(float(a.get("delta", 0)) - float(line["delta"])) < 1e-9
             for a in record.get("weight_adjustments", []) if isinstance(a, Mapping))
+
+    def _evidence(self, pid: str) -> tuple[Mapping[str, Any], dict[str, Any] | None]:
+        """Proposal `pid`'s roles and its integrator's episode record (({}, None): none),
+        read once while its folder is unchanged: the history a citizen may flood with
+        lines citing one real proposal costs a stat a line, not two reads."""
+        try:
+            seen = (self.records_dir / pid).stat().st_mtime_ns if self.threads.exists(
+                pid) else None
+        except OSError:
+            seen = None
+        if seen is None:
+            return {}, None
+        cached = self._evidence_seen.get(pid)
+        if cached is not None and cached[0] == seen:
+            return cached[1], cached[2]
+        try:
+            roles = self.threads.header(pid).get("roles", {})
+        except (SharedError, OSError):
+            roles = {}
+        if not isinstance(roles, Mapping):
+            roles = {}
+        integrator = roles.get("integrator")
+        record = self.threads.read(pid, "episode.json", str(integrator)) if integrator \
+            else None
+        self._evidence_seen[pid] = (seen, roles, record)
+        return roles, record
 
     def _pattern_vouched(self, line: Mapping[str, Any]) -> bool:
         """A patterns.jsonl line is one its episode's record names: the integrator of

@@ -8,6 +8,7 @@ pure replay (`shared.consensus.weighing`) accepts.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,14 @@ from shared.consensus import weighing
 from shared.consensus.weighing import Framework, Vouch
 from shared.layout import Layout
 
+log = logging.getLogger(__name__)
+
 HISTORY_MODE = 0o664  # appended by every integrator (group `citizens`), read by all
+# The history's newest 4 MiB: ~12,000 adjustments of ~300 bytes (6 an episode at most).
+# Every citizen can append to (or truncate) the file, so a reader never takes more: a
+# sparse terabyte or a flood planted there would otherwise fill root's memory at every
+# decision (the replay runs in each `load`).
+HISTORY_TAIL = 4 * 2**20
 
 
 def load_framework(path: Path) -> Framework:
@@ -56,15 +64,33 @@ class Weights:
         self.vouch = vouch
         self._key: tuple[int, ...] = ()
         self._replayed: dict[str, dict[str, float]] = {}
+        # What was wrong with the history at the last read ("" when nothing): the
+        # replay went on without it, and the operator's pages name it.
+        self.problem = ""
 
     def profile(self, citizen: str) -> str:
         return self.profiles.get(citizen, "integrator")
 
     def history(self) -> list[dict[str, Any]]:
-        """The well-formed lines of the history (anything else is skipped)."""
-        if not self.history_path.exists():
+        """The well-formed lines among the history's newest HISTORY_TAIL bytes (anything
+        else is skipped). A history that cannot be read - a link, a FIFO, unreadable - is
+        no history: the replay starts from the profiles, `problem` says why, and nobody's
+        step or decision waits for it."""
+        self.problem = ""
+        try:
+            size = self.history_path.lstat().st_size
+            lines = read_jsonl(self.history_path, tail_bytes=HISTORY_TAIL)
+        except FileNotFoundError:
             return []
-        return [line for line in read_jsonl(self.history_path) if weighing.well_formed(line)]
+        except OSError as exc:
+            self.problem = f"{self.history_path} is not read ({exc}) - move it aside"
+            log.warning("%s", self.problem)
+            return []
+        if size > HISTORY_TAIL:
+            self.problem = (f"{self.history_path} holds {size} bytes; only its newest "
+                            f"{HISTORY_TAIL} count - move it aside if a citizen filled it")
+            log.warning("%s", self.problem)
+        return [line for line in lines if weighing.well_formed(line)]
 
     def current(self, citizen: str) -> dict[str, float]:
         key = (*_stat(self.history_path), *_stat(self.episodes_path))

@@ -43,6 +43,10 @@ from shared.threads import Threads
 log = logging.getLogger(__name__)
 
 MODE = 0o664  # events and results are appended/rewritten by every participant
+# A debate's events log: every participant appends to it (0664), so it is read to this
+# cap from its end - a sparse giant planted there fills no reader. A debate has at most
+# a few hundred moves of a few KB each.
+EVENTS_TAIL = 8 * 2**20
 MOVES_GLOB = "moves/[0-9][0-9][0-9][0-9]-*.json"
 RESULT = "crux.json"  # written when a debate ends: its presence marks a finished debate
 
@@ -163,12 +167,26 @@ class Debates:
             self._log(did, e)
 
     def _log(self, did: str, event: dict[str, Any]) -> None:
-        append_line(self.threads.dir(did) / "events.jsonl", {"ts": clock.now(), **event},
-                    mode=MODE)
+        """Append an event; a log that refuses it (a FIFO or a link planted there) is
+        logged and skipped: the moves are the record, the log only tells them."""
+        try:
+            append_line(self.threads.dir(did) / "events.jsonl", {"ts": clock.now(), **event},
+                        mode=MODE)
+        except OSError as exc:
+            log.warning("debate %s: event %s not logged (%s)", did, event.get("type"), exc)
 
     def events(self, did: str) -> list[dict[str, Any]]:
+        """The debate's logged events, newest EVENTS_TAIL bytes (a line too deep or torn is
+        skipped; a log that is no plain file - a link, a FIFO - is logged and read as none)."""
         path = self.threads.dir(did) / "events.jsonl"
-        return read_jsonl(path) if path.exists() else []
+        try:
+            found = read_jsonl(path, tail_bytes=EVENTS_TAIL)
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            log.warning("debate %s: %s is not read (%s) - move it aside", did, path, exc)
+            return []
+        return [e for e in found if isinstance(e, dict) and "type" in e]
 
     def _crystallize(self, did: str, d: Debate) -> None:
         folder = self.threads.dir(did)
