@@ -128,11 +128,12 @@ def fsync_dir(directory: Path) -> None:
 
 
 def write_json(path: Path, data: Any, mode: int = 0o640,
-               owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> bytes:
+               owner: tuple[int, int] | None = None, *, sync_dir: bool = True,
+               beneath: Path | None = None) -> bytes:
     """Atomically write `data` as compact JSON (`indent` is 20x slower); return the bytes.
-    `sync_dir`: as for `write_bytes`."""
+    `sync_dir`, `beneath`: as for `write_bytes`."""
     raw = json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
-    write_bytes(path, raw, mode, owner, sync_dir=sync_dir)
+    write_bytes(path, raw, mode, owner, sync_dir=sync_dir, beneath=beneath)
     return raw
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen import config
+from citizen.admin.modes import DOORBELL_MODE
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.contexts import ContextStore
@@ -103,8 +104,7 @@ def init_citizen(name: str, new: dict[str, Any] | None = None, *,
     store.init(identity or tpl.identity(name, cfg.focus))
     made += [str(home.contexts / n) for n in
              sorted({p.name for p in home.contexts.glob("*.json")} - before)]
-    # 2770: peers ring each other's doorbell (group write); nobody else looks in.
-    _mkdir(home.doorbell, 0o2770)
+    _mkdir(home.doorbell, DOORBELL_MODE)  # why: citizen/admin/modes.py
     return made
 
 

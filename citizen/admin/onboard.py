@@ -19,6 +19,7 @@ from pathlib import Path
 
 from citizen import config
 from citizen.admin import founding, network, schedstore
+from citizen.admin.modes import DOORBELL_MODE, repair_modes
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
@@ -240,15 +241,12 @@ def onboard(name: str, email: str = "", focus: str = "", enable: bool = True, *,
     # An existing home is the citizen's: root writes nothing there (a link it planted at
     # a missing file's name would be followed), only its commons doorbell may be missing.
     elif not doorbell.exists() and not doorbell.is_symlink():
-        make_dirs(doorbell, mode=0o2770)  # peers ring it (group write); nobody else looks
+        make_dirs(doorbell, mode=DOORBELL_MODE)
         changed.append(str(doorbell))
     changed += clone_code(name)
     changed += quiesce.prepare(name, user.pw_uid, gid)  # its daemon's lock, for backups
     _no_symlink(doorbell)
-    if doorbell.stat().st_uid != user.pw_uid:
-        # its daemon removes the events peers ring
-        os.chown(doorbell, user.pw_uid, gid, follow_symlinks=False)
-        changed.append(str(doorbell))
+    changed += repair_modes(name, user.pw_uid, gid)
     if enable and shutil.which("systemctl"):
         dropped = network.apply(name)  # the operator's network rule, in the unit itself
         if dropped:

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import os
 
+from citizen.admin.modes import DAEMON_LOCK_MODE
 from citizen.config.paths import Home
 from citizen.errors import CitizenError
 from shared.errors import LockTimeout
@@ -28,7 +29,6 @@ class AlreadyRunning(CitizenError, RuntimeError):
     """Another daemon holds this citizen's lock."""
 
 
-MODE = 0o600  # the citizen's own processes alone open it (and so alone can hold it)
 
 
 def take(home: Home) -> contextlib.ExitStack:
@@ -52,7 +52,7 @@ def take(home: Home) -> contextlib.ExitStack:
 def _take(home: Home) -> contextlib.ExitStack:
     hold = contextlib.ExitStack()
     hold.enter_context(locked(home.daemon_lock, lock_file=home.daemon_lock, timeout=0,
-                              mode=MODE))
+                              mode=DAEMON_LOCK_MODE))
     return hold
 
 

@@ -13,6 +13,7 @@ from typing import Any
 
 import psutil
 
+from citizen.admin.modes import HEARTBEAT_MODE
 from citizen.config.paths import Home
 from shared import clock
 from shared.atomic import write_json
@@ -66,8 +67,6 @@ def beat(home: Home, *, name: str, state: State, current: str, next_at: datetime
     if error:
         data["error"] = error
     try:
-        # 0644: peers read each other's heartbeats (PEER_MONITOR), only its daemon
-        # writes it (0664 let any peer rewrite its state, pid and next wake).
-        write_json(home.heartbeat, data, mode=0o644)
+        write_json(home.heartbeat, data, mode=HEARTBEAT_MODE)  # why: citizen/admin/modes.py
     except OSError as exc:
         log.warning("heartbeat not written: %s", exc)

@@ -101,7 +101,7 @@ class Memory:
         opener rebuilds."""
         # The one lock, beside the index in the citizen's own memory directory: only the
         # citizen's processes write its memory.
-        with locked(self.index_path):
+        with locked(self.index_path, mode=0o600):  # 0600: a lock a peer can open, it can hold
             stale = rebuild or self._marked()
             self._mark(b"1")  # first: a rebuild killed half-way is redone too
             if stale:
