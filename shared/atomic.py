@@ -306,7 +306,11 @@ def make_dirs(path: Path, top: Path | None = None, mode: int = 0o2775) -> list[P
             directory.mkdir()
         except FileExistsError:  # another writer made it just now (and sets its mode)
             continue
-        os.chmod(directory, mode)
+        fd = door.open_dir(directory)  # no link swapped in since mkdir is chmodded
+        try:
+            os.fchmod(fd, mode)
+        finally:
+            os.close(fd)
         made.append(directory)
     return made
 

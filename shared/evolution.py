@@ -143,6 +143,7 @@ class Evolution:
                            extra_env=borrow, check=False)
         if made.returncode != 0:  # HEAD is in the baseline already: the whole history
             gitsafe.run(repo, "bundle", "create", "--quiet", str(tmp), "HEAD")
+        # door: our own new file in a sticky folder, where no peer can swap it.
         os.chmod(tmp, records.RECORD_MODE)  # everyone (the broker too) reads; only we write
         os.replace(tmp, target)
 

@@ -65,7 +65,7 @@ def check_token(token: str, path: Path | None = None) -> None:
     """:raises NotAllowed: `token` is not the operator's web token (or there is none)."""
     path = path or paths.web_token()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")  # door: the operator's token, root's file
     except OSError as exc:
         raise NotAllowed(f"no web token at {path} ({exc.strerror}) - make one with "
                          "`citizen web --token`") from exc

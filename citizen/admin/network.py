@@ -49,13 +49,14 @@ def apply(name: str) -> list[str]:
 
 
 def _apply(path: Path, want: str | None, name: str) -> list[str]:
-    have = path.read_text(encoding="utf-8") if path.is_file() else None
+    # door: root's systemd drop-ins in /etc/systemd (no citizen's), here and below.
+    have = path.read_text(encoding="utf-8") if path.is_file() else None  # door: root's
     if have == want:
         return []
     if want is None:
         path.unlink()
         return [f"{path} removed: the operator grants {name} the network"]
     path.parent.mkdir(mode=0o755, parents=True, exist_ok=True)  # root's, like the units
-    path.write_text(want, encoding="utf-8")
-    path.chmod(0o644)  # systemd reads it; only root writes it
+    path.write_text(want, encoding="utf-8")  # door: root's /etc/systemd
+    path.chmod(0o644)  # door: root's /etc/systemd; systemd reads it, only root writes it
     return [f"{path}: {name} sees no network (permissions.can_use_network is not granted)"]

@@ -23,6 +23,7 @@ from citizen.admin.modes import DOORBELL_MODE, repair_modes
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
+from shared import door
 from shared.atomic import make_dirs
 
 GROUP = "citizens"
@@ -111,10 +112,8 @@ def _say_what_no_longer_counts(name: str, rules: Path) -> None:
     the citizen can write: they are not copied (the citizen may have changed them), but
     the operator is told which to carry over by hand."""
     own = paths.citizen_config_file(name)
-    try:
-        fd = os.open(own, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd) as fh:
-            data = json.load(fh)
+    try:  # the citizen's file: through the door (no link, no FIFO, capped, not too deep)
+        data = door.loads(door.read_capped(own, 1 << 20))
     except (OSError, ValueError):
         return
     if not isinstance(data, dict):
@@ -143,7 +142,7 @@ def operator_files(name: str, email: str, focus: str, uid: int) -> list[str]:
         folder.mkdir(parents=True)
         made.append(str(folder))
     if folder.stat().st_mode & 0o777 != 0o755:
-        folder.chmod(0o755)  # root's; citizens read their rules (secrets stay 0600)
+        folder.chmod(0o755)  # door: /etc/experience, root's; citizens read their rules
     rules = paths.operator_rules_file(name)
     _no_symlink(rules)
     if not rules.exists():
@@ -177,8 +176,9 @@ def broker_secrets(name: str, secrets: Path) -> list[str]:
     legacy = paths.operator_mail_file(name)
     _no_symlink(legacy)
     if legacy.exists():
-        text = secrets.read_text(encoding="utf-8")
+        text = secrets.read_text(encoding="utf-8")  # door: /etc/experience/<c>.env, root's
         have = {k for k, v in config.parse_env(secrets).items() if v}
+        # door: the operator's legacy mail file in /etc/experience, root's
         moving = [ln + "\n" for ln in legacy.read_text(encoding="utf-8").splitlines()
                   if _key(ln) in MAIL_KEYS and _key(ln) not in have]
         if moving:  # appended: a later line wins over an empty one left above
@@ -194,7 +194,7 @@ def broker_secrets(name: str, secrets: Path) -> list[str]:
     st = os.lstat(secrets)
     if (st.st_uid, st.st_mode & 0o777) != (broker.pw_uid, 0o600):
         os.chown(secrets, broker.pw_uid, broker.pw_gid, follow_symlinks=False)
-        os.chmod(secrets, 0o600)  # the broker's alone (and root's)
+        os.chmod(secrets, 0o600)  # door: /etc/experience, root's; the broker's alone
         made.append(f"{secrets} now the broker's")
     return made
 

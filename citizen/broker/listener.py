@@ -30,7 +30,7 @@ class Server(socketserver.ThreadingMixIn, socketserver.UnixStreamServer, Serving
         self._open: dict[int, int] = {}  # uid -> connections open (server mode)
         self._open_lock = threading.Lock()
         super().__init__(str(path), Handler)
-        os.chmod(path, mode)
+        os.chmod(path, mode)  # door: the broker's socket, in its own run folder
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A thread for the connection - unless its user has MAX_CONNECTIONS_PER_UID open

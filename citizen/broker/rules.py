@@ -65,7 +65,7 @@ def broker_settings() -> tuple[Path, dict[str, Any]]:
     data: dict[str, Any] = {}
     if path.is_file():
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json.loads(path.read_text(encoding="utf-8"))  # door: /etc/experience
         except (OSError, ValueError) as exc:
             raise ConfigError(path, "", f"cannot be read as JSON ({exc})",
                               "fix it (python -m json.tool FILE shows where)") from exc

@@ -66,7 +66,7 @@ def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, 
     except ImportError:
         return None, ""
     port = _free_port()
-    out = (log_dir / "model-server.log").open("wb")
+    out = (log_dir / "model-server.log").open("wb")  # door: the demo's own civilization
     proc = subprocess.Popen(
         [sys.executable, "-m", "llama_cpp.server", "--model", str(ensure_model()),
          "--chat_format", "gemma", "--host", "127.0.0.1", "--port", str(port),
@@ -119,7 +119,7 @@ def demo(root: str | None, wakes: int, interval: float) -> None:
     click.echo(f"then for {AUTHOR}: {EVOLVE}")
     daemons = {}
     for name in CITIZENS:
-        out = (base / f"daemon-{name}.log").open("wb")
+        out = (base / f"daemon-{name}.log").open("wb")  # door: the demo's own civilization
         code = paths.home(name).code  # each daemon runs its own code, as on a server
         # The reviewers run until nothing waits for their review: their REVIEW wakes
         # come when opus announces, however many wakes that takes (see below).
@@ -152,9 +152,10 @@ def _found(base: Path) -> None:
     paths.operator_dir().mkdir(exist_ok=True)
     for name in CITIZENS:
         cfg_path = paths.home(name).config
-        data = json.loads(cfg_path.read_text())
+        data = json.loads(cfg_path.read_text())  # door: the demo's own civilization
         data["budget"] = DEMO_BUDGET
-        cfg_path.write_text(json.dumps(data, indent=2))
+        cfg_path.write_text(json.dumps(data, indent=2))  # door: the demo's own civilization
+        # door: the demo's own civilization, made by this process
         paths.operator_rules_file(name).write_text(json.dumps(
             {"evolution": {"test_command": QUICK_TESTS}}, indent=2))
     click.echo(f"civilization: {base}")
@@ -194,8 +195,9 @@ def _make_the_change(base: Path) -> None:
                "no task queued.")
     code = paths.home(AUTHOR).code
     readme = code / "README.md"
+    # door: the demo's own civilization, made by this process
     if not readme.is_file() or EVOLVED not in readme.read_text(encoding="utf-8"):
-        with readme.open("a", encoding="utf-8") as out:
+        with readme.open("a", encoding="utf-8") as out:  # door: the demo's own civilization
             out.write(f"\n{EVOLVED}\n")
     git = ["git", "-C", str(code)]
     steps = [[*git, "add", "README.md"], [*git, "commit", "-qm", "demo change"]]  # as opus

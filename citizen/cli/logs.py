@@ -99,7 +99,7 @@ def _scheduled(name: str) -> None:
     last = store.last_idle(name)
     if last is None:
         return
-    count = sum(1 for _ in store.idle_log(name).open("rb"))
+    count = sum(1 for _ in store.idle_log(name).open("rb"))  # door: the scheduler's store
     echo(f"and {count} idle wakes in the scheduler, the last {last.get('type')} "
          f"{last.get('status')} {age(str(last.get('ts')))}: {store.idle_log(name)}")
 

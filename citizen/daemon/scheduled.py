@@ -267,7 +267,7 @@ def lock_held(lock: Path) -> bool:
     takes no lock (taking one, even shared, could make its daemon's start fail)."""
     try:
         info = lock.lstat()
-        table = Path("/proc/locks").read_text()
+        table = Path("/proc/locks").read_text()  # door: the kernel's
     except OSError:
         return False
     # The kernel names a locked file "major:minor:inode" (device numbers in hex): the

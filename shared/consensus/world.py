@@ -79,7 +79,7 @@ class World:
             gitsafe.run(None, "init", "--quiet", str(self.dir), cwd=self.dir, umask=UMASK)
             readme = self.dir / "README.md"
             readme.write_text("# Thought World\n\nChanged only by approved proposals.\n")
-            os.chmod(readme, FILE_MODE)
+            os.chmod(readme, FILE_MODE)  # door: the broker's own world repository
             self.git("add", "README.md")
             self._commit_index("Thought World repository", "experience", first=True)
         return self.dir
@@ -131,7 +131,7 @@ class World:
             content = str(args.get("content", ""))
             with target.open("a" if tool == "append_file" else "w", encoding="utf-8") as fh:
                 fh.write(content)
-            os.chmod(target, FILE_MODE)
+            os.chmod(target, FILE_MODE)  # door: the broker's own world repository
             return f"wrote {len(content)} characters to {args['path']}"
         if tool == "edit_file":
             text = target.read_text(encoding="utf-8")
