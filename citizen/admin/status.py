@@ -1,13 +1,21 @@
 """Every citizen's status, read from files only (never a model SDK): its daemon, last and next
 wake, current task, wakes and dollars today against its cap, disk. `citizen status` prints it
 and the web dashboard's civilization page shows it - the same facts from one function.
+
+Root and the web user read here what each citizen can write (its heartbeat in the commons,
+its logs, ledger and tasks), so every read is bounded and never blocks (shared/door.py), a
+heartbeat counts only when its file is the citizen's own, and `statuses` reads the rows in
+worker threads with a deadline: one citizen's broken or planted files make that citizen's
+row say "unreadable" - never another's row wrong, never the command or the page hung.
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -20,13 +28,24 @@ from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import retention, spend, wakelog
 from citizen.home.tasks import TaskQueue
-from shared import clock
-from shared.atomic import read_json
+from shared import clock, door
 from shared.monitor import alive
 
 RECENT_WAKES = 300  # more than a citizen wakes in a day
 DISK_FRESH_S = 1800.0  # root's disk check (experience-disk.timer: every 10 min) counts this long
 STALE_S = 120  # a heartbeat older than this (4 beats missed) means the daemon is not running
+MAX_BEAT = 64 * 1024  # a heartbeat is a few hundred bytes: past this it is planted, not read
+MAX_LEDGER = 16 * 2**20  # a day's spend ledger: ~500 bytes a call; past 16 MiB it is planted
+# Every read here is bounded and non-blocking, so a row takes milliseconds; the deadline
+# is for what no check foresaw (a file swapped for a FIFO between a check and a read in
+# code outside this module): the command still answers, that row says it was not read.
+ROWS_S = 20.0
+ROW_WORKERS = 4  # rows read at once: a stuck row holds one worker, the others go on
+
+
+class Unreadable(CitizenError, OSError):
+    """A citizen's file that cannot be believed: not a plain file, too big, not JSON, or
+    owned by someone else (a forgery)."""
 
 
 @dataclass(frozen=True)
@@ -77,11 +96,57 @@ def _store(root: str, here: str) -> Store:
     return Store()
 
 
-def _heartbeat(home: paths.Home) -> Daemon:
-    if not home.heartbeat.exists():
-        return Daemon("not running", False, None)
+def owner_uid(home: paths.Home) -> int:
+    """Who may write `home`'s files: the home's owner - on a server the citizen's own uid
+    (onboarding gives it the home, and only root could change that), in dev mode the one
+    user everyone runs as."""
+    return os.lstat(home.dir).st_uid
+
+
+def read_heartbeat(home: paths.Home) -> dict[str, Any] | None:
+    """Citizen's heartbeat, believed only from its own file (None: it has none).
+
+    :raises Unreadable: not a plain file (a FIFO, a link), too big, not a JSON object, or
+        owned by another uid - a peer that made the file first (the commons' heartbeat
+        folder is everyone's) could write in it what it likes.
+    """
+    path = home.heartbeat
     try:
-        beat = read_json(home.heartbeat)
+        fh = door.open_plain(path, beneath=paths.shared_dir())
+    except FileNotFoundError:
+        return None
+    except OSError as exc:  # a link, a FIFO, a folder swapped for a link on the way
+        raise Unreadable(f"unreadable heartbeat ({exc.strerror or exc})") from exc
+    with fh:
+        owner = door.owner_of(fh)
+        if owner != owner_uid(home):
+            raise Unreadable(f"forged heartbeat - owned by uid {owner}, not {home.name}: "
+                             f"not believed (root may remove {path})")
+        raw = fh.read(MAX_BEAT + 1)
+    if len(raw) > MAX_BEAT:
+        raise Unreadable(f"unreadable heartbeat (over {MAX_BEAT} bytes)")
+    try:
+        beat = door.loads(raw)
+    except ValueError as exc:
+        raise Unreadable(f"unreadable heartbeat ({exc})") from exc
+    if not isinstance(beat, dict):
+        raise Unreadable("unreadable heartbeat (not a JSON object)")
+    return beat
+
+
+def _heartbeat(home: paths.Home) -> Daemon:
+    try:
+        beat = read_heartbeat(home)
+    except Unreadable as exc:
+        return Daemon(str(exc), False, None)
+    if beat is None:
+        return Daemon("not running", False, None)
+    return _said(beat)
+
+
+def _said(beat: dict[str, Any]) -> Daemon:
+    """What a heartbeat the citizen wrote itself says of its daemon."""
+    try:
         age = datetime.now(UTC) - datetime.fromisoformat(beat["updated"])
         if beat["state"] == "failed":  # the daemon's last words: why it could not start
             return Daemon(f"failed to start: {beat.get('error', '?')}", False, None)
@@ -92,8 +157,23 @@ def _heartbeat(home: paths.Home) -> Daemon:
         polled = ", doorbell polled" if beat.get("doorbell", "inotify") != "inotify" else ""
         return Daemon(f"{beat['state']} (pid {beat['pid']}{polled})", True,
                       beat.get("next_wake_at"))
-    except (ValueError, KeyError, OSError) as exc:
+    except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         return Daemon(f"unreadable heartbeat ({exc})", False, None)
+
+
+def _ledger_problem(home: paths.Home) -> str | None:
+    """Why today's spend ledger is not summed (None: it may be). `spend` reads it whole
+    and by name, so only a plain file of sane size is handed to it."""
+    try:
+        with door.open_plain(spend.ledger(home, spend.today())) as fh:
+            size = os.fstat(fh.fileno()).st_size
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return f"spend ledger unreadable ({exc.strerror or exc})"
+    if size > MAX_LEDGER:
+        return f"spend ledger unreadable ({size} bytes, over {MAX_LEDGER}: not a ledger)"
+    return None
 
 
 def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
@@ -114,9 +194,19 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
             last is None or clock.epoch(idle["ts"]) > clock.epoch(last.get("started"))):
         last = {"wake": None, "type": idle.get("type"), "status": idle.get("status"),
                 "started": idle["ts"]}
+    problems: list[str] = []
+    if beat.text.startswith(("unreadable", "forged")):
+        problems.append(beat.text)
     tasks = TaskQueue(home.tasks)
-    active = tasks.active()
-    usd_today = spend.spent(home, spend.today())  # every call, in wakes or not
+    try:
+        active, counts = tasks.active(), tasks.counts()
+    except (OSError, ValueError, RecursionError) as exc:  # the citizen's own task files
+        active, counts = None, {"queue": 0}
+        problems.append(f"tasks unreadable ({exc})")
+    ledger = _ledger_problem(home)
+    if ledger:
+        problems.append(ledger)
+    usd_today = 0.0 if ledger else spend.spent(home, spend.today())  # every call, in wakes or not
     try:
         cap = config.load_budget(name).max_usd_per_day
     except CitizenError:
@@ -127,7 +217,7 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
         "citizen": name, "daemon": beat.text, "next_wake": beat.next_wake,
         "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
         "current_task": active and {"id": active.id, "text": active.text[:120]},
-        "tasks": tasks.counts(),
+        "tasks": counts,
         "wakes_today": wakes_on(logs, spend.today()),
         "usd_today": round(usd_today, 6),
         "usd_per_day_cap": cap,
@@ -135,7 +225,54 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
         "disk_mb": used_mb,  # logs are bounded (issue 18)
         "disk_measured_at": measured_at,
         "disk_budget": _disk(verdict),
+        "problems": problems,  # what of this row could not be read, and why
+        "unreadable": None,  # the whole row could not be read: why (`unreadable_row`)
     }
+
+
+def unreadable_row(name: str, why: str) -> dict[str, Any]:
+    """Citizen `name`'s row when its files could not be read at all: `why`, and nothing
+    that looks like a figure."""
+    return {"citizen": name, "daemon": f"unreadable: {why}", "next_wake": None,
+            "last_wake": None, "current_task": None, "tasks": {"queue": 0},
+            "wakes_today": 0, "usd_today": 0.0, "usd_per_day_cap": None,
+            "daily_cap_reached": False, "disk_mb": None, "disk_measured_at": None,
+            "disk_budget": None, "problems": [why], "unreadable": why}
+
+
+def statuses(names: Iterable[str], row: Callable[[str], dict[str, Any]],
+             deadline_s: float = ROWS_S) -> list[dict[str, Any]]:
+    """`row(name)` for each of `names`, in order, read by ROW_WORKERS daemon threads: a
+    row that raises, or is not read within `deadline_s` in all, is `unreadable_row` - the
+    others are still shown, and the caller returns (a thread stuck on a planted file is
+    a daemon thread: it keeps no process alive)."""
+    names = list(names)
+    todo = list(reversed(names))
+    done: dict[str, dict[str, Any]] = {}
+    lock = threading.Lock()
+
+    def work() -> None:
+        while True:
+            with lock:
+                if not todo:
+                    return
+                name = todo.pop()
+            try:
+                done[name] = row(name)
+            # Whatever a citizen's files make a reader raise (RecursionError, MemoryError
+            # and our own bugs included) stays on its row, named; every other row is read.
+            except Exception as exc:  # noqa: BLE001
+                done[name] = unreadable_row(name, f"{type(exc).__name__}: {exc}")
+
+    workers = [threading.Thread(target=work, name="status-row", daemon=True)
+               for _ in range(min(ROW_WORKERS, len(names)))]
+    for worker in workers:
+        worker.start()
+    end = time.monotonic() + deadline_s
+    for worker in workers:
+        worker.join(max(0.0, end - time.monotonic()))
+    late = f"not read within {deadline_s:.0f} s - a file of its may block its readers"
+    return [done.get(n) or unreadable_row(n, late) for n in names]
 
 
 def wakes_on(logs: list[Path], day: date) -> int:

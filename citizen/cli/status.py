@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 import click
 
 from citizen import civilization
-from citizen.admin.status import citizen_status
+from citizen.admin.status import citizen_status, statuses
 from citizen.cli.options import json_option
 from citizen.cli.terminal import WIDTH, age, clean, command, table, wide_option
 from citizen.config import paths
@@ -30,8 +31,10 @@ def status(wide: bool, as_json: bool) -> None:
       citizen status --wide
       citizen --root /tmp/civ status --json
     """
-    # The table without --wide shows no disk: no home is walked for it.
-    rows = [citizen_status(n, measure_disk=wide or as_json) for n in civilization.citizens()]
+    # The table without --wide shows no disk: no home is walked for it. Each row within
+    # a deadline: a citizen's planted file makes its row "unreadable", never this hang.
+    rows = statuses(civilization.citizens(),
+                    functools.partial(citizen_status, measure_disk=wide or as_json))
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -66,12 +69,13 @@ def _cells(r: dict[str, Any], wide: bool) -> list[str]:
              age(r["next_wake"]), tasks, today,
              (f"{task['id']} {task['text']}" if wide else task["id"]) if task else "-"]
     if wide:
-        cells.insert(-1, f"{r['disk_mb']:.1f} MB")
+        cells.insert(-1, "-" if r["disk_mb"] is None else f"{r['disk_mb']:.1f} MB")
     return cells
 
 
 def _notes(r: dict[str, Any]) -> list[str]:
-    notes = []
+    # What could not be read, each in full (a cell is cut to fit the table).
+    notes = list(r.get("problems") or [])
     if r["daily_cap_reached"]:
         notes.append("DAILY CAP REACHED: only model-free wakes until 00:00 UTC")
     if (disk_text := _disk_text(r["disk_budget"])):

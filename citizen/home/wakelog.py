@@ -4,26 +4,38 @@ Complete enough to replay: the first model call records the system blocks and
 tool schemas; every call records the messages added since the previous one, the
 request digest and the full reply. Past `logs.full_days` a log is gzipped in place
 (`citizen.home.retention`); everything here reads both forms.
+
+Root's `citizen logs` and `status` and the web user read these logs, which the citizen
+writes: every read here goes through shared/door.py - a plain file only (a FIFO or a
+link is no log), at most MAX_LOG bytes, a .gz at most MAX_LOG once inflated (a bomb of a
+few MB inflates to gigabytes) - and says what it could not read instead of raising.
 """
 
 from __future__ import annotations
 
-import gzip
+import errno
 import hashlib
-import json
+import io
 import os
 import re
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 from citizen.config.paths import Home
 from citizen.home.tasks import now_iso
-from shared.atomic import Appender, append_line, fsync_dir, open_plain, write_bytes
+from shared import door
+from shared.atomic import Appender, append_line, fsync_dir, write_bytes
+from shared.door import open_plain
 
 MAX_EVENT = 16 * 2**20  # --follow reads at most this much a poll; a longer line is skipped
+# A wake's whole log, read or inflated: its events are capped (MAX_EVENT, tool results,
+# blobs beside it), so a log past this is planted - a sparse file, a gzip bomb.
+MAX_LOG = 64 * 2**20
+MAX_BLOB = 16 * 2**20  # a system block (the contexts, capped) is far smaller
+MAX_GZ = MAX_LOG // 4  # a compressed log: JSON compresses 5-10x, so MAX_LOG fits in this
 
 
 class WakeLog:
@@ -86,7 +98,9 @@ class WakeLog:
         """
         if not re.fullmatch(r"[0-9a-f]{24}", key):
             raise FileNotFoundError(f"{key!r} is not a blob key")
-        return (home.wake_logs.parent / "blobs" / f"{key}.txt").read_text(encoding="utf-8")
+        # Not through a link, not from a FIFO, not a sparse giant: the citizen wrote it.
+        raw = door.read_capped(home.wake_logs.parent / "blobs" / f"{key}.txt", MAX_BLOB)
+        return raw.decode("utf-8", "replace")
 
     def close(self) -> None:
         """Make the log durable (called once, at the end of the wake), and every blob it
@@ -160,22 +174,43 @@ def name_of(path: Path) -> str:
     return path.name.removesuffix(".gz").removesuffix(".jsonl")
 
 
-def read(path: Path) -> list[dict[str, Any]]:
-    """The events of a wake log; a torn last line (crash mid-write) is skipped."""
-    events: list[dict[str, Any]] = []
+def read(path: Path, cap: int = MAX_LOG, max_events: int | None = None
+         ) -> list[dict[str, Any]]:
+    """The events of a wake log (at most `max_events`); a torn last line (crash
+    mid-write) is skipped. A log that is not a plain file, is bigger than `cap` (or
+    inflates past it), or is a damaged .gz gives what could be read and an `error`
+    event saying why - never a crash, a hang or a reader's memory filled.
+
+    :raises FileNotFoundError: it is gone (swept meanwhile).
+    """
     try:
-        with open_plain(path) as raw:
-            if not path.name.endswith(".gz"):
-                lines = raw.read().decode("utf-8", "replace").splitlines()
-                return [e for e in (_parse(line.encode()) for line in lines) if e]
-            with gzip.open(raw, "rt", encoding="utf-8") as fh:
-                events = [e for e in (_parse(line.encode()) for line in fh) if e]
-    except (OSError, EOFError, zlib.error, UnicodeDecodeError) as exc:
-        # A damaged .gz or no plain file: what could be read, and a line saying so -
-        # never a crash of `citizen logs`, status or the sweep.
-        if isinstance(exc, FileNotFoundError):
-            raise
-        events.append({"event": "error", "reason": f"damaged or unreadable log: {exc}"})
+        raw = door.gunzip_capped(path, min(cap, MAX_GZ), cap) if path.name.endswith(".gz") \
+            else door.read_capped(path, cap)
+    except FileNotFoundError:
+        raise
+    except (OSError, ValueError) as exc:  # not plain, too big, not gzip: said, not raised
+        return [_said(exc)]
+    return _events(io.BytesIO(raw), max_events)
+
+
+def _said(exc: Exception) -> dict[str, Any]:
+    """The event a log that could not be read is shown as (`transcript.line` prints
+    `error`, a wake's summary row `reason`)."""
+    why = f"damaged or unreadable log: {exc}"
+    return {"event": "error", "error": why, "reason": why}
+
+
+def _events(lines: Iterable[bytes], max_events: int | None) -> list[dict[str, Any]]:
+    events: list[dict[str, Any]] = []
+    for line in lines:
+        if max_events is not None and len(events) >= max_events:
+            why = (f"more than {max_events} events: the rest are not shown here - "
+                   "`citizen logs` prints them all")
+            events.append({"event": "error", "error": why, "reason": why})
+            break
+        event = _parse(line)
+        if event:
+            events.append(event)
     return events
 
 
@@ -200,8 +235,8 @@ def read_new(path: Path, offset: int) -> tuple[list[dict[str, Any]], int]:
 
 def _parse(raw: bytes) -> dict[str, Any]:
     try:
-        value = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError):
+        value = door.loads(raw)  # nesting capped: a line of 100,000 `[` is no event
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError included
         return {}
     return value if isinstance(value, dict) else {}
 
@@ -209,14 +244,22 @@ def _parse(raw: bytes) -> dict[str, Any]:
 def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """A log's first and last whole events (only its ends are read, when not compressed)."""
     if path.name.endswith(".gz"):
-        events = read(path)
-        return (events[0], events[-1]) if events else ({}, {})
+        try:
+            first_raw, tail_raw = _gz_ends(path)
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as exc:  # not plain, a bomb, not gzip: said
+            said = _said(exc)
+            return said, said
+        last = next((p for p in (_parse(r) for r in reversed(tail_raw.splitlines())) if p), {})
+        return _parse(first_raw), last
     try:
         fh = open_plain(path)
     except FileNotFoundError:
         raise
-    except OSError:  # no plain file (a link, a FIFO): no events
-        return {}, {}
+    except OSError as exc:  # no plain file (a link, a FIFO): no events, and why
+        said = _said(exc)
+        return said, said
     with fh:
         first_raw = fh.readline(MAX_EVENT)  # why: a first line without end is no event
         fh.seek(0, os.SEEK_END)
@@ -227,15 +270,46 @@ def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return _parse(first_raw), last
 
 
+def _gz_ends(path: Path) -> tuple[bytes, bytes]:
+    """A compressed log's first line and last 64 KiB, inflated a MiB at a time: `citizen
+    status` and the dashboard want a wake's ends, and holding a whole inflated log (or a
+    bomb's MAX_LOG) for that would be each reader's memory.
+
+    :raises TooBig: it inflates past MAX_LOG. :raises ValueError: not a gzip stream.
+    """
+    data = door.read_capped(path, MAX_GZ)  # the compressed bytes, capped
+    inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16+: the gzip header and trailer
+    first: bytes | None = None
+    head = tail = b""
+    total = 0
+    while True:
+        try:
+            chunk = inflate.decompress(data, 2**20)  # a MiB at most at a time
+        except zlib.error as exc:
+            raise ValueError(f"{path} is not a gzip stream ({exc})") from exc
+        data = inflate.unconsumed_tail
+        total += len(chunk)
+        if total > MAX_LOG:
+            raise door.TooBig(errno.EFBIG, f"{path} inflates past {MAX_LOG} bytes - not read")
+        if first is None:
+            head += chunk
+            if b"\n" in head or len(head) > MAX_EVENT:  # why: a first line without end is none
+                first = head[:head.index(b"\n") + 1] if b"\n" in head else b""
+                head = b""
+        tail = (tail + chunk)[-65536:]
+        if not chunk and not data:
+            return (first if first is not None else head), tail
+
+
 def first_event(path: Path) -> dict[str, Any]:
     """A log's first whole event, only its first line read when not compressed ({}: none,
     or the log is gone or unreadable) - when the wake started, without the rest."""
     try:
         if path.name.endswith(".gz"):
-            return next(iter(read(path)), {})
+            return _parse(_gz_ends(path)[0])
         with open_plain(path) as fh:
             return _parse(fh.readline(MAX_EVENT))  # why: a first line without end is no event
-    except OSError:
+    except (OSError, ValueError):  # not plain, a bomb, not gzip: no first event
         return {}
 
 
@@ -244,10 +318,12 @@ def summary(path: Path) -> dict[str, Any]:
     first, last = first_and_last(path)
     number, _, wake_type = name_of(path).partition("-")
     ended = last.get("event") == "wake_end"
+    unreadable = first.get("event") == "error"  # not a log we could read: never "running"
     return {
         "wake": int(number), "type": wake_type, "started": first.get("ts", ""),
         "reason": first.get("reason", ""),
-        "status": last.get("status", "") if ended else "running",
+        "status": "unreadable" if unreadable else last.get("status", "") if ended
+        else "running",
         "why": last.get("reason", "") if ended else "",
         "cost_usd": last.get("cost_usd", 0.0) if ended else 0.0,
         "calls": last.get("calls", 0) if ended else 0,

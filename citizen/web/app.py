@@ -1,6 +1,8 @@
 """The dashboard's Starlette app: every page module's routes (`citizen.web.pages.PAGES`),
-the package's static files, behind the guard (`citizen.web.auth.Guard`: session, CSRF,
-security headers, redaction)."""
+the package's static files, behind the limits (`citizen.web.limits.Limits`: the Host
+header and the body's size, before anything else) and the guard
+(`citizen.web.auth.Guard`: session, CSRF, security headers, redaction). A page whose
+files took longer than their deadline to read (`citizen.web.render.facts`) is a 503."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ from starlette.staticfiles import StaticFiles
 
 from citizen.web import render
 from citizen.web.auth import Guard, Sessions, load_token
+from citizen.web.limits import Limits, operator_hosts
 from citizen.web.pages import PAGES
 
 
@@ -34,6 +37,9 @@ def make_app(root: Path | None = None) -> Starlette:
     routes.append(Route("/favicon.ico", lambda request: RedirectResponse(
         "/static/favicon.ico", status_code=301)))
     routes.append(Mount("/static", StaticFiles(directory=render.STATIC), name="static"))
-    app = Starlette(routes=routes, middleware=[Middleware(Guard, sessions=sessions)])
+    # Limits first: a request to a name we do not serve, or too big, reaches no other code.
+    app = Starlette(routes=routes, middleware=[
+        Middleware(Limits, hosts=operator_hosts()), Middleware(Guard, sessions=sessions)],
+        exception_handlers={render.Late: render.late})
     app.state.sessions = sessions
     return app

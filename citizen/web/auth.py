@@ -77,7 +77,7 @@ def load_token() -> str:
     path = paths.web_token()
     server = server_mode(paths.shared_dir())
     try:
-        text = path.read_text(encoding="utf-8")
+        text = path.read_text(encoding="utf-8")  # door: the operator's token, root's file
     except FileNotFoundError:
         if server:
             raise TokenMissing(f"{path} is missing - run setup again, which makes it "
@@ -173,7 +173,7 @@ def _cookie(scope: Scope) -> str | None:
     return None
 
 
-def _header(scope: Scope, wanted: bytes) -> str:
+def header(scope: Scope, wanted: bytes) -> str:
     return next((v.decode("latin-1") for k, v in scope.get("headers", []) if k == wanted), "")
 
 
@@ -199,14 +199,14 @@ class Guard:
             await _refuse(scope, send)
             return
         if scope["method"] not in ("GET", "HEAD"):
-            origin = _header(scope, b"origin")
-            if origin and origin.split("://", 1)[-1] != _header(scope, b"host"):
-                await _plain(send, 403, "refused: this form was not sent from this page")
+            origin = header(scope, b"origin")
+            if origin and origin.split("://", 1)[-1] != header(scope, b"host"):
+                await plain(send, 403, "refused: this form was not sent from this page")
                 return
             if not public:
                 body = await _body(receive)
                 if session is None or not _csrf_ok(scope, body, session.csrf):
-                    await _plain(send, 403, "refused: the page's CSRF value is missing or "
+                    await plain(send, 403, "refused: the page's CSRF value is missing or "
                                  "wrong - reload the page and try again")
                     return
                 receive = _replay(body)
@@ -252,8 +252,8 @@ class Guard:
 
 
 def _csrf_ok(scope: Scope, body: bytes, expected: str) -> bool:
-    offered = _header(scope, b"x-csrf-token")
-    if not offered and _header(scope, b"content-type").startswith(
+    offered = header(scope, b"x-csrf-token")
+    if not offered and header(scope, b"content-type").startswith(
             "application/x-www-form-urlencoded"):
         offered = (parse_qs(body.decode("utf-8", "replace")).get("csrf") or [""])[0]
     return bool(offered) and hmac.compare_digest(offered.encode(), expected.encode())
@@ -284,18 +284,22 @@ def _replay(body: bytes) -> Receive:
 
 async def _refuse(scope: Scope, send: Send) -> None:
     """No session: a browser asking for a page goes to /login; anything else gets 401."""
-    if scope["method"] == "GET" and "text/html" in _header(scope, b"accept"):
+    if scope["method"] == "GET" and "text/html" in header(scope, b"accept"):
         await send({"type": "http.response.start", "status": 303,
                     "headers": [(b"location", b"/login"), (b"content-length", b"0")]})
         await send({"type": "http.response.body", "body": b""})
         return
-    await _plain(send, 401, "log in first: open /login with the token `citizen web --token` "
+    await plain(send, 401, "log in first: open /login with the token `citizen web --token` "
                  "prints")
 
 
-async def _plain(send: Send, status: int, text: str) -> None:
+async def plain(send: Send, status: int, text: str, *, close: bool = False) -> None:
+    """A plain-text answer; `close`: the connection is closed after it (a refused body
+    is then never read)."""
     body = text.encode()
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode())]})
+    headers = [(b"content-type", b"text/plain; charset=utf-8"),
+               (b"content-length", str(len(body)).encode())]
+    if close:
+        headers.append((b"connection", b"close"))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

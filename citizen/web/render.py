@@ -1,19 +1,33 @@
 """Jinja2 templates of the dashboard (autoescape on: whatever a citizen, a mail or a model
-wrote is shown as text), rendered with the session's CSRF value for the page's forms."""
+wrote is shown as text), rendered with the session's CSRF value for the page's forms; and
+`facts`, the one way a route reads the stores: in a worker thread, never on the event
+loop (one slow read would stop every route, approve included), within a deadline."""
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 from urllib.parse import parse_qs
 
+import anyio
+import anyio.to_thread
 from jinja2 import Environment, FileSystemLoader, select_autoescape
 from markupsafe import Markup
 from starlette.requests import Request
-from starlette.responses import HTMLResponse
+from starlette.responses import HTMLResponse, Response
 
+from citizen.errors import CitizenError
 from citizen.web.auth import Session
 from shared import clock
+
+P = ParamSpec("P")
+T = TypeVar("T")
+# A page's files are read within this: every read of a citizen's file is bounded and
+# non-blocking (shared/door.py), so only a machine under strain comes near it - and then
+# the page says so instead of holding the browser (and a worker) for ever.
+READ_S = 15.0
 
 TEMPLATES = Path(__file__).parent / "templates"
 STATIC = Path(__file__).parent / "static"
@@ -54,3 +68,29 @@ async def form(request: Request) -> dict[str, str]:
     """An urlencoded form's fields (first value each); no multipart parser is needed."""
     fields = parse_qs((await request.body()).decode("utf-8", "replace"))
     return {k: v[0] for k, v in fields.items()}
+
+
+class Late(CitizenError, TimeoutError):
+    """A page's files were not read within their deadline."""
+
+
+async def facts(fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """`fn(*args, **kwargs)` in a worker thread, given up after READ_S seconds.
+
+    :raises Late: it did not return in time (the thread is abandoned: its result, if
+        it ever comes, is dropped).
+    """
+    try:
+        with anyio.fail_after(READ_S):
+            return await anyio.to_thread.run_sync(functools.partial(fn, *args, **kwargs),
+                                                  abandon_on_cancel=True)
+    except TimeoutError:
+        raise Late(f"reading {getattr(fn, '__name__', 'the page')} took over {READ_S:.0f} s - "
+                   "a citizen's files may be planted to slow it; see `journalctl -u "
+                   "citizen-web` and `citizen status`") from None
+
+
+async def late(request: Request, exc: Exception) -> Response:
+    """A page whose facts were `Late`: 503, saying why, never a hung request."""
+    return page(request, "missing.html", status_code=503, heading="Too slow to read",
+                what=str(exc))

@@ -1,6 +1,8 @@
 """The civilization page's rows: per citizen what `citizen status` says, plus the wake in
 progress, the heartbeat's age, the monitor's findings, and the day's dollars against the cap
-with the burn rate (what the day ends at if the last hour goes on)."""
+with the burn rate (what the day ends at if the last hour goes on). Read as `citizen status`
+reads its rows (`citizen.admin.status.statuses`): one citizen's broken or planted files
+make its own row "unreadable", never the page."""
 
 from __future__ import annotations
 
@@ -8,11 +10,11 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from citizen import civilization
-from citizen.admin.status import citizen_status
+from citizen.admin.status import Unreadable, citizen_status, read_heartbeat, statuses
+from citizen.admin.status import unreadable_row as status_unreadable
 from citizen.config import paths
 from citizen.home import spend
 from shared import clock
-from shared.atomic import read_json
 
 if TYPE_CHECKING:
     from shared.monitor import Monitor
@@ -25,7 +27,15 @@ def rows() -> list[dict[str, Any]]:
     """One row per citizen, read from the stores now (the monitor's reports through one
     handle of the commons: building it lists the citizens)."""
     monitor = civilization.commons().monitor
-    return [row(name, monitor) for name in civilization.citizens()]
+    return [r if r["unreadable"] is None else unreadable_row(r["citizen"], r["unreadable"])
+            for r in statuses(civilization.citizens(), lambda name: row(name, monitor))]
+
+
+def unreadable_row(name: str, why: str) -> dict[str, Any]:
+    """A row whose citizen's files could not be read: `why`, no figures."""
+    return {**status_unreadable(name, why), "heartbeat_age_s": None, "current_wake": None,
+            "findings": [], "usd_last_hour": 0.0, "usd_projected": 0.0, "level": "ok",
+            "projected_level": "ok", "cap_share": None}
 
 
 def row(name: str, monitor: Monitor | None = None) -> dict[str, Any]:
@@ -35,16 +45,18 @@ def row(name: str, monitor: Monitor | None = None) -> dict[str, Any]:
     last = status["last_wake"]  # the wake being written now, if its log has no end yet
     running = last and last["status"] == "running" and {
         k: last[k] for k in ("wake", "type", "started")}
+    # The burn rate reads the ledger's lines: only when status found it readable.
+    readable = not any(p.startswith("spend ledger") for p in status["problems"])
     return {**status, "heartbeat_age_s": _beat_age(home), "current_wake": running or None,
-            "findings": findings(name, monitor), **money(home, status["usd_today"],
-                                                 status["usd_per_day_cap"])}
+            "findings": findings(name, monitor), **money(
+                home, status["usd_today"], status["usd_per_day_cap"], readable=readable)}
 
 
 def _beat_age(home: paths.Home) -> float | None:
     try:
-        beat = read_json(home.heartbeat)
-        return round(clock.time() - clock.epoch(beat["updated"]), 1)
-    except (OSError, ValueError, KeyError):
+        beat = read_heartbeat(home)  # a forged or planted one has no age worth showing
+        return None if beat is None else round(clock.time() - clock.epoch(beat["updated"]), 1)
+    except (Unreadable, ValueError, KeyError, TypeError):
         return None
 
 
@@ -61,13 +73,13 @@ def findings(name: str, monitor: Monitor | None = None) -> list[dict[str, Any]]:
 
 
 def money(home: paths.Home, usd_today: float, cap: float | None,
-          now: datetime | None = None) -> dict[str, Any]:
+          now: datetime | None = None, *, readable: bool = True) -> dict[str, Any]:
     """The day's spend against its cap: the last hour's spend, where the day ends if that
     rate goes on until midnight UTC, and the level ("ok", "amber" past 80 %, "over")."""
     now = now or datetime.fromtimestamp(clock.time(), UTC)
     hour_ago = now - timedelta(hours=1)
     last_hour = 0.0
-    for line in spend.lines(home, now.date()):
+    for line in spend.lines(home, now.date()) if readable else ():
         try:
             if datetime.fromisoformat(str(line.get("ts"))) >= hour_ago:
                 last_hour += max(float(line.get("cost_usd", 0.0)), 0.0)

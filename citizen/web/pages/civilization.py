@@ -1,9 +1,11 @@
 """GET / (every citizen now) and GET /events (its rows again whenever a heartbeat or a wake
-log changes, as server-sent events)."""
+log changes, as server-sent events). Read off the event loop within a deadline
+(`render.facts`), each row by itself (`facts.civilization.rows`)."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import AsyncIterator
 
 from sse_starlette import EventSourceResponse, ServerSentEvent
@@ -12,6 +14,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from citizen import civilization as civ
+from citizen.admin.status import statuses
 from citizen.config import paths
 from citizen.home import wakelog
 from citizen.web import render
@@ -22,7 +25,7 @@ PING_S = 15  # a comment line keeps proxies and the browser from closing an idle
 
 
 async def home(request: Request) -> Response:
-    return render.page(request, "civilization.html", rows=civilization.rows())
+    return render.page(request, "civilization.html", rows=await render.facts(civilization.rows))
 
 
 def signature(name: str) -> tuple[object, ...]:
@@ -32,11 +35,14 @@ def signature(name: str) -> tuple[object, ...]:
     out: list[object] = []
     for path in (home_.heartbeat, home_.wake_logs):
         try:
-            out.append(path.stat().st_mtime_ns)
+            out.append(os.lstat(path).st_mtime_ns)  # lstat: a stat of a FIFO never blocks
         except OSError:
             out.append(None)
     logs = wakelog.wake_logs(home_)
-    out.append(logs[-1].stat().st_size if logs else None)
+    try:
+        out.append(os.lstat(logs[-1]).st_size if logs else None)
+    except OSError:  # swept since it was listed
+        out.append(None)
     return tuple(out)
 
 
@@ -49,12 +55,16 @@ def changed_rows(seen: dict[str, tuple[object, ...]],
     for gone in changed:
         rows.pop(gone)
         seen.pop(gone, None)
+    moved = []
     for name in names:
         now = signature(name)
         if seen.get(name) != now:
             seen[name] = now
-            rows[name] = civilization.row(name)
-            changed.add(name)
+            moved.append(name)
+    for r in statuses(moved, civilization.row):  # each row by itself, as the page's
+        rows[r["citizen"]] = r if r["unreadable"] is None else civilization.unreadable_row(
+            r["citizen"], r["unreadable"])
+        changed.add(r["citizen"])
     return bool(changed)
 
 
@@ -63,7 +73,11 @@ async def events(request: Request) -> Response:
         seen: dict[str, tuple[object, ...]] = {}
         rows: dict[str, dict[str, object]] = {}
         while not await request.is_disconnected():
-            if await asyncio.to_thread(changed_rows, seen, rows):
+            try:
+                moved = await render.facts(changed_rows, seen, rows)
+            except render.Late:
+                return  # the browser reconnects, and reads every row afresh
+            if moved:
                 yield ServerSentEvent(render.fragment("_rows.html", rows=[
                     rows[name] for name in sorted(rows)]), event="rows")
             await asyncio.sleep(POLL_S)

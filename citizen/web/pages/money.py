@@ -5,7 +5,6 @@ attribute: no inline script under the CSP). The facts are `citizen.web.facts.mon
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -40,11 +39,12 @@ def facts() -> dict[str, Any]:
     totals = money.by_day_and_citizen()  # read once for both figures made of it
     return {"by_citizen": money.cost_by_citizen(totals=totals),
             "by_type": money.cost_by_wake_type(),
-            "cached": money.cached_share(totals=totals), "refused": money.refused()}
+            "cached": money.cached_share(totals=totals), "refused": money.refused(),
+            "left_out": money.unreadable()}
 
 
 async def page(request: Request) -> Response:
-    facts_ = await asyncio.to_thread(facts)
+    facts_ = await render.facts(facts)
     charts = [
         chart("Dollars per day, by citizen", "$", facts_["by_citizen"], "citizen", "usd"),
         chart("Dollars per day, by wake type", "$", facts_["by_type"], "wake_type", "usd"),

@@ -24,9 +24,10 @@ POLL_S = 1.0  # the room's facts are read once a second while someone watches
 PING_S = 15  # a comment line keeps proxies and the browser from closing a quiet stream
 
 
-def _room(request: Request) -> str | None:
+async def _room(request: Request) -> str | None:
     name = str(request.path_params["room"])
-    return name if name in decisions.room_names() else None  # only a known room's name
+    # Only a known room's name.
+    return name if name in await render.facts(decisions.room_names) else None
 
 
 def _watchers(request: Request) -> Watchers:
@@ -40,15 +41,15 @@ def _watchers(request: Request) -> Watchers:
 
 
 async def room(request: Request) -> Response:
-    name = _room(request)
+    name = await _room(request)
     if name is None:
         return render.page(request, "missing.html", status_code=404, what="no such room")
-    facts = await asyncio.to_thread(decisions.room, name)
+    facts = await render.facts(decisions.room, name)
     return render.page(request, "room.html", r=facts)
 
 
 async def watch(request: Request) -> Response:
-    name = _room(request)
+    name = await _room(request)
     if name is None:
         return Response("no such room", status_code=404)
     watchers = _watchers(request)
@@ -58,8 +59,11 @@ async def watch(request: Request) -> Response:
         try:
             shown = ""
             while not await request.is_disconnected():
-                html = render.fragment("_room.html",
-                                       r=await asyncio.to_thread(decisions.room, name))
+                try:
+                    facts = await render.facts(decisions.room, name)
+                except render.Late:
+                    return  # the browser reconnects (and joins again)
+                html = render.fragment("_room.html", r=facts)
                 if html != shown:
                     shown = html
                     yield ServerSentEvent(html, event="room")

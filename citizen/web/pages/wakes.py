@@ -21,13 +21,14 @@ POLL_S = 0.5  # the log is stat'ed twice a second (read only when it grew): as `
 PING_S = 15  # a comment line keeps proxies and the browser from closing an idle stream
 
 
-def _citizen(request: Request) -> str | None:
+async def _citizen(request: Request) -> str | None:
     name = str(request.path_params["name"])
-    return name if name in civ.citizens() else None  # only a citizen's name reaches a path
+    # Only a citizen's name reaches a path.
+    return name if name in await render.facts(civ.citizens) else None
 
 
 async def timeline(request: Request) -> Response:
-    name = _citizen(request)
+    name = await _citizen(request)
     if name is None:
         return render.page(request, "missing.html", status_code=404, what="no such citizen")
     q = request.query_params
@@ -35,17 +36,18 @@ async def timeline(request: Request) -> Response:
         page_no = int(q.get("page", "1"))
     except ValueError:
         page_no = 1
-    facts = wakes.timeline(name, q.get("type") or None, q.get("status") or None, page_no)
+    facts = await render.facts(wakes.timeline, name, q.get("type") or None,
+                               q.get("status") or None, page_no)
     return render.page(request, "wakes.html", **facts)
 
 
 async def wake(request: Request) -> Response:
-    name = _citizen(request)
+    name = await _citizen(request)
     if name is None:
         return render.page(request, "missing.html", status_code=404, what="no such citizen")
     number = int(request.path_params["n"])
     try:
-        facts = await asyncio.to_thread(wakes.transcript_of, name, number)
+        facts = await render.facts(wakes.transcript_of, name, number)
     except wakes.NoSuchWake as exc:
         return render.page(request, "missing.html", status_code=404, what=str(exc))
     return render.page(request, "wake.html", number=number, **facts)
@@ -62,21 +64,24 @@ async def events(request: Request) -> Response:
     """New events of the wake as `events` (their <li> rows, id: the offset after them),
     then `end` with the final summary line once the wake has ended, and the stream stops.
     It stops too when the browser goes."""
-    name, number, offset = _citizen(request), int(request.path_params["n"]), _offset(request)
+    name, number, offset = await _citizen(request), int(request.path_params["n"]), _offset(request)
     if name is None:
         return Response("no such citizen", status_code=404)
     if offset is None:
         return Response("offset is a byte offset (a whole number) - reload the wake's page",
                         status_code=400)
     try:
-        path = await asyncio.to_thread(wakes.log_path, name, number)
+        path = await render.facts(wakes.log_path, name, number)
     except wakes.NoSuchWake as exc:
         return Response(str(exc), status_code=404)
 
     async def stream() -> AsyncIterator[ServerSentEvent]:
         at, first = offset, True
         while not await request.is_disconnected():
-            new = await asyncio.to_thread(wakes.tail, name, path, at, first)
+            try:
+                new = await render.facts(wakes.tail, name, path, at, first)
+            except render.Late:
+                return  # the browser reconnects from the last event it got
             at, first = new["offset"], False
             if new["events"]:
                 yield ServerSentEvent("".join(
@@ -93,12 +98,12 @@ async def events(request: Request) -> Response:
 
 
 async def block(request: Request) -> Response:
-    name = _citizen(request)
+    name = await _citizen(request)
     if name is None:
         return render.page(request, "missing.html", status_code=404, what="no such citizen")
     number, key = int(request.path_params["n"]), str(request.path_params["key"])
     try:
-        text = await asyncio.to_thread(wakes.block, name, number, key)
+        text = await render.facts(wakes.block, name, number, key)
     except wakes.NoSuchWake as exc:
         return render.page(request, "missing.html", status_code=404, what=str(exc))
     return render.page(request, "block.html", citizen=name, number=number, key=key, text=text)
