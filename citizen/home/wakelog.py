@@ -20,7 +20,7 @@ import os
 import re
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -183,12 +183,23 @@ def read(path: Path, cap: int = MAX_LOG, max_events: int | None = None
 
     :raises FileNotFoundError: it is gone (swept meanwhile).
     """
+    if path.name.endswith(".gz"):
+        out = io.BytesIO()
+        try:
+            for chunk in _inflated(path, cap):
+                out.write(chunk)
+        except FileNotFoundError:
+            raise
+        except (OSError, ValueError) as exc:  # not plain, a bomb, cut short: what was read
+            out.seek(0)
+            return [*_events(out, max_events), _said(exc)]
+        out.seek(0)
+        return _events(out, max_events)
     try:
-        raw = door.gunzip_capped(path, min(cap, MAX_GZ), cap) if path.name.endswith(".gz") \
-            else door.read_capped(path, cap)
+        raw = door.read_capped(path, cap)
     except FileNotFoundError:
         raise
-    except (OSError, ValueError) as exc:  # not plain, too big, not gzip: said, not raised
+    except OSError as exc:  # not plain, too big: said, not raised
         return [_said(exc)]
     return _events(io.BytesIO(raw), max_events)
 
@@ -270,17 +281,14 @@ def first_and_last(path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     return _parse(first_raw), last
 
 
-def _gz_ends(path: Path) -> tuple[bytes, bytes]:
-    """A compressed log's first line and last 64 KiB, inflated a MiB at a time: `citizen
-    status` and the dashboard want a wake's ends, and holding a whole inflated log (or a
-    bomb's MAX_LOG) for that would be each reader's memory.
+def _inflated(path: Path, cap: int = MAX_LOG) -> Iterator[bytes]:
+    """A compressed log inflated a MiB at a time: at most MAX_GZ bytes of it read, at most
+    `cap` out (a bomb of a few MB inflates to gigabytes).
 
-    :raises TooBig: it inflates past MAX_LOG. :raises ValueError: not a gzip stream.
+    :raises TooBig: past either cap. :raises ValueError: not gzip, or cut short.
     """
     data = door.read_capped(path, MAX_GZ)  # the compressed bytes, capped
     inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)  # 16+: the gzip header and trailer
-    first: bytes | None = None
-    head = tail = b""
     total = 0
     while True:
         try:
@@ -288,17 +296,33 @@ def _gz_ends(path: Path) -> tuple[bytes, bytes]:
         except zlib.error as exc:
             raise ValueError(f"{path} is not a gzip stream ({exc})") from exc
         data = inflate.unconsumed_tail
+        if not chunk and not data:
+            if not inflate.eof:
+                raise ValueError(f"{path} ends before its gzip stream does (cut short)")
+            return
         total += len(chunk)
-        if total > MAX_LOG:
-            raise door.TooBig(errno.EFBIG, f"{path} inflates past {MAX_LOG} bytes - not read")
+        if total > cap:
+            raise door.TooBig(errno.EFBIG, f"{path} inflates past {cap} bytes - not read")
+        yield chunk
+
+
+def _gz_ends(path: Path) -> tuple[bytes, bytes]:
+    """A compressed log's first line and last 64 KiB: `citizen status` and the dashboard
+    want a wake's ends, and holding a whole inflated log (or a bomb's MAX_LOG) for that
+    would be each reader's memory.
+
+    :raises TooBig: it inflates past MAX_LOG. :raises ValueError: not gzip, cut short.
+    """
+    first: bytes | None = None
+    head = tail = b""
+    for chunk in _inflated(path):
         if first is None:
             head += chunk
             if b"\n" in head or len(head) > MAX_EVENT:  # why: a first line without end is none
                 first = head[:head.index(b"\n") + 1] if b"\n" in head else b""
                 head = b""
         tail = (tail + chunk)[-65536:]
-        if not chunk and not data:
-            return (first if first is not None else head), tail
+    return (first if first is not None else head), tail
 
 
 def first_event(path: Path) -> dict[str, Any]:
