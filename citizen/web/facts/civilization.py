@@ -21,6 +21,9 @@ if TYPE_CHECKING:
 
 AMBER = spend.WARN_SHARE  # past this share of its daily cap a citizen's money shows amber
 FINDINGS_S = 86400.0  # the monitor's reports of the last day
+# Under the page's own deadline (citizen.web.render.READ_S, 15 s): a row that hangs is
+# that row's "unreadable", not the whole page's 503.
+ROWS_S = 10.0
 
 
 def rows() -> list[dict[str, Any]]:
@@ -28,7 +31,8 @@ def rows() -> list[dict[str, Any]]:
     handle of the commons: building it lists the citizens)."""
     monitor = civilization.commons().monitor
     return [r if r["unreadable"] is None else unreadable_row(r["citizen"], r["unreadable"])
-            for r in statuses(civilization.citizens(), lambda name: row(name, monitor))]
+            for r in statuses(civilization.citizens(), lambda name: row(name, monitor),
+                              ROWS_S)]
 
 
 def unreadable_row(name: str, why: str) -> dict[str, Any]:

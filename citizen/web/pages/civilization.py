@@ -61,7 +61,7 @@ def changed_rows(seen: dict[str, tuple[object, ...]],
         if seen.get(name) != now:
             seen[name] = now
             moved.append(name)
-    for r in statuses(moved, civilization.row):  # each row by itself, as the page's
+    for r in statuses(moved, civilization.row, civilization.ROWS_S):  # each by itself
         rows[r["citizen"]] = r if r["unreadable"] is None else civilization.unreadable_row(
             r["citizen"], r["unreadable"])
         changed.add(r["citizen"])
