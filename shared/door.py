@@ -126,7 +126,7 @@ def read_capped(path: Path, cap: int = MAX_RECORD, *, beneath: Path | None = Non
         if info.st_size > cap:
             raise TooBig(errno.EFBIG, f"{path} holds {info.st_size} bytes, more than the "
                          f"{cap} its reader takes - not read; move it aside")
-        data = f.read(cap + 1)
+        data = f.read(min(info.st_size, cap) + 1)  # not the cap: read(n) allocates n
     if len(data) > cap:  # it grew while we read
         raise TooBig(errno.EFBIG, f"{path} grew past {cap} bytes while read - not read")
     return data

@@ -149,7 +149,8 @@ def is_locked(lock: Path) -> bool:
 
 
 def holders(fd: int) -> list[tuple[int, int]]:
-    """(pid, uid) of every process that holds a lock on the open file `fd` now - from
+    """(pid, uid) of every process that holds a lock on the open file `fd` now (uid -1:
+    a process we may not see, so no process of our own user) - from
     /proc/locks, which takes no lock. A flock needs only a descriptor, any descriptor: a
     reader of a file can hold it too, so who holds a lock is asked of the kernel."""
     info = os.fstat(fd)
@@ -167,8 +168,8 @@ def holders(fd: int) -> list[tuple[int, int]]:
             pid = int(fields[4])
             try:
                 found.append((pid, Path(f"/proc/{pid}").stat().st_uid))
-            except OSError:
-                continue  # gone since
+            except OSError:  # hidden from us (a unit's ProtectProc=invisible hides other
+                found.append((pid, -1))  # users' processes, never our own), or gone since
     return found
 
 

@@ -49,7 +49,8 @@ def _files(*where: str) -> list[Path]:
 
 def _exempt(lines: list[str], node: ast.AST) -> bool:
     """A `# door:` comment on the call's lines, or alone on the line above it."""
-    first, last = node.lineno, getattr(node, "end_lineno", node.lineno) or node.lineno
+    first = int(getattr(node, "lineno", 1))
+    last = int(getattr(node, "end_lineno", first) or first)
     above = lines[first - 2].strip() if first > 1 else ""
     return above.startswith("# door:") or any("# door:" in lines[n - 1]
                                                for n in range(first, last + 1))
