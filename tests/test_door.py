@@ -256,3 +256,19 @@ def test_a_fifo_at_a_log_fails_the_appender_at_once(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(OSError, match=r"plain file|No such device"):  # NotPlain or ENXIO
         append_line(fifo, {"x": 1}, mode=0o664)
+
+
+def test_a_ledger_line_that_lies_breaks_no_total(civ: Path) -> None:
+    """`citizen cost` and the Money page sum every citizen's ledger: a line of mira's
+    with `"tokens_in": "many"`, a list, or a cost that is no number raised ValueError
+    or AttributeError for everyone's totals."""
+    mira, opus = paths.home("mira"), paths.home("opus")
+    spend.record(opus, cost_usd=0.5, tokens_in=100)
+    ledger = spend.ledger(mira, spend.today())
+    ledger.parent.mkdir(parents=True, exist_ok=True)
+    ledger.write_text('{"cost_usd": "lots", "tokens_in": "many"}\n[1, 2]\n'
+                      '{"cost_usd": 0.25, "tokens_out": 7}\n')
+    rows = {r["citizen"]: r for r in spend.totals([opus, mira], 1, ("citizen",))}
+    assert (rows["opus"]["usd"], rows["opus"]["tokens_in"]) == (0.5, 100)
+    assert (rows["mira"]["usd"], rows["mira"]["calls"], rows["mira"]["tokens_in"],
+            rows["mira"]["tokens_out"]) == (0.25, 2, 0, 7)

@@ -41,11 +41,11 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from citizen import civilization
+from citizen.admin.status import read_heartbeat
 from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home import quiesce
 from shared import clock
-from shared.atomic import read_json
 from shared.monitor import alive
 
 TAG = "experience"
@@ -264,10 +264,11 @@ def _restore_one(repo: Repository, snapshot: str, target: Path, stamp: str) -> N
 
 
 def _running(name: str) -> bool:
-    beat_path = paths.home(name).heartbeat
-    try:
-        beat = read_json(beat_path)
+    try:  # believed only from the citizen's own plain file (citizen/admin/status.py)
+        beat = read_heartbeat(paths.home(name))
     except (OSError, ValueError):
+        return False
+    if beat is None:
         return False
     return beat.get("state") != "stopped" and alive(int(beat.get("pid", 0) or 0))
 

@@ -77,9 +77,12 @@ def lines(home: Home, day: date) -> list[dict[str, Any]]:
     out = []
     for text in raw.decode("utf-8", "replace").splitlines():
         try:
-            out.append(door.loads(text))
+            line = door.loads(text)
         except ValueError:
             log.warning("%s: a line that does not parse is skipped", path)
+            continue
+        if isinstance(line, dict):  # anything else is no ledger line
+            out.append(line)
     return out
 
 
@@ -146,6 +149,11 @@ def _cost(line: Any) -> float:
     return min(value, MAX_CALL_USD) if math.isfinite(value) and value > 0 else 0.0
 
 
+def _count(value: Any) -> int:
+    """A token count from a ledger line a citizen wrote: a sane whole number, else 0."""
+    return value if isinstance(value, int) and 0 <= value < 10**9 else 0
+
+
 def days(n: int) -> list[date]:
     """The last n UTC days, oldest first."""
     end = today()
@@ -167,10 +175,10 @@ def totals(homes: Iterable[Home], n_days: int, by: tuple[str, ...]) -> list[dict
                 fields = {"citizen": home.name, "day": day.isoformat()}
                 key = tuple(fields.get(b) or str(line.get(b, "?")) for b in by)
                 row = rows.setdefault(key, {"usd": 0.0, "calls": 0, **dict.fromkeys(TOKENS, 0)})
-                row["usd"] += float(line.get("cost_usd", 0.0))
+                row["usd"] += _cost(line)  # a line that lies counts as nothing, not an error
                 row["calls"] += 1
                 for f in TOKENS:
-                    row[f] += int(line.get(f, 0))
+                    row[f] += _count(line.get(f, 0))
     out = []
     for key in sorted(rows):
         row = rows[key]
