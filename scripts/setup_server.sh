@@ -571,6 +571,14 @@ for home in /home/*/; do
         install -m 0600 -o "$name" -g citizens /dev/null "$lock"
         changed "$lock"
     fi
+    # Modes that mean what they say (citizen/admin/modes.py), repaired on upgrade through
+    # descriptors: its doorbell 3770 (sticky), its heartbeat 0644, its daemon lock 0600.
+    out="$(CIV_ROOT=/home PYTHONPATH="$release" PYTHONDONTWRITEBYTECODE=1 \
+        "$venv/bin/python" -m citizen.admin.modes "$name")" || out="note: $name's modes were not checked"
+    if [ -n "$out" ]; then
+        printf '%s\n' "$out" | sed 's/^changed: /    changed: /; s/^note: /    note: /'
+        changes=$((changes + $(grep -c '^changed: ' <<<"$out" || true)))
+    fi
     # The operator's new release offered to the citizen's own code, as the citizen (its
     # hooks run as itself, never root): merged when it merges cleanly, else left as it was.
     # The baseline's `release` branch, never its `main`: peers' changes reach a citizen by

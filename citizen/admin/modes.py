@@ -10,7 +10,9 @@ name the citizen could have swapped for a link to /etc.
 from __future__ import annotations
 
 import os
+import pwd
 import stat
+import sys
 
 from citizen.config import paths
 from shared import door
@@ -57,3 +59,17 @@ def repair_modes(name: str, uid: int, gid: int) -> list[str]:
         except OSError as exc:
             changed.append(f"note: {path} left as it is ({exc})")
     return changed
+
+
+def main(argv: list[str]) -> int:
+    """`python -m citizen.admin.modes NAME...` (root, from scripts/setup_server.sh on an
+    upgrade): repair each citizen's modes; prints one `changed: ...` line per change."""
+    for name in argv:
+        user = pwd.getpwnam(name)
+        for line in repair_modes(name, user.pw_uid, user.pw_gid):
+            print(line if line.startswith("note: ") else f"changed: {line}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

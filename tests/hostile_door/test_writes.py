@@ -152,3 +152,27 @@ def test_a_peers_sparse_ledger_breaks_no_cap_check(box: Container) -> None:
         assert out.strip() == "checked 0.0"
     finally:
         as_user(box, "mira", f"rm -f ~/logs/spend/{day}.jsonl")
+
+
+def test_an_upgrade_repairs_the_modes_an_older_release_left(box: Container) -> None:
+    """An older release left doorbells 2770 (a peer deleted another's rings), heartbeats
+    0664 and daemon locks 0640: setup_server.sh's upgrade step repairs them, through
+    descriptors, for every citizen (here its step alone: `python -m citizen.admin.modes`)."""
+    as_root(box, "systemctl start citizen@opus")  # its heartbeat and lock exist once it ran
+    until(lambda: _sleeping(box, "opus"), 120)
+    as_root(box, "systemctl stop citizen@opus; chmod 2770 /home/shared/doorbell/opus; "
+                 "chmod 0664 /home/shared/monitor/heartbeats/opus.json; "
+                 "chmod 0640 /home/opus/.daemon.lock")
+    out = as_root(box, "CIV_ROOT=/home PYTHONPATH=/opt/experience/release "
+                       "/opt/experience/venv/bin/python -m citizen.admin.modes opus")
+    assert out.count("changed: ") == 3, out
+    assert _mode_owner(box, "/home/shared/doorbell/opus") == "3770 opus"
+    assert _mode_owner(box, "/home/shared/monitor/heartbeats/opus.json") == "644 opus"
+    assert _mode_owner(box, "/home/opus/.daemon.lock") == "600 opus"
+    assert as_root(box, "CIV_ROOT=/home PYTHONPATH=/opt/experience/release "
+                        "/opt/experience/venv/bin/python -m citizen.admin.modes opus") == ""
+    as_user(box, "mira", "touch /home/shared/doorbell/opus/x.json")  # mira rings
+    removed = box.run("runuser", "-u", "aria", "--", "rm", "-f",
+                      "/home/shared/doorbell/opus/x.json", check=False)
+    assert removed.returncode != 0  # sticky: aria removes no ring mira rang
+    as_root(box, "rm -f /home/shared/doorbell/opus/x.json; systemctl start citizen@opus")
