@@ -19,8 +19,12 @@ from pathlib import Path
 # nobody removes, renames or replaces what another made.
 RECORDS_MODE = 0o3775
 # 2775: rewritten in place by whoever acts next - adoption merges rewrite files other
-# citizens wrote in the baseline, and a proposal's view is rewritten by its next actor.
+# citizens wrote in the baseline.
 REWRITTEN_MODE = 0o2775
+# 3775 on the folders of files every citizen rewrites (a proposal's views, the rooms'
+# documents): sticky, so nobody moves, deletes or replaces what another (root) wrote;
+# the next writer rewrites another's file in place (shared.records.overwrite_in).
+SHARED_FILES_MODE = 0o3775
 ROOT_MODE = 0o3775  # the commons itself: as every record directory
 
 BASELINE = "baseline"
@@ -48,8 +52,8 @@ DIRS: tuple[tuple[str, int], ...] = (
     (f"{TOOLS}/impl", RECORDS_MODE), (f"{TOOLS}/registry", RECORDS_MODE),
     (f"{TOOLS}/tests", RECORDS_MODE),
     (f"{PROPOSALS}/records", RECORDS_MODE),
-    *((f"{PROPOSALS}/{state}", REWRITTEN_MODE) for state in VIEW_STATES),
-    (DEBATES, RECORDS_MODE), (STREAMS, RECORDS_MODE),
+    *((f"{PROPOSALS}/{state}", SHARED_FILES_MODE) for state in VIEW_STATES),
+    (DEBATES, RECORDS_MODE), (STREAMS, RECORDS_MODE), (f"{STREAMS}/rooms", SHARED_FILES_MODE),
     (f"{MONITOR}/heartbeats", RECORDS_MODE), (DOORBELL, RECORDS_MODE),
     (CHANGES, RECORDS_MODE), (MEMORY, RECORDS_MODE), (VALUES, RECORDS_MODE),
 )

@@ -15,22 +15,25 @@ Records written before the one author key named their author under another key
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
 import pwd
 import re
 import secrets
+import stat
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared import atomic, clock
-from shared.atomic import CorruptFile, create_json, write_json
+from shared import atomic, clock, door
+from shared.atomic import CorruptFile, create_json, replace_in, write_json
 from shared.identity import ForgedRecord, check_author
 
 __all__ = ["AUTHOR", "DIR_MODE", "LEGACY_AUTHOR_KEYS", "RECORD_MODE", "add", "beside",
-           "besides", "create", "effective_user", "make_dirs", "new_id", "read", "write"]
+           "besides", "create", "effective_user", "make_dirs", "new_id", "overwrite_in",
+           "read", "write"]
 log = logging.getLogger(__name__)
 
 AUTHOR = "author"  # the key naming a record's author, in every record of the commons
@@ -208,3 +211,30 @@ def _read_one(path: Path, author: str | None, enforce: bool,
         log.warning("ignoring %s: %s", path, exc)
         return None
     return {**data, AUTHOR: str(named)}
+
+
+def overwrite_in(dfd: int, name: str, data: bytes, mode: int) -> None:
+    """Make `name` in the open directory `dfd` hold `data` - a shared file every citizen
+    rewrites (a proposal's view, a room's document) in a sticky folder. Replaced
+    atomically when this writer may (its own file, a new one, or root); else, being
+    another's file the sticky bit keeps, rewritten in place through a descriptor opened
+    without following a link (the file is group-writable). Never through a link.
+
+    :raises OSError: neither is allowed (a link or a FIFO at the name: NotPlain).
+    """
+    try:
+        replace_in(dfd, name, data, mode, sync_dir=False)
+        return
+    except PermissionError:  # EPERM: the sticky bit keeps another's file from us
+        pass
+    fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise door.NotPlain(errno.EINVAL, f"{name} is not a plain file; not written")
+        done = 0  # written over the old bytes, then cut: the file is never empty between
+        while done < len(data):
+            done += os.pwrite(fd, data[done:], done)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

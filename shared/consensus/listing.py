@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from shared import clock
-from shared.consensus.rules import STATES, Proposal
+from shared.consensus.rules import Proposal
 from shared.consensus.store import Consensus
 from shared.consensus.view import render
 
@@ -19,23 +19,26 @@ def row(d: Proposal) -> dict[str, Any]:
             "why": d.why, "opened": opened(d)}
 
 
-def rows(commons: Consensus, *, pending: bool = False, human: bool = False
-         ) -> list[dict[str, Any]]:
+def rows(commons: Consensus, *, pending: bool = False, human: bool = False,
+         problems: list[tuple[str, str]] | None = None) -> list[dict[str, Any]]:
     """Every proposal (only those in progress with `pending`, only those waiting for a
-    human decision with `human`), by id."""
+    human decision with `human`), by id - derived from the records, never from the views
+    a citizen can plant or move. One that cannot be read is named in `problems` (id, why)."""
     out = []
-    for state in ("pending",) if pending or human else STATES:
-        for pid in commons.ids(state):
-            d = commons.load(pid)
-            if human and d.phase != "human":
-                continue
-            out.append(row(d))
+    for d in commons.derived(problems):
+        if (pending or human) and d.state != "pending":
+            continue
+        if human and d.phase != "human":
+            continue
+        out.append(row(d))
     return sorted(out, key=lambda r: str(r["id"]))
 
 
-def waiting_for_human(commons: Consensus) -> list[dict[str, Any]]:
-    """The proposals a person must approve or reject before they go on."""
-    return rows(commons, human=True)
+def waiting_for_human(commons: Consensus, problems: list[tuple[str, str]] | None = None
+                      ) -> list[dict[str, Any]]:
+    """The proposals a person must approve or reject before they go on (`problems`: as
+    for `rows`)."""
+    return rows(commons, human=True, problems=problems)
 
 
 def opened(d: Proposal) -> str | None:

@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 REVISION = "revision"  # in a vote: the digest of the revision it judged
 PRECEDENTS = 3  # people's decisions a role prompt shows (bounded: the seed's context budget)
 PRECEDENTS_SCANNED = 50  # the newest proposals searched for them (a read per proposal)
+# What reading one proposal may raise: its request is its opener's file, of any shape -
+# missing or broken (SharedError), no plain file (OSError), or JSON of another form.
+UNREADABLE = (SharedError, OSError, ValueError, TypeError, KeyError, AttributeError)
 
 
 def revision_digest(rev: Mapping[str, Any]) -> str:
@@ -76,12 +79,61 @@ class Reader:
         self._places_seen = (-1, -1)
         self._evidence_seen: dict[str, tuple[int, Mapping[str, Any], dict[str, Any] | None]] \
             = {}
+        self._derived: dict[str, tuple[object, Proposal]] = {}
 
     # ------------------------------------------------------------ reading
 
     def ids(self, state: str | None = None) -> list[str]:
-        """Proposal ids (all, or those whose view is in `state`), oldest first."""
-        return self.rendered.ids(state) if state is not None else self.threads.ids()
+        """Proposal ids (all, or those whose records put them in `state`), oldest first -
+        from the records, never from the views in proposals/<state>: any citizen can
+        plant, move or delete a view there."""
+        if state is None:
+            return self.threads.ids()
+        return [d.id for d in self.derived() if d.state == state]
+
+    def derived(self, problems: list[tuple[str, str]] | None = None) -> list[Proposal]:
+        """Every proposal derived from its records, oldest first. One that cannot be read
+        (its request a link, a FIFO, a giant, no JSON object) is left out, logged and
+        named in `problems` as (id, why): it never stops the others - the operator's
+        queue among them. A derivation is kept while the proposal's folders, the value
+        weights and the list of proposals are unchanged (the dashboard asks each
+        request; a proposal costs ~3 ms to derive)."""
+        out = []
+        around = (self.weights.key(), self._listing())
+        for pid in self.threads.ids():
+            if not self.threads.exists(pid):  # an empty folder, or one being opened
+                continue
+            key = (self.threads.signature(pid), around)
+            cached = self._derived.get(pid)
+            if cached is not None and cached[0] == key:
+                out.append(cached[1])
+                continue
+            try:
+                d = self.load(pid)
+            except UNREADABLE as exc:
+                log.warning("proposal %s: %s", pid, exc)
+                if problems is not None:
+                    problems.append((pid, str(exc) or type(exc).__name__))
+                continue
+            self._derived[pid] = (key, d)
+            out.append(d)
+        return out
+
+    def _listing(self) -> tuple[int, int]:
+        """Changes when a proposal is opened (its place, and so its red-team turn)."""
+        try:
+            st = self.records_dir.stat()
+        except FileNotFoundError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_nlink)
+
+    def _finished(self, pid: str) -> bool:
+        """Whether proposal `pid` is done as far as a step is concerned, cheaply: its
+        integrator (one of three different citizens) wrote its episode record - a
+        proposal is done only then (`rules._finish`). Two small reads, not a derivation."""
+        roles, record = self._evidence(pid)
+        return record is not None and len({roles.get(k) for k in (
+            "executor", "verifier", "integrator")} - {None}) == 3
 
     def load(self, pid: str) -> Proposal:
         """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
@@ -267,8 +319,11 @@ class Reader:
         if weights != self._weights_seen:
             self.threads.forget()
             self._weights_seen = weights
+        # Every thread not finished, from the records (a view a citizen moved or planted
+        # neither hides nor invents a step).
+        candidates = [pid for pid in self.threads.ids() if not self._finished(pid)]
         with self.cited.frozen():  # read once for all the loads below
-            ids = self.threads.owed(citizen, self.ids("pending"),
+            ids = self.threads.owed(citizen, candidates,
                                     lambda p: self.load(p).owed_by)
             return [self.load(pid) for pid in ids]
 

@@ -38,7 +38,7 @@ def load_framework(path: Path) -> Framework:
 
 def _stat(path: Path) -> tuple[int, int]:
     try:
-        st = path.stat()
+        st = path.lstat()  # the file itself: a link planted there is no history
     except FileNotFoundError:
         return (0, 0)
     return (st.st_mtime_ns, st.st_size)
@@ -92,8 +92,12 @@ class Weights:
             log.warning("%s", self.problem)
         return [line for line in lines if weighing.well_formed(line)]
 
+    def key(self) -> tuple[int, ...]:
+        """Changes whenever the replay may: the history or the episode log changed."""
+        return (*_stat(self.history_path), *_stat(self.episodes_path))
+
     def current(self, citizen: str) -> dict[str, float]:
-        key = (*_stat(self.history_path), *_stat(self.episodes_path))
+        key = self.key()
         if key != self._key:
             self._replayed = weighing.replay(self.framework, self.profiles, self.history(),
                                              self.vouch)

@@ -8,24 +8,26 @@ It is for reading (`shared/proposals/<state>/<id>.json`), never trusted for a de
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared import clock
-from shared.atomic import CorruptFile, make_dirs, read_json, write_json
+from shared import clock, door
+from shared.atomic import CorruptFile, make_dirs, read_json
 from shared.consensus.rules import STATES, Proposal
 from shared.locks import locked
+from shared.records import overwrite_in
 
 log = logging.getLogger(__name__)
 
 VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `citizens`)
-# 2775, not sticky like the records: a view is replaced by whichever citizen acts next,
-# which a sticky directory would forbid. Views are never trusted for a decision; one a
-# citizen spoils is rewritten from the records at the next step.
-VIEW_DIR_MODE = 0o2775
+# 3775, sticky: group `citizens` adds views, but nobody moves, deletes or replaces one
+# another wrote (root's, after a decision). The next actor rewrites such a view in place
+# (`overwrite_in`). Views are never trusted - the queue and every step read the records.
+VIEW_DIR_MODE = 0o3775
 
 
 class Views:
@@ -43,16 +45,45 @@ class Views:
         return sorted(p.stem for p in folder.glob("prop-*.json")) if folder.is_dir() else []
 
     def write(self, d: Proposal) -> None:
-        """Write `d`'s view into the one directory its state says."""
-        view = render(d)
-        with locked(self.lock, mode=0o660):
-            target = self.dir / d.state / f"{d.id}.json"
-            for state in STATES:
-                current = self.dir / state / f"{d.id}.json"
-                if current != target and current.exists():
-                    os.rename(current, target)  # atomic: never in two directories, or none
-            make_dirs(target.parent, self.shared, VIEW_DIR_MODE)
-            write_json(target, view, mode=VIEW_MODE)
+        """Write `d`'s view into the directory its state says, and take it out of the
+        others (a copy the sticky bit keeps there is rewritten to say the same). A cache
+        for readers: a view that cannot be written is logged, and no step waits on it."""
+        raw = json.dumps(render(d), ensure_ascii=False, separators=(",", ":")).encode()
+        try:
+            with locked(self.lock, mode=0o660):
+                make_dirs(self.dir / d.state, self.shared, VIEW_DIR_MODE)
+                self._put(d.state, f"{d.id}.json", raw)
+                for state in STATES:
+                    if state != d.state:
+                        self._drop(state, f"{d.id}.json", raw)
+        except OSError as exc:
+            log.warning("view of %s not written (%s); its records hold it", d.id, exc)
+
+    def _put(self, state: str, name: str, raw: bytes) -> None:
+        # beneath the commons: no folder on the way is followed through a link (root
+        # writes views after a decision).
+        dfd = door.open_dir(self.dir / state, beneath=self.shared)
+        try:
+            overwrite_in(dfd, name, raw, VIEW_MODE)
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+
+    def _drop(self, state: str, name: str, raw: bytes) -> None:
+        """No view of `name` in `state`: removed, or - another's, kept by the sticky bit -
+        rewritten to say where the proposal stands now."""
+        try:
+            dfd = door.open_dir(self.dir / state, beneath=self.shared)
+        except FileNotFoundError:
+            return
+        try:
+            os.unlink(name, dir_fd=dfd)
+        except FileNotFoundError:
+            pass
+        except PermissionError:
+            overwrite_in(dfd, name, raw, VIEW_MODE)
+        finally:
+            os.close(dfd)
 
     def all(self) -> Iterator[dict[str, Any]]:
         """Every proposal's readable view, by state (unreadable ones skipped, logged)."""

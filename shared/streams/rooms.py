@@ -10,16 +10,21 @@ silence lifted since stays sound (`floor.silenced_during`).
 
 from __future__ import annotations
 
+import errno
+import json
 import os
 import re
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
-from shared import clock
+from shared import clock, door
 from shared.atomic import CorruptFile, make_dirs, read_json
 from shared.documents import Document
 from shared.errors import Invalid
+from shared.locks import locked
+from shared.records import overwrite_in
 from shared.streams.decision import Settings
 from shared.streams.governance import KEYS, Governance
 from shared.streams.temperature import START, cooled, warmed
@@ -35,23 +40,57 @@ ROOM_DEFAULTS: dict[str, dict[str, Any]] = {
     "volunteers": {"intention_window_ms": 20_000},
 }
 ROOM_MODE = 0o664  # any citizen heats the room; anyone on the host may read it
-# 2775 on the rooms directory, without the sticky bit: a room document is replaced
-# (os.replace) by whichever citizen changes it, which a sticky directory would forbid.
-ROOMS_DIR_MODE = 0o2775
+# 3775 on the rooms directory, sticky: nobody deletes, renames or replaces a room
+# document (or its lock) another wrote - not with a link to a root-only file either. A
+# citizen heating another's document rewrites it in place (`overwrite_in`), under its lock.
+ROOMS_DIR_MODE = 0o3775
 _NAME = re.compile(r"[a-z0-9_-]{1,40}")
 # Silences are changed by hand (`citizen room set --silence`): a few a month. The cap
 # only bounds a runaway script; a decision older than the oldest kept change that named
 # a silence of before then is no longer sound (its stream is long over).
 SILENCE_LOG_MAX = 500
+MAX_ROOM_BYTES = 1_000_000  # a temperature, a time, a flag (and an old room's governance)
 
 
 class RoomDocument(Document):
     """A room's document; one written before documents carried a `schema_version`
-    is read as version 1 (it is rewritten with one at its next change)."""
+    is read as version 1 (it is rewritten with one at its next change).
+
+    Root changes it too (a person's presence), in a folder citizens write: every access
+    walks from `top` without following a link (`shared.door`), reads at most a cap,
+    locks and writes through the folder's descriptor - a link in place of the document,
+    its lock or the folder leads root nowhere."""
+
+    def __init__(self, path: Path, default: Callable[[], dict[str, Any]], *,
+                 top: Path) -> None:
+        super().__init__(path, default, mode=ROOM_MODE)
+        self.top = top  # the trusted folder above (the commons' streams/, root's)
+
+    def update(self, change: Callable[[dict[str, Any]], T]) -> T:
+        """`Document.update`'s read-modify-write, through the folder's descriptor.
+
+        :raises CorruptFile: the document is unusable. :raises OSError: a link or
+            anything but a plain file where the folder, the document or its lock is."""
+        dfd = door.open_dir(self.path.parent, beneath=self.top)
+        try:
+            lock = _lock_in(dfd, f".{self.path.name}.lock", self.mode)
+            try:
+                with locked(self.path, fd=lock):
+                    data = self.read()
+                    result = change(data)
+                    data["schema_version"] = self.schema_version
+                    raw = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+                    overwrite_in(dfd, self.path.name, raw.encode(), self.mode)
+            finally:
+                os.close(lock)
+            os.fsync(dfd)  # the rename's durability (`Document.update` says why after)
+        finally:
+            os.close(dfd)
+        return result
 
     def read(self) -> dict[str, Any]:
         try:
-            data = read_json(self.path)
+            data = read_json(self.path, cap=MAX_ROOM_BYTES, beneath=self.top)
         except FileNotFoundError:
             return {"schema_version": self.schema_version, **self.default()}
         if not isinstance(data, dict):
@@ -76,7 +115,7 @@ class Rooms:
         if not _NAME.fullmatch(room):
             raise Invalid(f"room names are 1-40 of a-z 0-9 _ - (not '{room}')")
         return RoomDocument(self.dir / f"{room}.json", lambda: {
-            "temperature": START, "updated": clock.now()}, mode=ROOM_MODE)
+            "temperature": START, "updated": clock.now()}, top=self.top)
 
     def names(self) -> list[str]:
         """The rooms with a document (warmed or watched at least once), by name."""
@@ -147,6 +186,21 @@ class Rooms:
         doc = self.document(room)
         make_dirs(self.dir, self.top, ROOMS_DIR_MODE)
         return doc.update(change)
+
+
+def _lock_in(dfd: int, name: str, mode: int) -> int:
+    """The lock file `name` in the open folder `dfd`, opened (made with `mode` when
+    missing) without following a link, and only if it is a plain file."""
+    fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC,
+                 mode, dir_fd=dfd)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise door.NotPlain(errno.EINVAL, f"{name} is not a plain file, never taken as a "
+                            "room's lock - remove it")
+    if info.st_uid == os.geteuid() and info.st_mode & 0o777 != mode:
+        os.fchmod(fd, mode)  # the umask narrowed it: every citizen heats the room
+    return fd
 
 
 def _default(room: str) -> dict[str, Any]:

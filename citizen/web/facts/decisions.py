@@ -35,13 +35,19 @@ def waiting_for_a_person() -> dict[str, Any]:
     """
     items: list[dict[str, Any]] = []
     unreadable: list[dict[str, str]] = []
-    try:
-        for r in listing.waiting_for_human(civilization.consensus(config.templates())):
+    problems: list[tuple[str, str]] = []
+    try:  # from the records: a view planted or moved in proposals/<state> steers nothing
+        store = civilization.consensus(config.templates())
+        for r in listing.waiting_for_human(store, problems):
             items.append({"kind": "proposal", "id": r["id"], "summary": r["goal"],
                           "why": r["why"] or WAITS["proposal"], "since": r["opened"],
                           "stakes": r["stakes"]})
+        if store.weights.problem:  # the replay went on without it; the operator should know
+            unreadable.append({"source": "value weights", "error": store.weights.problem})
     except (OSError, SharedError) as exc:
         unreadable.append({"source": "proposals", "error": str(exc)})
+    # One broken proposal is named alone; the others stay in the queue.
+    unreadable += [{"source": f"proposal {pid}", "error": why} for pid, why in problems]
     try:  # the broker's state (0700 on a server): citizen.broker.views
         for r in views.read("onboarding")["requests"]:
             items.append({"kind": "onboarding", "id": r["id"],
@@ -60,9 +66,10 @@ def proposals() -> dict[str, list[dict[str, Any]]]:
 
 
 def proposal_ids() -> set[str]:
-    """The ids of every proposal `proposals()` lists (directory listings only, no load)."""
+    """The ids of every proposal with a request (a listing and a stat each, no load):
+    from the records, not the views a citizen can plant."""
     store = civilization.consensus(config.templates())
-    return {pid for state in STATES for pid in store.ids(state)}
+    return {pid for pid in store.ids() if store.threads.exists(pid)}
 
 
 def proposal(pid: str) -> dict[str, Any]:
