@@ -16,6 +16,7 @@ from tests.thoughtworld import proposal, vote
 SHARED = "/home/shared"
 HISTORY = f"{SHARED}/values/weight_history.jsonl"
 CANARY = "root-only-canary-5e21"
+RELEASE = "/opt/experience/release"  # root's code
 PRELUDE = ("import json; from citizen import civilization, config; "
            "c = civilization.consensus(config.templates()); ")
 
@@ -62,9 +63,9 @@ def test_poisoned_histories_and_planted_views_neither_block_nor_steer_a_decision
                 f"mv {SHARED}/proposals/pending/{third}.json {SHARED}/proposals/rejected/ "
                 "|| true", check=False)
         assert queue(box) == sorted([first, second, third])
-        facts = json.loads(box.run(PYTHON, "-c", "import json; from citizen.web.facts import "
-                                   "decisions; print(json.dumps(decisions.waiting_for_a_person()"
-                                   "))").stdout)
+        facts = json.loads(box.run(  # the Decisions page's queue, from root's release
+            "env", f"PYTHONPATH={RELEASE}", PYTHON, "-c", "import json; from citizen.web.facts "
+            "import decisions; print(json.dumps(decisions.waiting_for_a_person()))").stdout)
         assert sorted(i["id"] for i in facts["items"]) == sorted([first, second, third])
         assert facts["unreadable"] == []
 
@@ -89,12 +90,12 @@ def test_root_neither_reads_nor_writes_a_room_document_through_a_link(box: Conta
     secret = "/etc/experience/door-canary.json"  # noqa: S105 - a path, not a password
     body = json.dumps({"schema_version": 1, "temperature": 0.5,
                        "updated": "2026-01-01T00:00:00Z", "secret": CANARY})
-    as_root(box, f"umask 077; echo '{body}' > {secret}; citizen stream room presence "
+    as_root(box, f"umask 077; echo '{body}' > {secret}; citizen room presence "
             "general --here")  # the rooms folder exists, as it does once anyone watched
     doc = f"{SHARED}/streams/rooms/lobby.json"
     try:
         as_user(box, "mira", f"ln -s {secret} {doc}")
-        out = as_root(box, "citizen stream room presence lobby --here 2>&1; echo rc=$?",
+        out = as_root(box, "citizen room presence lobby --here 2>&1; echo rc=$?",
                       check=False)
         assert "rc=0" not in out, out
         assert as_root(box, f"stat -c '%a %U' {secret}").split() == ["600", "root"]
