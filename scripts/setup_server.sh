@@ -148,10 +148,10 @@ for d in "" library library/modules library/pending tools tools/impl tools/regis
          tools/tests proposals proposals/records proposals/pending proposals/approved \
          proposals/rejected debates streams monitor monitor/heartbeats doorbell changes memory values; do
     # 3775 root:citizens: every citizen adds to the commons; setgid keeps the group on
-    # new files; sticky: nobody removes, renames or replaces what another created.
-    # Proposal views are 2775: whoever acts next rewrites them (never trusted, only read).
+    # new files; sticky: nobody removes, renames or replaces what another created -
+    # proposal views too (shared/layout.py SHARED_FILES_MODE: 2775 let a citizen move a
+    # real view away or plant one; the queue now comes from the records anyway).
     mode=3775
-    case "$d" in proposals/pending|proposals/approved|proposals/rejected) mode=2775 ;; esac
     if [ ! -d "$shared/$d" ] || [ -L "$shared/$d" ] \
             || [ "$(stat -c '%a %U:%G' "$shared/$d")" != "$mode root:citizens" ]; then
         [ ! -L "$shared/$d" ] || fail "$shared/$d is a symbolic link - remove it and run again"
@@ -546,6 +546,18 @@ if systemctl is-active --quiet experience-scheduler.service \
         && [ "$restart_scheduler" -eq 1 ]; then
     systemctl restart experience-scheduler.service  # it runs the release: the new one takes over
     changed "experience-scheduler.service restarted on the new release"
+fi
+
+current="the rooms' folder"
+step "$current"
+# streams/rooms: a citizen made it before (2775, its own) - made or repaired root:citizens
+# 3775 through descriptors, never by a name the citizen could swap (citizen/admin/modes.py).
+out="$(CIV_ROOT=/home PYTHONPATH="$release" PYTHONDONTWRITEBYTECODE=1 \
+    "$venv/bin/python" -m citizen.admin.modes --commons)" \
+    || fail "$shared/streams/rooms could not be repaired - see the error above"
+if [ -n "$out" ]; then
+    printf '%s\n' "$out" | sed 's/^changed: /    changed: /'
+    changes=$((changes + $(grep -c '^changed: ' <<<"$out" || true)))
 fi
 
 current="each citizen's code"

@@ -16,7 +16,6 @@ Records written before the one author key named their author under another key
 from __future__ import annotations
 
 import errno
-import json
 import logging
 import os
 import pwd
@@ -150,17 +149,19 @@ def create(top: Path, path: Path, record: dict[str, Any]) -> None:
 
 def read(path: Path, author: str | None, enforce: bool, *,
          legacy: tuple[str, ...] = LEGACY_AUTHOR_KEYS, by_name: bool = False,
-         accept: Accept | None = None) -> dict[str, Any] | None:
+         accept: Accept | None = None, beneath: Path | None = None) -> dict[str, Any] | None:
     """The record at `path` (or what its author wrote beside a forgery of it), with its
     author under AUTHOR - if it is whole, names `author` (any author when None), and in
     server mode its file belongs to the author it names; `accept` may demand more. None
     otherwise: a forged, broken or unreadable record is logged and ignored (never
     touched). `legacy`: the keys an older record of this kind named its author under.
     `by_name`: the record's name says whose it is (`reviews/<author>.json`), so an old
-    one naming nobody is `author`'s; any other record naming nobody counts for no one."""
+    one naming nobody is `author`'s; any other record naming nobody counts for no one.
+    `beneath`: no folder below it is followed through a link (a thread's folder is its
+    opener's, who could swap it for one)."""
     candidates = ([path] if path.is_file() else []) + (besides(path) if enforce else [])
     for candidate in candidates:
-        data = _read_one(candidate, author, enforce, legacy, by_name)
+        data = _read_one(candidate, author, enforce, legacy, by_name, beneath=beneath)
         if data is not None and (accept is None or accept(data)):
             return data
     return None
@@ -169,26 +170,22 @@ def read(path: Path, author: str | None, enforce: bool, *,
 MAX_RECORD_BYTES = 16 * 2**20  # a record is KBs; a peer's sparse giant is no record
 
 
-def _read_bounded(path: Path) -> Any:
-    """read_json of a record a peer wrote, at most MAX_RECORD_BYTES: every citizen's gate
-    reads the commons in the server's one scheduler, whose memory is everyone's.
-    open_plain: a FIFO swapped in after `is_file` fails at once instead of hanging.
+def _read_bounded(path: Path, beneath: Path | None = None) -> Any:
+    """read_json of a record a peer wrote, through the door: at most MAX_RECORD_BYTES
+    (every citizen's gate reads the commons in the server's one scheduler, whose memory
+    is everyone's), nested at most 64 deep (a line of `[` raised RecursionError in every
+    reader), never from a FIFO or through a link (below `beneath` too).
 
-    :raises CorruptFile: too big or not JSON. :raises OSError: unreadable, not plain."""
-    with atomic.open_plain(path) as f:
-        raw = f.read(MAX_RECORD_BYTES + 1)
-    if len(raw) > MAX_RECORD_BYTES:
-        raise CorruptFile(path, f"over {MAX_RECORD_BYTES} bytes: no record is")
-    try:
-        return json.loads(raw)
-    except ValueError as exc:
-        raise CorruptFile(path, f"not valid JSON ({exc})") from exc
+    :raises CorruptFile: too big, too deep or not JSON. :raises OSError: unreadable,
+        not plain."""
+    return atomic.read_json(path, cap=MAX_RECORD_BYTES, beneath=beneath)
 
 
 def _read_one(path: Path, author: str | None, enforce: bool,
-              legacy: tuple[str, ...], by_name: bool) -> dict[str, Any] | None:
+              legacy: tuple[str, ...], by_name: bool, *,
+              beneath: Path | None = None) -> dict[str, Any] | None:
     try:
-        data = _read_bounded(path)
+        data = _read_bounded(path, beneath)
     except (CorruptFile, OSError) as exc:  # OSError: a record made unreadable (chmod 000)
         log.warning("ignoring %s: %s", path, exc)
         return None

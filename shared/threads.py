@@ -103,7 +103,8 @@ class Threads:
         if not self.exists(tid):
             hint = f" - `{self.lister}` lists them" if self.lister else ""
             raise NotFound(f"no {self.what} {tid}{hint}")
-        data: dict[str, Any] = read_json(self.dir(tid) / self.header_name)
+        # beneath: the thread's folder is its opener's, who could swap it for a link.
+        data: dict[str, Any] = read_json(self.dir(tid) / self.header_name, beneath=self.root)
         return data
 
     # ---------------------------------------------------------------- records
@@ -160,7 +161,7 @@ class Threads:
             return accept is None or accept(rec)
 
         return records.read(self.dir(tid) / name, author, self.enforce, legacy=legacy,
-                            accept=placed)
+                            accept=placed, beneath=self.root)
 
     def names(self, tid: str, glob: str) -> list[str]:
         """Record names in a thread matching `glob` (may include a subdirectory), sorted;

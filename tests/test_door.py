@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -272,3 +273,28 @@ def test_a_ledger_line_that_lies_breaks_no_total(civ: Path) -> None:
     assert (rows["opus"]["usd"], rows["opus"]["tokens_in"]) == (0.5, 100)
     assert (rows["mira"]["usd"], rows["mira"]["calls"], rows["mira"]["tokens_in"],
             rows["mira"]["tokens_out"]) == (0.25, 2, 0, 7)
+
+
+def test_a_records_parser_bomb_or_a_linked_thread_folder_is_read_as_nothing(
+        tmp_path: Path) -> None:
+    """records.read caught CorruptFile and OSError, not RecursionError: a vote of 100,000
+    `[` a peer planted crashed every reader of its thread (root's approve included). A
+    thread's folder is its opener's: swapped for a link, root read another folder's
+    records as this thread's."""
+    from shared import records
+    from shared.threads import Threads
+
+    root = tmp_path / "records"
+    root.mkdir()
+    (root / "t1").mkdir()
+    (root / "t1" / "vote-opus.json").write_text(BOMB_LINE)
+    assert records.read(root / "t1" / "vote-opus.json", None, enforce=False) is None
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "header.json").write_text('{"author": "mira"}')
+    (root / "prop-2").symlink_to(elsewhere)
+    threads = Threads(root, "prop", "header.json", top=tmp_path, enforce=False,
+                      pattern=re.compile(r"prop-\d+"))
+    with pytest.raises(door.NotPlain):
+        threads.header("prop-2")
+    assert threads.read("prop-2", "header.json") is None

@@ -9,6 +9,7 @@ name the citizen could have swapped for a link to /etc.
 
 from __future__ import annotations
 
+import grp
 import os
 import pwd
 import stat
@@ -16,6 +17,7 @@ import sys
 
 from citizen.config import paths
 from shared import door
+from shared.layout import SHARED_FILES_MODE
 
 # 3770: peers ring (group write, setgid keeps group `citizens`); sticky: a peer removes
 # no other's ring (2770 let any peer delete the rings that wake a citizen); the owner's
@@ -61,9 +63,42 @@ def repair_modes(name: str, uid: int, gid: int) -> list[str]:
     return changed
 
 
+def repair_rooms(group: str = "citizens") -> list[str]:
+    """The rooms' folder (`streams/rooms`) root's and 3775: before, the first citizen to
+    warm a room made it, 2775 and its own - it could swap the folder for a link under
+    root's presence marks. Made or repaired through descriptors; what changed."""
+    streams = paths.commons_layout().streams
+    gid = grp.getgrnam(group).gr_gid
+    fd = door.open_dir(streams)  # root's own, made by setup
+    try:
+        try:
+            os.mkdir("rooms", 0o700, dir_fd=fd)  # 0700 until it is root:citizens 3775
+            made = True
+        except FileExistsError:
+            made = False
+        rooms = os.open("rooms", os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+    finally:
+        os.close(fd)
+    try:
+        info = os.fstat(rooms)
+        if made or (info.st_uid, info.st_gid) != (0, gid) \
+                or stat.S_IMODE(info.st_mode) != SHARED_FILES_MODE:
+            os.fchown(rooms, 0, gid)
+            os.fchmod(rooms, SHARED_FILES_MODE)
+            return [f"{streams / 'rooms'} root:{group} {SHARED_FILES_MODE:o}"]
+        return []
+    finally:
+        os.close(rooms)
+
+
 def main(argv: list[str]) -> int:
-    """`python -m citizen.admin.modes NAME...` (root, from scripts/setup_server.sh on an
-    upgrade): repair each citizen's modes; prints one `changed: ...` line per change."""
+    """`python -m citizen.admin.modes [--commons] NAME...` (root, from
+    scripts/setup_server.sh on an upgrade): repair the commons' rooms folder
+    (`--commons`) and each citizen's modes; one `changed: ...` line per change."""
+    if argv[:1] == ["--commons"]:
+        argv = argv[1:]
+        for line in repair_rooms():
+            print(f"changed: {line}")
     for name in argv:
         user = pwd.getpwnam(name)
         for line in repair_modes(name, user.pw_uid, user.pw_gid):

@@ -166,6 +166,8 @@ def test_an_upgrade_repairs_the_modes_an_older_release_left(box: Container) -> N
     out = as_root(box, "CIV_ROOT=/home PYTHONPATH=/opt/experience/release "
                        "/opt/experience/venv/bin/python -m citizen.admin.modes opus")
     assert out.count("changed: ") == 3, out
+    # Setup made the rooms' folder root's and sticky (a citizen used to make it, its own).
+    assert _mode_owner(box, "/home/shared/streams/rooms") == "3775 root"
     assert _mode_owner(box, "/home/shared/doorbell/opus") == "3770 opus"
     assert _mode_owner(box, "/home/shared/monitor/heartbeats/opus.json") == "644 opus"
     assert _mode_owner(box, "/home/opus/.daemon.lock") == "600 opus"
