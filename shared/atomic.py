@@ -96,21 +96,25 @@ def _temp_in(dfd: int, name: str, data: bytes, mode: int,
     else:
         raise FileExistsError(errno.EEXIST, "no free temp name after 100 tries", name)
     try:
-        # 0600 until whole; then the intended mode and owner, through the descriptor: a
-        # link swapped in at the name is never what is chmodded or chowned.
-        os.fchmod(fd, mode)
-        if owner is not None:
-            os.fchown(fd, *owner)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _fill(fd, data, mode, owner)
     except BaseException:
         os.close(fd)
         _unlink_in(dfd, tmp)
         raise
     os.close(fd)
     return tmp
+
+
+def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+    """Give the new file `fd` its mode and owner - through the descriptor: a link swapped
+    in at its name is never what is chmodded or chowned - then `data`, fsynced."""
+    os.fchmod(fd, mode)
+    if owner is not None:
+        os.fchown(fd, *owner)
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+    os.fsync(fd)
 
 
 def _unlink_in(dfd: int, name: str) -> None:
@@ -208,13 +212,7 @@ def _link_new(dir_fd: int, name: str, data: bytes, mode: int,
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode,
                      dir_fd=dir_fd)
     try:
-        os.fchmod(fd, mode)  # through the descriptor: no name a planted link could redirect
-        if owner is not None:
-            os.fchown(fd, *owner)
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view):]
-        os.fsync(fd)
+        _fill(fd, data, mode, owner)
         if tmp:
             os.link(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd, follow_symlinks=False)
         else:
