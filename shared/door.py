@@ -28,6 +28,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import stat
 import zlib
 from pathlib import Path
@@ -156,23 +157,43 @@ def loads(raw: bytes | str, depth: int = MAX_JSON_DEPTH) -> Any:
     except RecursionError as exc:
         raise ValueError(f"JSON nested deeper than this reader takes ({depth})") from exc
     text = raw if isinstance(raw, bytes) else raw.encode("utf-8", "replace")
-    # Two counts in C: only text with many brackets pays for the exact walk below.
-    if text.count(b"[") + text.count(b"{") > depth and _depth(data, depth) > depth:
+    if _looks_deeper(text, depth) and _depth(data, depth) > depth:
         raise ValueError(f"JSON nested deeper than {depth}")
     return data
 
 
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST = re.compile(rb"\[[\]}]|\{[\]}]")  # an opener and the closer right after it
+
+
+def _looks_deeper(text: bytes, depth: int) -> bool:
+    """Whether `text`'s brackets nest deeper than `depth`, in C: each round removes the
+    innermost pairs, so data nested n deep is gone after n rounds (a few for ours).
+    Brackets inside strings can only make it look deeper: then the exact walk decides."""
+    if text.count(b"[") + text.count(b"{") <= depth:  # two counts: most text stops here
+        return False
+    brackets = text.translate(None, _NOT_BRACKETS)
+    for rounds in range(depth + 2):
+        if not brackets:
+            return rounds > depth
+        if rounds + len(brackets) <= depth:  # what is left cannot nest deeper than that
+            return False
+        brackets = _INNERMOST.sub(b"", brackets)
+    return True
+
+
 def _depth(value: Any, limit: int) -> int:
     """How deep `value` nests, counting up to `limit` + 1 (iterative: no recursion)."""
+    if not isinstance(value, dict | list):
+        return 0
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, level = todo.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
-            if deepest > limit:
-                return deepest
-            todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict)
-                                                 else item))
+        deepest = max(deepest, level)
+        if deepest > limit:
+            return deepest
+        todo.extend((v, level + 1) for v in (item.values() if isinstance(item, dict) else item)
+                    if isinstance(v, dict | list))
     return deepest
 
 
