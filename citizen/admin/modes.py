@@ -43,10 +43,10 @@ def repair_modes(name: str, uid: int, gid: int) -> list[str]:
         info = os.fstat(fd)
         if info.st_uid != uid or info.st_gid != gid:  # its wakes remove the rings
             os.fchown(fd, uid, gid)
-            changed.append(f"{home.doorbell} is {name}'s")
+            changed.append(str(home.doorbell))
         if stat.S_IMODE(info.st_mode) != DOORBELL_MODE:
             os.fchmod(fd, DOORBELL_MODE)
-            changed.append(f"{home.doorbell} {DOORBELL_MODE:o}")
+            changed.append(f"{home.doorbell}: mode {DOORBELL_MODE:o}")
     finally:
         os.close(fd)
     for path, mode in ((home.heartbeat, HEARTBEAT_MODE), (home.daemon_lock, DAEMON_LOCK_MODE)):
@@ -55,7 +55,7 @@ def repair_modes(name: str, uid: int, gid: int) -> list[str]:
                 info = os.fstat(f.fileno())
                 if info.st_uid == uid and stat.S_IMODE(info.st_mode) != mode:
                     os.fchmod(f.fileno(), mode)
-                    changed.append(f"{path} {mode:o}")
+                    changed.append(f"{path}: mode {mode:o}")
         except FileNotFoundError:
             continue
         except OSError as exc:
@@ -85,7 +85,7 @@ def repair_rooms(group: str = "citizens") -> list[str]:
                 or stat.S_IMODE(info.st_mode) != SHARED_FILES_MODE:
             os.fchown(rooms, 0, gid)
             os.fchmod(rooms, SHARED_FILES_MODE)
-            return [f"{streams / 'rooms'} root:{group} {SHARED_FILES_MODE:o}"]
+            return [f"{streams / 'rooms'}: root:{group}, mode {SHARED_FILES_MODE:o}"]
         return []
     finally:
         os.close(rooms)
