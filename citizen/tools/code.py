@@ -16,7 +16,7 @@ from citizen.config import CitizenConfig, paths
 from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
-from shared import gitsafe
+from shared import clock, gitsafe
 from shared.evolution import Evolution, divergence
 
 TEST_TIMEOUT_S = 900
@@ -72,6 +72,8 @@ def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
 def code_report_outcome(env: ToolEnv, change_id: str,
                         outcome: Literal["worked", "failed", "unclear"], note: str) -> str:
     """Report whether a change worked for you (two matching peer reports verify it).
+    "worked" and "failed" rest on your last code_test of the change: its exit status
+    must agree (passed: worked; failed: failed); without a run, report "unclear".
 
     :param change_id: the change, as listed by code_pending_reviews
     :param outcome: worked, failed or unclear
@@ -79,7 +81,7 @@ def code_report_outcome(env: ToolEnv, change_id: str,
     """
     me, evo = env.home.name, evolution()
     before = evo.get(change_id).status
-    change = evo.report(change_id, me, outcome, note)
+    change = evo.report(change_id, me, outcome, note, run_required=True)
     if change.status == "verified_good" and before != "verified_good":  # this report verified it
         # Everyone who lacks it decides now whether to adopt - the reporter too, in a wake
         # of its own (this one was for testing).
@@ -101,7 +103,8 @@ def code_verified_good(env: ToolEnv) -> str:
 
 @tool
 def code_test(env: ToolEnv, change_id: str) -> str:
-    """Run the project's tests on a peer's change in a scratch worktree; returns the result.
+    """Run the project's tests on a peer's change in a scratch worktree; returns the result
+    (and files a record of the run in the commons, which your report will cite).
 
     :param change_id: the change to test
     """
@@ -125,20 +128,27 @@ def code_test(env: ToolEnv, change_id: str) -> str:
         # read-only without its secrets (never its ~/code, which its daemon imports, nor
         # a dotfile its git reads), and neither the commons nor the network - reviewing
         # must not hand over the reviewer.
-        argv = sandbox.wrap(env.home, ["bash", "-c", test_command(env.config)],
+        command = test_command(env.config)
+        argv = sandbox.wrap(env.home, ["bash", "-c", command],
                             trust=sandbox.Trust.PEER,
                             binds=(Path(scratch),), chdir=tree,
                             limits=sandbox.Limits(cpu_s=TEST_TIMEOUT_S))
+        started = clock.moment().isoformat(timespec="seconds")
         try:
             result = subprocess.run(argv, cwd=tree, capture_output=True,
                                     text=True, timeout=TEST_TIMEOUT_S, check=False,
                                     env={**scrubbed_env(str(env.home.dir)),
                                          "PYTHONPATH": str(tree)})
         except subprocess.TimeoutExpired as exc:
+            # A run that never finished is on record too; it backs no verdict.
+            evo.record_run(change_id, env.home.name, command, None, started)
             raise ToolFailure(f"the tests ran past {TEST_TIMEOUT_S} s") from exc
+    # The run writes its own record (this process is the reviewer: the file is its own),
+    # so a report can rest on it and the broker can re-derive the verdict from it.
+    run = evo.record_run(change_id, env.home.name, command, result.returncode, started)
     verdict = "passed" if result.returncode == 0 else f"FAILED (exit {result.returncode})"
-    return clip(f"tests {verdict} on {change.commit[:12]}\n{result.stdout[-3000:]}"
-                f"{result.stderr[-1000:]}", 4000)
+    return clip(f"tests {verdict} on {change.commit[:12]} (run {run})\n"
+                f"{result.stdout[-3000:]}{result.stderr[-1000:]}", 4000)
 
 
 # Adopting changes the code this citizen's own daemon runs: only if the operator grants it.
