@@ -7,9 +7,13 @@ the broker drops it and adds the operator's.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import os
+import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -17,8 +21,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from citizen import config
-from citizen.config import paths
+from citizen.config import paths, secrets
 from citizen.errors import ProviderUnavailable
+from shared.atomic import CorruptFile, read_json, write_json
 from shared.locks import locked
 
 if TYPE_CHECKING:
@@ -28,39 +33,116 @@ BASE_URL = "http://broker"  # never resolved: the transport is the socket (and s
 PLACEHOLDER_KEY = "held-by-the-broker"
 CITIZEN_HEADER = "X-Experience-Citizen"
 DEV_IDLE_EXIT_S = 600.0  # a dev-mode broker nobody calls for 10 minutes goes away
-START_TIMEOUT_S = 20.0
+START_TIMEOUT_S = 20.0  # also how long a stopped dev-mode broker may take to go
+STARTED = "broker.started.json"  # a dev-mode broker's record: its pid, what it follows
 
 
 def reachable(path: Path) -> bool:
     """A broker accepts connections at `path`."""
+    return _listener(path) is not None
+
+
+def _listener(path: Path) -> int | None:
+    """The pid of the process listening at `path` (the kernel's SO_PEERCRED, never a
+    pid file), or None when nothing accepts there."""
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2.0)
+        s.settimeout(2.0)  # a broker too busy to accept in 2 s is treated as gone
         try:
             s.connect(str(path))
+            creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
         except OSError:
-            return False
-    return True
+            return None
+    return int(struct.unpack("3i", creds)[0])
+
+
+def started_with() -> dict[str, str]:
+    """What a dev-mode broker takes from the environment it starts in and then serves
+    every citizen with (`secrets.BROKER_ENV_KEYS`): the upstream in the clear, all of it
+    as a fingerprint - so the record shows where calls go and holds no key."""
+    env = {k: os.environ.get(k, "") for k in secrets.BROKER_ENV_KEYS}
+    digest = hashlib.sha256(json.dumps(env, sort_keys=True).encode()).hexdigest()[:16]
+    return {"upstream": env["ANTHROPIC_BASE_URL"], "fingerprint": digest}
+
+
+def record_start(state: Path) -> None:
+    """A dev-mode broker, holding its ledger's lock, records its pid and what it follows
+    (before it listens, so whoever reaches it finds its record)."""
+    # 0600: the developer's, like the state directory around it.
+    write_json(state / STARTED, {"pid": os.getpid(), **started_with()}, mode=0o600)
 
 
 def ensure() -> Path:
-    """The socket of a running broker; in dev mode one is started if none runs.
+    """The socket of a running broker; in dev mode one is started if none runs, and one
+    started from another environment is replaced.
+
+    Why replace rather than ask: a dev-mode broker reads the upstream and keys from the
+    environment it was started in (as every dev-mode process reads secrets), and one
+    running for its idle minutes kept serving a previous ANTHROPIC_BASE_URL to a caller
+    that set a new one. Passing the caller's upstream per request would let any request
+    name where the key goes; restarting keeps "the broker's environment" the only
+    source, now always the asker's. Never on a server: there the broker's upstream is the
+    operator's, whatever a citizen's environment says.
 
     :raises ProviderUnavailable: none runs on a server (systemd starts it), or the
-        dev-mode broker did not come up.
+        dev-mode broker did not come up (or an old one would not stop).
     """
     path = paths.broker_socket()
-    if reachable(path):
-        return path
     if config.server_mode():
+        if reachable(path):
+            return path
         raise ProviderUnavailable(
             f"the broker is not answering at {path} - on a server: systemctl start "
             "experience-broker (journalctl -u experience-broker says why it stopped)")
     state = paths.broker_state()
+    if _serving(path, state)[1]:
+        return path
     state.mkdir(mode=0o700, parents=True, exist_ok=True)  # the developer's alone
     with locked(state / "start"):  # one starter at a time; the others find it running
-        if reachable(path):
+        pid, ours = _serving(path, state)
+        if ours:
             return path
+        if pid is not None:
+            _stop(path, pid)
         return _start(path, state)
+
+
+def _serving(path: Path, state: Path) -> tuple[int | None, bool]:
+    """The pid of the broker at `path` (None: none answers), and whether it was started
+    from this process's environment (or is this very process)."""
+    pid = _listener(path)
+    if pid is None or pid == os.getpid():
+        return pid, pid is not None
+    try:
+        record = read_json(state / STARTED)
+    except (OSError, CorruptFile):
+        record = None  # a broker of older code: it records nothing
+    ours = isinstance(record, dict) and record.get("pid") == pid \
+        and record.get("fingerprint") == started_with()["fingerprint"]
+    return pid, ours
+
+
+def _stop(path: Path, pid: int) -> None:
+    """SIGTERM the dev-mode broker `pid` and wait until it no longer listens at `path`.
+    A call it was serving for a process of the old environment fails and is retried,
+    or fails as a broker error naming the cause: the developer changed the environment."""
+    with contextlib.suppress(ProcessLookupError):  # gone already: nothing to wait for
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while _alive(pid):  # gone, not just closed: its ledger's lock is free for the next
+        if time.monotonic() > deadline:
+            raise ProviderUnavailable(
+                f"the dev-mode broker (pid {pid}) serving {path} was started from another "
+                f"environment and did not stop - kill {pid}, then try again")
+        time.sleep(0.02)  # polling a process about to exit
+
+
+def _alive(pid: int) -> bool:
+    """`pid` runs (a zombie - exited, not yet reaped by its parent - does not)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    return stat.rpartition(")")[2].split()[:1] != ["Z"]
 
 
 def _start(path: Path, state: Path) -> Path:

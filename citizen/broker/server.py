@@ -288,7 +288,7 @@ class Handler(BaseHTTPRequestHandler):
         try:
             return self.server.broker.upstreams.post(base_url, path, raw, headers)
         except Unreachable as exc:
-            raise Refused(502, "api_error", f"cannot reach the upstream ({exc})") from exc
+            raise Refused(502, "api_error", f"the broker cannot reach its upstream: {exc}") from exc
 
     def _relay(self, call_id: int, call: estimate.Call, resp: Answer, price: Any) -> None:
         ledger = self.server.broker.ledger

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import citizen.broker.mail  # noqa: F401 - its routes
 from citizen import config
+from citizen.access import client
 from citizen.broker import (
     mailnews,  # noqa: F401 - the scheduler's new-mail numbers
     onboarding,  # noqa: F401 - registers its routes
@@ -51,6 +52,8 @@ def serve(idle_exit_s: float | None = None) -> None:
             log.warning("%d reservations of a broker that was killed count at their worst "
                         "case", ledger.orphaned)
         broker = Broker(ledger, server_mode=config.server_mode())
+        if not broker.server_mode:  # what it follows, for ensure() to compare (dev mode)
+            client.record_start(state)
         server = listen(sock, broker, server_mode=broker.server_mode)
         stop = threading.Event()
         if idle_exit_s:

@@ -121,7 +121,7 @@ def values(name: str | None = None) -> dict[str, str]:
         env_file = secrets_file(name)
         if env_file is not None:
             found.update(parse_env(env_file))
-    found.update({k: v for k, v in os.environ.items() if k in found or k in _ENV_KEYS})
+    found.update({k: v for k, v in os.environ.items() if k in found or k in ENV_KEYS})
     return {k: v for k, v in found.items() if v}
 
 
@@ -132,6 +132,9 @@ def load_secrets(name: str | None = None) -> Secrets:
                    {k: v for k, v in found.items() if k in BROKER_ONLY})
 
 
-_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS", "SMTP_TLS",
-             "EXPERIENCE_PROVIDER",
-             "EXPERIENCE_LOCAL_URL", "ANTHROPIC_BASE_URL")
+# What a dev-mode broker serves every citizen with from its own environment (the
+# endpoint, keys, mailbox): a client whose environment differs restarts it
+# (citizen.access.client.ensure).
+BROKER_ENV_KEYS = (*SECRET_KEYS, "IMAP_SERVER", "SMTP_SERVER", "EMAIL_USER", "IMAP_TLS",
+                   "SMTP_TLS", "ANTHROPIC_BASE_URL")
+ENV_KEYS = (*BROKER_ENV_KEYS, "EXPERIENCE_PROVIDER", "EXPERIENCE_LOCAL_URL")

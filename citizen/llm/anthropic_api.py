@@ -86,6 +86,14 @@ class AnthropicProvider(Provider):
             self.base_url or "api.anthropic.com")
         return f"anthropic ({self.config.seat('primary').model} via {where})"
 
+    def _answerer(self) -> str:
+        """Who answered a failed call. Through the broker it is the broker, whose message
+        names its upstream (any endpoint the operator or a dev environment set) - never
+        "the Anthropic API", which a local stand-in's failure was taken for."""
+        if self.base_url == BROKER_URL:
+            return "the broker"
+        return f"the API at {self.base_url}" if self.base_url else "the Anthropic API"
+
     def price(self, tier: str) -> ModelPrice:
         return self.prices[self.config.seat(tier).model]
 
@@ -112,7 +120,7 @@ class AnthropicProvider(Provider):
                 fix = ("the prompt is longer than the model's context window - lower the "
                        "context caps in the citizen config, or give the server more context")
             raise ProviderError(
-                f"Anthropic API answered HTTP {exc.status_code} for {seat.model} "
+                f"{self._answerer()} answered HTTP {exc.status_code} for {seat.model} "
                 f"(after up to {self.max_retries} retries): {_short(exc.message)} - {fix}"
             ) from exc
         except anthropic.APIConnectionError as exc:
