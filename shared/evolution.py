@@ -271,7 +271,7 @@ class Evolution:
         records.write(self.dir, self.dir / change_id / "adoptions" / f"{citizen}.json", citizen,
                     {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
-        if not change.merged and self._held_enough(change) and self.merge_request:
+        if not change.merged and self.held_enough(change) and self.merge_request:
             try:  # the broker merges it; the adoption stands either way
                 self.merge_request(citizen, change_id)
             except (NotAllowed, NotFound) as exc:
@@ -284,7 +284,8 @@ class Evolution:
         baseline: 2/3 of them, the author not counted (`shared.change_rules`)."""
         return change_rules.adopters_needed(len(self.citizens))
 
-    def _held_enough(self, change: Change) -> bool:
+    def held_enough(self, change: Change) -> bool:
+        """Whether 2/3 of the author's peers (current citizens) have adopted `change`."""
         return change_rules.held_enough(set(self.citizens), change.citizen,
                                         set(change.adoptions))
 
@@ -305,7 +306,7 @@ class Evolution:
             raise NotAllowed(f"{change_id} is {change.status}: only a change two peers' "
                              "test runs showed working, none failing, goes into the "
                              "baseline")
-        if not self._held_enough(change):
+        if not self.held_enough(change):
             peers = set(self.citizens) - {change.citizen}
             raise NotAllowed(
                 f"{change_id} is adopted by {len(set(change.adoptions) & peers)} of "
