@@ -162,9 +162,8 @@ class Evolution:
         """File `citizen`'s test run of a change's commit (written by the process that ran
         it, so owned by `citizen` on a server); returns the name a report cites it by.
         `exit_status` None: the run never finished (it timed out)."""
-        change = self.get(change_id)
         path = records.add(self.dir, self.dir / change_id / RUNS, citizen, {
-            "change": change_id, "commit": change.commit, "command": command,
+            "change": change_id, "commit": self.get(change_id).commit, "command": command,
             "exit_status": exit_status, "started": started, "ended": _now()})
         return path.stem
 

@@ -34,7 +34,7 @@ from shared.evolution import Evolution
 from tests.anthropic_server import MessagesServer, text
 from tests.daemons import cli, daemon_env, routing, start, wait_for
 from tests.scripts import Actor, call, events, say
-from tests.test_evolution import APP, commit, evo, run  # noqa: F401 - evo: the fixture
+from tests.test_evolution import APP, commit, evo, reported, run  # noqa: F401 - evo: the fixture
 
 pytestmark = pytest.mark.usefixtures("evo")  # each citizen's ~/code cloned from a baseline
 
@@ -151,7 +151,7 @@ def test_a_failing_test_run_cannot_be_reported_worked(civ: Path) -> None:
 def test_a_verified_change_opens_the_gate_until_adopted_or_declined(civ: Path) -> None:
     cid = announce(civ)
     for peer in ("mira", "aria"):
-        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+        reported(peer, cid, "worked", "tests pass")
     agent = Reviewer()
     assert review("mira", agent).status == "ok"
     assert cid in agent.prompts[0] and agent.purposes().count("review_adopt") == 1
@@ -169,9 +169,9 @@ def test_the_report_that_verifies_a_change_rings_those_who_lack_it(civ: Path) ->
     cid = announce(civ)
     for name in ("mira", "aria"):
         doorbell.drain(paths.home(name).doorbell)
-    run("mira", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    reported("mira", cid, "worked", "ok")
     assert doorbell.drain(paths.home("aria").doorbell) == []  # one report verifies nothing
-    run("aria", "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    reported("aria", cid, "worked", "ok")
     for lacking in ("mira", "aria"):  # the reporter that verified it decides too
         (ring,) = doorbell.drain(paths.home(lacking).doorbell)
         assert ring.wake_type == "REVIEW" and "verified" in ring.reason
@@ -254,7 +254,7 @@ def test_the_demo_queues_no_review_and_waits_while_a_review_gate_is_open(civ: Pa
     cid = announce(civ)
     assert [demo.owes_review(n) for n in ("opus", "mira", "aria")] == [False, True, True]
     for peer in ("mira", "aria"):
-        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="tests pass")
+        reported(peer, cid, "worked", "tests pass")
     assert demo.owes_review("mira") and demo.owes_review("aria")  # adopt or hold out
     run("mira", "code_adopt", change_id=cid)
     run("aria", "code_decline", change_id=cid, reason="mine is fine")

@@ -33,7 +33,7 @@ from shared.consensus.world import World
 from shared.evolution import Evolution
 from tests import test_evolution
 from tests.scripts import tool_env
-from tests.test_evolution import APP, commit
+from tests.test_evolution import APP, commit, reported
 
 evo = test_evolution.evo  # the fixture: a baseline cloned into each citizen's ~/code
 
@@ -107,7 +107,7 @@ def announced_change(civ: Path) -> str:
            "warmer greeting")
     cid = str(run("opus", "code_announce", description="warmer", expected_outcome="hello")["id"])
     for peer in ("mira", "aria"):
-        run(peer, "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+        reported(peer, cid, "worked", "ok")
     return cid
 
 
@@ -122,6 +122,8 @@ def test_a_peers_planted_repository_never_runs_as_the_reviewer(evo: Path, marks:
     evolution = Evolution(evo / "shared", ["aria", "mira", "opus"], False,
                           code_dirs={"opus": opus})
     evolution.fetch(evolution.get(cid), evo / "mira" / "code")
+    # Issue 43: 2/3 of opus's peers, the author not counted - aria adopts too
+    assert run("aria", "code_adopt", change_id=cid)["status"] == "verified_good"
     assert run("mira", "code_adopt", change_id=cid)["status"] == "merged"
     assert sprung(marks) == []
 
@@ -133,6 +135,8 @@ def test_a_home_gitconfig_is_data_for_the_daemon(evo: Path, marks: Path,
     monkeypatch.setenv("HOME", str(evo / "mira"))
     monkeypatch.delenv("XDG_CONFIG_HOME", raising=False)
     assert run("mira", "code_my_divergence") == []
+    # Issue 43: 2/3 of opus's peers, the author not counted - aria adopts too
+    assert run("aria", "code_adopt", change_id=cid)["status"] == "verified_good"
     assert run("mira", "code_adopt", change_id=cid)["status"] == "merged"
     assert "'hello'" in (evo / "mira" / "code" / "app.py").read_text()
     assert sprung(marks) == []
@@ -153,6 +157,8 @@ def test_the_citizens_own_repository_config_is_data_for_its_daemon(
                     str(evo / "mira" / "more.cfg")], check=True)
     (mira / ".git" / "info" / "attributes").write_text("* filter=more diff=trap merge=trap\n")
     good = rollback.head(paths.home("mira"))
+    # Issue 43: 2/3 of opus's peers, the author not counted - aria adopts too
+    assert run("aria", "code_adopt", change_id=cid)["status"] == "verified_good"
     assert run("mira", "code_adopt", change_id=cid)["status"] == "merged"
     assert "'hello'" in (mira / "app.py").read_text()
     home = paths.home("mira")
