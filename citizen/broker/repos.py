@@ -6,8 +6,9 @@ hooks or refs - so nothing a citizen plants there runs as the next one to use th
 main moves only through these routes:
 
 - `POST /v1/experience/baseline/merge {change_id}`: the broker re-derives from the
-  commons' records (authorship = the file's owner) that the change is verified and held
-  by 2/3 of the citizens, takes its objects from the author's bundle and cherry-picks it
+  commons' records (authorship = the file's owner; each "worked" resting on its
+  reporter's own run of the commit, `shared.change_rules`) that the change is verified and held
+  by 2/3 of its author's peers, takes its objects from the author's bundle and cherry-picks it
   (`shared.evolution.Evolution.merge`), and refuses to build on commits no review put on
   main (`shared.baseline.unreviewed`).
 
