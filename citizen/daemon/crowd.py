@@ -248,8 +248,12 @@ class Crowd:
         while True:
             for bell in watch.wait_any():  # blocks (this thread dies with the process)
                 d = by_bell.get(bell)
-                if d is not None:
+                if d is None:
+                    continue
+                try:
                     d._enqueue_rings()
+                except Exception:  # one thread hears every bell: one bad ring deafens none
+                    log.exception("citizen %s: doorbell not read", d.name)
 
     def _on_term(self, signum: int, frame: FrameType | None) -> None:
         self.terms += 1
