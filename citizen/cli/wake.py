@@ -26,6 +26,14 @@ def _die_with_daemon() -> None:
         return
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    # In the daemon's process group (daemon/process.py): SIGTERM - the daemon's "stop
+    # now", or a stop of the whole group - interrupts the wake as Ctrl-C would (its
+    # sandboxed command killed, its contexts saved); a terminal's Ctrl-C is the daemon's
+    # to decide, which lets a running wake finish.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # A handler that does nothing, not SIG_IGN: an ignored signal stays ignored across
+    # exec, and the commands the wake runs must keep their own Ctrl-C.
+    signal.signal(signal.SIGINT, lambda *_: None)
     if os.getppid() != int(pid):  # the daemon died before prctl took effect
         raise SystemExit(f"the daemon (pid {pid}) that started this wake is gone")
 

@@ -1,11 +1,10 @@
-"""How a wake process ends: stopped (SIGINT, then SIGKILL), read from the log it leaves
+"""How a wake process ends: stopped (SIGTERM, then SIGKILL), read from the log it leaves
 (a line for the journal; for a process that died before its last event, that event
 written for it), and what follows (last-known-good kept, a rollback after three crashes)."""
 
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import subprocess
 
@@ -64,14 +63,16 @@ def report_rollbacks(home: Home) -> None:
 
 
 def stop(child: subprocess.Popen[bytes] | None) -> None:
-    """Stop a wake process and its group: SIGINT first (its `finally` still saves its
-    contexts), SIGKILL after the grace."""
+    """Stop a wake process: SIGTERM first (it stops its sandboxed commands, and its
+    `finally` still saves its contexts), SIGKILL after the grace (its sandboxes die with
+    it: bubblewrap's --die-with-parent). Signalled alone, not as a group: the wake shares
+    the daemon's process group (process.py says why)."""
     if child is None or child.poll() is not None:
         return
     try:
-        os.killpg(child.pid, signal.SIGINT)
+        child.send_signal(signal.SIGTERM)
         child.wait(timeout=KILL_GRACE_S)
     except subprocess.TimeoutExpired:
-        os.killpg(child.pid, signal.SIGKILL)
+        child.kill()
     except ProcessLookupError:
         pass

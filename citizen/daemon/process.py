@@ -291,15 +291,18 @@ class Daemon:
         self._set_state(State.WAKING)
         commit = rollback.head(self.home)  # the code this wake runs
         started = time.monotonic()
-        # Its own session: a terminal's Ctrl-C or a stray signal to our group does not
-        # reach the wake; we decide when it stops.
+        # In our process group, not a session of its own: a SIGTERM to the group (a
+        # harness's or a terminal's stop in dev mode; systemd's cgroup on a server) reaches
+        # the wake too, which then stops at once with what it started (cli/wake.py). It
+        # ignores SIGINT, so a terminal's Ctrl-C still reaches the daemon alone, which lets
+        # the wake finish - and a SIGTERM to the daemon alone still does (its manners).
         env = {**os.environ, DAEMON_PID_ENV: str(os.getpid())}
         cwd = None
         if (self.home.code / "citizen" / "__init__.py").is_file():
             # The wake runs the citizen's own code (as the server's unit does), so what
             # it evolves is what it runs - and a change that breaks it is rolled back.
             env["PYTHONPATH"], cwd = str(self.home.code), self.home.code
-        self.child = subprocess.Popen(args, start_new_session=True, env=env, cwd=cwd)
+        self.child = subprocess.Popen(args, env=env, cwd=cwd)
         try:
             code = self.child.wait(timeout=self.wake_timeout_s)
         except subprocess.TimeoutExpired:

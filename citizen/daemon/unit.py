@@ -78,7 +78,7 @@ def run_request(name: str, request_file: Path, *, wake_timeout_s: float = 1200.0
     paths.require_owner(home)  # the citizen's own: root's files there would lock it out
     d = Daemon(name, wake_timeout_s=wake_timeout_s, first_wake_s=0)
     # systemd's stop (the operator's, the disk check's): the wake is asked to stop as a
-    # daemon's second SIGTERM asks it (SIGINT, its `finally` saves its contexts), not
+    # daemon's second SIGTERM asks it (SIGTERM, its `finally` saves its contexts), not
     # killed with this process.
     signal.signal(signal.SIGTERM, lambda *_: d._stop_child())
     d.acquire_lock()  # the citizen's one lock: not beside its own daemon, nor twice

@@ -3,6 +3,7 @@ no secrets in its environment or its files, nothing of the daemon's or its peers
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import selectors
@@ -76,13 +77,22 @@ def run(env: ToolEnv, command: str, timeout: int = 60, cwd: str = "") -> tuple[i
     try:
         out = read_capped(proc, timeout)
     except subprocess.TimeoutExpired as exc:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
+        _kill(proc)
         raise ToolFailure(f"command timed out after {timeout} s and was killed") from exc
+    except BaseException:
+        _kill(proc)  # the wake was stopped (SIGTERM): what it started stops with it, now
+        raise
     finally:
         if proc.stdout is not None:
             proc.stdout.close()
     return proc.returncode, out
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL the command's process group (its own session: all it started) and reap it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
 
 
 def read_capped(proc: subprocess.Popen[bytes], timeout: float) -> str:
