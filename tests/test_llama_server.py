@@ -113,7 +113,9 @@ def test_a_task_wake_through_the_sdk(sdk_env: str, civ: Path) -> None:
     from citizen.broker import service
 
     ledger = sqlite3.connect(service.ledger_path())
-    states = [r[0] for r in ledger.execute("SELECT state FROM calls")]
+    # What the broker billed is what the wake logged (an answer it released - an error the
+    # provider retried - costs nothing and is no llm_call).
+    states = [r[0] for r in ledger.execute("SELECT state FROM calls WHERE state != 'released'")]
     ledger.close()
     assert states == ["settled"] * len(calls)
     made = (civ / "opus" / "notes" / "hi.md").is_file()

@@ -33,6 +33,9 @@ BASE_URL = "http://broker"  # never resolved: the transport is the socket (and s
 PLACEHOLDER_KEY = "held-by-the-broker"
 CITIZEN_HEADER = "X-Experience-Citizen"
 DEV_IDLE_EXIT_S = 600.0  # a dev-mode broker nobody calls for 10 minutes goes away
+# A model call's read timeout, past the broker's upstream one (broker/upstream.py
+# READ_TIMEOUT_S): the broker answers first, so no attempt it bills is abandoned unlogged.
+CALL_TIMEOUT_S = 660.0
 START_TIMEOUT_S = 20.0  # also how long a stopped dev-mode broker may take to go
 STARTED = "broker.started.json"  # a dev-mode broker's record: its pid, what it follows
 

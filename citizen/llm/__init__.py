@@ -84,7 +84,7 @@ def make_provider(
         from citizen.llm.anthropic_api import AnthropicProvider  # noqa: PLC0415 - 2 s import
 
         return AnthropicProvider(config, templates.prices, client.PLACEHOLDER_KEY,
-                                 base_url=client.BASE_URL,
+                                 base_url=client.BASE_URL, timeout_s=client.CALL_TIMEOUT_S,
                                  http_client=client.http_client(config.name))
     if choice.name == "replay":
         if replay_log is None:

@@ -6,6 +6,7 @@ really calls the model may import it. `citizen.llm.make_provider` does so lazily
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -25,7 +26,13 @@ from citizen.llm.structured import schema_problem
 ANCHORED = 2
 # The forced tool through which structured output is requested.
 RESPOND_TOOL = "respond"
-DEFAULT_MAX_RETRIES = 4  # the SDK backs off exponentially and honours retry-after
+DEFAULT_MAX_RETRIES = 4  # ours, never the SDK's: see _create
+# Answers the broker never bills (it releases the reservation of an upstream's error, and
+# refuses a rate before reserving): the only ones retried. Not 502/504 - the broker's
+# "answer lost" is billed at its worst case - and never a timeout or a broken connection,
+# after which the broker may still settle the attempt.
+RETRIED = frozenset({408, 429, 500, 503, 529})
+BACKOFF_S = (1.0, 2.0, 4.0, 8.0, 16.0)  # before each retry, unless retry-after says more
 BUDGET_REFUSED = 402  # the broker's answer when a cap would be crossed (never retried)
 BROKER_URL = "http://broker"  # citizen.access.client.BASE_URL: the socket, not a host
 
@@ -76,8 +83,12 @@ class AnthropicProvider(Provider):
         # credentials (profiles, other environment variables) of whoever runs us.
         # `http_client`: the broker's transport (citizen.access.client), which holds the
         # real key; the SDK itself is never patched.
+        # max_retries=0: the SDK's own retries happened below the meter, so the broker
+        # billed attempts (an abandoned one it still settled) the wake never logged - 6
+        # settled against 4 llm_call events on a loaded machine. Retried here instead,
+        # only after answers the broker did not bill (RETRIED).
         self.client = anthropic.Anthropic(
-            api_key=api_key, base_url=base_url or None, max_retries=max_retries, timeout=timeout_s,
+            api_key=api_key, base_url=base_url or None, max_retries=0, timeout=timeout_s,
             http_client=http_client,
         )
 
@@ -105,7 +116,7 @@ class AnthropicProvider(Provider):
         kwargs = self._build(request, seat.model)
         started = time.monotonic()
         try:
-            message = self.client.messages.create(**kwargs)
+            message = self._create(kwargs)
         except anthropic.APIStatusError as exc:
             if exc.status_code == BUDGET_REFUSED:  # the broker's cap: the day's work waits
                 raise DailyCapReached(f"the broker refused the call: {_short(exc.message)}") \
@@ -131,6 +142,21 @@ class AnthropicProvider(Provider):
             ) from exc
         latency = time.monotonic() - started
         return self._reply(request, message, seat.model, latency)
+
+    def _create(self, kwargs: dict[str, Any]) -> Any:
+        """One call, retried up to max_retries times after an answer nobody billed."""
+        attempt = 0
+        while True:
+            try:
+                return self.client.messages.create(**kwargs)
+            except anthropic.APIStatusError as exc:
+                if exc.status_code not in RETRIED or attempt >= self.max_retries:
+                    raise
+                wait = BACKOFF_S[min(attempt, len(BACKOFF_S) - 1)]
+                with contextlib.suppress(ValueError):  # an HTTP date: the backoff's wait
+                    wait = max(wait, min(float(exc.response.headers.get("retry-after", 0)), 60))
+            time.sleep(wait)  # a backoff: nothing to wait on but time
+            attempt += 1
 
     def _build(self, request: Request, model: str) -> dict[str, Any]:
         system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in request.system]
