@@ -226,8 +226,12 @@ def overwrite_in(dfd: int, name: str, data: bytes, mode: int) -> None:
         pass
     fd = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dfd)
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise door.NotPlain(errno.EINVAL, f"{name} is not a plain file; not written")
+        info = os.fstat(fd)
+        # A second name is a peer's hard link to another group-writable file (a view, a
+        # room, a debate's result): writing through it would rewrite that file instead.
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            raise door.NotPlain(errno.EINVAL, f"{name} is not a plain file of its own; "
+                                "not written")
         done = 0  # written over the old bytes, then cut: the file is never empty between
         while done < len(data):
             done += os.pwrite(fd, data[done:], done)

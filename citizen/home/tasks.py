@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from citizen.errors import CitizenError
-from shared import clock
+from shared import clock, door
 from shared.atomic import CorruptFile, NotPlain, create_beneath, open_plain, write_json
 
 SCHEMA_VERSION = 1
@@ -77,8 +77,8 @@ class Task:
         :raises CorruptFile: it does not parse or lacks required fields.
         """
         try:
-            data = json.loads(_plain_bytes(path))
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            data = door.loads(_plain_bytes(path))  # root reads it: 100,000 `[` is no task
+        except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, nested too deep
             raise CorruptFile(path, f"not valid JSON ({exc})") from exc
         found = data.pop("schema_version", None) if isinstance(data, dict) else None
         if found != SCHEMA_VERSION:

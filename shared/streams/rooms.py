@@ -44,6 +44,9 @@ ROOM_MODE = 0o664  # any citizen heats the room; anyone on the host may read it
 # document (or its lock) another wrote - not with a link to a root-only file either. A
 # citizen heating another's document rewrites it in place (`overwrite_in`), under its lock.
 ROOMS_DIR_MODE = 0o3775
+# Any citizen can open a room's lock, so any can hold it: a heat waits at most this
+# long (root's presence answers the dashboard's helper within its 30 s, never hangs).
+ROOM_WAIT_S = 10.0
 _NAME = re.compile(r"[a-z0-9_-]{1,40}")
 # Silences are changed by hand (`citizen room set --silence`): a few a month. The cap
 # only bounds a runaway script; a decision older than the oldest kept change that named
@@ -75,7 +78,7 @@ class RoomDocument(Document):
         try:
             lock = _lock_in(dfd, f".{self.path.name}.lock", self.mode)
             try:
-                with locked(self.path, fd=lock):
+                with locked(self.path, fd=lock, timeout=ROOM_WAIT_S):
                     data = self.read()
                     result = change(data)
                     data["schema_version"] = self.schema_version

@@ -9,23 +9,45 @@ CLI. Each test is an attack that broke the code before its fix:
   it by name and hung, deaf to every ring after;
 - a room document of 5,000 `[` (any citizen writes the rooms' folder, 3775): the room's
   governance parsed it with json.loads, and every citizen's `waiting_for` (each wake's
-  question "which streams want me?") died of a RecursionError.
+  question "which streams want me?") died of a RecursionError;
+- mira held a room's lock (any citizen opens it: 0664 in a 3775 folder): root's
+  `citizen room presence` - and the dashboard's presence through root's helper - waited
+  for it for ever;
+- aria hard-linked opus's room document (0664: group-writable, so the kernel lets her)
+  under another room's name: mira's heat of that room, rewriting another's document in
+  place (shared.records.overwrite_in), rewrote opus's room instead;
+- a task file of 100,000 `[` in opus's queue: root's `citizen task list|show|cancel
+  opus` died of a RecursionError (tasks read with json.loads).
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+from click.testing import CliRunner
+
 from citizen import civilization
+from citizen.cli import cli
 from tests.hostile_door.conftest import as_root, as_user
 from tests.nspawn import Container, until
 
 BELLS = "/home/shared/doorbell"
+ROOMS = "/home/shared/streams/rooms"
 BOMB = "python3 -c 'import sys; open(sys.argv[1], \"w\").write(\"[\" * 4000)'"
 
 
 def _journal(box: Container, unit: str) -> str:
     return as_root(box, f"journalctl -u {unit} --no-pager -n 400", check=False)
+
+
+def _heat(box: Container, name: str, room: str, check: bool = True) -> str:
+    """Citizen `name` heats `room` with its own code, as its wakes do."""
+    code = (f"from citizen import civilization; "
+            f"print(civilization.streams().heat({room!r}, 'serviced'))")
+    return box.run("runuser", "-u", name, "--", "env", f"PYTHONPATH=/home/{name}/code",
+                   "CIV_ROOT=/home", "/opt/experience/venv/bin/python", "-c", code,
+                   check=check).stdout
 
 
 def _task_id(out: str) -> str:
@@ -71,3 +93,56 @@ def test_a_planted_room_bomb_stops_no_citizens_streams(civ: Path) -> None:
     (rooms / "general.json").write_text("[" * 5000)
     waiting = store.waiting_for("opus")
     assert sid not in waiting and len(waiting) == 1
+
+
+def test_a_peer_holding_a_rooms_lock_hangs_no_presence(box: Container) -> None:
+    """mira holds the general room's lock for ever: root's presence mark gives up with
+    a reason within the wait (the dashboard's helper answers), and does not hang."""
+    as_user(box, "mira", f"touch {ROOMS}/.general.json.lock; chmod 0664 "
+                         f"{ROOMS}/.general.json.lock; setsid -f flock "
+                         f"{ROOMS}/.general.json.lock sleep 900 </dev/null >/dev/null 2>&1")
+    until(lambda: "mira" in as_root(box, "ps -o user= -C flock", check=False), 30)
+    try:
+        done = box.run("timeout", "40", "citizen", "room", "presence", "general",
+                       check=False)
+        assert done.returncode not in (0, 124), done.stdout + done.stderr
+        assert "is held by another process" in done.stdout + done.stderr
+    finally:
+        as_root(box, f"pkill -u mira -x flock; rm -f {ROOMS}/.general.json.lock; true")
+
+
+def test_a_hard_link_leads_no_heat_into_another_rooms_document(box: Container) -> None:
+    """aria links opus's room document as room `lab`; mira's heat of `lab` (another's
+    file: rewritten in place) writes nothing into opus's `hall`."""
+    _heat(box, "opus", "hall")
+    before = as_root(box, f"md5sum < {ROOMS}/hall.json")
+    as_user(box, "aria", f"ln {ROOMS}/hall.json {ROOMS}/lab.json")
+    try:
+        _heat(box, "mira", "lab", check=False)
+        assert as_root(box, f"md5sum < {ROOMS}/hall.json") == before
+    finally:
+        as_root(box, f"rm -f {ROOMS}/lab.json {ROOMS}/.lab.json.lock {ROOMS}/hall.json "
+                     f"{ROOMS}/.hall.json.lock")
+
+
+@pytest.mark.xfail(strict=True, reason="a room's lock is whoever made it first: mira "
+                   "makes it 0600 and no other citizen can heat that room (root can). "
+                   "A fix: root replaces a lock that is not 0664 (sticky: only root may), "
+                   "or the lock moves to a folder no citizen writes")
+def test_a_peer_squatting_a_rooms_lock_blocks_no_other_citizen(box: Container) -> None:
+    as_user(box, "mira", f"touch {ROOMS}/.yard.json.lock; chmod 0600 {ROOMS}/.yard.json.lock")
+    try:
+        assert _heat(box, "opus", "yard", check=False).strip() != ""
+    finally:
+        as_root(box, f"rm -f {ROOMS}/.yard.json.lock {ROOMS}/yard.json")
+
+
+def test_a_task_file_bomb_is_unreadable_not_a_crash(civ: Path) -> None:
+    """In-process: root's task commands name the bomb, they do not die of it."""
+    bomb = civ / "opus" / "tasks" / "queue" / "t-1.json"
+    bomb.write_text("[" * 100_000)
+    listed = CliRunner().invoke(cli, ["task", "list", "opus"])
+    assert listed.exit_code == 0 and "unreadable" in listed.output, listed.output
+    for args in (["task", "show", "opus", "t-1"], ["task", "cancel", "opus", "t-1"]):
+        done = CliRunner().invoke(cli, args)
+        assert not isinstance(done.exception, RecursionError), (args, done.output)
