@@ -13,9 +13,12 @@ modules): `shared.changes` and `shared.evolution` read the records and ask here.
   the result depends on something besides the change (a flaky test, a sandbox, a lie) -
   the change is closed as unresolved, with who said what; a reviewer that re-runs
   replaces its report, and the status follows.
-- **2/3 adopt, the author not counted.** The author wrote the change; adopting is a peer's
-  choice to take it, as verifying is a peer's run of it. The baseline takes a change
-  once 2/3 of the author's peers (rounded up) have adopted it.
+- **2/3 of the citizens hold it, the author counted.** The author runs its change, so it
+  holds it; the baseline takes a change once the author and its adopters are 2/3 of the
+  citizens (rounded up), and always at least one peer has adopted. From 4 citizens on,
+  that is the same count as 2/3 of the peers; at 3 it is one peer, not both - requiring
+  both would give each single peer a veto (a civilization of three where one holds out,
+  or declines, could never evolve).
 """
 
 from __future__ import annotations
@@ -88,8 +91,12 @@ def verdict(outcomes: Mapping[str, str]) -> tuple[str, str]:
 
 def adopters_needed(citizens: int) -> int:
     """How many of the author's peers must adopt before the baseline takes a change, in
-    a civilization of `citizens` (the author among them): 2/3 of its peers, rounded up."""
-    return _two_thirds(max(citizens - 1, 0))
+    a civilization of `citizens` (the author among them): the seeds' 2/3 of the citizens,
+    rounded up, the author counted - it runs its change - and always at least one peer.
+    At 4 citizens and more this is the same number as 2/3 of the peers; at 3 it is one
+    peer, not both (requiring both would give each single peer a veto: one that holds
+    out, or declines, stops a civilization of three from evolving at all)."""
+    return max(_two_thirds(citizens) - 1, 1)
 
 
 def _two_thirds(peers: int) -> int:
@@ -100,4 +107,4 @@ def held_enough(citizens: frozenset[str] | set[str], author: str,
                 adopters: frozenset[str] | set[str]) -> bool:
     """Whether enough of the author's peers (current citizens only) adopted the change."""
     peers = set(citizens) - {author}
-    return len(peers) > 0 and len(set(adopters) & peers) >= _two_thirds(len(peers))
+    return len(peers) > 0 and len(set(adopters) & peers) >= adopters_needed(len(citizens))

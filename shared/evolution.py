@@ -4,8 +4,8 @@ A citizen commits a change in its own `~/code` and announces it; peers fetch the
 commit from the announcer's repository, test it - the run itself files a record of
 the commit, command and exit status, owned by the runner - and report an outcome that
 cites that run; two matching peer reports backed by agreeing runs, with no counted report
-against them, verify it; peers adopt a verified-good change (cherry-pick); once 2/3 of
-the author's peers have adopted it, it is merged into the baseline
+against them, verify it; peers adopt a verified-good change (cherry-pick); once it is
+held by 2/3 of the citizens (its author and its adopters), it is merged into the baseline
 (`shared.change_rules` holds these rules, pure).
 
 Layout under `shared/changes/<change id>/`: `announce.json` and `change.bundle` (the
@@ -280,7 +280,7 @@ class Evolution:
 
     def quorum(self) -> int:
         """How many of an author's peers must adopt a change before it goes into the
-        baseline: 2/3 of them, the author not counted (`shared.change_rules`)."""
+        baseline: 2/3 of the citizens, the author counted (`shared.change_rules`)."""
         return change_rules.adopters_needed(len(self.citizens))
 
     def held_enough(self, change: Change) -> bool:
@@ -310,7 +310,8 @@ class Evolution:
             raise NotAllowed(
                 f"{change_id} is adopted by {len(set(change.adoptions) & peers)} of "
                 f"{change.citizen}'s {len(peers)} peers; the baseline takes it at "
-                f"{self.quorum()} (2/3, the author not counted) - more peers adopt it "
+                f"{self.quorum()} (2/3 of the citizens, its author counted) - more peers "
+                "adopt it "
                 "first (code_adopt)")
         stray = base_records.unreviewed(self.baseline, self.shared, self.enforce)
         if stray:

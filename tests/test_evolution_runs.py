@@ -156,7 +156,7 @@ def test_a_split_among_reviewers_does_not_verify(tmp_path: Path, citizens: int) 
 
 # ------------------------------------------------------------ the quorum, pure
 
-QUORUM = {3: 2, 4: 2, 5: 3, 7: 4, 10: 6, 1000: 666}  # citizens -> peers who must adopt
+QUORUM = {3: 1, 4: 2, 5: 3, 7: 4, 10: 6, 1000: 666}  # citizens -> peers who must adopt
 
 
 def held(citizens: int, adopters: list[str]) -> bool:
@@ -178,22 +178,29 @@ def test_the_quorum_table(citizens: int, needed: int) -> None:
 
 
 @given(st.integers(min_value=3, max_value=5000))
-def test_the_quorum_is_two_thirds_of_the_peers_at_any_size(citizens: int) -> None:
+def test_the_quorum_is_two_thirds_of_the_citizens_at_any_size(citizens: int) -> None:
     from shared.change_rules import adopters_needed  # the pure rule Evolution.quorum asks
 
     needed = Evolution(Path("/nonexistent"), [f"c{i}" for i in range(citizens)],
                        False).quorum()
     assert needed == adopters_needed(citizens)
-    assert 3 * needed >= 2 * (citizens - 1) > 3 * (needed - 1)
+    holders = needed + 1  # the author holds its change
+    assert 3 * holders >= 2 * citizens > 3 * (holders - 1)
 
 
 @pytest.mark.usefixtures("evo")
-def test_the_author_plus_one_adopter_of_three_does_not_merge(civ: Path) -> None:
+def test_the_author_plus_one_adopter_of_three_merges_the_author_alone_does_not(
+        civ: Path) -> None:
+    """2/3 of three citizens is two: the author (it runs its change) and one peer. The
+    author's own adoption of its change counts for nothing more."""
     cid = announced(civ)
     for peer in ("mira", "aria"):
         reported(peer, cid, "worked")
-    assert run("mira", "code_adopt", change_id=cid)["status"] == "verified_good"
+    with pytest.raises(Exception, match="already has"):
+        run("opus", "code_adopt", change_id=cid)
     assert "'hey'" not in (civ / "shared" / "baseline" / "app.py").read_text()
+    assert run("mira", "code_adopt", change_id=cid)["status"] == "merged"
+    assert "'hey'" in (civ / "shared" / "baseline" / "app.py").read_text()
 
 
 def test_the_change_rules_do_no_io() -> None:
