@@ -151,7 +151,26 @@ def until(check: Callable[[], object], timeout: float = 120.0, every: float = 0.
 
 def operator_budget(box: Container, name: str, **budget: float) -> None:
     """Set budget keys in the operator's rules for citizen `name` (root's file)."""
+    operator_set(box, name, "budget", **budget)
+
+
+def operator_set(box: Container, name: str, section: str, **values: object) -> None:
+    """Set keys of one section in the operator's rules for citizen `name` (root's file)."""
     path = f"/etc/experience/{name}.json"
     data = json.loads(box.run("cat", path).stdout)
-    data["budget"] = {**data.get("budget", {}), **budget}
+    data[section] = {**data.get(section, {}), **values}
     box.run("sh", "-c", f"cat > {path}", input=json.dumps(data))
+
+
+QUICK_TEST = "true"  # the operator's evolution.test_command where a test needs a run, fast
+
+
+def ran_tests(box: Container, name: str, change_id: str) -> str:
+    """`code_test` of a change as citizen `name` under a quick test command (issue 43: a
+    report rests on the reporter's own run); what the tool said."""
+    operator_set(box, name, "evolution", test_command=QUICK_TEST)
+    out = box.run("runuser", "-u", name, "--", "citizen", "tool", name, "code_test",
+                  json.dumps({"change_id": change_id})).stdout
+    if not out.startswith("tests passed"):
+        raise AssertionError(f"{name}'s code_test of {change_id}: {out}")
+    return out
