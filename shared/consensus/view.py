@@ -28,6 +28,9 @@ VIEW_MODE = 0o664  # views are rewritten by whichever citizen acts next (group `
 # another wrote (root's, after a decision). The next actor rewrites such a view in place
 # (`overwrite_in`). Views are never trusted - the queue and every step read the records.
 VIEW_DIR_MODE = 0o3775
+# Every citizen opens the views' lock, so any can hold it: a view waits at most this
+# long, then is not written (logged) - root's decision returns, no step hangs.
+VIEW_WAIT_S = 10.0
 
 
 class Views:
@@ -50,7 +53,7 @@ class Views:
         for readers: a view that cannot be written is logged, and no step waits on it."""
         raw = json.dumps(render(d), ensure_ascii=False, separators=(",", ":")).encode()
         try:
-            with locked(self.lock, mode=0o660):
+            with locked(self.lock, mode=0o660, timeout=VIEW_WAIT_S):
                 make_dirs(self.dir / d.state, self.shared, VIEW_DIR_MODE)
                 self._put(d.state, f"{d.id}.json", raw)
                 for state in STATES:
