@@ -16,12 +16,20 @@ CLI. Each test is an attack that broke the code before its fix:
 - aria hard-linked opus's room document (0664: group-writable, so the kernel lets her)
   under another room's name: mira's heat of that room, rewriting another's document in
   place (shared.records.overwrite_in), rewrote opus's room instead;
+- mira held the proposals' views lock (`..views.lock.lock`, 0660: every citizen renders
+  views): root's `citizen proposal approve` recorded the decision, then waited for the
+  lock for ever (and so did the dashboard's approve, and every citizen's step);
+- mira made /home/shared/.world.lock first (the commons' root is 3775), 0600: every
+  verifier's check (its own process took the world's file lock, which the broker - the
+  world's only writer on a server - never takes) failed on it for ever; group-writable
+  and held, it would have hung;
 - a task file of 100,000 `[` in opus's queue: root's `citizen task list|show|cancel
   opus` died of a RecursionError (tasks read with json.loads).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -30,7 +38,13 @@ from click.testing import CliRunner
 from citizen import civilization
 from citizen.cli import cli
 from tests.hostile_door.conftest import as_root, as_user
-from tests.nspawn import Container, until
+from tests.hostile_door.test_decisions import (
+    PRELUDE,
+    decided,
+    step,
+    waiting_for_a_person,
+)
+from tests.nspawn import PYTHON, Container, until
 
 BELLS = "/home/shared/doorbell"
 ROOMS = "/home/shared/streams/rooms"
@@ -146,3 +160,42 @@ def test_a_task_file_bomb_is_unreadable_not_a_crash(civ: Path) -> None:
     for args in (["task", "show", "opus", "t-1"], ["task", "cancel", "opus", "t-1"]):
         done = CliRunner().invoke(cli, args)
         assert not isinstance(done.exception, RecursionError), (args, done.output)
+
+
+def test_a_peer_holding_the_views_lock_hangs_no_decision(box: Container) -> None:
+    """mira holds the views' lock for ever: root's approve returns (the view is a cache,
+    left unwritten and logged) and the decision is recorded."""
+    pid = waiting_for_a_person(box, "Remove README.md, views held")
+    lock = "/home/shared/proposals/..views.lock.lock"
+    as_user(box, "mira", f"setsid -f flock {lock} sleep 900 </dev/null >/dev/null 2>&1")
+    until(lambda: "mira" in as_root(box, "ps -o user= -C flock", check=False), 30)
+    try:
+        done = box.run("timeout", "40", "citizen", "proposal", "approve", pid, "--why",
+                       "looked at it", check=False)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert decided(box, pid)["decision"] == "approve"
+    finally:
+        as_root(box, "pkill -u mira -x flock; true")
+
+
+def test_a_peer_squatting_the_worlds_lock_stops_no_verifiers_check(box: Container) -> None:
+    """mira makes /home/shared/.world.lock first, 0600, and holds it: the broker executes
+    the approved proposal, and the verifier's check (its own process) is not refused."""
+    pid = waiting_for_a_person(box, "Remove README.md, world held")
+    as_root(box, f"citizen proposal approve {pid} --why 'looked at it'")
+    roles = json.loads(step(box, "opus", f"print(json.dumps(c.load('{pid}').roles))"))
+    lock = "/home/shared/.world.lock"
+    as_user(box, "mira", f"rm -f {lock}; touch {lock} && chmod 0600 {lock} && setsid -f "
+                         f"flock {lock} sleep 900 </dev/null >/dev/null 2>&1", check=False)
+    until(lambda: "mira" in as_root(box, "ps -o user= -C flock", check=False), 30)
+    try:
+        for role, call in (("executor", "execute('{pid}', '{me}')"),
+                           ("verifier", "check('{pid}', '{me}', {{'outcomes_verified': True}})")):
+            me = roles[role]
+            ran = box.run("timeout", "20", "runuser", "-u", me, "--", "env",
+                          f"PYTHONPATH=/home/{me}/code", PYTHON, "-c",
+                          PRELUDE + "print(c." + call.format(pid=pid, me=me) + ".phase)",
+                          check=False)
+            assert ran.returncode == 0, (role, ran.stdout + ran.stderr)
+    finally:
+        as_root(box, f"pkill -u mira -x flock; rm -f {lock}; true")
