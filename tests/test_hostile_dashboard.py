@@ -196,7 +196,13 @@ def test_a_ledger_line_that_is_no_ledgers_leaves_out_its_citizen_only(civ: Path)
         ledger.write_text(line + "\n")
     page = logged_in(civ).get("/money")
     assert page.status_code == 200, page.text[:300]
-    assert "opus's spend ledger is unreadable" in page.text and "mira" in page.text
+    # A field that lies counts as nothing (spend.totals): the rest of opus's line and
+    # mira's ledger are summed, and nothing is left out.
+    assert "unreadable" not in page.text and "mira" in page.text and "opus" in page.text
+    rows = {r["citizen"]: r for r in spend.totals([paths.home("opus"), paths.home("mira")],
+                                                   1, ("citizen",))}
+    assert (rows["opus"]["usd"], rows["opus"]["tokens_in"]) == (1.0, 0)
+    assert (rows["mira"]["usd"], rows["mira"]["tokens_in"]) == (0.5, 10)
 
 
 def test_a_row_that_blocks_is_unreadable_within_the_deadline(tmp_path: Path) -> None:

@@ -62,21 +62,33 @@ def under_2_gb(code: str) -> subprocess.CompletedProcess[str]:
 
 def test_a_fifo_that_hangs_a_gate_frees_its_worker(
         civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """mira makes her state.json a FIFO: the gate here blocks opening it. Its worker is
-    freed after GATE_S (else six such citizens stop the scheduler for everyone) and her
-    wakes go to her unit, which runs her gate as herself."""
+    """mira makes her state.json a FIFO: the gate here blocked opening it. Through the
+    door (issue 42) the read fails at once and her wake goes to her unit, which runs her
+    gate as herself. What no check foresees still hangs a gate: its worker is freed after
+    GATE_S (else six such citizens stop the scheduler for everyone)."""
     monkeypatch.setattr(scheduled, "GATE_S", 0.5, raising=False)  # before it: a hang
     fifo = paths.home("mira").state
     fifo.unlink(missing_ok=True)
     os.mkfifo(fifo)
     started: list[dict[str, Any]] = []
     mira = hosted("mira", started)
+    assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")), within_s=0.4)
+    assert [r["slot"] for r in started] == [0] and not mira.gate_stuck
+    real_load = scheduled.state.load
+
+    def blocked(home: Any) -> Any:  # a reader outside the door, opening the FIFO
+        if home.name == "mira":
+            with open(fifo, "rb") as f:  # noqa: PTH123 - the blocking open under test
+                f.read()
+        return real_load(home)
+
+    monkeypatch.setattr(scheduled.state, "load", blocked)
     try:
         assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")))
         assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")), within_s=0.4)
     finally:  # a writer lets the blocked reader go
         os.close(os.open(fifo, os.O_WRONLY | os.O_NONBLOCK))
-    assert [r["slot"] for r in started] == [0, 1] and mira.gate_stuck
+    assert [r["slot"] for r in started] == [0, 1, 2] and mira.gate_stuck
 
 
 def test_a_flood_of_rings_does_not_break_the_wake_request(civ: Path) -> None:

@@ -145,7 +145,7 @@ def test_a_stream_that_cannot_open_leaves_an_ordinary_task(opus_mail: Path,  # n
     from citizen.mail.intake import Intake
 
     rooms = opus_mail.parent / "shared" / "streams" / "rooms"
-    rooms.mkdir(parents=True)
+    rooms.mkdir(parents=True, exist_ok=True)
     (rooms / "mail.json").write_text("{not json")  # a corrupt room: kept, reported
     msg = mail("Who can check the backups?")
     del msg["To"]
