@@ -21,6 +21,7 @@ from citizen.admin.schedstore import Store
 from citizen.config import paths
 from citizen.daemon import scheduled, unit
 from citizen.daemon.process import WakeRequest
+from citizen.home import state as home_state
 from shared import doorbell
 from tests.daemons import have_run
 
@@ -74,7 +75,7 @@ def test_a_fifo_that_hangs_a_gate_frees_its_worker(
     mira = hosted("mira", started)
     assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")), within_s=0.4)
     assert [r["slot"] for r in started] == [0] and not mira.gate_stuck
-    real_load = scheduled.state.load
+    real_load = home_state.load
 
     def blocked(home: Any) -> Any:  # a reader outside the door, opening the FIFO
         if home.name == "mira":
@@ -82,7 +83,7 @@ def test_a_fifo_that_hangs_a_gate_frees_its_worker(
                 f.read()
         return real_load(home)
 
-    monkeypatch.setattr(scheduled.state, "load", blocked)
+    monkeypatch.setattr(home_state, "load", blocked)  # the module scheduled.py calls
     try:
         assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")))
         assert ends(lambda: mira._run_wake(WakeRequest(None, "slot")), within_s=0.4)
