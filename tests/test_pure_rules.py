@@ -29,7 +29,7 @@ PURE = ["shared.consensus.rules", "shared.consensus.stakes", "shared.consensus.g
         "shared.consensus.rubric", "shared.consensus.weighing", "shared.consensus.tasks",
         "shared.debates.rules", "shared.debates.state", "shared.debates.moves",
         "shared.debates.crux", "shared.debates.grading", "shared.streams.decision",
-        "shared.streams.temperature", "shared.streams.floor"]
+        "shared.streams.temperature", "shared.streams.floor", "shared.change_rules"]
 ALSO_PURE = {"shared.errors"}  # exception classes only: a rule may raise them
 FORBIDDEN_MODULES = {"os", "io", "pathlib", "time", "datetime", "subprocess", "socket",
                      "shutil", "tempfile", "sqlite3", "fcntl", "git", "logging", "sys",
