@@ -116,7 +116,7 @@ def test_a_peers_lock_silences_no_citizen(box: Container) -> None:
         journal = as_root(box, "journalctl -u citizen@opus --no-pager -n 200")
         assert "not by opus's own processes: replaced" in journal
     finally:
-        as_root(box, "pkill -u mira -x flock; true")
+        as_root(box, "pkill -u mira -x flock; pkill -u mira -f 'sleep 900'; true")
 
 
 def _sleeping(box: Container, name: str) -> bool:
