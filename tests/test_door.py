@@ -298,3 +298,26 @@ def test_a_records_parser_bomb_or_a_linked_thread_folder_is_read_as_nothing(
     with pytest.raises(door.NotPlain):
         threads.header("prop-2")
     assert threads.read("prop-2", "header.json") is None
+
+
+def test_a_peer_holding_the_weight_historys_lock_parks_no_scheduler_job(
+        civ: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The daily diversity job (the scheduler runs it for everyone) waited on the weight
+    history's lock (0660: any citizen opens, so holds it) without a deadline: a peer's
+    `flock` parked it for good. It waits at most APPEND_WAIT_S, logs, and returns."""
+    from citizen import civilization
+    from shared.consensus import diversity
+
+    monkeypatch.setattr(diversity, "APPEND_WAIT_S", 0.2)
+    history = civilization.commons().consensus.weights.history_path
+    history.parent.mkdir(parents=True, exist_ok=True)
+    lock = locks.lock_path(history)
+    lock.touch()
+    peer = _hold(lock, shared=False)
+    try:
+        civilization.keep_diverse()  # returns: the job is not parked
+    finally:
+        peer.kill()
+        peer.wait()
+    assert "weight diversity enforcement failed" in caplog.text
+    assert "held by another process" in caplog.text

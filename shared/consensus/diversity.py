@@ -22,6 +22,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from shared.atomic import APPEND_WAIT_S
 from shared.consensus.values import Weights
 from shared.consensus.weighing import DIVERSITY, DIVERSITY_STEP
 from shared.locks import locked
@@ -38,8 +39,10 @@ def enforce(weights: Weights, citizens: Sequence[str], day: str,
     if len(citizens) < 2:
         return []
     episode = f"{DIVERSITY}{day}"
-    # One lock for the check and the writes: every daemon runs this job each day.
-    with locked(weights.history_path):
+    # One lock for the check and the writes: every daemon runs this job each day. Waited
+    # for at most APPEND_WAIT_S: any citizen can open (so hold) it, and the scheduler runs
+    # this job for everyone - a LockTimeout is logged, and tomorrow's run tries again.
+    with locked(weights.history_path, timeout=APPEND_WAIT_S):
         if any(line.get("approved_by") == AUTHOR and isinstance(line.get("episodes"), list)
                and line["episodes"][:1] == [episode] for line in weights.history()):
             return []  # done today (a line of another author, or a string, proves nothing)

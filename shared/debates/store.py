@@ -21,7 +21,14 @@ from pathlib import Path
 from typing import Any, cast
 
 from shared import clock
-from shared.atomic import CorruptFile, append_line, read_json, read_jsonl, write_bytes
+from shared.atomic import (
+    APPEND_WAIT_S,
+    CorruptFile,
+    append_line,
+    read_json,
+    read_jsonl,
+    write_bytes,
+)
 from shared.debates import grading
 from shared.debates.moves import (
     BUDGETS,
@@ -143,7 +150,10 @@ class Debates:
         self.thread(did)  # a clear NotFound before any lock file is made
         # One writer per debate at a time: the replay, the check and the write of move
         # n+1 must see move n (flock: a killed writer's lock is released by the kernel).
-        with locked(self.threads.dir(did), lock_file=self.threads.dir(did) / ".lock"):
+        # At most APPEND_WAIT_S: every participant can open (so hold) the lock, and one
+        # holding it for ever must not hang the others' moves - a LockTimeout names it.
+        with locked(self.threads.dir(did), lock_file=self.threads.dir(did) / ".lock",
+                    timeout=APPEND_WAIT_S):
             d = self.load(did)
             body = recorded(move, author, d.seq + 1)
             try:
