@@ -148,12 +148,13 @@ def is_locked(lock: Path) -> bool:
         return True
 
 
-def holders(fd: int) -> list[tuple[int, int]]:
-    """(pid, uid) of every process that holds a lock on the open file `fd` now (uid -1:
-    a process we may not see, so no process of our own user) - from
-    /proc/locks, which takes no lock. A flock needs only a descriptor, any descriptor: a
-    reader of a file can hold it too, so who holds a lock is asked of the kernel."""
-    info = os.fstat(fd)
+def holders(of: int | os.stat_result) -> list[tuple[int, int]]:
+    """(pid, uid) of every process that holds a lock on a file - an open descriptor, or a
+    file's (l)stat - now (uid -1: a process we may not see, so no process of our own
+    user), from /proc/locks, which takes no lock (taking one, even shared, could make its
+    owner's own start fail). A flock needs only a descriptor, any descriptor: a reader of
+    a file can hold it too, so who holds a lock is asked of the kernel."""
+    info = os.fstat(of) if isinstance(of, int) else of
     # The kernel names a locked file "major:minor:inode" (device numbers in hex).
     mine = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
     try:

@@ -35,6 +35,7 @@ from citizen.home import state
 from citizen.wake import types as wakes
 from citizen.wake.flow import gate_only
 from shared import clock, doorbell
+from shared.locks import holders
 
 log = logging.getLogger(__name__)
 
@@ -263,17 +264,12 @@ def _within(seconds: float, fn: Callable[[], Any]) -> Any:
 
 
 def lock_held(lock: Path) -> bool:
-    """Whether someone holds the citizen's daemon lock - read from /proc/locks, which
-    takes no lock (taking one, even shared, could make its daemon's start fail)."""
+    """Whether someone holds the citizen's daemon lock (shared.locks.holders: read from
+    /proc/locks, device and inode, without taking it)."""
     try:
-        info = lock.lstat()
-        table = Path("/proc/locks").read_text()  # door: the kernel's
+        return bool(holders(lock.lstat()))
     except OSError:
         return False
-    # The kernel names a locked file "major:minor:inode" (device numbers in hex): the
-    # device too, so a lock on another file system's same inode is not this one.
-    mine = f"{os.major(info.st_dev):02x}:{os.minor(info.st_dev):02x}:{info.st_ino}"
-    return any(mine in line.split() for line in table.splitlines())
 
 
 class SameCode:
