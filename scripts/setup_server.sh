@@ -195,10 +195,10 @@ current="baseline repository $shared/baseline"
 step "$current"
 baseline="$shared/baseline"
 broker=experience-broker
-# The shared repositories and the broker's merge records: the broker's user owns them,
+# The shared repositories, the broker's merge records and its reviewer draws: its user owns them,
 # everyone reads them, nobody else writes them - not a file, .git/config, a hook or a ref
 # (issue 28, break 4: a group-writable repository ran a planted hook as its next user).
-for repo in "$baseline" "$shared/world" "$shared/merged"; do
+for repo in "$baseline" "$shared/world" "$shared/merged" "$shared/draws"; do
     if [ -L "$repo" ]; then fail "$repo is a symbolic link - remove it and run again"; fi
     if [ ! -d "$repo" ]; then
         install -d -m 2755 -o "$broker" -g citizens "$repo"

@@ -13,6 +13,17 @@ modules): `shared.changes` and `shared.evolution` read the records and ask here.
   the result depends on something besides the change (a flaky test, a sandbox, a lie) -
   the change is closed as unresolved, with who said what; a reviewer that re-runs
   replaces its report, and the status follows.
+- **k reviewers, not everyone.** A change asks for k independent test reports (the
+  operator's `evolution.reviewers`, default REVIEWERS, never fewer than the two that
+  verify). The broker draws the order once, when the change is announced (`rank`): peers
+  sorted by their recent review load, less one for a peer whose focus or strengths name
+  the files changed, ties broken by a hash of a random seed the broker drew *after* the
+  commit was fixed (so an author cannot grind its commit until the hash picks its
+  friends). The first k are rung; only the reports of assigned reviewers count. A
+  reviewer that has not reported REVIEW_DEADLINE_S after it was assigned is replaced by
+  the next in the order (`assigned`), and so is a full set that answered without a
+  verdict (two of k=2 disagreeing by "unclear"). Its late report still counts: it was
+  chosen.
 - **2/3 of the citizens hold it, the author counted.** The author runs its change, so it
   holds it; the baseline takes a change once the author and its adopters are 2/3 of the
   citizens (rounded up), and always at least one peer has adopted. From 4 citizens on,
@@ -23,16 +34,80 @@ modules): `shared.changes` and `shared.evolution` read the records and ask here.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import hashlib
+import heapq
+import re
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-__all__ = ["OUTCOMES", "REPORTS_TO_VERIFY", "adopters_needed", "agrees", "counted",
-           "held_enough", "verdict"]
+__all__ = ["OUTCOMES", "REPORTS_TO_VERIFY", "REVIEWERS", "REVIEW_DEADLINE_S", "adopters_needed",
+           "agrees", "assigned", "counted", "held_enough", "rank", "relevant", "verdict"]
 
 OUTCOMES = ("worked", "failed", "unclear")
 REPORTS_TO_VERIFY = 2  # the seed's "2+ matching reports"
 RUN_BACKED = ("worked", "failed")  # the verdicts a test run must back
 AUTHOR = "author"  # the key naming a record's author (shared.records.AUTHOR)
+REVIEWERS = 3  # the operator's evolution.reviewers when it sets none (issue 43)
+# Why an hour: a rung reviewer's daemon wakes within seconds and a test run takes minutes;
+# a reviewer still silent after an hour is down or stuck, and the change should not wait
+# for it (its REVIEW slot may be ten wake intervals away).
+REVIEW_DEADLINE_S = 3600
+LOAD_WINDOW_S = 86400  # review load counts the assignments of the last day (the broker's)
+_WORD = re.compile(r"[a-z][a-z0-9]{2,}")
+
+
+def relevant(files: Iterable[str], focus: str, strengths: Iterable[str]) -> bool:
+    """Whether a peer's focus or strengths name a word of the changed files' paths
+    (`citizen/wake/review.py` gives citizen, wake, review): a cheap, explainable match."""
+    words = {_stem(w) for f in files for w in _WORD.findall(f.lower())} - {"json"}
+    said = {_stem(w) for text in (focus, *strengths) for w in _WORD.findall(str(text).lower())}
+    return bool(words & said)
+
+
+def _stem(word: str) -> str:
+    """A plural's singular, crudely (both sides alike): "reviews" matches "review"."""
+    return word[:-1] if word.endswith("s") and len(word) > 3 else word
+
+
+def rank(seed: str, change_id: str, peers: Iterable[str], load: Mapping[str, int],
+         relevant_peers: Iterable[str] = ()) -> list[str]:
+    """The order in which peers are asked to review a change: the least loaded first (a
+    relevant peer as if it had one review less), ties by a hash of the broker's random
+    `seed` and the change - deterministic given the draw, unpredictable before it."""
+    rel = set(relevant_peers)
+
+    def key(peer: str) -> tuple[int, str]:
+        mix = hashlib.sha256(f"{seed}\0{change_id}\0{peer}".encode()).hexdigest()
+        return int(load.get(peer, 0)) - (peer in rel), mix
+
+    return sorted(set(peers), key=key)
+
+
+def assigned(order: Sequence[str], k: int, drawn: float, answered: Mapping[str, float], *,
+             now: float, undecided: bool = True,
+             deadline_s: float = REVIEW_DEADLINE_S) -> list[str]:
+    """Every peer assigned to review so far, in the order assigned: the first `k` at
+    `drawn`; each that has not `answered` (reporter -> when, world epoch) within
+    `deadline_s` of its assignment hands its slot to the next in `order` at that moment;
+    and while `undecided`, once every assigned reviewer has answered, one more."""
+    k = max(0, min(k, len(order)))
+    out = list(order[:k])
+    due = [(drawn + deadline_s, i) for i in range(k)]  # (when a slot is due, its holder)
+    heapq.heapify(due)
+    nxt = k
+    while due and nxt < len(order):
+        when, i = heapq.heappop(due)
+        holder = order[i]
+        t = answered.get(holder)
+        if (t is not None and t <= when) or now < when:
+            continue  # answered in time, or its time is not up
+        out.append(order[nxt])
+        heapq.heappush(due, (when + deadline_s, nxt))
+        nxt += 1
+    while undecided and nxt < len(order) and out and all(p in answered for p in out):
+        out.append(order[nxt])  # every reviewer answered and no verdict came: one more
+        nxt += 1
+    return out
 
 
 def agrees(outcome: str, exit_status: object) -> bool:

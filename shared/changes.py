@@ -41,14 +41,51 @@ class Change:
     adoptions: dict[str, dict[str, Any]] = field(default_factory=dict)
     declines: dict[str, dict[str, Any]] = field(default_factory=dict)  # held out, with why
     merged: dict[str, Any] | None = None
-    reviewers: frozenset[str] = frozenset()  # every citizen but the author
+    # The peers in the order they are asked to review (the broker's draw, current
+    # citizens only), how many at once, and when the first k were asked (ISO time).
+    order: list[str] = field(default_factory=list)
+    k: int = change_rules.REVIEWERS
+    drawn: str = ""
     # The test-run records the reports cite, by the name cited (author = file's owner).
     runs: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
-    def counted(self) -> dict[str, str]:
-        """reporter -> outcome of the reports that count (`shared.change_rules`)."""
+    def backed(self) -> dict[str, str]:
+        """reporter -> outcome of every report its run backs, drawn or not."""
         return change_rules.counted(self.reports, self.citizen, self.commit, self.runs)
+
+    def answered(self) -> dict[str, float]:
+        """reporter -> when (world epoch) of the backed reports."""
+        out = {}
+        for who in self.backed:
+            try:
+                out[who] = clock.epoch(str(self.reports[who].get("ts")))
+            except ValueError:
+                out[who] = clock.time()  # no readable time: as if it came just now
+        return out
+
+    @property
+    def reviewers(self) -> list[str]:
+        """The peers asked to review so far, in order (`shared.change_rules.assigned`):
+        the first k of the draw, each replaced when silent past the deadline, and one
+        more while all answered without a verdict. [] before the broker's draw."""
+        if not self.order or not self.drawn:
+            return []
+        answered, now, drawn = self.answered(), clock.time(), clock.epoch(self.drawn)
+        first = change_rules.assigned(self.order, self.k, drawn, answered, now=now,
+                                      undecided=False)
+        status, _ = change_rules.verdict({w: o for w, o in self.backed.items() if w in first})
+        unclear = [w for w in first if self.backed.get(w) == "unclear"]
+        if status or len(unclear) >= REPORTS_TO_VERIFY:
+            return first
+        return change_rules.assigned(self.order, self.k, drawn, answered, now=now)
+
+    @property
+    def counted(self) -> dict[str, str]:
+        """reporter -> outcome of the reports that count: backed by the reporter's own
+        agreeing run, from a drawn reviewer (`shared.change_rules`)."""
+        drawn = set(self.reviewers)
+        return {w: o for w, o in self.backed.items() if w in drawn}
 
     @property
     def status(self) -> str:
@@ -70,7 +107,7 @@ class Change:
             return status, ""
         if outcomes.count("unclear") >= REPORTS_TO_VERIFY:
             why = "two peers could not tell whether it works; make it testable"
-        elif self.reviewers and self.reviewers <= set(peers):
+        elif self.order and set(self.order) <= set(peers):
             why = f"no reviewer is left and no two agree ({', '.join(sorted(outcomes))})"
         elif clock.time() - clock.epoch(self.announced) > PENDING_DAYS * 86400:
             return "expired", (f"pending more than {PENDING_DAYS} days; announce it again "
@@ -91,10 +128,17 @@ class Change:
                 **({"closed_because": why} if why else {}),
                 "reports": {c: r["outcome"] for c, r in self.reports.items()},
                 # Filed but not counted, and why (no run behind it, a run that disagrees).
-                "not_counted": {c: change_rules.backing(r, c, self.commit, self.runs)
-                                or "the author's own" for c, r in self.reports.items()
+                "reviewers": self.reviewers,
+                "not_counted": {c: self._why_not(c, r) for c, r in self.reports.items()
                                 if c not in self.counted},
                 "adopted_by": sorted(self.adoptions), "declined_by": sorted(self.declines)}
+
+
+    def _why_not(self, who: str, report: dict[str, Any]) -> str:
+        if who == self.citizen:
+            return "the author's own"
+        return (change_rules.backing(report, who, self.commit, self.runs)
+                or "not one of the reviewers the broker drew for it")
 
 
 FUTURE_SKEW_S = 3600  # Why: a civilization's processes share the world clock; slack

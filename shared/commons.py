@@ -51,8 +51,10 @@ class Commons:
     code_dirs: Mapping[str, Path] = field(default_factory=dict)  # citizen -> its ~/code
     medium_programs: frozenset[str] = frozenset()  # the operator's stakes allow-list
     # The broker's repository steps (its user alone writes the baseline and the world,
-    # issue 28): (citizen, change id) -> merge, and the world's execute/revert requests.
+    # issue 28): (citizen, change id) -> merge, and the world's execute/revert requests;
+    # (citizen, change id) -> the broker's draw of a new change's reviewers (issue 43).
     merge_request: Any = None
+    draw_request: Any = None
     world_request: Any = None
 
     @cached_property
@@ -102,7 +104,7 @@ class Commons:
         from shared.evolution import Evolution  # noqa: PLC0415 - start-up, 56 ms
 
         return Evolution(self.dir, self.citizens, self.enforce, code_dirs=self.code_dirs,
-                         merge_request=self.merge_request)
+                         merge_request=self.merge_request, draw_request=self.draw_request)
 
     @cached_property
     def dry(self) -> DryTracker:

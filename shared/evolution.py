@@ -26,25 +26,20 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import os
-import pwd
 import re
-import stat
-import tempfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shared import baseline as base_records
-from shared import change_rules, clock, gitsafe, records
+from shared import bundles, change_rules, clock, draws, gitsafe, records
 from shared.changes import CLOSED, OUTCOMES, Change, whole_announcement
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 
-BUNDLE = "change.bundle"  # the change's objects, by its author: the broker cannot read homes
-MAX_BUNDLE = 64 << 20  # bytes: a change, not a repository's worth of history
+BUNDLE = bundles.BUNDLE
 # (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
 MergeRequest = Callable[[str, str], None]
 RUNS = "runs"  # test-run records, one file each, owned by the citizen that ran them
@@ -63,11 +58,15 @@ class Evolution:
 
     def __init__(self, shared_dir: Path, citizens: list[str], enforce_identity: bool, *,
                  code_dirs: Mapping[str, Path] | None = None,
-                 merge_request: MergeRequest | None = None) -> None:
+                 merge_request: MergeRequest | None = None,
+                 draw_request: MergeRequest | None = None,
+                 reviewers: int = change_rules.REVIEWERS) -> None:
         self.shared = shared_dir
         self.dir = Layout(shared_dir).changes
         self.baseline = Layout(shared_dir).baseline
         self.merge_request = merge_request
+        self.draw_request = draw_request
+        self.reviewers_k = reviewers
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
         # Where each citizen's repository is: the caller knows the homes' layout; the
@@ -91,8 +90,8 @@ class Evolution:
             raise NotAllowed(f"the announcement of {change_id} is broken or not its "
                              "author's; it is ignored (the log says why)")
         change = Change(citizen=announce[records.AUTHOR], **{k: announce[k] for k in (
-            "id", "commit", "files", "description", "expected_outcome", "announced")},
-            reviewers=frozenset(self.citizens) - {announce[records.AUTHOR]})
+            "id", "commit", "files", "description", "expected_outcome", "announced")})
+        self._reviewers(change)
         for kind in ("reports", "adoptions", "declines"):
             for path in sorted((base / kind).glob("*.json")):
                 record = records.read(path, path.stem, self.enforce, by_name=True)
@@ -108,6 +107,29 @@ class Evolution:
         # Only the broker's record counts (a merged.json in the change's folder is anyone's).
         change.merged = base_records.read_merged(self.shared, change_id, self.enforce)
         return change
+
+    def _reviewers(self, change: Change) -> None:
+        """Who is asked to review `change`, in order: the broker's draw (on a server only
+        a draw its user filed counts; none yet: nobody is asked). Without a broker (the
+        commons used alone, in dev mode) the order is the change id's hash order."""
+        peers = set(self.citizens) - {change.citizen}
+        drawn = draws.read(self.shared, change.id, self.enforce)
+        if drawn is not None:
+            change.order = [n for n in drawn["order"] if n in peers]  # current citizens
+            change.k, change.drawn = int(drawn["k"]), str(drawn["drawn"])
+        elif not self.enforce:
+            change.order = change_rules.rank("", change.id, peers, {})
+            change.k, change.drawn = self.reviewers_k, change.announced
+
+    def draw(self, change_id: str, *, k: int, seed: str, load: Mapping[str, int],
+             relevant: set[str]) -> dict[str, Any]:
+        """The broker's step at an announcement: rank the author's peers and file the
+        order (`shared.draws`; the first draw stands). Returns the draw filed."""
+        change = self.get(change_id)
+        peers = set(self.citizens) - {change.citizen}
+        return draws.write(self.shared, change_id, {
+            "change": change_id, "k": k, "drawn": _now(), "seed": seed,
+            "order": change_rules.rank(seed, change_id, peers, load, relevant & peers)})
 
     def changes(self) -> list[Change]:
         if not self.dir.is_dir():
@@ -132,30 +154,17 @@ class Evolution:
         files = sorted(gitsafe.out(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
                                    "--no-renames", head).splitlines())
         # First the objects, then the announcement that names them.
-        self._publish(repo, head, self.dir / change_id / BUNDLE)
+        bundles.publish(repo, head, self.dir / change_id / BUNDLE, self.dir, self.baseline)
         records.write(self.dir, self.dir / change_id / "announce.json", citizen, {
             "id": change_id, "commit": head, "files": files,
             "description": description, "expected_outcome": expected_outcome,
             "announced": _now()})
+        if self.draw_request is not None:
+            try:  # the broker draws its reviewers; without a draw nobody is asked yet
+                self.draw_request(citizen, change_id)
+            except (NotAllowed, NotFound) as exc:
+                log.warning("the broker drew no reviewers for %s: %s", change_id, exc)
         return self.get(change_id)
-
-    def _publish(self, repo: Path, head: str, target: Path) -> None:
-        """Bundle `head` and what the baseline lacks of its history into `target`."""
-        records.make_dirs(target.parent, self.dir)
-        tmp = target.with_name(f".{target.name}.{os.getpid()}")
-        try:
-            # What the baseline already has stays out (read as data: git runs in `repo`).
-            not_base = ["--not", gitsafe.read_head(self.baseline)]
-            borrow = gitsafe.borrowing(self.baseline)
-        except (NotFound, Invalid):
-            not_base, borrow = [], {}
-        made = gitsafe.run(repo, "bundle", "create", "--quiet", str(tmp), "HEAD", *not_base,
-                           extra_env=borrow, check=False)
-        if made.returncode != 0:  # HEAD is in the baseline already: the whole history
-            gitsafe.run(repo, "bundle", "create", "--quiet", str(tmp), "HEAD")
-        # door: our own new file in a sticky folder, where no peer can swap it.
-        os.chmod(tmp, records.RECORD_MODE)  # everyone (the broker too) reads; only we write
-        os.replace(tmp, target)
 
     def record_run(self, change_id: str, citizen: str, command: str,
                    exit_status: int | None, started: str) -> str:
@@ -192,6 +201,11 @@ class Evolution:
         record: dict[str, Any] = {"outcome": outcome, "note": note, "ts": _now()}
         if found:
             record["run"] = found[0]
+        if run_required and citizen not in (*change.reviewers, change.citizen):
+            raise NotAllowed(
+                f"you are not one of the reviewers drawn for {change_id} "
+                f"({', '.join(change.reviewers) or 'none drawn yet'}): only their reports "
+                "count; adopt or hold out once it is verified")
         if run_required and outcome in change_rules.RUN_BACKED:
             if found is None:
                 raise NotAllowed(
@@ -212,9 +226,10 @@ class Evolution:
         return self.get(change_id)
 
     def pending_reviews(self, citizen: str) -> list[Change]:
-        """Changes of others that `citizen` has not reported on and that are not decided."""
+        """Changes of others that `citizen` was drawn to review, has not reported on, and
+        that are not decided."""
         return [c for c in self.changes() if c.citizen != citizen and c.status == "pending"
-                and citizen not in c.counted]
+                and citizen in c.reviewers and citizen not in c.counted]
 
     def verified_good(self) -> list[Change]:
         return [c for c in self.changes() if c.status in ("verified_good", "merged")]
@@ -319,7 +334,8 @@ class Evolution:
                 f"the baseline's main carries {len(stray)} commit(s) no review put there "
                 f"({', '.join(c[:12] for c in stray[:5])}); nothing is merged on top until "
                 "the operator moves main back to the last reviewed commit")
-        self._unbundle(change)
+        bundles.unbundle(self.dir / change.id / BUNDLE, change.id, change.citizen,
+                         change.commit, baseline=self.baseline, enforce=self.enforce)
         new_head = _cherry_pick(self.baseline, change, by)
         base_records.write_merged(self.shared, change.id, {
             "change": change.id, "baseline_commit": new_head, "by": by, "ts": _now(),
@@ -328,32 +344,6 @@ class Evolution:
             "verified_by": {who: change.reports[who].get("run") for who in change.counted}})
         log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
         return new_head
-
-    def _unbundle(self, change: Change) -> None:
-        """Copy the author's bundle (its own plain file, opened without following links)
-        to a private file and take the change's objects from it into the baseline."""
-        path = self.dir / change.id / BUNDLE
-        try:
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        except OSError as exc:
-            raise NotFound(f"{change.id} has no bundle of its commit ({exc.strerror}); "
-                           f"{change.citizen} announces it again") from exc
-        with os.fdopen(fd, "rb") as fh, tempfile.TemporaryDirectory() as tmp:
-            info = os.fstat(fh.fileno())
-            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1 \
-                    or info.st_size > MAX_BUNDLE:
-                raise NotAllowed(f"{path} is not a plain bundle file of at most "
-                                 f"{MAX_BUNDLE} bytes; {change.citizen} announces it again")
-            if self.enforce and info.st_uid != pwd.getpwnam(change.citizen).pw_uid:
-                raise NotAllowed(f"{path} is not {change.citizen}'s file; it is ignored")
-            copy = Path(tmp) / BUNDLE
-            copy.write_bytes(fh.read(MAX_BUNDLE + 1))
-            # unbundle: index-pack hashes every object it stores (a forged one fails).
-            gitsafe.run(self.baseline, "bundle", "unbundle", str(copy), umask=0o022)
-        if gitsafe.run(self.baseline, "cat-file", "-e", f"{change.commit}^{{commit}}",
-                       check=False).returncode != 0:
-            raise NotFound(f"the bundle of {change.id} lacks commit {change.commit[:12]}; "
-                           f"{change.citizen} announces it again")
 
     def status(self) -> dict[str, Any]:
         """Adoption rates and what is pending, for `code_status`."""

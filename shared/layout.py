@@ -38,6 +38,7 @@ MONITOR = "monitor"
 DOORBELL = "doorbell"
 CHANGES = "changes"
 MERGED = "merged"  # the broker's records of merges (its user alone writes there)
+DRAWS = "draws"  # the broker's draws of each change's reviewers (its user alone writes)
 MEMORY = "memory"
 VALUES = "values"
 WORLD = "world"
@@ -81,6 +82,11 @@ class Layout:
     def merged(self) -> Path:
         """The broker's records of the changes it merged (shared.baseline)."""
         return self.root / MERGED
+
+    @property
+    def draws(self) -> Path:
+        """The broker's draws of each change's reviewers (shared.draws)."""
+        return self.root / DRAWS
 
     # ------------------------------------------------------------ protocols
 

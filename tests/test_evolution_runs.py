@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from citizen.access import client
 from citizen.tools import code, core_tools, sandbox
-from shared import clock, records
+from shared import clock, draws, records
 from shared.changes import Change
 from shared.errors import NotAllowed
 from shared.evolution import Evolution
@@ -95,7 +95,8 @@ def test_a_run_of_another_commit_or_another_citizen_is_not_counted(civ: Path) ->
 
 
 @as_root
-def test_a_run_record_owned_by_another_user_is_not_counted(tmp_path: Path) -> None:
+def test_a_run_record_owned_by_another_user_is_not_counted(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Server mode (identity from the kernel): a run naming the reporter but written by
     another user is dropped; the same run owned by the reporter counts."""
     shared = tmp_path / "shared"
@@ -104,6 +105,10 @@ def test_a_run_record_owned_by_another_user_is_not_counted(tmp_path: Path) -> No
     evolution = Evolution(shared, [author, a, b], True)
     cid, commit_ = "daemon-0123456789", "ab" * 20
     base = evolution.dir / cid
+    # The broker's draw, by the broker's user (root stands in for it here).
+    monkeypatch.setattr(draws, "DRAWER", "root")
+    draws.write(shared, cid, {"change": cid, "k": 3, "drawn": NOW, "seed": "s",
+                              "order": [a, b]})
 
     def owned(path: Path, user: str) -> None:
         os.chown(path, pwd.getpwnam(user).pw_uid, -1)
@@ -134,12 +139,13 @@ def test_a_split_among_reviewers_does_not_verify(tmp_path: Path, citizens: int) 
     verified_good: "worked" won). A reviewer that re-runs replaces its report."""
     names = [f"c{i}" for i in range(citizens)]
     (tmp_path / "shared").mkdir()
-    evolution = Evolution(tmp_path / "shared", names, False)
+    evolution = Evolution(tmp_path / "shared", names, False, reviewers=4)
     cid = "c0-0123456789"
     records.write(evolution.dir, evolution.dir / cid / "announce.json", "c0", {
         "id": cid, "commit": "ab" * 20, "files": ["app.py"], "description": "d",
         "expected_outcome": "e", "announced": NOW})
-    for who, status in (("c1", 0), ("c2", 0), ("c3", 1), ("c4", 1)):
+    r1, r2, r3, r4 = evolution.get(cid).reviewers  # k = 4 drawn (Evolution's reviewers)
+    for who, status in ((r1, 0), (r2, 0), (r3, 1), (r4, 1)):
         evolution.record_run(cid, who, "pytest", status, "2026-01-01T00:00:00+00:00")
         evolution.report(cid, who, "worked" if status == 0 else "failed", "ran",
                          run_required=True)
@@ -147,8 +153,8 @@ def test_a_split_among_reviewers_does_not_verify(tmp_path: Path, citizens: int) 
     assert change.status == "unresolved", change.summary()
     assert "disagree" in change.summary()["closed_because"]
     assert change not in evolution.verified_good()
-    # c3 and c4 re-run (the flaky test fixed): their new runs replace the split
-    for who in ("c3", "c4"):
+    # r3 and r4 re-run (the flaky test fixed): their new runs replace the split
+    for who in (r3, r4):
         evolution.record_run(cid, who, "pytest", 0, "2026-01-01T01:00:00+00:00")
         evolution.report(cid, who, "worked", "green now", run_required=True)
     assert evolution.get(cid).status == "verified_good"
@@ -210,4 +216,4 @@ def test_the_change_rules_do_no_io() -> None:
     tree = ast.parse(Path(rules.__file__).read_text())
     imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     imported |= {str(n.module) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
-    assert imported <= {"__future__", "collections.abc", "typing"}
+    assert imported <= {"__future__", "collections.abc", "typing", "hashlib", "heapq", "re"}

@@ -1,0 +1,98 @@
+"""The broker's draw of a change's reviewers (issue 43): who is asked to test it, in order.
+
+When a change is announced, the broker - which no citizen steers - draws a random seed
+(after the commit is fixed, so no author can grind its commit hash until the order
+favours its friends), ranks the author's peers by their recent review load and their
+focus against the files changed (`shared.change_rules.rank`), and files the order with
+the operator's k in `shared/draws/<change id>.json`, a directory only its user writes
+(as `shared/merged/`). Every reader then derives the same reviewers from that record and
+the reports (`shared.change_rules.assigned`); a record not written by the broker's user
+is ignored on a server. A draw is never redrawn: the first one stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+from shared import clock
+from shared.atomic import CorruptFile, make_dirs, read_json, write_json
+from shared.baseline import MERGER
+from shared.errors import NotAllowed
+from shared.identity import ForgedRecord, check_author
+from shared.layout import Layout
+
+RECORD_MODE = 0o644  # everyone reads the draw; only the broker's user writes it
+DRAWER = MERGER  # the broker's user: the one whose draws count on a server
+MAX_DRAW = 1 << 20  # bytes: a thousand names and a seed fit in 30 KB
+
+
+def path(shared_dir: Path, change_id: str) -> Path:
+    return Layout(shared_dir).draws / f"{change_id}.json"
+
+
+def read(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, Any] | None:
+    """The broker's draw for `change_id`, if there is a whole one its user wrote."""
+    where = path(shared_dir, change_id)
+    try:
+        check_author(where, DRAWER, enforce)
+        record = read_json(where, cap=MAX_DRAW, beneath=shared_dir)
+    except (ForgedRecord, CorruptFile, FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError:
+        return None  # a FIFO, a link, a directory: not a draw (the door refused it)
+    return record if whole(record) else None
+
+
+def whole(record: object) -> bool:
+    """A draw its readers can use: an order of names, a k, a date."""
+    if not isinstance(record, dict):
+        return False
+    order, k = record.get("order"), record.get("k")
+    try:
+        clock.epoch(str(record.get("drawn")))
+    except ValueError:
+        return False
+    return (isinstance(order, list) and all(isinstance(n, str) for n in order)
+            and isinstance(k, int) and not isinstance(k, bool) and k >= 1)
+
+
+def write(shared_dir: Path, change_id: str, record: dict[str, Any]) -> dict[str, Any]:
+    """File the broker's draw, unless one is already filed (returned then: the first
+    draw stands - drawing again until an order suits would be the grinding it prevents).
+
+    :raises NotAllowed: something else than a draw sits at its name.
+    """
+    folder = Layout(shared_dir).draws
+    # 0755: the broker's user writes here, everyone reads (made by setup on a server).
+    make_dirs(folder, shared_dir, 0o755)
+    with contextlib.suppress(FileNotFoundError):
+        existing = read_json(path(shared_dir, change_id), cap=MAX_DRAW, beneath=shared_dir)
+        if whole(existing):
+            return dict(existing)
+        raise NotAllowed(f"{path(shared_dir, change_id)} is not a draw; the operator "
+                         "removes it and the author announces again")
+    write_json(path(shared_dir, change_id), record, mode=RECORD_MODE, beneath=shared_dir)
+    return record
+
+
+def recent(shared_dir: Path, window_s: float, enforce: bool) -> list[dict[str, Any]]:
+    """The draws filed in the last `window_s` world seconds, for the review load a new
+    draw weighs. Only files changed within that window are opened (the broker's own
+    files, whose times it alone sets): the cost follows the recent work, not the history."""
+    folder = Layout(shared_dir).draws
+    since, wall_since = clock.time() - window_s, time.time() - clock.wall_seconds(window_s)
+    out = []
+    with contextlib.suppress(FileNotFoundError, NotADirectoryError):
+        for entry in sorted(folder.iterdir()):
+            try:
+                if entry.suffix != ".json" or entry.lstat().st_mtime < wall_since:
+                    continue
+            except OSError:
+                continue
+            record = read(shared_dir, entry.stem, enforce)
+            if record is not None and clock.epoch(str(record["drawn"])) >= since:
+                out.append(record)
+    return out
