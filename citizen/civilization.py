@@ -83,7 +83,8 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
         handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
                          {n: tpl.values_profile(n) for n in names}, approvals,
                          {n: paths.home(n).code for n in names}, medium,
-                         merge_request=steps.merge, world_request=steps.world)
+                         merge_request=steps.merge, world_request=steps.world,
+                         draw_request=steps.draw)
     _COMMONS[key] = (handle, settled)
     return handle
 

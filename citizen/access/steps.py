@@ -36,6 +36,11 @@ def merge(citizen: str, change_id: str) -> None:
     ask(citizen, "/v1/experience/baseline/merge", {"change_id": change_id})
 
 
+def draw(citizen: str, change_id: str) -> None:
+    """Ask the broker to draw the reviewers of a change `citizen` just announced."""
+    ask(citizen, "/v1/experience/changes/draw", {"change_id": change_id})
+
+
 def world(citizen: str, step: str, proposal: str) -> dict[str, Any]:
     """Ask the broker to `execute` an approved proposal or `revert` its execution."""
     return ask(citizen, f"/v1/experience/world/{step}", {"proposal": proposal})

@@ -133,7 +133,7 @@ class RuleCache:
         self._cached: dict[str, tuple[tuple[Any, ...], CallerRules]] = {}
 
     def get(self, name: str) -> CallerRules:
-        stamp = self._stamp(name)
+        stamp = self.stamp(name)
         with self._lock:
             hit = self._cached.get(name)
         if hit is not None and hit[0] == stamp:
@@ -144,7 +144,7 @@ class RuleCache:
         return rules
 
     @staticmethod
-    def _stamp(name: str) -> tuple[Any, ...]:
+    def stamp(name: str) -> tuple[Any, ...]:
         files = [paths.operator_rules_file(name), paths.operator_secrets_file(name),
                  operator_file(BROKER_FILE)]
         if not config.server_mode():  # on a server nothing in a home is a rule

@@ -17,6 +17,7 @@ from citizen.broker import (
     mailnews,  # noqa: F401 - the scheduler's new-mail numbers
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
+    reviews,  # noqa: F401 - the draw of a change's reviewers
     views,  # noqa: F401 - the dashboard's read-only views
     world,  # noqa: F401 - the world's approved actions
 )

@@ -124,6 +124,11 @@ class EvolutionSettings:
     # "" runs the project's suite (code.TEST_COMMAND). The operator's alone, as web.*: a
     # citizen that chose its own would choose what its peers' reports say ("true").
     test_command: str = ""
+    # How many peers the broker draws to review each change this citizen announces
+    # (shared.change_rules.REVIEWERS by default; the schema keeps it at 2 or more, the
+    # seed's matching reports). The operator's, as test_command: an author choosing its
+    # own k would choose how many must agree.
+    reviewers: int = 3
 
 
 @dataclass(frozen=True)
