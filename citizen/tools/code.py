@@ -13,6 +13,7 @@ from typing import Literal
 
 from citizen import civilization
 from citizen.config import CitizenConfig, paths
+from citizen.home import reviewing
 from citizen.tools import sandbox
 from citizen.tools.base import ToolEnv, ToolFailure, clip, tool
 from citizen.tools.shell import scrubbed_env
@@ -64,7 +65,10 @@ def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
     """
     me = env.home.name
     change = evolution().announce(me, env.home.code, description, expected_outcome)
-    _ring(me, set(evolution().citizens) - {me}, f"{me} announced change {change.id}")
+    # The reviewers the broker drew, not every peer: the work of a change is k test runs
+    # whatever the headcount (a silent one is replaced later, citizen.daemon.reviewing).
+    _ring(me, change.reviewers, f"{me} announced change {change.id}")
+    reviewing.remember(env.home, change.id, change.reviewers)
     return _run(change.summary())
 
 
@@ -113,6 +117,12 @@ def code_test(env: ToolEnv, change_id: str) -> str:
         raise ToolFailure(refused)
     evo = evolution()
     change = evo.get(change_id)
+    if env.home.name not in change.reviewers:
+        # Why: a test run is minutes of CPU; k drawn reviewers run it, not the crowd.
+        raise ToolFailure(
+            f"you are not one of the reviewers drawn for {change_id} "
+            f"({', '.join(change.reviewers) or 'none drawn yet'}); once they verify it you "
+            "are asked to adopt or hold out (code_verified_good)")
     evo.fetch(change, env.home.code)
     with tempfile.TemporaryDirectory(prefix=f"review-{change_id}-") as scratch:
         tree = Path(scratch) / "tree"

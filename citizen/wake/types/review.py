@@ -177,11 +177,20 @@ class ReviewWake(WakeType):
               instruction: str) -> str | Ending:
         named: list[str] = gate.data["named"]
         done: list[str] = gate.data.setdefault("done", [])
-        for key in [k for k in named if k.split(":")[0] in STEPPED]:
-            kind, cid = key.split(":", 1)
+        adopts = [k for k in named if k.startswith("adopt:")]
+        # Every verified change waiting is one question, asked once (one call, not one
+        # per change): the adopters' whole cost of a change (issue 43).
+        steps: list[tuple[str, Any]] = [(k, _test) for k in named if k.startswith("test:")]
+        if len(adopts) == 1:
+            steps.append((adopts[0], _adopt))
+        elif adopts:
+            steps.append(("adopt:" + ",".join(k.split(":", 1)[1] for k in adopts), _adopt_all))
+        for key, step in steps:
+            cid = key.split(":", 1)[1]
             try:
-                step = _test if kind == "test" else _adopt
-                done.append(f"{cid}: {step(setup, env, ask, cid, gate.data['items'][key])}")
+                line = gate.data["items"].get(key) or "\n".join(
+                    gate.data["items"][k] for k in adopts)
+                done.append(f"{cid}: {step(setup, env, ask, cid, line)}")
             except LimitReached as exc:  # the wake's or the day's cap: nothing more is asked
                 return Ending("daily_cap" if isinstance(exc, DailyCapReached) else "budget",
                               str(exc), "; ".join(done))
@@ -225,15 +234,32 @@ def _test(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
     return f"reported {outcome}" if not error else f"report refused: {result[:120]}"
 
 
-def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
-    """Ask whether to adopt verified change `cid`; adopt or decline it."""
-    change = civilization.commons(setup.templates).evolution.get(cid)
-    reports = "\n".join(f"- {who}: {r.get('outcome')} - {_clip(r.get('note', ''))}"
-                        for who, r in sorted(change.reports.items())) or "(none)"
-    prompt = setup.templates.prompt("review_adopt", change=line, reports=reports,
+def _reports(change: Change) -> str:
+    return "\n".join(f"- {who}: {r.get('outcome')} - {_clip(r.get('note', ''))}"
+                     for who, r in sorted(change.reports.items())) or "(none)"
+
+
+def _adopt_all(setup: Setup, env: ToolEnv, ask: Ask, cids: str, lines: str) -> str:
+    """Ask once whether to adopt each of several verified changes; adopt or decline each."""
+    evolution = civilization.commons(setup.templates).evolution
+    ids = cids.split(",")
+    text = "\n\n".join(f"{line}\n{_reports(evolution.get(cid))}"
+                         for cid, line in zip(ids, lines.splitlines(), strict=True))
+    prompt = setup.templates.prompt("review_adopt_batch", changes=text,
                                     focus=setup.config.focus or "(none set)")
-    data = ask(prompt, setup.templates.schema("review_adopt"), "review_adopt", max_tokens=300)
-    decision, reason = str(data.get("decision")), str(data.get("reason", ""))
+    data = ask(prompt, setup.templates.schema("review_adopt_batch", changes=ids),
+               "review_adopt", max_tokens=150 * len(ids) + 100)
+    said = []
+    for cid in ids:
+        got = data.get(cid)
+        answer: dict[str, Any] = got if isinstance(got, dict) else {}
+        decision, reason = str(answer.get("decision")), str(answer.get("reason", ""))
+        said.append(f"{cid} {_decide(env, cid, decision, reason)}")
+    return "; ".join(said)
+
+
+def _decide(env: ToolEnv, cid: str, decision: str, reason: str) -> str:
+    """Carry out an adopt-or-decline answer on change `cid`."""
     if decision == "adopt":
         result, error = perform(code_adopt, env, {"change_id": cid})
     elif decision == "decline":
@@ -244,3 +270,12 @@ def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
         return f"refused a decision '{decision}'"
     env.event("review_step", item=f"adopt:{cid}", decision=decision, done=not error)
     return f"{decision}d" if not error else f"{decision} failed: {result[:120]}"
+
+
+def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
+    """Ask whether to adopt verified change `cid`; adopt or decline it."""
+    change = civilization.commons(setup.templates).evolution.get(cid)
+    prompt = setup.templates.prompt("review_adopt", change=line, reports=_reports(change),
+                                    focus=setup.config.focus or "(none set)")
+    data = ask(prompt, setup.templates.schema("review_adopt"), "review_adopt", max_tokens=300)
+    return _decide(env, cid, str(data.get("decision")), str(data.get("reason", "")))
