@@ -63,11 +63,12 @@ def test_no_citizen_writes_the_baselines_config_hooks_or_files(box: Container) -
     assert code != 0 and "Permission denied" in out, out
     assert box.run("cat", f"{BASELINE}/.git/config").stdout == config
     modes = box.run("stat", "-c", "%n %a %U", BASELINE, f"{BASELINE}/.git/config",
-                    "/home/shared/world", "/home/shared/merged").stdout
+                    "/home/shared/world", "/home/shared/merged", "/home/shared/draws").stdout
     assert f"{BASELINE} 2755 experience-broker" in modes
     assert f"{BASELINE}/.git/config 644 experience-broker" in modes
     assert "/home/shared/world 2755 experience-broker" in modes
     assert "/home/shared/merged 2755 experience-broker" in modes
+    assert "/home/shared/draws 2755 experience-broker" in modes  # who reviews: its alone
     assert "sharedrepository" not in config.lower()
 
 
@@ -83,6 +84,9 @@ def test_no_commit_goes_straight_onto_the_baselines_main(box: Container) -> None
     code, out = as_user(box, "mira", "sh", "-c",
                         "echo '{\"baseline_commit\": \"x\"}' > /home/shared/merged/x.json")
     assert code != 0 and "Permission denied" in out, out  # the broker's records: its alone
+    code, out = as_user(box, "mira", "sh", "-c",  # a friendly order of reviewers (issue 43)
+                        "echo '{\"order\": [\"mira\"]}' > /home/shared/draws/x.json")
+    assert code != 0 and "Permission denied" in out, out
     assert box.run("git", "-C", BASELINE, "rev-parse", "HEAD").stdout == head
 
 
@@ -105,8 +109,9 @@ def test_an_adopted_change_reaches_the_baseline_only_through_the_broker(box: Con
     assert adopted["status"] == "merged", adopted
     assert "# evolved by opus" in box.run("tail", "-1", f"{BASELINE}/DEPLOY.md").stdout
     owners = box.run("stat", "-c", "%U %a", f"{BASELINE}/DEPLOY.md",
-                     f"/home/shared/merged/{cid}.json").stdout.split("\n")
-    assert owners[:2] == ["experience-broker 644", "experience-broker 644"], owners
+                     f"/home/shared/merged/{cid}.json",
+                     f"/home/shared/draws/{cid}.json").stdout.split("\n")
+    assert owners[:3] == ["experience-broker 644"] * 3, owners  # the draw: the broker's
     # A second setup run (the upgrade path) keeps it and finds nothing unreviewed.
     again = box.run(SETUP, env=PIP_ENV).stdout
     assert "unreviewed" not in again
