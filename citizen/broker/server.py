@@ -15,14 +15,12 @@ citizen, or a model outside its council), 429 `rate_limit_error` with `retry-aft
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import socketserver
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler
 from typing import Any
 
 from citizen.broker import estimate, identity
@@ -31,18 +29,15 @@ from citizen.broker.limits import Limiter
 from citizen.broker.refused import Refused
 from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
+from citizen.broker.wire import DOWN_HEADERS, MAX_BODY, Wire
 from citizen.errors import ConfigError
 from shared.identity import peer_uid
 
+__all__ = ["MAX_BODY", "ROUTES", "VIEWS", "Broker", "Handler", "Serving", "route"]
 log = logging.getLogger(__name__)
-# Bytes of one request: more is refused before it is read. Text only (images and
-# documents are refused) and 200K tokens fit in ~2 MB; 32 MB of tiny JSON values parse
-# to ~800 MB, past the broker's MemoryMax.
-MAX_BODY = 4 << 20
 PURPOSE_HEADER = "x-experience-purpose"  # data for the ledger's purpose column
-# Headers passed on each way; everything else (the caller's x-api-key above all) stays.
+# Headers passed up; everything else (the caller's x-api-key above all) stays.
 _UP_HEADERS = ("content-type", "accept", "anthropic-version", "anthropic-beta")
-_DOWN_HEADERS = ("content-type", "request-id", "retry-after", "x-should-retry")
 
 
 @dataclass(frozen=True)
@@ -108,17 +103,10 @@ class Serving(socketserver.BaseServer):
     broker: Broker
 
 
-class Handler(BaseHTTPRequestHandler):
-    """One connection; keep-alive between requests, as httpx expects."""
+class Handler(Wire):
+    """One connection and its routes."""
 
-    protocol_version = "HTTP/1.1"
     server: Serving
-
-    def address_string(self) -> str:  # a Unix socket has no peer address
-        return "unix"
-
-    def log_message(self, format: str, *args: Any) -> None:
-        log.debug("%s", format % args)
 
     def do_GET(self) -> None:
         path, _, query = self.path.partition("?")
@@ -319,7 +307,7 @@ class Handler(BaseHTTPRequestHandler):
         """Pass the events through as they come; settle from what they said."""
         tracker = estimate.StreamUsage()
         self.send_response(200)
-        for key in _DOWN_HEADERS:
+        for key in DOWN_HEADERS:
             if key in resp.headers:
                 self.send_header(key, resp.headers[key])
         self.send_header("Connection", "close")  # the end of the body is the end of it
@@ -338,55 +326,6 @@ class Handler(BaseHTTPRequestHandler):
                                              usage, 200)
         else:
             self.server.broker.ledger.charge_reserved(call_id, 200)
-
-    # ------------------------------------------------------------ plumbing
-
-    def _body(self) -> bytes:
-        try:
-            length = int(self.headers.get("content-length", ""))
-        except ValueError:
-            raise Refused(411, "invalid_request_error", "a Content-Length is required") \
-                from None
-        if length < 0 or length > MAX_BODY:
-            raise Refused(413, "request_too_large", f"requests are at most {MAX_BODY} bytes")
-        self._body_read = True
-        return self.rfile.read(length)
-
-    def _drain(self) -> None:
-        """Read a refused request's body: closing with it unread makes the kernel reset
-        the connection, and the caller would never see why it was refused."""
-        if getattr(self, "_body_read", False):
-            return
-        try:
-            length = int(self.headers.get("content-length", "0"))
-        except ValueError:
-            return
-        if 0 < length <= MAX_BODY:
-            self.connection.settimeout(5.0)  # a caller that never sends it is not waited for
-            with contextlib.suppress(OSError):
-                while length > 0 and (got := len(self.rfile.read(min(length, 65536)))):
-                    length -= got  # in pieces: refused bodies are never held whole
-
-    def _json(self, status: int, data: Any) -> None:
-        self._reply(status, json.dumps(data).encode(), {"content-type": "application/json"})
-
-    def _reply(self, status: int, body: bytes, headers: Any) -> None:
-        self.send_response(status)
-        for key in _DOWN_HEADERS:
-            value = headers.get(key) if hasattr(headers, "get") else None
-            if value:
-                self.send_header(key, value)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def _error(self, exc: Refused) -> None:
-        # What a request left unread would be taken for the next request: close instead.
-        self.close_connection = True
-        self._drain()
-        body = json.dumps({"type": "error", "error": {"type": exc.kind, "message": str(exc)}})
-        self._reply(exc.status, body.encode(), {"content-type": "application/json",
-                                                **exc.headers})
 
 
 def _upstream(rules: CallerRules, citizen: str) -> Any:
