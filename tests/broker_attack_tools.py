@@ -15,6 +15,32 @@ from tests.nspawn import PYTHON, Container, until
 SOCK = "/run/experience-broker/broker.sock"
 OPUS, HAIKU = "claude-opus-4-6", "claude-haiku-4-5"  # both in every default council
 
+# A wake permit held by the script that runs after it (its model calls need one, as a
+# wake's run under its daemon's), asked as a rewritten daemon can ask, naming CLAIM if
+# set: when none comes, the refusal is printed as a call's would be and the script ends.
+PERMIT = r"""
+import socket, sys
+held = socket.socket(socket.AF_UNIX)
+held.connect("/run/experience-broker/broker.sock")
+held.sendall(b"POST /v1/experience/permit HTTP/1.1\r\nHost: broker\r\n"
+             + (f"x-experience-citizen: {CLAIM}\r\n".encode() if CLAIM else b"")
+             + b"Content-Length: 0\r\n\r\n")
+got = b""
+while b'"granted"' not in got and (chunk := held.recv(4096)):
+    got += chunk
+if b'"granted"' not in got:
+    head, _, body = got.partition(b"\r\n\r\n")
+    print(head.split(b" ")[1].decode(), body.decode(errors="replace")[:300])
+    sys.exit()
+"""
+
+
+def permitted(script: str, claim: str = "''") -> str:
+    """`script` run under its caller's wake permit (`claim`: a Python expression naming
+    the citizen it asks for; '' - the kernel names it)."""
+    return f"CLAIM = {claim}\nexec({PERMIT!r})\n{script}"
+
+
 # One request on a raw connection, as a rewritten daemon can send it: argv is the body
 # (JSON text, sent byte for byte), then header lines "name: value". Prints the status
 # line and the body.
@@ -56,6 +82,8 @@ try:
 except Exception as exc:
     print("FAILED", type(exc).__name__, exc)
 """
+
+RAW, CALL = permitted(RAW), permitted(CALL)
 
 # Opens as many idle connections to the broker as it can (raising its own descriptor
 # limit first), says so in ~/held, and keeps them - sending nothing - until stopped.
@@ -102,6 +130,8 @@ ts = [threading.Thread(target=one) for _ in range(n)]
 [t.start() for t in ts]; [t.join() for t in ts]
 print(sorted(out))
 """
+
+BLOAT = permitted(BLOAT)
 
 # opus connects to the broker, then hands the connected socket to whoever connects to
 # /tmp/pass.sock (SCM_RIGHTS); mira asks whoami on the descriptor it was given.

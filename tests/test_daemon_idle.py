@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from citizen import config
+from citizen.access.permit import Permit
 from citizen.config import paths
 from citizen.daemon import timing
 from citizen.daemon.process import Daemon, WakeRequest
@@ -54,6 +55,9 @@ def no_process(monkeypatch: pytest.MonkeyPatch) -> list[list[str]]:
 
     monkeypatch.setattr(subprocess, "Popen", popen)
     monkeypatch.setattr(gitsafe, "run", git)
+    # The broker's wake permit, granted at once: a broker is a process too.
+    monkeypatch.setattr(Permit, "wait", lambda self, *_, **__: self)
+    monkeypatch.setattr(Permit, "watch", lambda self, lost: None)
     return started
 
 

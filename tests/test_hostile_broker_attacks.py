@@ -37,6 +37,7 @@ from tests.broker_attack_tools import (
     broker_status,
     call,
     model_of,
+    permitted,
     raw_call,
     restart_broker,
     spent_today,
@@ -64,7 +65,9 @@ def box(upstream: RawMessagesServer) -> Iterator[Container]:
         for name in CITIZENS:
             box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
                     f"{upstream.url}\\n' > /etc/experience/{name}.env")
-        # The citizens' daemons stay stopped: every call in this module is the attack's.
+        # The citizens' daemons stay stopped: every call in this module is the attack's,
+        # each under its caller's wake permit (broker_attack_tools.PERMIT), three at once.
+        box.run("sh", "-c", "echo '{\"max_working_wakes\": 3}' > /etc/experience/broker.json")
         yield box
 
 
@@ -135,15 +138,17 @@ def test_racing_calls_never_reserve_past_the_cap(box: Container, api: MessagesSe
         return text("ok", input_tokens=0, output_tokens=0)
 
     api.responder = slow
-    race = ("import json, sys, threading, httpx2\n"
-            "out = []\n"
-            "def one():\n"
-            "    t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
-            "    with httpx2.Client(transport=t, base_url='http://broker', timeout=60) as c:\n"
-            "        out.append(c.post('/v1/messages', json=json.loads(sys.argv[1])).status_code)\n"
-            "ts = [threading.Thread(target=one) for _ in range(20)]\n"
-            "[x.start() for x in ts]; [x.join() for x in ts]\n"
-            "print(sorted(out))\n")
+    race = permitted("import json, sys, threading, httpx2\n"
+                     "out = []\n"
+                     "def one():\n"
+                     "    t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
+                     "    with httpx2.Client(transport=t, base_url='http://broker', timeout=60)"
+                     " as c:\n"
+                     "        out.append(c.post('/v1/messages', json=json.loads(sys.argv[1]))"
+                     ".status_code)\n"
+                     "ts = [threading.Thread(target=one) for _ in range(20)]\n"
+                     "[x.start() for x in ts]; [x.join() for x in ts]\n"
+                     "print(sorted(out))\n")
     out = as_user(box, "aria", PYTHON, "-c", race, json.dumps(body))
     assert out.strip() == str([200] * 3 + [402] * 17), out
     assert len(api.forwarded()) == 3

@@ -19,6 +19,7 @@ import pytest
 
 from citizen.config import paths
 from tests.anthropic_server import MessagesServer, text
+from tests.broker_attack_tools import PERMIT
 from tests.nspawn import PYTHON, Container, operator_budget, set_up_server, unavailable, until
 
 pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "available")
@@ -26,9 +27,13 @@ pytestmark = pytest.mark.skipif(bool(unavailable()), reason=unavailable() or "av
 # Made at run time: this file is in every citizen's code, so a literal key here would be
 # found by the search for it.
 KEY = f"sk-ant-hostile-{secrets.token_hex(12)}"
-# What a daemon rewritten to call the broker itself runs (argv: citizen header, body).
+# What a daemon rewritten to call the broker itself runs (argv: citizen header, body,
+# "no-permit" to skip asking for a wake permit first).
 DIRECT = """
 import json, sys, httpx2
+CLAIM = sys.argv[1]
+if sys.argv[3:] != ["no-permit"]:  # a wake's calls run under its daemon's wake permit
+    exec(PERMIT)
 t = httpx2.HTTPTransport(uds="/run/experience-broker/broker.sock")
 headers = {"x-api-key": "sk-mine", "anthropic-version": "2023-06-01"}
 if sys.argv[1]:
@@ -36,7 +41,7 @@ if sys.argv[1]:
 with httpx2.Client(transport=t, base_url="http://broker", timeout=60) as c:
     r = c.post("/v1/messages", json=json.loads(sys.argv[2]), headers=headers)
 print(r.status_code, r.text[:300])
-"""
+""".replace("exec(PERMIT)", "exec(" + repr(PERMIT) + ")")
 
 
 
@@ -46,6 +51,9 @@ def box(messages_api_module: MessagesServer) -> Iterator[Container]:
         for name in ("opus", "mira", "aria"):
             box.run("sh", "-c", f"printf 'ANTHROPIC_API_KEY={KEY}\\nANTHROPIC_BASE_URL="
                     f"{messages_api_module.url}\\n' > /etc/experience/{name}.env")
+        # Room for the daemons' wakes beside the calls each test makes by hand (two CPUs
+        # here: two permits by default); the permit tests set their own.
+        box.run("sh", "-c", f"echo '{json.dumps(ROOMY)}' > /etc/experience/broker.json")
         box.run("systemctl", "start", "citizens.target")
         yield box
 
@@ -76,8 +84,14 @@ def as_user(box: Container, user: str, *cmd: str, check: bool = False,
     return done.stdout + done.stderr
 
 
-def direct(box: Container, user: str, body: dict[str, object], claim: str = "") -> str:
-    return as_user(box, user, PYTHON, "-c", DIRECT, claim, json.dumps(body))
+ROOMY = {"max_working_wakes": 8}
+
+
+def direct(box: Container, user: str, body: dict[str, object], claim: str = "",
+           permit: bool = True) -> str:
+    """A model call as `user` (claiming `claim`), under a wake permit unless not `permit`."""
+    return as_user(box, user, PYTHON, "-c", DIRECT, claim, json.dumps(body),
+                   *(() if permit else ("no-permit",)))
 
 
 def call(model: str = "claude-opus-4-6", max_tokens: int = 50) -> dict[str, object]:
@@ -175,6 +189,7 @@ def test_one_citizens_flood_does_not_starve_another(box: Container, api: Message
     for _ in range(2):
         api.reply(text("slow"), delay_s=5)
     flood = ("import json, sys, threading, httpx2\n"
+             f"CLAIM = ''\nexec({PERMIT!r})\n"  # one permit for the process: its calls share it
              "out = []\n"
              "def one():\n"
              "    t = httpx2.HTTPTransport(uds='/run/experience-broker/broker.sock')\n"
@@ -221,3 +236,49 @@ def test_a_citizen_without_the_network_permission_has_none(
                     check=False)
     said = reach.stderr.lower()  # nothing on that port, or no route at all: never reached
     assert reach.returncode != 0 and ("unreachable" in said or "refused" in said), said
+
+
+# Holds a wake permit until the broker ends it, then calls (argv: the call's body): how
+# long it held, what the broker said, and the call's answer.
+PAST_LEASE = """
+import json, sys, time, httpx2
+CLAIM = ""
+exec(PERMIT)
+started, said = time.monotonic(), got.split(b'"granted"', 1)[1]
+while chunk := held.recv(4096):
+    said += chunk
+held_s = time.monotonic() - started
+t = httpx2.HTTPTransport(uds="/run/experience-broker/broker.sock")
+with httpx2.Client(transport=t, base_url="http://broker", timeout=60) as c:
+    r = c.post("/v1/messages", json=json.loads(sys.argv[1]))
+print(json.dumps({"held_s": held_s, "said": said.decode(errors="replace"),
+                  "status": r.status_code, "message": r.text[:300]}))
+""".replace("exec(PERMIT)", "exec(" + repr(PERMIT) + ")")
+
+
+def test_a_citizen_without_a_wake_permit_gets_no_model_call(
+        box: Container, api: MessagesServer) -> None:
+    """Issue 43: the bound on working wakes is the broker's - a daemon rewritten to skip
+    the queue calls the broker itself, and is refused before anything is forwarded."""
+    api.reply(text("never sent"))
+    refused = direct(box, "opus", call(model=_model(box, "opus")), permit=False)
+    assert refused.startswith("403") and "holds no wake permit" in refused, refused
+    assert api.forwarded() == []
+    assert direct(box, "opus", call(model=_model(box, "opus"))).startswith("200")
+
+
+def test_a_permit_held_past_its_lease_is_taken_back(box: Container, api: MessagesServer) -> None:
+    """A citizen that keeps its permit's connection open past the operator's lease loses
+    the permit: the broker says so, closes the connection and refuses its calls."""
+    box.run("sh", "-c", "echo '{\"max_working_wakes\": 8, \"wake_permit_lease_s\": 3}' "
+            "> /etc/experience/broker.json")
+    try:
+        out = as_user(box, "mira", PYTHON, "-c", PAST_LEASE,
+                      json.dumps(call(model=_model(box, "mira"))))
+    finally:
+        box.run("sh", "-c", f"echo '{json.dumps(ROOMY)}' > /etc/experience/broker.json")
+    result = json.loads(out.strip().splitlines()[-1])
+    assert 2.5 <= result["held_s"] < 60, result
+    assert "lease of 3 s ran out" in result["said"], result
+    assert result["status"] == 403 and "holds no wake permit" in result["message"], result
+    assert api.forwarded() == []

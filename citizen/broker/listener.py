@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import socketserver
 import threading
 import time
@@ -69,6 +70,11 @@ def listen(path: Path, broker: Broker, *, server_mode: bool) -> Server:
             path.unlink()
     except FileNotFoundError:
         pass
+    # Each waiter for a wake permit holds a connection: lift the soft limit on open files
+    # to the hard one (no privilege needed; systemd's unit sets both) so a thousand fit.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard not in (soft, resource.RLIM_INFINITY):
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     # Server: anyone may connect - identity comes from SO_PEERCRED and only citizens and
     # root are served. Dev mode: the developer alone.
     return Server(path, broker, mode=0o666 if server_mode else 0o600)
@@ -79,7 +85,9 @@ def idle_watch(server: Server, idle_s: float, stop: threading.Event, state: Path
     directory is gone (a dev-mode civilization deleted under it)."""
     while not stop.wait(min(idle_s, 1.0)):
         idle = time.monotonic() - server.broker.last_active > idle_s
-        if (idle or not state.is_dir()) and server.broker.limiter.idle():
+        # Never while a permit is held or waited for: its connection is the permit.
+        if (idle or not state.is_dir()) and server.broker.limiter.idle() \
+                and server.broker.permits.idle():
             server.shutdown()
             return
 

@@ -4,6 +4,8 @@ HTTP/1.1 on a Unix socket, one thread per connection. Routes:
 - `POST /v1/messages` - checked, reserved, forwarded with the operator's key, settled;
 - `POST /v1/messages/count_tokens` - forwarded (the upstream does not bill it);
 - `GET /v1/experience/whoami` - the caller's name, provider, caps and spending today;
+- `POST /v1/experience/permit` - a wake permit, held while the connection stays open
+  (citizen.broker.permits); `/v1/messages` refuses a citizen holding none;
 - `GET /v1/experience/views/...` - the dashboard's read-only views (citizen.broker.views),
   served to no citizen.
 
@@ -23,9 +25,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from citizen.access.permit import PATH as PERMIT_PATH
 from citizen.broker import estimate, identity
 from citizen.broker.ledger import CapExceeded, Ledger
 from citizen.broker.limits import Limiter
+from citizen.broker.permits import Permits, serve
 from citizen.broker.refused import Refused
 from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
@@ -83,6 +87,7 @@ class Broker:
     limiter: Limiter = field(default_factory=Limiter)
     route_limiter: Limiter = field(default_factory=Limiter)
     upstreams: Upstreams = field(default_factory=Upstreams)
+    permits: Permits = field(default_factory=Permits)
     last_active: float = field(default_factory=time.monotonic)
 
     def caller(self, uid: int, claimed: str | None) -> str:
@@ -118,7 +123,7 @@ class Handler(Wire):
 
     def do_POST(self) -> None:
         path = self.path.split("?")[0]
-        route = {"/v1/messages": self._messages,
+        route = {"/v1/messages": self._messages, PERMIT_PATH: self._permit,
                  "/v1/messages/count_tokens": self._count}.get(path)
         self._serve(route or self._extra("POST", path))
 
@@ -188,8 +193,24 @@ class Handler(Wire):
                 resp.close()
         self._reply(resp.status, body, resp.headers)
 
+    def _permit(self, citizen: str) -> None:
+        """A wake permit, held while this connection is open (citizen.broker.permits);
+        in the routes' bucket, so one citizen's connections to wait on are bounded."""
+        with self.server.broker.route_limiter.hold(citizen, ROUTE_ALLOWANCE):
+            self._body()  # nothing is asked of it: left unread, it would read as a close
+            serve(self.server.broker.permits, citizen, self.connection, self._held)
+
+    def _held(self) -> None:
+        """The head of a permit's answer: its lines follow until the connection ends."""
+        self.send_response(200)
+        self.send_header("content-type", "application/x-ndjson")
+        self.send_header("Connection", "close")
+        self.end_headers()
+        self.close_connection = True
+
     def _messages(self, citizen: str) -> None:
         broker = self.server.broker
+        broker.permits.check(citizen, peer_uid(self.connection))  # first: nothing is read
         rules = broker.rules_for(citizen)
         with broker.limiter.hold(citizen, rules):  # before the body: see _count
             raw = self._body()

@@ -1,13 +1,14 @@
 """The dashboard's read-only views of what only the broker can read.
 
 The broker's state directory is its user's alone (0700 on a server): the ledger's refused
-reservations, the mail quarantine and the onboarding requests live there, and the
-dashboard's user (`experience-web`) cannot open them. The broker answers it on its
-socket instead - `GET /v1/experience/views/refused?days=N`, `.../quarantine`,
-`.../onboarding` - for root, the dashboard's user and, in dev mode, its own user, each
-known by the kernel (`SO_PEERCRED`), never by a header. Every other uid, a citizen's
-above all, gets 403 and nothing else: a citizen must not read another's quarantine or
-the ledger's rows of the others. Answers are bounded (`MAX_ROWS`, `MAX_DAYS`).
+reservations, the mail quarantine and the onboarding requests live there (the wake
+permits in its memory), and the dashboard's user (`experience-web`) cannot open them.
+The broker answers it on its socket instead - `GET /v1/experience/views/refused?days=N`,
+`.../quarantine`, `.../onboarding`, `.../permits` - for root, the dashboard's user and,
+in dev mode, its own user, each known by the kernel (`SO_PEERCRED`), never by a header.
+Every other uid, a citizen's above all, gets 403 and nothing else: a citizen must not
+read another's quarantine or the ledger's rows of the others. Answers are bounded
+(`MAX_ROWS`, `MAX_DAYS`).
 
 One computation: each view is one function over the broker's state. The broker runs it
 for a caller on a server; in dev mode, where the state is the developer's own, `read`
@@ -25,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from citizen import config
-from citizen.access import client
+from citizen.access import client, permit
 from citizen.admin import helper
 from citizen.broker import ledger, mailstate, onboarding
 from citizen.broker.refused import Refused
@@ -148,6 +149,17 @@ def _served(name: str) -> Callable[[Broker, int, str], tuple[int, Any]]:
 
 for _name in _VIEWS:
     VIEWS[PREFIX + _name] = _served(_name)
+
+
+def _permits(broker: Broker, uid: int, query: str) -> tuple[int, Any]:
+    """Who holds a wake permit and who waits (citizen.broker.permits): the broker's
+    memory, so asked of it in dev mode too (`citizen.access.permit.listing`)."""
+    may_view(uid, server_mode=broker.server_mode)
+    _params(query, ())
+    return 200, broker.permits.view()
+
+
+VIEWS[permit.VIEW] = _permits
 
 
 # ---------------------------------------------------------------- the reader's side

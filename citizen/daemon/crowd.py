@@ -9,7 +9,8 @@ citizen's folder), the signals, the process title and the watchdog.
 
 Each citizen still has at most one wake at a time, its requests served in order and
 coalesced as in its own daemon; different citizens' wakes run side by side. A wake with
-work is its own process, as always, at most `parallel` at once; the gate that finds a
+work is its own process, as always, at most `parallel` at once, and each holds its wake
+permit from the broker (the civilization's bound, daemon/turn.py); the gate that finds a
 wake idle (~2 ms, here) has workers of its own beyond those, so idle wakes keep to
 their schedule while long wakes run.
 
@@ -35,6 +36,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization
+from citizen.access.permit import Cancel
 from citizen.config import paths
 from citizen.daemon import status
 from citizen.daemon.doorbell import Watch
@@ -64,6 +66,7 @@ class Crowd:
         self.parallel = max(1, parallel)
         self.workers = self.parallel + GATE_WORKERS
         self.processes = threading.BoundedSemaphore(self.parallel)
+        self.cancel = Cancel()
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.daemons: dict[str, Daemon] = {}
         # A Daemon that wants a wake, or _LOOK. SimpleQueue: its put is reentrant, so the
@@ -95,7 +98,9 @@ class Crowd:
         for d in self.daemons.values():
             d.doorbell_mode = watch.mode
             d.on_request = self.events.put
-            d.processes = self.processes
+            # A process slot is taken before the wake permit (the crowd holds no permit it
+            # has no process for); one stop ends every wait for a permit.
+            d.processes, d.cancel = self.processes, self.cancel
             d._schedule()
         self._schedule()
         threading.Thread(target=self._watch, args=(watch, by_bell), name="doorbell",
@@ -262,6 +267,7 @@ class Crowd:
             log.warning("stopping after the wakes running now (signal again to stop now)")
             for d in self.daemons.values():
                 d.state = State.STOPPING
+            self.cancel.set()  # the wakes waiting for their permits never start
             return
         log.warning("stopping now")
         for d in self.daemons.values():

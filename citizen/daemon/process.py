@@ -29,8 +29,9 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from apscheduler.triggers.interval import IntervalTrigger
 
 from citizen import civilization, config
+from citizen.access.permit import HELD_ENV, Cancel
 from citizen.config import paths
-from citizen.daemon import ending, instance, status, timing
+from citizen.daemon import ending, instance, status, timing, turn
 from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.daemon.status import State
@@ -85,6 +86,8 @@ class Daemon:
         self.terms = 0
         self.child: subprocess.Popen[bytes] | None = None
         self.current: str = ""
+        self.waiting = ""  # in state WAITING: for what (daemon/turn.py)
+        self.cancel = Cancel()  # a SIGTERM ends a wait for a wake permit; a crowd's is one
         self.wakes_run = 0
         # A crowd (`citizen run --all`, daemon/crowd.py) hosts many daemons in one process
         # and passes its one scheduler; the jobs are then named after the citizen.
@@ -216,6 +219,7 @@ class Daemon:
             log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
                         self.name)
             self.state = State.STOPPING
+            self.cancel.set()  # a wake waiting for its permit has not started: it never will
             return
         log.warning("citizen %s: stopping now", self.name)
         self._stop_child()
@@ -284,10 +288,18 @@ class Daemon:
             self._wake_process(req, number, slot)
 
     def _wake_process(self, req: WakeRequest, number: int, slot: int | None) -> None:
+        self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
+        with turn.taken(self.name, number, self.cancel,
+                        lambda what: self._set_state(State.WAITING, what)) as permit:
+            if permit is not None:  # None: stopping while it waited
+                self._run_child(req, number, slot, permit.watch)
+        self.current = ""
+
+    def _run_child(self, req: WakeRequest, number: int, slot: int | None,
+                   watch: Callable[[Callable[[str], None]], None]) -> None:
         args = [sys.executable, "-m", "citizen", "wake", self.name, "--number", str(number),
                 "--reason", req.reason]
         args += ["--slot", str(slot)] if slot is not None else ["--type", str(req.wake_type)]
-        self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
         self._set_state(State.WAKING)
         commit = rollback.head(self.home)  # the code this wake runs
         started = time.monotonic()
@@ -296,13 +308,15 @@ class Daemon:
         # the wake too, which then stops at once with what it started (cli/wake.py). It
         # ignores SIGINT, so a terminal's Ctrl-C still reaches the daemon alone, which lets
         # the wake finish - and a SIGTERM to the daemon alone still does (its manners).
-        env = {**os.environ, DAEMON_PID_ENV: str(os.getpid())}
+        # HELD_ENV: the wake runs under this daemon's permit (the broker's is per citizen).
+        env = {**os.environ, DAEMON_PID_ENV: str(os.getpid()), HELD_ENV: self.name}
         cwd = None
         if (self.home.code / "citizen" / "__init__.py").is_file():
             # The wake runs the citizen's own code (as the server's unit does), so what
             # it evolves is what it runs - and a change that breaks it is rolled back.
             env["PYTHONPATH"], cwd = str(self.home.code), self.home.code
         self.child = subprocess.Popen(args, env=env, cwd=cwd)
+        watch(lambda why: turn.lost(number, why, self._stop_child))
         try:
             code = self.child.wait(timeout=self.wake_timeout_s)
         except subprocess.TimeoutExpired:
@@ -371,10 +385,10 @@ class Daemon:
         job = self.scheduler.get_job(self.job("wake")) if self.scheduler.running else None
         return job.next_run_time if job else None
 
-    def _set_state(self, new: State) -> None:
-        self.state = new
+    def _set_state(self, new: State, waiting: str = "") -> None:
+        self.state, self.waiting = new, waiting  # waiting: for what, in state WAITING
         if not self.hosted:  # a crowd's process speaks for all its citizens
-            text = status.title(self.name, new, self.current, self._next_wake())
+            text = status.title(self.name, new, self.current, self._next_wake(), self.waiting)
             status.set_title(text)
             notify(f"STATUS={text}")
         self._heartbeat()
@@ -382,4 +396,4 @@ class Daemon:
     def _heartbeat(self) -> None:
         status.beat(self.home, name=self.name, state=self.state, current=self.current,
                     next_at=self._next_wake(), wakes_run=self.wakes_run,
-                    doorbell=self.doorbell_mode)
+                    doorbell=self.doorbell_mode, waiting=self.waiting)

@@ -224,8 +224,8 @@ class Scheduled(Daemon):
 
     # ------------------------------------------------------------ status
 
-    def _set_state(self, new: State) -> None:
-        self.state = new
+    def _set_state(self, new: State, waiting: str = "") -> None:
+        self.state = new  # its wake unit, as the citizen, waits for the permit
 
     def _heartbeat(self) -> None:
         pass  # the scheduler writes one status for all (Scheduler._beat)

@@ -25,6 +25,9 @@ class State(StrEnum):
     STARTING = "starting"
     SLEEPING = "sleeping"
     WAKING = "waking"
+    # A wake with work waits for the broker's wake permit (daemon/turn.py): no process
+    # yet; the heartbeat's `waiting` says for what ("for a wake permit (3 ahead)").
+    WAITING = "waiting"
     STOPPING = "stopping"
     STOPPED = "stopped"
     FAILED = "failed"  # could not start: the heartbeat's `error` says why
@@ -33,10 +36,14 @@ class State(StrEnum):
     SCHEDULED = "scheduled"
 
 
-def title(name: str, state: State, current: str, next_at: datetime | None) -> str:
-    """`citizen:opus waking #12 TASK`, `citizen:opus sleeping until 14:00:00`, …"""
+def title(name: str, state: State, current: str, next_at: datetime | None,
+          waiting: str = "") -> str:
+    """`citizen:opus waking #12 TASK`, `citizen:opus sleeping until 14:00:00`,
+    `citizen:opus #12 TASK waiting for a wake permit (3 ahead)`, …"""
     if state == State.WAKING:
         return f"citizen:{name} waking {current}"
+    if state == State.WAITING:
+        return f"citizen:{name} {current} waiting {waiting}"
     if next_at:
         return f"citizen:{name} {state.value} until {next_at:%H:%M:%S}"
     return f"citizen:{name} {state.value}"
@@ -53,7 +60,7 @@ def set_title(text: str) -> None:
 
 
 def beat(home: Home, *, name: str, state: State, current: str, next_at: datetime | None,
-         wakes_run: int, doorbell: str = "", error: str = "") -> None:
+         wakes_run: int, doorbell: str = "", error: str = "", waiting: str = "") -> None:
     """Write the heartbeat; a failure is logged, never raised (the daemon goes on)."""
     data: dict[str, Any] = {
         "schema_version": 1, "citizen": name, "pid": os.getpid(),
@@ -66,6 +73,8 @@ def beat(home: Home, *, name: str, state: State, current: str, next_at: datetime
     }
     if error:
         data["error"] = error
+    if waiting:
+        data["waiting"] = waiting  # state `waiting`: for what (daemon/turn.py)
     try:
         write_json(home.heartbeat, data, mode=HEARTBEAT_MODE)  # why: citizen/admin/modes.py
     except OSError as exc:

@@ -79,8 +79,12 @@ def run_request(name: str, request_file: Path, *, wake_timeout_s: float = 1200.0
     d = Daemon(name, wake_timeout_s=wake_timeout_s, first_wake_s=0)
     # systemd's stop (the operator's, the disk check's): the wake is asked to stop as a
     # daemon's second SIGTERM asks it (SIGTERM, its `finally` saves its contexts), not
-    # killed with this process.
-    signal.signal(signal.SIGTERM, lambda *_: d._stop_child())
+    # killed with this process; one still waiting for its wake permit never starts.
+    def stop(*_: object) -> None:
+        d.cancel.set()
+        d._stop_child()
+
+    signal.signal(signal.SIGTERM, stop)
     d.acquire_lock()  # the citizen's one lock: not beside its own daemon, nor twice
     d.prepare()
     doorbell.consume(home.doorbell, req["rings"])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from citizen import config as cfg
-from citizen.access import client
+from citizen.access import client, permit
 from citizen.errors import ConfigError, ProviderUnavailable
 from citizen.llm.base import Provider, Reply, Request, ToolCall, ToolSpec, Usage
 from citizen.llm.replay import ReplayProvider
@@ -68,7 +68,8 @@ def make_provider(
 ) -> Provider:
     """Build the provider a citizen should use.
 
-    :raises ProviderUnavailable: the chosen provider cannot run here (no key, no model).
+    :raises ProviderUnavailable: the chosen provider cannot run here (no key, no model,
+        no wake permit on a server).
     :raises ConfigError: the configuration names something unknown.
     """
     choice = choose(config, secrets, override)
@@ -81,6 +82,9 @@ def make_provider(
                      else f"{config.source.parent / '.env'} or the environment")
             raise ProviderUnavailable(f"provider 'anthropic' needs an API key - put "
                                       f"ANTHROPIC_API_KEY=… in {where}, or use --provider local")
+        # A model that works runs under a wake permit: on a server, a process no daemon's
+        # permit covers (`citizen wake` by hand, a roll-up, a tool) takes its own here.
+        permit.for_this_process(config.name)
         from citizen.llm.anthropic_api import AnthropicProvider  # noqa: PLC0415 - 2 s import
 
         return AnthropicProvider(config, templates.prices, client.PLACEHOLDER_KEY,
@@ -91,6 +95,7 @@ def make_provider(
             raise ProviderUnavailable("provider 'replay' needs a recorded wake log to answer "
                                       "from - pass --replay LOG")
         return ReplayProvider.from_log(replay_log)
+    permit.for_this_process(config.name)  # the local model works on this CPU: as above
     from citizen.llm.local import LocalProvider  # noqa: PLC0415 - ≈150 ms (jsonschema)
 
     url = secrets.get("EXPERIENCE_LOCAL_URL") or config.llm.local_url
