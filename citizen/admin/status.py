@@ -55,6 +55,7 @@ class Daemon:
     text: str  # "sleeping (pid 12)", "not running", "stale heartbeat (130 s old)", ...
     running: bool  # a live daemon whose heartbeat is fresh (or which is waking)
     next_wake: str | None
+    waiting: str = ""  # a wake with work, no process yet: "for a wake permit (3 ahead)"
 
 
 def daemon(home: paths.Home) -> Daemon:
@@ -152,11 +153,15 @@ def _said(beat: dict[str, Any]) -> Daemon:
             return Daemon(f"failed to start: {beat.get('error', '?')}", False, None)
         if beat["state"] == "stopped" or not alive(int(beat["pid"])):
             return Daemon("not running", False, None)
-        if age.total_seconds() > STALE_S and beat["state"] != "waking":
+        # Waking or waiting (for a wake permit, in a wake unit that beats only when its
+        # place moves): a live pid is enough.
+        if age.total_seconds() > STALE_S and beat["state"] not in ("waking", "waiting"):
             return Daemon(f"stale heartbeat ({int(age.total_seconds())} s old)", False, None)
         polled = ", doorbell polled" if beat.get("doorbell", "inotify") != "inotify" else ""
-        return Daemon(f"{beat['state']} (pid {beat['pid']}{polled})", True,
-                      beat.get("next_wake_at"))
+        # "waiting for a wake permit (3 ahead)": a wake with work, no process yet.
+        what = str(beat.get("waiting"))[:120] if beat["state"] == "waiting" else ""
+        return Daemon(f"{beat['state']}{' ' + what if what else ''} (pid {beat['pid']}"
+                      f"{polled})", True, beat.get("next_wake_at"), what)
     except (ValueError, KeyError, TypeError, OverflowError, OSError) as exc:
         return Daemon(f"unreadable heartbeat ({exc})", False, None)
 
@@ -215,6 +220,7 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
     used_mb, measured_at = _disk_used(home, verdict, measure_disk)
     return {
         "citizen": name, "daemon": beat.text, "next_wake": beat.next_wake,
+        "waiting": beat.waiting or None,  # for what its wake with work waits (a permit)
         "last_wake": last and {k: last[k] for k in ("wake", "type", "status", "started")},
         "current_task": active and {"id": active.id, "text": active.text[:120]},
         "tasks": counts,
@@ -233,7 +239,7 @@ def citizen_status(name: str, *, measure_disk: bool = True) -> dict[str, Any]:
 def unreadable_row(name: str, why: str) -> dict[str, Any]:
     """Citizen `name`'s row when its files could not be read at all: `why`, and nothing
     that looks like a figure."""
-    return {"citizen": name, "daemon": f"unreadable: {why}", "next_wake": None,
+    return {"citizen": name, "daemon": f"unreadable: {why}", "next_wake": None, "waiting": None,
             "last_wake": None, "current_task": None, "tasks": {"queue": 0},
             "wakes_today": 0, "usd_today": 0.0, "usd_per_day_cap": None,
             "daily_cap_reached": False, "disk_mb": None, "disk_measured_at": None,

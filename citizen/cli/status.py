@@ -9,10 +9,13 @@ from typing import Any
 import click
 
 from citizen import civilization
+from citizen.access import permit
 from citizen.admin.status import citizen_status, statuses
 from citizen.cli.options import json_option
 from citizen.cli.terminal import WIDTH, age, clean, command, table, wide_option
 from citizen.config import paths
+
+MAX_NAMES = 8  # citizens named in the permits' line; the rest counted
 
 
 @click.command()
@@ -22,7 +25,9 @@ def status(wide: bool, as_json: bool) -> None:
     """Show each citizen: daemon state, last and next wake, tasks, wakes and $ today.
 
     Times are ages here ("3 min ago"), ISO in --json; --wide adds the disk column and the
-    current task's text. TASKS: queued, then held (h), failed (f) and cancelled (c) when
+    current task's text. Under the table, who holds the civilization's wake permits and
+    who waits for one (the broker's `max_working_wakes`); --json has each citizen's as
+    `wake_permit`. TASKS: queued, then held (h), failed (f) and cancelled (c) when
     there are any, e.g. "3 queued 1h 2f 1c".
 
     \b
@@ -35,6 +40,9 @@ def status(wide: bool, as_json: bool) -> None:
     # a deadline: a citizen's planted file makes its row "unreadable", never this hang.
     rows = statuses(civilization.citizens(),
                     functools.partial(citizen_status, measure_disk=wide or as_json))
+    permits = permit.listing()  # the broker's; None: none answers (or it refused us)
+    for r in rows:
+        r["wake_permit"] = _permit_of(r["citizen"], permits)
     if as_json:
         click.echo(json.dumps(rows, indent=2))
         return
@@ -50,6 +58,33 @@ def status(wide: bool, as_json: bool) -> None:
         for note in _notes(r):
             line = clean(f"{r['citizen']}: {note}")
             click.echo(line if wide or len(line) <= WIDTH else line[:WIDTH - 1] + "…")
+    if permits and (permits["holders"] or permits["waiting"]):
+        click.echo(clean(_permits_line(permits)))
+
+
+def _permit_of(name: str, permits: dict[str, Any] | None) -> dict[str, Any] | None:
+    """Citizen `name`'s wake permit as the broker says: {"state": "held", "since"} or
+    {"state": "waiting", "ahead"}; None when it has none (or no broker answers)."""
+    for held in (permits or {}).get("holders", []):
+        if held.get("citizen") == name:
+            return {"state": "held", "since": held.get("since")}
+    for waiting in (permits or {}).get("waiting", []):
+        if waiting.get("citizen") == name:
+            return {"state": "waiting", "ahead": waiting.get("ahead")}
+    return None
+
+
+def _permits_line(permits: dict[str, Any]) -> str:
+    """`wake permits: 2 of 2 held (aria, mira); 3 waiting (opus, nova, zed)`."""
+    def names(entries: list[dict[str, Any]]) -> str:
+        shown = [str(e.get("citizen")) for e in entries[:MAX_NAMES]]
+        return ", ".join(shown) + (f" and {len(entries) - MAX_NAMES} more"
+                                   if len(entries) > MAX_NAMES else "")
+
+    held, waiting = permits["holders"], permits["waiting"]
+    return (f"wake permits: {len(held)} of {permits['limit']} held"
+            + (f" ({names(held)})" if held else "")
+            + (f"; {len(waiting)} waiting ({names(waiting)})" if waiting else ""))
 
 
 def _cells(r: dict[str, Any], wide: bool) -> list[str]:

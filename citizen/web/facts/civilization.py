@@ -1,6 +1,7 @@
 """The civilization page's rows: per citizen what `citizen status` says, plus the wake in
-progress, the heartbeat's age, the monitor's findings, and the day's dollars against the cap
-with the burn rate (what the day ends at if the last hour goes on). Read as `citizen status`
+progress (or what a wake with work waits for), the heartbeat's age, the monitor's findings,
+and the day's dollars against the cap with the burn rate (what the day ends at if the last
+hour goes on); above them, who holds the wake permits and who waits. Read as `citizen status`
 reads its rows (`citizen.admin.status.statuses`): one citizen's broken or planted files
 make its own row "unreadable", never the page."""
 
@@ -10,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from citizen import civilization
+from citizen.access import permit
 from citizen.admin.status import Unreadable, citizen_status, read_heartbeat, statuses
 from citizen.admin.status import unreadable_row as status_unreadable
 from citizen.config import paths
@@ -33,6 +35,13 @@ def rows() -> list[dict[str, Any]]:
     return [r if r["unreadable"] is None else unreadable_row(r["citizen"], r["unreadable"])
             for r in statuses(civilization.citizens(), lambda name: row(name, monitor),
                               ROWS_S)]
+
+
+def permits() -> dict[str, Any] | None:
+    """Who holds the civilization's wake permits and who waits for one, in order (the
+    broker's `max_working_wakes`): {"limit", "holders", "waiting"}; None when no broker
+    answers (dev mode with none running: nobody waits)."""
+    return permit.listing()
 
 
 def unreadable_row(name: str, why: str) -> dict[str, Any]:

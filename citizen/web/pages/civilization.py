@@ -25,7 +25,8 @@ PING_S = 15  # a comment line keeps proxies and the browser from closing an idle
 
 
 async def home(request: Request) -> Response:
-    return render.page(request, "civilization.html", rows=await render.facts(civilization.rows))
+    return render.page(request, "civilization.html", rows=await render.facts(civilization.rows),
+                       permits=await render.facts(civilization.permits))
 
 
 def signature(name: str) -> tuple[object, ...]:
