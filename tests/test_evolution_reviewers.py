@@ -293,3 +293,19 @@ def test_an_adopter_is_asked_once_for_all_the_verified_changes_waiting(civ: Path
     evolution = code.evolution()
     assert all("aria" in evolution.get(cid).adoptions for cid in ids)
     assert (civ / "aria" / "code" / "NOTES.md").exists()
+
+
+@pytest.mark.usefixtures("civ")
+def test_every_daemon_follows_up_its_changes_every_five_minutes() -> None:
+    """The daemon's job (its own, or hosted in a crowd), not the server's scheduler's."""
+    from apscheduler.schedulers.background import BackgroundScheduler
+
+    from citizen.daemon.process import Daemon
+
+    assert reviewing.FOLLOW_UP_S == 300
+    scheduler = BackgroundScheduler()
+    Daemon("opus", scheduler=scheduler)._schedule()  # hosted: the jobs, not started
+    job = scheduler.get_job("opus:reviews")
+    assert job is not None and job.trigger.interval.total_seconds() == 300
+    assert job.args[0].name == "opus"
+    job.func(*job.args)  # nothing remembered: nothing read, nothing rung, no error

@@ -36,7 +36,7 @@ from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
 from citizen.daemon.status import State
 from citizen.errors import CitizenError
-from citizen.home import quiesce, retention, rollback, state
+from citizen.home import quiesce, retention, reviewing, rollback, state
 from citizen.home.memory import Memory
 from citizen.home.tasks import TaskQueue
 from citizen.mail.poller import MailPoller
@@ -188,6 +188,7 @@ class Daemon:
                                args=[self.name, self.home, self.config.logs],
                                next_run_time=start, max_instances=1, coalesce=True,
                                misfire_grace_time=max(1, int(every)))
+        reviewing.schedule(self.scheduler, self.job("reviews"), self.home)
         if self.hosted:
             return  # the crowd schedules the process's own jobs once
         self.scheduler.add_job(civilization.keep_diverse, IntervalTrigger(seconds=every),

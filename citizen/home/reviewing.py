@@ -15,9 +15,13 @@ from __future__ import annotations
 import logging
 from typing import Any
 
+from apscheduler.schedulers.base import BaseScheduler
+from apscheduler.triggers.interval import IntervalTrigger
+
 from citizen import civilization
 from citizen.config.paths import Home
 from citizen.home import state
+from shared import clock
 from shared.errors import NotAllowed, NotFound, SharedError
 
 log = logging.getLogger(__name__)
@@ -68,3 +72,21 @@ def follow_up(home: Home) -> list[str]:
     if keep != asked:
         state.mark(home, MARK, keep)
     return rang
+
+
+def schedule(scheduler: BaseScheduler, job_id: str, home: Home) -> None:
+    """The daemon's job: `follow_up` every FOLLOW_UP_S of world time. Not the server's
+    scheduler's (it writes nothing in a home): there a replacement reviewer finds the
+    change at its own REVIEW slot."""
+    every = clock.wall_seconds(FOLLOW_UP_S)
+    scheduler.add_job(_follow_up_logged, IntervalTrigger(seconds=every), id=job_id,
+                      args=[home], max_instances=1, coalesce=True,
+                      misfire_grace_time=max(1, int(every)))
+
+
+def _follow_up_logged(home: Home) -> None:
+    try:
+        for rung in follow_up(home):
+            log.info("%s: rang %s (drawn in for a silent reviewer)", home.name, rung)
+    except Exception as exc:  # noqa: BLE001 - a job that raises is logged by nobody; the next try
+        log.warning("%s: the reviewers' follow-up failed: %s", home.name, exc)
