@@ -45,16 +45,36 @@ def reachable(path: Path) -> bool:
     return _listener(path) is not None
 
 
+def connect(path: Path, timeout_s: float) -> socket.socket:
+    """A blocking connection to the socket at `path`, waiting up to `timeout_s` for room
+    in its backlog. Why not `settimeout`: it makes the socket non-blocking, and a
+    non-blocking connect to a Unix socket whose backlog is full fails at once (EAGAIN) -
+    a thousand daemons asking for their wake permits in one moment found the broker
+    "gone". A send timeout bounds the blocking connect's wait instead.
+
+    :raises OSError: nothing listens there, or no room came within `timeout_s`.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    whole = int(timeout_s)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO,
+                    struct.pack("ll", whole, int((timeout_s - whole) * 1e6)))
+    try:
+        sock.connect(str(path))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 def _listener(path: Path) -> int | None:
     """The pid of the process listening at `path` (the kernel's SO_PEERCRED, never a
     pid file), or None when nothing accepts there."""
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
-        s.settimeout(2.0)  # a broker too busy to accept in 2 s is treated as gone
-        try:
-            s.connect(str(path))
-            creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-        except OSError:
-            return None
+    try:
+        s = connect(path, 2.0)  # a broker too busy to take one in 2 s is treated as gone
+    except OSError:
+        return None
+    with s:
+        creds = s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
     return int(struct.unpack("3i", creds)[0])
 
 

@@ -105,13 +105,14 @@ class Permit:
         :raises Cancelled: `cancel` was set meanwhile.
         """
         path = client.ensure()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            sock.settimeout(CONNECT_S)
-            sock.connect(str(path))
+            sock = client.connect(path, CONNECT_S)
+        except OSError as exc:
+            raise PermitUnavailable(f"the broker at {path} did not take a wake permit's "
+                                    f"request ({exc})") from exc
+        try:
             sock.sendall(f"POST {PATH} HTTP/1.1\r\nHost: broker\r\n{client.CITIZEN_HEADER}: "
                          f"{self.citizen}\r\nContent-Length: 0\r\n\r\n".encode())
-            sock.settimeout(None)  # from here a wait of any length: poll decides
             with cancel.watched() if cancel else contextlib.nullcontext(None) as wake:
                 self._head(sock, wake)
                 while (line := self._line(sock, wake)) is not None:
@@ -252,9 +253,8 @@ def listing() -> dict[str, Any] | None:
     None when no broker answers or it refuses the caller (a citizen's uid). A plain GET
     on the socket: `citizen status` imports no HTTP client for it, and starts no broker."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        with client.connect(paths.broker_socket(), CONNECT_S) as sock:
             sock.settimeout(CONNECT_S)
-            sock.connect(str(paths.broker_socket()))
             sock.sendall(f"GET {VIEW} HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n"
                          .encode())
             raw = b""
