@@ -309,7 +309,6 @@ class Daemon:
         # the wake too, which then stops at once with what it started (cli/wake.py). It
         # ignores SIGINT, so a terminal's Ctrl-C still reaches the daemon alone, which lets
         # the wake finish - and a SIGTERM to the daemon alone still does (its manners).
-        # HELD_ENV: the wake runs under this daemon's permit (the broker's is per citizen).
         env = {**os.environ, DAEMON_PID_ENV: str(os.getpid()), HELD_ENV: self.name}
         cwd = None
         if (self.home.code / "citizen" / "__init__.py").is_file():
