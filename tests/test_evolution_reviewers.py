@@ -309,3 +309,43 @@ def test_every_daemon_follows_up_its_changes_every_five_minutes() -> None:
     assert job is not None and job.trigger.interval.total_seconds() == 300
     assert job.args[0].name == "opus"
     job.func(*job.args)  # nothing remembered: nothing read, nothing rung, no error
+
+
+# ------------------------------------------------------------ a drawn review goes first
+
+
+def test_a_drawn_reviewer_owing_a_report_queues_ahead_of_the_adopters() -> None:
+    """The broker's permit queue: places the broker's records say owe a drawn review go
+    ahead of everyone else (first come first served among themselves). Before, a
+    verification's ring to N adopters put every later change's reviews behind N wakes."""
+    from citizen.broker.permits import Permits
+
+    owed = {"r1", "r2"}
+    p = Permits(lambda: (1, 60.0), first=owed.__contains__)
+    holder = p.join("busy")
+    adopters = [p.join(f"a{i}") for i in range(5)]
+    r1, r2 = p.join("r1"), p.join("r2")
+    assert (p.ahead(r1), p.ahead(r2)) == (0, 1)  # ahead of the five asked before them
+    assert p.ahead(adopters[0]) == 2
+    p.leave(holder)
+    assert r1.granted.is_set() and not adopters[0].granted.is_set()
+    broken = Permits(lambda: (1, 60.0), first=lambda c: 1 / 0 > 0)  # a records problem
+    assert broken.join("x").granted.is_set()  # costs the priority, never the permit
+
+
+def test_the_broker_knows_who_owes_a_review_from_its_draws_and_the_records(
+        crowd: Path) -> None:
+    from citizen.broker.reviews import owes_review
+
+    cid = announce(crowd)
+    change = code.evolution().get(cid)
+    drawn = change.reviewers
+    assert all(owes_review(r) for r in drawn)
+    assert not any(owes_review(p) for p in PEERS if p not in drawn)
+    assert not owes_review("opus")  # the author owes nothing
+    ran(drawn[0], cid, 0)
+    run(drawn[0], "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    assert not owes_review(drawn[0]) and owes_review(drawn[1])  # reported: paid
+    ran(drawn[1], cid, 0)
+    run(drawn[1], "code_report_outcome", change_id=cid, outcome="worked", note="ok")
+    assert not any(owes_review(r) for r in drawn)  # verified: nobody owes it now

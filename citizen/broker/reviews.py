@@ -35,6 +35,7 @@ from citizen.errors import ConfigError
 from shared import change_rules, draws
 from shared.errors import SharedError
 from shared.evolution import Evolution
+from shared.layout import Layout
 
 log = logging.getLogger(__name__)
 LOCK = threading.Lock()  # one draw at a time: two askers of one change get the same draw
@@ -98,3 +99,37 @@ def draw(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
 def _answer(record: dict[str, Any]) -> dict[str, Any]:
     return {"change": record.get("change"), "k": record["k"],
             "first": record["order"][:record["k"]], "drawn": record["drawn"]}
+
+
+
+OWED_WINDOW_S = 6 * change_rules.REVIEW_DEADLINE_S  # a review owed is one drawn lately
+# The last window's draws, read again only when the folder changes (its mtime: a draw
+# added): a permit request costs a stat, not a listing of every draw ever made.
+_RECENT: dict[str, Any] = {"stamp": None, "draws": []}
+
+
+def owes_review(citizen: str) -> bool:
+    """Whether `citizen` was drawn to review a change that is still pending and has not
+    reported on it - from the broker's own draws and the records (authorship from the
+    files' owners), never from what the caller says: its wake permit goes ahead of the
+    queue (`citizen.broker.permits`). Cost: a stat, and the changes of the last hours'
+    draws that name it."""
+    mode, shared = config.server_mode(), paths.shared_dir()
+    try:
+        stamp = Layout(shared).draws.stat().st_mtime_ns
+    except OSError:
+        return False  # no draw yet
+    if stamp != _RECENT["stamp"]:
+        _RECENT["draws"] = draws.recent(shared, OWED_WINDOW_S, mode)
+        _RECENT["stamp"] = stamp
+    mine = [str(d["change"]) for d in _RECENT["draws"]
+            if citizen in d["order"] and isinstance(d.get("change"), str)]
+    if not mine:
+        return False
+    evolution = Evolution(shared, citizens(mode), mode)
+    for change_id in mine:
+        change = evolution.get(change_id)
+        if change.status == "pending" and citizen in change.reviewers \
+                and citizen not in change.counted:
+            return True
+    return False

@@ -17,7 +17,7 @@ from citizen.broker import (
     mailnews,  # noqa: F401 - the scheduler's new-mail numbers
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
-    reviews,  # noqa: F401 - the draw of a change's reviewers
+    reviews,  # its route: the draw of a change's reviewers; its owes_review: below
     views,  # noqa: F401 - the dashboard's read-only views
     world,  # noqa: F401 - the world's approved actions
 )
@@ -53,6 +53,7 @@ def serve(idle_exit_s: float | None = None) -> None:
             log.warning("%d reservations of a broker that was killed count at their worst "
                         "case", ledger.orphaned)
         broker = Broker(ledger, server_mode=config.server_mode())
+        broker.permits.first = reviews.owes_review  # a drawn reviewer's wake goes first
         if not broker.server_mode:  # what it follows, for ensure() to compare (dev mode)
             client.record_start(state)
         server = listen(sock, broker, server_mode=broker.server_mode)
