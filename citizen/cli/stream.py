@@ -17,7 +17,7 @@ from citizen.config import paths
 from citizen.errors import CitizenError
 from citizen.home.wakelog import WakeLog
 from citizen.llm.base import Request
-from citizen.wake.types.stream import say
+from citizen.wake.types.stream import reopen, say
 from shared.streams import PRESETS, Streams, summary
 
 
@@ -121,8 +121,15 @@ def room_set(name: str, *, preset: str | None, max_responders: int | None,
             except ValueError as exc:
                 raise click.BadParameter(f"'{b}': use NAME=DELTA, e.g. aria=0.2") from exc
         changes["boosted"] = pairs
-    data = civilization.streams().set_room(name, preset, **changes)
+    streams = civilization.streams()
+    data = streams.set_room(name, preset, **changes)
     echo(f"room {name}: {data['preset']} {json.dumps(data['changes'])}")
+    if pause is False:  # what the pause left undecided is decided now, not never
+        for sid in streams.ids():
+            row = summary.summary(streams, sid)
+            if row["room"] == name and row["state"] == summary.UNDECIDED:
+                reopen(sid, sender=operator())
+                echo(f"reopened {sid}")
 
 
 @click.group("decisions")
@@ -135,20 +142,48 @@ def _fallback(decision: Mapping[str, Any]) -> str:
 
 
 @decisions.command("list")
+@click.option("--open", "only_open", is_flag=True,
+              help="Only streams still owed something: undecided, paused, or a person's "
+                   "message nobody answered (`citizen stream reopen SID` rings them).")
 @wide_option
 @json_option
-def list_cmd(wide: bool, as_json: bool) -> None:
+def list_cmd(only_open: bool, wide: bool, as_json: bool) -> None:
     """Streams, newest last: when (an age; ISO in --json), who was granted, how the
-    decision was reached, what was said."""
+    decision was reached, its state (answered, silent, unanswered, undecided, paused),
+    what was said."""
     streams = civilization.streams()
     rows = [summary.summary(streams, sid) for sid in streams.ids()]
+    if only_open:
+        rows = [r for r in rows if r["state"] in summary.OPEN]
     if as_json:
         echo(json.dumps(rows))
         return
-    table(["STREAM", "OPENED", "ROOM", "GRANTED", "DECISION", "TEXT"],
+    table(["STREAM", "OPENED", "ROOM", "GRANTED", "DECISION", "STATE", "TEXT"],
           [[r["id"], age(r["created"]), r["room"], ",".join(r["granted"] or []) or "-",
-            r["exit"] or "undecided", r["text"]] for r in rows], wide=wide,
+            r["exit"] or "undecided", r["state"], r["text"]] for r in rows], wide=wide,
           empty="no streams - open one with `" + command('stream say "TEXT"') + "`")
+
+
+@decisions.command("reopen")
+@click.argument("sid")
+def reopen_cmd(sid: str) -> None:
+    """Ring the citizens of stream SID again: undecided, its bidders decide it from the
+    bids that arrived; decided and unanswered, the granted answer.
+
+    \b
+    Example:
+      citizen stream list --open
+      citizen stream reopen stream-3f2a9c0d1e4b5a6c
+    """
+    streams = civilization.streams()
+    row = summary.summary(streams, sid)
+    if row["state"] == summary.PAUSED:
+        raise click.ClickException(f"room {row['room']} is paused - resume it with `"
+                                   + command(f"room set {row['room']} --resume") + "`")
+    if row["state"] not in summary.OPEN:
+        echo(f"{sid} is {row['state']}: nothing owed")
+        return
+    echo(f"{sid} ({row['state']}): rang {', '.join(reopen(sid, sender=operator()))}")
 
 
 @decisions.command("show")
@@ -292,9 +327,9 @@ def rate(sid: str, name: str, score: float, reasoning: str) -> None:
     """Rate a citizen's bid after the fact: should it have spoken on SID?
 
     The score is the outcome its bid's confidence predicted. Once it has 3 ratings,
-    its calibration factor is mean rating / mean confidence (0.5..1.5), multiplied
-    into its later confidences: rate above its confidence and it bids higher, below
-    and it bids lower. So rate a silence that was right 0 - a 1 tells it to speak.
+    its calibration factor is mean rating / mean raw confidence (0.5..1.5),
+    multiplied into its later confidences: rate above its confidence and it bids
+    higher, below and it bids lower. So rate a silence that was right 0 - a 1 tells it to speak.
     The rater is the Unix user running this; a citizen's rating of its own bid is
     refused, and one found in the commons does not count.
 
@@ -326,10 +361,10 @@ def calibration(wide: bool, as_json: bool) -> None:
 
 @click.group("stream")
 def stream() -> None:
-    """ThoughtStream: say (open a stream), list and show decisions, replay, rate,
-    calibration; rooms under `citizen room`."""
+    """ThoughtStream: say (open a stream), list and show decisions, reopen, replay,
+    rate, calibration; rooms under `citizen room`."""
 
 
 for _name, _cmd in (("say", say_cmd), ("list", list_cmd), ("show", show), ("replay", replay),
-                    ("rate", rate), ("calibration", calibration)):
+                    ("rate", rate), ("calibration", calibration), ("reopen", reopen_cmd)):
     stream.add_command(_cmd, _name)

@@ -113,7 +113,8 @@ class Settings:
         if "max_responders" in changes and "idle_slots" not in changes:
             # a cap the room or its moderator set holds when the queue is empty, too
             changes = {**changes, "idle_slots": changes["max_responders"]}
-        return cls.from_dict({"idle_slots": IDLE_SLOTS, **PRESETS[name], **changes})
+        data = {"idle_slots": IDLE_SLOTS, **PRESETS[name], **changes}
+        return cls.from_dict({**data, "slot_weights": many_voices(data)})
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Settings:
@@ -129,6 +130,18 @@ class Settings:
                    bool(data.get("coordinate", True)), bool(data.get("answer_humans", True)),
                    int(data.get("fixed_slots", 0)), **flags,
                    idle_slots=int(data.get("idle_slots", data["max_responders"])))
+
+
+def many_voices(data: Mapping[str, Any]) -> tuple[float, ...]:
+    """The slot weights of a room: the 70/25/5 draw (or the preset's own) gives 1 to 3
+    voices (§2.3, §6.1 "1-3 probabilistic"); a room that asks for more than its draw can
+    give - anarchic's `maxResponders: 5` (§0.2, "many voices welcome"), a moderator's
+    "let's hear more perspectives" (`--max-responders 5`) - has every one of its
+    responders' slots, not a draw of 1-3 capped at 5. Kept in the stream's settings, so
+    a stream opened before keeps the draw its decision was made with."""
+    weights = tuple(float(w) for w in data.get("slot_weights", SLOT_WEIGHTS))
+    most = int(data["max_responders"])
+    return weights if most <= len(weights) else (0.0,) * (most - 1) + (1.0,)
 
 
 @dataclass(frozen=True)

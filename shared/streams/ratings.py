@@ -105,7 +105,12 @@ class Ratings:
 
     def calibration(self, citizen: str) -> dict[str, Any]:
         """How well a citizen's confidence predicted its ratings: factor = mean rating /
-        mean confidence over rated bids, clamped to [0.5, 1.5] (1.0 until 3 ratings)."""
+        mean *raw* confidence over rated bids, clamped to [0.5, 1.5] (1.0 until 3
+        ratings). Raw: the bid's own confidence, before this factor and the focus,
+        temperature and load adjustments. Against the adjusted confidence each factor
+        was measured through the one before it, so it settled near the square root of
+        the right value (raw 0.8 rated 0.4: 0.71, not 0.5), and it took the room's
+        temperature and the citizen's load for over- or under-confidence."""
         pairs = []
         for sid in self.streams.ids():
             rating = self.rating(sid, citizen)
@@ -114,7 +119,9 @@ class Ratings:
             rec = self.streams.read_record(sid, citizen)
             if rec is None:
                 continue
-            pairs.append((float(rec.get("confidence", 0.0)), float(rating["score"])))
+            # records from before the raw confidence was kept: the one they have
+            raw = rec.get("raw_confidence", rec.get("confidence", 0.0))
+            pairs.append((float(raw), float(rating["score"])))
         if len(pairs) < MIN_RATED:
             return {"citizen": citizen, "rated": len(pairs), "factor": 1.0}
         conf = sum(c for c, _ in pairs) / len(pairs)

@@ -169,8 +169,9 @@ class Streams:
         return (self.threads.dir(sid) / kind / f"{citizen}.json").exists()
 
     def waiting_for(self, citizen: str, recent: int = 50) -> list[str]:
-        """The newest streams addressed to `citizen` where it has not bid, or was granted
-        and has not answered."""
+        """The newest streams addressed to `citizen` where it has not bid, or bid and
+        nothing decided them (its wait ended first: a pause, a kill - its wake decides
+        them now, from the bids that arrived), or it was granted and has not answered."""
         out = []
         for sid in self.ids()[-recent:]:
             try:
@@ -185,7 +186,8 @@ class Streams:
             if not self.has(sid, "thoughts", citizen):
                 out.append(sid)
                 continue
-            if not self.has(sid, "responses", citizen) and self.floor(sid, citizen):
+            if self.decision(sid) is None or (
+                    not self.has(sid, "responses", citizen) and self.floor(sid, citizen)):
                 out.append(sid)
         return out
 

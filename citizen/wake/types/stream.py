@@ -39,6 +39,10 @@ log = logging.getLogger(__name__)
 RECENT = 50  # streams a gate looks at (the newest)
 EXPERT_BOOST = 0.2  # the seed's context-aware selection (§10.3)
 MAX_ANSWER_FAILURES = 3  # then the stream is closed with the error as the answer
+# How long past its window a bidder waits for the decision. A wait that ends undecided
+# (the room paused, every other bidder gone) is no error: the stream stays listed for
+# its bidders (`Streams.waiting_for`) and a later wake decides it.
+DECISION_GRACE_S = 10.0
 
 
 def open_streams(streams: Streams, me: str) -> list[str]:
@@ -96,18 +100,15 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     """Bid (once), read the decision, and act on it; `task_id`: the mail task I hold."""
     me = setup.home.name
     info = streams.info(sid)
-    record = streams.read_record(sid, me) or {}
-    if not record:
-        # decided before I got here: a bid is waste - unless the room takes interjections
-        interjecting = bool(info["settings"].get("enable_interruptions"))
-        if streams.decision(sid) is not None and not interjecting:
-            record = _late(setup, streams, sid=sid, info=info)
-        else:
-            record = _bid(setup, env, ask, streams, sem=sem, sid=sid, info=info)
-        streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"],
-                      override=bool(record.get("override")))
-    decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
-        "intention_window_ms"] / 1000 + 10)
+    record = _bid_once(setup, env, ask, streams, sem=sem, sid=sid, info=info)
+    try:
+        decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
+            "intention_window_ms"] / 1000 + DECISION_GRACE_S)
+    except LockTimeout as exc:  # the seed's TIMEOUT action; decided by a later wake
+        record.update(action="TIMEOUT", error=str(exc)[:300])
+        streams.record(sid, me, record)
+        env.event("stream_undecided", stream=sid, reason=str(exc)[:300])
+        return f"{sid}: undecided (a later wake decides it)"
     s = streams.load(sid)
     record["competing"] = {c: {"claiming": t.claiming, "confidence": t.confidence}
                            for c, t in s.thoughts.items() if c != me}
@@ -291,6 +292,37 @@ def _rule(mentioned: bool, knows: bool, why: str) -> tuple[bool, float, str, str
     return mentioned or knows, raw, "rule", f"mention/focus rule ({why})"
 
 
+def _bid_once(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaphore,
+              sid: str, info: dict[str, Any]) -> dict[str, Any]:
+    """My bid's record: the one kept, else a new bid (written with its record at once,
+    so a stream reopened after my wait ended is decided, not bid on again)."""
+    me = setup.home.name
+    record = streams.read_record(sid, me) or _my_bid(streams, sid, me)
+    if record:
+        return record
+    # decided before I got here: a bid is waste - unless the room takes interjections
+    interjecting = bool(info["settings"].get("enable_interruptions"))
+    if streams.decision(sid) is not None and not interjecting:
+        record = _late(setup, streams, sid=sid, info=info)
+    else:
+        record = _bid(setup, env, ask, streams, sem=sem, sid=sid, info=info)
+    streams.think(sid, me, record["claim"], record["confidence"], record["reasoning"],
+                  override=bool(record.get("override")))
+    streams.record(sid, me, {**record, "action": "BID"})
+    return record
+
+
+def _my_bid(streams: Streams, sid: str, me: str) -> dict[str, Any]:
+    """The record of a bid whose wake ended before it kept one (killed between the
+    two): rebuilt from the bid, so the stream is decided, not bid on again."""
+    t = streams.load(sid).thoughts.get(me)
+    if t is None:
+        return {}
+    return {"stream": sid, "claim": t.claiming, "raw_confidence": t.confidence,
+            "confidence": t.confidence, "reasoning": t.reasoning, "how": "recovered",
+            "calibration_factor": 1.0}
+
+
 def _late(setup: Setup, streams: Streams, *, sid: str, info: dict[str, Any]) -> dict[str, Any]:
     """The record of a citizen that came after the decision: no model call, no claim."""
     return {"stream": sid, "message_id": info["message_id"], "prompt": "",
@@ -314,6 +346,17 @@ def volunteers(text: str, *, key: str, by: str, among: list[str], wanted: int) -
     decision = streams.wait_decision(s.id, by, timeout_s=s.settings.intention_window_ms
                                      / 1000 + 5, every_s=0.2)
     return sorted(decision["granted"])
+
+
+def reopen(sid: str, *, sender: str = "operator") -> list[str]:
+    """Ring every participant of stream `sid` (`citizen stream reopen`, a room resumed):
+    a bidder's STREAM wake decides an undecided stream from the bids that arrived (its
+    window long past), and a granted one answers. Returns whom it rang."""
+    streams = civilization.streams()
+    names = [str(n) for n in streams.info(sid)["participants"]]
+    for name in names:
+        civilization.commons().ring(name, "STREAM", f"reopened {sid}", sender=sender)
+    return names
 
 
 def say(text: str, *, room: str = "general", to: list[str] | None = None,
