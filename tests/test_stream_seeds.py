@@ -135,3 +135,27 @@ def test_the_bench_reports_the_share_of_decisions_under_100_ms(
     print(line)
     assert "decisions under 100 ms: 50% (seed 95%)" in capsys.readouterr().out
     assert "7.6x (seed 7.6x)" in line
+
+
+def test_a_bid_in_a_hot_room_gains_015_and_in_a_cold_one_loses_01(civ: Path) -> None:
+    """The bias reaches the bid (`_bid`): the model's 0.5 is 0.65 in a hot room (a person
+    just spoke: 0.8) and 0.4 in a cold one (the operator left: 0.1)."""
+    from citizen import civilization
+    from citizen.wake.flow import run_wake
+    from tests.test_stream_undecided import claimer
+
+    streams = civilization.streams()
+    got = {}
+    for room, event in (("hot", "human"), ("cold", "absent")):
+        streams.set_room(room, min_confidence=0.95)  # nobody answers: load stays 1.0
+        temperature = streams.heat(room, event)
+        sid = streams.open(f"<{room}@example.org>", "Who knows backups?", room=room,
+                           sender="mira", participants=["opus"]).id
+        provider = claimer(0.5)
+        assert run_wake("opus", wake_type="STREAM",
+                        provider=lambda c, s, p=provider: p).status == "ok"  # type: ignore[misc]
+        rec = streams.read_record(sid, "opus")
+        assert rec is not None and rec["raw_confidence"] == 0.5
+        assert (rec["calibration_factor"], rec["load_factor"]) == (1.0, 1.0)
+        got[room] = (round(temperature, 2), rec["confidence"])
+    assert got == {"hot": (0.8, 0.65), "cold": (0.1, 0.4)}
