@@ -269,7 +269,8 @@ def _decide(env: ToolEnv, cid: str, decision: str, reason: str) -> str:
         env.event("review_refused", change=cid, decision=decision, reason="not offered")
         return f"refused a decision '{decision}'"
     env.event("review_step", item=f"adopt:{cid}", decision=decision, done=not error)
-    return f"{decision}d" if not error else f"{decision} failed: {result[:120]}"
+    done = "adopted" if decision == "adopt" else "declined"
+    return done if not error else f"{decision} failed: {result[:120]}"
 
 
 def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
