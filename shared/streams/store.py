@@ -186,8 +186,10 @@ class Streams:
             if not self.has(sid, "thoughts", citizen):
                 out.append(sid)
                 continue
-            if self.decision(sid) is None or (
-                    not self.has(sid, "responses", citizen) and self.floor(sid, citizen)):
+            if self.has(sid, "responses", citizen):
+                continue  # it spoke: decided, and nothing more is owed by it
+            decision = self.decision(sid)
+            if decision is None or floor(self.live(sid), decision, citizen):
                 out.append(sid)
         return out
 
