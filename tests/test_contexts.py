@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from citizen.config import templates
-from citizen.home.contexts import JOURNAL_LINES, ORDER, STRATEGIES, ContextStore
-from citizen.llm.base import estimate_tokens
+from citizen.home.contexts import JOURNAL_LINES, ORDER, STRATEGIES, Context, ContextStore
+from citizen.llm.base import CHARS_PER_TOKEN, estimate_tokens
 from shared.atomic import CorruptFile
 
 
@@ -29,9 +29,62 @@ def fill(store: ContextStore, ctype: str, n: int, size: int = 400) -> None:
 
 def test_the_seed_table_of_types_and_strategies() -> None:
     assert set(ORDER) == set(STRATEGIES) and len(ORDER) == 8
-    assert STRATEGIES["dreams"] == ("keep_recent_n", 30)
-    assert STRATEGIES["peer_monitor"] == ("keep_recent_n", 15)
-    assert STRATEGIES["identity"][0] == "never"
+    assert STRATEGIES == {
+        "identity": ("never", 0),
+        "history": ("compress_oldest", 0),
+        "goals": ("archive_completed", 0),
+        # the seed's "compress": the same forgetting as compress_oldest, one code path
+        "relationships": ("compress_oldest", 0),
+        "skills": ("compress_oldest", 0),
+        "dreams": ("keep_recent_n", 30),
+        "working": ("clear_on_task_complete", 0),
+        "peer_monitor": ("keep_recent_n", 15),
+    }
+
+
+# Experience v2, Context System: each type's cap in tokens.
+SEED_CAPS = {"identity": 10_000, "history": 50_000, "goals": 20_000, "relationships": 15_000,
+             "skills": 30_000, "dreams": 15_000, "working": 64_000, "peer_monitor": 10_000}
+
+
+def test_the_shipped_caps_are_the_seeds() -> None:
+    assert dict(templates().citizen("opus").context_limits) == SEED_CAPS
+
+
+def _sized(store: ContextStore, ctype: str, tokens: int) -> Context:
+    """A context of one entry that renders to exactly `tokens` tokens."""
+    ctx = store.load(ctype)
+    ctx.entries = []
+    ctx.add("")
+    base = store.tokens(ctx)
+    ctx.entries[0]["text"] = "x" * int((tokens - base) * CHARS_PER_TOKEN)
+    while store.tokens(ctx) < tokens:
+        ctx.entries[0]["text"] += "x"
+    assert store.tokens(ctx) == tokens
+    return ctx
+
+
+@pytest.mark.parametrize("ctype", ORDER)
+def test_each_cap_is_where_forgetting_starts(store: ContextStore, ctype: str) -> None:
+    cap = SEED_CAPS[ctype]
+    assert store.forget(_sized(store, ctype, cap)) == []  # at the cap: kept whole
+    levels = store.forget(_sized(store, ctype, cap + 1))  # one token over: the fallback
+    strategy = STRATEGIES[ctype][0]
+    assert levels[0] == ("never: over cap, kept" if ctype == "identity" else f"1:{strategy}")
+
+
+def test_level_two_summarizes_the_oldest_fifth_when_the_strategy_is_not_enough(
+        store: ContextStore) -> None:
+    ctx = store.load("dreams")  # keep_recent_n 30, cap 15,000
+    for i in range(40):
+        ctx.add(f"Dream {i}. " + "x" * int(520 * CHARS_PER_TOKEN))  # 30 of them: > the cap
+    levels = store.forget(ctx)
+    assert levels == ["1:keep_recent_n", "2:summarize_oldest_20pct"]
+    assert len(ctx.entries) == 25  # 30 kept, the oldest 6 folded into one
+    assert ctx.entries[0]["summary"] is True
+    assert ctx.entries[0]["text"].startswith("[summary of 6 entries")
+    assert "Dream 10." in ctx.entries[0]["text"] and ctx.entries[1]["text"].startswith("Dream 16.")
+    assert store.tokens(ctx) <= SEED_CAPS["dreams"]
 
 
 @pytest.mark.parametrize("ctype", ["history", "goals", "relationships", "skills", "dreams",

@@ -33,7 +33,9 @@ STRATEGIES: dict[str, tuple[str, int]] = {
     "identity": ("never", 0),
     "history": ("compress_oldest", 0),
     "goals": ("archive_completed", 0),
-    "relationships": ("compress", 0),
+    # The seed's "compress" (relationships) names no forgetting apart from compress_oldest
+    # (history, skills), so it is the same one, under one name.
+    "relationships": ("compress_oldest", 0),
     "skills": ("compress_oldest", 0),
     "dreams": ("keep_recent_n", 30),
     "working": ("clear_on_task_complete", 0),
@@ -228,7 +230,7 @@ class ContextStore:
     def _strategy(self, ctx: Context, strategy: str, arg: int) -> None:
         if strategy == "keep_recent_n":
             ctx.entries = ctx.entries[-arg:]
-        elif strategy in ("compress_oldest", "compress"):
+        elif strategy == "compress_oldest":
             half = len(ctx.entries) // 2
             if half >= 2:
                 ctx.entries[:half] = [summarize(ctx.entries[:half])]
