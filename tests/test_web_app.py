@@ -5,6 +5,7 @@ shown as text, secrets redacted, and a wake's page with the same tool calls as
 
 from __future__ import annotations
 
+import html
 import json
 import re
 import stat
@@ -18,6 +19,7 @@ from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from starlette.testclient import TestClient
 
+from citizen.broker import mailstate
 from citizen.cli import cli
 from citizen.cli.web import _loopback
 from citizen.config import paths
@@ -27,7 +29,7 @@ from citizen.llm.base import Reply, ToolCall, Usage
 from citizen.wake.flow import run_wake
 from citizen.web import auth
 from citizen.web.app import make_app
-from citizen.web.facts import civilization
+from citizen.web.facts import civilization, decisions
 from tests.scripts import Actor, call
 
 INJECTED = "<script>alert(1)</script>"
@@ -145,6 +147,23 @@ def test_markup_a_task_or_a_model_wrote_shows_as_text(civ: Path) -> None:
     for path in (f"/wakes/opus/{number}", "/"):
         page = client.get(path).text
         assert INJECTED not in page and escaped in page, path
+
+
+def test_a_quarantined_mails_subject_shows_as_text_and_bounded(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The broker's mail state records no Subject yet (citizen/broker/mailstate.py): a
+    # record that holds one stands in for it, as the view would hand it over.
+    subject = f"Re: invoice {INJECTED}<img src=x onerror=alert(2)>\u202e" + "x" * 500
+    row = {"citizen": "opus", "ts": "2026-01-02T03:04:05+00:00", "message_id": "<q@x>",
+           "from": "stranger@example.com", "reason": "not an operator", "subject": subject}
+    monkeypatch.setattr(mailstate, "quarantined_readonly", lambda _dir, _limit: ([row], False))
+    page = logged_in(civ).get("/decisions").text
+    cell = re.search(r'<td data-label="Subject" class="subject">(.*?)</td>', page, re.S)
+    assert cell, "the quarantine shows no Subject"
+    shown = cell.group(1)
+    assert shown.startswith("Re: invoice &lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x")
+    assert "<" not in shown and "\u202e" not in shown  # text, and no reordering of it
+    assert len(html.unescape(shown)) == decisions.SUBJECT_CHARS and shown.endswith("\u2026")
 
 
 def test_a_key_in_a_wake_log_is_redacted_from_the_page(civ: Path) -> None:

@@ -106,6 +106,15 @@ def test_proposals_debates_streams_and_quarantine_are_what_the_cli_shows(civ: Pa
     mailstate.state(paths.broker_state()).quarantine("opus", "<q@x>", HOSTILE, "a stranger")
     (q,) = decisions.quarantine()["rows"]
     assert (q["citizen"], q["from"], q["reason"]) == ("opus", HOSTILE, "a stranger")
+    assert q["subject"] is None  # the broker's record holds none: the page says so
+
+
+def test_a_subject_is_one_line_bounded_with_its_markup_kept_for_the_page_to_escape() -> None:
+    assert decisions.subject_line(None) is None
+    assert decisions.subject_line(HOSTILE) == "<script>alert(1)</script> ]0;x "
+    assert decisions.subject_line("a\r\nb\u202ec") == "a  b c"
+    long = decisions.subject_line("y" * 1000)
+    assert long == "y" * (decisions.SUBJECT_CHARS - 1) + "\u2026"
 
 
 # ---------------------------------------------------------------- money

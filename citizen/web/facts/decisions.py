@@ -9,6 +9,7 @@ A source this process cannot read is named in `unreadable`, never shown as empty
 
 from __future__ import annotations
 
+import unicodedata
 from typing import Any
 
 from citizen import civilization, config
@@ -20,6 +21,7 @@ from shared.errors import SharedError
 from shared.streams import summary as stream_summary
 from shared.streams.rooms import ROOM_DEFAULTS
 
+SUBJECT_CHARS = 200  # a quarantined mail's Subject as shown: enough to tell what it was about
 # Why each kind of item waits for a person, and the command that settles it.
 WAITS = {"proposal": "a high-stakes or escalated proposal: approve or reject it "
                      "(`citizen proposal approve|reject`)",
@@ -144,14 +146,27 @@ def room(name: str) -> dict[str, Any]:
 
 def quarantine() -> dict[str, Any]:
     """Every citizen's quarantined mail with its reason (`citizen mail quarantine`, the
-    broker's record, the newest first shown): {"rows": [{citizen, ts, from, reason,
-    message_id}], "truncated", "unreadable"}."""
+    broker's record, the newest first shown): {"rows": [{citizen, ts, from, subject,
+    reason, message_id}], "truncated", "unreadable"}; `subject` as `subject_line` makes
+    it, None where the record holds none."""
     try:  # the broker's state (0700 on a server): citizen.broker.views
         found = views.read("quarantine")
     except views.Unreadable as exc:
         return {"rows": [], "truncated": False,
                 "unreadable": [{"source": "the mail quarantine", "error": str(exc)}]}
-    return {"rows": found["rows"], "truncated": found["truncated"], "unreadable": []}
+    rows = [{**r, "subject": subject_line(r.get("subject"))} for r in found["rows"]]
+    return {"rows": rows, "truncated": found["truncated"], "unreadable": []}
+
+
+def subject_line(subject: object) -> str | None:
+    """A stranger's Subject as one line of at most SUBJECT_CHARS characters (an ellipsis
+    where it was cut), its control and format characters - a newline, an escape, a
+    right-to-left override that would reorder what the operator reads - each a space;
+    None for no subject. Still text a stranger wrote: the page escapes it."""
+    if subject is None:
+        return None
+    line = "".join(" " if unicodedata.category(c)[0] == "C" else c for c in str(subject))
+    return line if len(line) <= SUBJECT_CHARS else line[:SUBJECT_CHARS - 1] + "\u2026"
 
 
 def record_human_decision(proposal_id: str, approve: bool, why: str, operator: str,
