@@ -145,6 +145,30 @@ def test_strangers_never_reach_the_daemon(opus_mail: Path, mx: MailSystem) -> No
     assert len(folder(mx, OPUS, "Quarantine")) == 1
     rows = link.quarantined("opus")
     assert rows[0]["from"] == STRANGER and "unknown sender" in rows[0]["reason"]
+    assert rows[0]["subject"] == "do evil"  # what it was about, for the dashboard (issue 44)
+
+
+def test_a_ledger_from_before_subjects_gains_the_column_and_reads_without_it(
+        tmp_path: Path) -> None:
+    """An upgraded broker adds the quarantine's subject column to its old mail.db; a
+    reader of a file the broker has not opened since shows no subject, and no error."""
+    import sqlite3
+
+    from citizen.broker import mailstate
+
+    old = sqlite3.connect(tmp_path / "mail.db")
+    old.executescript("CREATE TABLE quarantine (id INTEGER PRIMARY KEY, citizen TEXT NOT NULL,"
+                      " ts TEXT NOT NULL, message_id TEXT NOT NULL, sender TEXT NOT NULL,"
+                      " reason TEXT NOT NULL);"
+                      "INSERT INTO quarantine (citizen, ts, message_id, sender, reason) "
+                      "VALUES ('opus', 't', '<a@x>', 's@x', 'why');")
+    old.commit()
+    old.close()
+    rows, _ = mailstate.quarantined_readonly(tmp_path, 10)
+    assert rows[0]["subject"] == "" and rows[0]["reason"] == "why"
+    state = mailstate.MailState(tmp_path / "mail.db")
+    state.quarantine("opus", "<b@x>", "t@x", "why not", "Subject: <b>hi</b>")
+    assert [r["subject"] for r in state.quarantined("opus")] == ["", "Subject: <b>hi</b>"]
 
 
 def test_no_citizen_process_holds_the_mailbox_password(

@@ -103,10 +103,11 @@ def test_proposals_debates_streams_and_quarantine_are_what_the_cli_shows(civ: Pa
 
     assert decisions.quarantine() == {"rows": [], "truncated": False, "unreadable": []}
     paths.broker_state().mkdir(mode=0o700, exist_ok=True)
-    mailstate.state(paths.broker_state()).quarantine("opus", "<q@x>", HOSTILE, "a stranger")
+    mailstate.state(paths.broker_state()).quarantine("opus", "<q@x>", HOSTILE, "a stranger",
+                                                     HOSTILE)
     (q,) = decisions.quarantine()["rows"]
     assert (q["citizen"], q["from"], q["reason"]) == ("opus", HOSTILE, "a stranger")
-    assert q["subject"] is None  # the broker's record holds none: the page says so
+    assert q["subject"] == decisions.subject_line(HOSTILE)  # the broker keeps it now
 
 
 def test_a_subject_is_one_line_bounded_with_its_markup_kept_for_the_page_to_escape() -> None:

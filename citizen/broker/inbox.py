@@ -42,6 +42,15 @@ def _imap_failed(acct: Account, exc: Exception) -> Refused:
     return Refused(502, "mail_error", f"IMAP connection to {acct.imap} broke: {exc}")
 
 
+def _subject(info: dict[bytes, Any]) -> str:
+    """The mail's Subject as one bounded line of text ('' when it has none or it cannot
+    be read): what the dashboard's quarantine shows, escaped."""
+    try:
+        return header_text(str(headers(info[b"BODY[HEADER]"]).get("subject", "")))[:300]
+    except Exception:  # noqa: BLE001 - a stranger's broken header: no subject, still quarantined
+        return ""
+
+
 def _screen(info: dict[bytes, Any], permitted: set[str], cap: int) -> tuple[str, str, str]:
     """(message id, sender, why it is quarantined or '') from the headers and size."""
     head = headers(info[b"BODY[HEADER]"])
@@ -100,7 +109,7 @@ def inbox(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
             message_id, sender, why = _screen(info, permitted, cap)
             if why:
                 mailbox.move(client, [uid], cfg.mail.quarantine_folder)
-                state.quarantine(citizen, message_id, sender, why)
+                state.quarantine(citizen, message_id, sender, why, _subject(info))
                 log.warning("%s: mail %s from %s quarantined: %s", citizen, message_id,
                             sender, why)
                 refused.append({"uid": uid, "message_id": message_id, "from": sender,
@@ -157,7 +166,8 @@ def ack(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     for a in quarantined:
         state.quarantine(citizen, header_text(str(a.get("message_id", "?"))),
                          header_text(str(a.get("from", "?"))),
-                         header_text(str(a.get("reason", "refused by the citizen"))))
+                         header_text(str(a.get("reason", "refused by the citizen"))),
+                         header_text(str(a.get("subject", "")))[:300])
     return 200, {"moved": len(done)}
 
 

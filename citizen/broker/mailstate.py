@@ -39,7 +39,8 @@ CREATE TABLE IF NOT EXISTS quarantine (
     ts TEXT NOT NULL,
     message_id TEXT NOT NULL,
     sender TEXT NOT NULL,
-    reason TEXT NOT NULL
+    reason TEXT NOT NULL,
+    subject TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS quarantine_of ON quarantine (citizen, id);
 """
@@ -71,6 +72,10 @@ class MailState:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=NORMAL")  # a commit survives kill -9 of us
         self._db.executescript(_SCHEMA)
+        columns = {row[1] for row in self._db.execute("PRAGMA table_info(quarantine)")}
+        if "subject" not in columns:  # a ledger from before the dashboard showed subjects
+            self._db.execute("ALTER TABLE quarantine ADD COLUMN subject TEXT NOT NULL "
+                             "DEFAULT ''")
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute("UPDATE sends SET state = 'orphaned', request_id = NULL "
@@ -139,12 +144,15 @@ class MailState:
 
     # ------------------------------------------------------------ quarantine
 
-    def quarantine(self, citizen: str, message_id: str, sender: str, reason: str) -> None:
+    def quarantine(self, citizen: str, message_id: str, sender: str, reason: str,
+                   subject: str = "") -> None:
+        """Record a quarantined mail; its subject is a stranger's text, kept bounded (the
+        dashboard shows it escaped, so an operator can tell what the mail was about)."""
         with self._lock:
             self._db.execute(
-                "INSERT INTO quarantine (citizen, ts, message_id, sender, reason) "
-                "VALUES (?, ?, ?, ?, ?)", (citizen, clock.now(), message_id[:300],
-                                           sender[:300], reason[:500]))
+                "INSERT INTO quarantine (citizen, ts, message_id, sender, reason, subject) "
+                "VALUES (?, ?, ?, ?, ?, ?)", (citizen, clock.now(), message_id[:300],
+                                              sender[:300], reason[:500], subject[:300]))
 
     def quarantined(self, citizen: str, limit: int = 500) -> list[dict[str, str]]:
         """The citizen's last `limit` quarantined messages, oldest first."""
@@ -152,18 +160,20 @@ class MailState:
             return _quarantined(self._db, citizen, limit)
 
 
-_QUARANTINED = ("SELECT ts, message_id, sender, reason FROM quarantine WHERE citizen = ? "
-                "ORDER BY id DESC LIMIT ?")
+_QUARANTINED = ("SELECT ts, message_id, sender, reason, subject FROM quarantine "
+                "WHERE citizen = ? ORDER BY id DESC LIMIT ?")
 
 
 def _quarantined(db: sqlite3.Connection, citizen: str, limit: int) -> list[dict[str, str]]:
     rows = db.execute(_QUARANTINED, (citizen, limit)).fetchall()
-    return [{"ts": ts, "message_id": mid, "from": sender, "reason": reason}
-            for ts, mid, sender, reason in reversed(rows)]
+    return [{"ts": ts, "message_id": mid, "from": sender, "reason": reason,
+             "subject": subject} for ts, mid, sender, reason, subject in reversed(rows)]
 
 
-_EVERY_QUARANTINED = ("SELECT citizen, ts, message_id, sender, reason FROM quarantine "
-                      "ORDER BY id DESC LIMIT ?")
+# A reader opens the file read-only and cannot add the column: a ledger the broker has
+# not opened since the upgrade shows no subject (its broker adds it at its next start).
+_EVERY_QUARANTINED = ("SELECT citizen, ts, message_id, sender, reason, {subject} FROM "
+                      "quarantine ORDER BY id DESC LIMIT ?")
 
 
 def quarantined_readonly(directory: Path, limit: int) -> tuple[list[dict[str, str]], bool]:
@@ -179,15 +189,20 @@ def quarantined_readonly(directory: Path, limit: int) -> tuple[list[dict[str, st
         return [], False
     db = sqlite3.connect(f"file:{path}?mode=ro", uri=True)
     try:
-        rows = db.execute(_EVERY_QUARANTINED, (limit + 1,)).fetchall()
+        columns = {row[1] for row in db.execute("PRAGMA table_info(quarantine)")}
+        query = _EVERY_QUARANTINED.format(
+            subject="subject" if "subject" in columns else "''")
+        rows = db.execute(query, (limit + 1,)).fetchall()
     except sqlite3.OperationalError as exc:  # no quarantine table yet: nothing quarantined
         if "no such table" in str(exc):
             return [], False
         raise
     finally:
         db.close()
-    return ([{"citizen": c, "ts": ts, "message_id": mid, "from": sender, "reason": reason}
-             for c, ts, mid, sender, reason in reversed(rows[:limit])], len(rows) > limit)
+    return ([{"citizen": c, "ts": ts, "message_id": mid, "from": sender, "reason": reason,
+              "subject": subject}
+             for c, ts, mid, sender, reason, subject in reversed(rows[:limit])],
+            len(rows) > limit)
 
 
 _OPEN: dict[Path, MailState] = {}

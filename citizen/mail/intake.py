@@ -137,13 +137,14 @@ class Intake:
             mail = parse(incoming.raw, int(self.config.mail.max_attachment_mb * MB))
         except BadMail as exc:
             try:
-                sender = sender_of(headers(incoming.raw))
-            except BadMail:
-                sender = "?"
+                head = headers(incoming.raw)
+                sender, subject = sender_of(head), str(head.get("subject", ""))[:300]
+            except (BadMail, ValueError, TypeError):
+                sender, subject = "?", ""
             log.warning("mail %s from %s quarantined: %s", message_id, sender, exc.reason)
             return (Outcome(uid, message_id, "quarantined", exc.reason),
                     {"uid": uid, "to": "quarantine", "message_id": message_id,
-                     "from": sender, "reason": exc.reason})
+                     "from": sender, "reason": exc.reason, "subject": subject})
         task_id = _task_id(message_id, incoming.received)
         kind = routes.kind_for(mail.subject)
         if self.tasks.where(task_id) is None:
