@@ -10,6 +10,7 @@ from pathlib import Path
 from citizen import civilization, config
 from citizen.wake.flow import run_wake
 from shared.consensus import Consensus
+from shared.consensus.episodes import SHOWN
 from tests.thoughtworld import HELLO, council_provider, proposal, vote
 
 OPINION = "INTEGRATOR-OPINION-7f3a: the greeting should be in French"
@@ -59,6 +60,20 @@ def test_a_prompt_gets_the_relevant_episodes_not_the_latest(civ: Path) -> None:
     shown = json.dumps(propose.messages)
     assert "ep-greeting" in shown
     assert not any(f"ep-vacuum-{i}" in shown for i in range(5))
+
+
+def test_a_prompt_shows_the_seeds_five_episodes(civ: Path) -> None:
+    assert SHOWN == 5
+    c = commons()
+    for i in range(7):
+        c.episodes.add({"id": f"ep-greeting-{i}", "goal": f"Create hello{i}.md with a greeting",
+                        "outcome": "success", "key_learnings": ["name the file"]})
+    c.request(HELLO, "opus", "operator")
+    provider = council_provider()
+    run_wake("opus", wake_type="CONSENSUS", provider=lambda cfg, s: provider)
+    (propose,) = [r for r in provider.requests if r.purpose == "consensus_propose"]
+    shown = json.dumps(propose.messages)
+    assert sum(f"ep-greeting-{i}" in shown for i in range(7)) == 5
 
 
 def test_the_verifier_never_sees_the_integrators_opinion(civ: Path) -> None:

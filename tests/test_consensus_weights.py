@@ -17,7 +17,9 @@ from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
 @pytest.fixture
 def c(tmp_path: Path) -> Consensus:
-    return commons(tmp_path / "shared")
+    c = commons(tmp_path / "shared")
+    c.episodes.add({"id": "ep-earlier", "goal": "an earlier task", "outcome": "success"})
+    return c
 
 
 def ask(value: str = "exploration", delta: float = -0.05) -> dict[str, Any]:
@@ -72,6 +74,16 @@ def test_a_malformed_request_is_refused_with_its_fix(c: Consensus) -> None:
         c.propose(d.id, "opus", proposal(weight_request={**ask(), "episodes": []}))
     with pytest.raises(Invalid, match="within"):
         c.propose(d.id, "opus", proposal(weight_request=ask(delta=0.5)))
+
+
+def test_a_request_citing_an_episode_that_never_happened_is_refused(c: Consensus) -> None:
+    d = c.request(HELLO, "opus", "operator")
+    made_up = {**ask(), "episodes": ["ep-earlier", "ep-made-up"]}
+    with pytest.raises(Invalid, match="no episode 'ep-made-up' was ever recorded"):
+        c.propose(d.id, "opus", proposal(weight_request=made_up))
+    c.propose(d.id, "opus", proposal(weight_request=ask()))  # a recorded one: taken
+    with pytest.raises(Invalid, match="ep-made-up"):
+        c.verify(d.id, d.roles["verifier"], {**vote(), "weight_request": made_up})
 
 
 def test_nobody_sets_its_own_weights_by_writing_the_history(c: Consensus) -> None:

@@ -47,7 +47,7 @@ def test_three_daemons_debate_to_a_validated_crux(civ: Path,
             p.terminate()
         for p in procs:
             p.communicate(timeout=60)
-    result = json.loads(crux.read_text())
+    result = json.loads(crux.read_text())["crux"]  # the plan's {"crux": {...}}
     assert result["validated"], result["failed_checks"]
     shown = cli(env, "debate", "show", did)
     assert "CONVERGED" in shown and "crux:      VALIDATED" in shown

@@ -42,3 +42,19 @@ def test_dialogue_runs_on_the_fast_model(civ: Path) -> None:
     moves = [r for r in model.requests if r.purpose.startswith("debate_")]
     assert moves and {r.tier for r in moves} == {"fast"}
     assert moves[0].purpose == "debate_discovery"
+
+
+def test_the_crux_lock_runs_on_the_primary_model(civ: Path) -> None:
+    """The seed: the primary model crystallizes - the CRUX_LOCK stage, whose commitments
+    become the debate's result; dialogue on either side of it stays on the fast one."""
+    debates = civilization.debates()
+    d = debates.start("Tests before features", ["opus", "mira"], "operator",
+                      budgets={"DISCOVERY": (1, 2), "CRUX_LOCK": (6, 8), "EVIDENCE": (12, 16)})
+    d = debates.move(d.id, d.owed_by(), {"move": "PROPOSE_QUESTION", "content": "binary",
+                                         "question": "Will tests first cut reverts by 2027?"})
+    assert d.stage == "CRUX_LOCK"
+    model = ScriptedProvider(default=lambda request: say("not json at all"))
+    run_wake(d.owed_by(), wake_type="DEBATE", provider=lambda c, s: model)
+    moves = [r for r in model.requests if r.purpose.startswith("debate_")]
+    assert moves and {r.tier for r in moves} == {"primary"}
+    assert moves[0].purpose == "debate_crux_lock"

@@ -32,6 +32,7 @@ TAIL = 8 * 2**20
 # The archive and the decisions' history only grow: their newest 64 MiB.
 LONG_TAIL = 64 * 2**20
 COMPACT_AT = 200  # compact once this many have accumulated
+SHOWN = 5  # episodes in each agent's prompt: the seed's "5 recent episodes" (its L853-858)
 MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
 
@@ -81,7 +82,7 @@ class Episodes:
     def archive_all(self) -> list[dict[str, Any]]:
         return lines(self.archive, LONG_TAIL)
 
-    def relevant(self, text: str, limit: int = 3) -> list[dict[str, Any]]:
+    def relevant(self, text: str, limit: int = SHOWN) -> list[dict[str, Any]]:
         """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
         return relevant(self.all(), text, _searchable, limit)
 

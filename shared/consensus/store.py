@@ -318,7 +318,7 @@ class Consensus(Reader):
         """What is wrong with a step's request to change its author's own weights."""
         if body.get("weight_request") is None:
             return ""
-        return request_problem(self.framework, body["weight_request"])
+        return request_problem(self.framework, body["weight_request"], self.episodes.ids)
 
     def _requests(self, d: Proposal, ep_id: str, me: str,
                   notes: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ history can never push a weight outside them. No files and no clock here: the st
 from __future__ import annotations
 
 import statistics
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -165,10 +165,12 @@ def adjusted(framework: Framework, citizen: str, value: str, delta: float, *,
     return new
 
 
-def request_problem(framework: Framework, request: Any) -> str:
+def request_problem(framework: Framework, request: Any,  # noqa: PLR0911 - one per rule
+                    recorded: Callable[[], Set[str]] | None = None) -> str:
     """What is wrong with a participant's request to change its own weights (`value`,
-    `delta`, `reason`, the `episodes` behind it), or "" when it is well-formed. A request
-    moves nothing: the proposal's integrator approves it or not at its record step."""
+    `delta`, `reason`, the `episodes` behind it - each one of `recorded()`, the ids of the
+    episodes there are, when given), or "" when it is well-formed. A request moves
+    nothing: the proposal's integrator approves it or not at its record step."""
     if not isinstance(request, Mapping):
         return "a weight request is {value, delta, reason, episodes}"
     if request.get("value") not in framework.base_values:
@@ -184,6 +186,11 @@ def request_problem(framework: Framework, request: Any) -> str:
         return "weight request: cite the episodes that motivate it (episodes: [ids])"
     if not str(request.get("reason", "")).strip():
         return "weight request: say why (reason)"
+    known = recorded() if recorded else None
+    unknown = [e for e in episodes if e not in known] if known is not None else []
+    if unknown:  # the seed: a request cites the episodes behind it - ones that happened
+        return (f"weight request: no episode {', '.join(map(repr, unknown))} was ever "
+                "recorded - cite the ids of recorded episodes (recent_episodes)")
     return ""
 
 

@@ -230,10 +230,15 @@ def _needs_question(d: Reading, author: str, move: Mapping[str, Any]) -> str:
 
 def _needs_top_claim(d: Reading, author: str, move: Mapping[str, Any]) -> str:
     claim = move.get("top_claim") or {}
-    if str(claim.get("statement", "")).strip() and claim.get("side") in ("YES", "NO",
-                                                                         "NUANCED"):
-        return ""
-    return "a TopClaim needs a statement and a side YES, NO or NUANCED"
+    if not (str(claim.get("statement", "")).strip()
+            and claim.get("side") in ("YES", "NO", "NUANCED")):
+        return "a TopClaim needs a statement and a side YES, NO or NUANCED"
+    confidence = claim.get("confidence", 0.5)
+    # The plan's TopClaim: `confidence: number // 0-1` (bool is no number here).
+    if isinstance(confidence, bool) or not isinstance(confidence, int | float) \
+            or not 0 <= confidence <= 1:
+        return f"a TopClaim's confidence is a number from 0 to 1, not {confidence!r}"
+    return ""
 
 
 CHECKS: dict[str, tuple[Check, ...]] = {  # in the order their reasons are given

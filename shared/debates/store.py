@@ -200,17 +200,19 @@ class Debates:
 
     def _crystallize(self, did: str, d: Debate) -> None:
         folder = self.threads.dir(did)
-        write_bytes(folder / RESULT, json.dumps(d.crux(), ensure_ascii=False, indent=1).encode(),
-                    mode=MODE)
+        # The plan's output format, {"crux": {...}} (templates/schemas/debate_crux.json).
+        write_bytes(folder / RESULT, json.dumps({"crux": d.crux()}, ensure_ascii=False,
+                                                indent=1).encode(), mode=MODE)
         write_bytes(folder / "transcript.md", d.transcript().encode(), mode=MODE)
 
     def result(self, did: str) -> dict[str, Any] | None:
         """The crux of an ended debate (None while it runs, or if unreadable)."""
         try:
-            data: dict[str, Any] = read_json(self.threads.dir(did) / RESULT)
+            data = read_json(self.threads.dir(did) / RESULT)
         except (FileNotFoundError, CorruptFile):
             return None
-        return data
+        crux = data.get("crux", data) if isinstance(data, dict) else None  # flat: before
+        return crux if isinstance(crux, dict) else None
 
     def transcript(self, did: str) -> str:
         """The Markdown transcript of an ended debate ('' while it runs)."""
