@@ -209,6 +209,7 @@ def test_an_episode_has_its_duration_final_state_and_values_violated(
     ep = d.episode
     assert ep is not None
     assert 180 <= ep["session_duration_seconds"] <= 190
+    assert ep["proposals_count"] == 1 and ep["consensus_rounds"] == 1
     commit = str((d.execution or {})["commit"])[:12]
     assert ep["final_state"] == f"executed as {commit}, outcomes verified"
     assert ep["values_violated"] == [{"value": "efficiency", "how": "three rounds for one line"}]

@@ -192,6 +192,7 @@ def episode_record(d: Proposal, ep_id: str, notes: Mapping[str, Any],
         "id": ep_id, "proposal": d.id, "task": d.request.get("task", "")[:500],
         "timestamp": clock.now(), "goal": last.get("goal", ""), "outcome": d.result,
         "why": d.why, "stakes": d.stakes, "consensus_rounds": d.round,
+        "proposals_count": len(d.revisions),  # the seed's: each revision was a proposal
         "conflicts": sum(1 for v in d.verifications.values() if v["decision"] == "reject")
         + sum(1 for i in d.integrations.values() if i["decision"] != "approve"),
         "concerns": sum(len(v.get("concerns", [])) for v in d.verifications.values()),
