@@ -12,7 +12,7 @@ import pytest
 
 from shared.atomic import append_line
 from shared.consensus import Consensus
-from shared.consensus.rules import RED_TEAM_EVERY
+from shared.consensus.rules import MAX_ROUNDS, RED_TEAM_EVERY
 from shared.errors import Invalid, NotAllowed
 from tests.thoughtworld import HELLO, commons, env, proposal, vote
 
@@ -161,6 +161,25 @@ def test_a_flagged_medium_proposal_waits_for_its_proposers_answer(c: Consensus) 
     c.verify(pid, roles["verifier"], vote())
     d = c.integrate(pid, roles["integrator"], vote())
     assert d.phase == "execute" and d.round == 3
+
+
+def test_the_tenth_round_goes_to_a_person(c: Consensus) -> None:
+    """The seed's "max 10 rounds then escalate", reached by the rules, not asked for by an
+    integrator: a flagged medium proposal whose proposer never answers the flags goes back
+    round after round - until round MAX_ROUNDS, which hands it to a person."""
+    assert MAX_ROUNDS == 10
+    body = proposal(value_justification={"cooperation": "this helps cooperation"})
+    pid, roles = opened(c, body)
+    for r in range(1, MAX_ROUNDS + 1):
+        if r > 1:
+            c.propose(pid, "opus", body)  # the same revision, answering nothing
+        c.verify(pid, roles["verifier"], vote())
+        d = c.integrate(pid, roles["integrator"], vote())
+        assert d.round == r
+        if r < MAX_ROUNDS:
+            assert d.phase == "revise" and d.level == "gaming"
+    assert d.phase == "human" and d.level == "human" and "too many rounds" in d.why
+    assert d.execution is None
 
 
 def test_every_fifth_proposal_gets_a_red_team_review(c: Consensus) -> None:
