@@ -70,6 +70,15 @@ def test_a_debate_by_mail_returns_its_crux_by_mail(opus_mail: Path, mx: MailSyst
     cfg.write_text(json.dumps(data))
     messages_api.responder = volunteering_debater
     env = daemon_env(opus_mail.parent, messages_api)
+    # A wake per citizen at once: opus's wake holds its wake permit while it waits for
+    # the volunteers' bids, and with the default bound (the CPUs, 2 here) a peer's wake
+    # may wait for a permit past the volunteers' window - then nobody volunteers and
+    # the caller fills the seats (what this test is not about; the bound's own tests
+    # are tests/test_permits*.py).
+    operator = opus_mail.parent / "operator"
+    operator.mkdir()
+    (operator / "broker.json").write_text(json.dumps({"max_working_wakes": len(CITIZENS)}))
+    env["EXPERIENCE_OPERATOR_DIR"] = str(operator)
     procs = [start(env, n, "--interval", "3600", "--first-wake", "3600") for n in CITIZENS]
     try:
         original = mail("[debate] Tests before features", body="Settle this, please.")
