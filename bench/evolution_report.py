@@ -9,7 +9,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from bench.stats import pct, show
+from bench.stats import pct, peak, show
 
 GOAL_VERIFIED_S = 600.0  # announce → verified at 1,000 citizens on 2 cores (issue 43)
 Wakes = dict[str, list[dict[str, Any]]]  # citizen -> its wakes, oldest first
@@ -93,16 +93,6 @@ def measure(civ: Path, names: list[str], cid: str, calls: list[dict[str, Any]],
         "to_merged": (clock_s(change.merged["ts"]) - (verified or announced)
                       if change.merged else None),
     }
-
-
-def peak(spans: list[tuple[float, float]]) -> int:
-    """The most spans open at one moment."""
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    now = most = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 def line(label: str, value: object, note: str = "") -> None:

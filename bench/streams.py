@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from bench.stats import pct  # noqa: E402
+from bench.stats import pct, peak  # noqa: E402
 from shared import clock  # noqa: E402
 
 TIMEOUT_S = 45.0  # §1.1: "Others timeout at 45 seconds" - a generation the user gave up on
@@ -135,7 +135,7 @@ def run(n: int, coordinate: bool, url: str, questions: int, timeout: float, *,
             tokens += sum(int(got[name].get("tokens", 0))
                           for name in decision.get("granted", []) if name in got)
             spans = [(float(r["started"]), clock.epoch(r["ts"])) for r in got.values()]
-            depth = max(depth, max_overlap(spans))
+            depth = max(depth, peak(spans))
     finally:
         stop(procs)
     return {"n": n, "bids": bids, "mode": "coordinated" if coordinate else "uncoordinated",
@@ -224,15 +224,6 @@ def _children(pid: int) -> list[int]:
             if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
                 out.append(int(stat.parent.name))
     return out
-
-
-def max_overlap(spans: list[tuple[float, float]]) -> int:
-    events = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    inside = peak = 0
-    for _, step in events:
-        inside += step
-        peak = max(peak, inside)
-    return peak
 
 
 def ratio(uncoordinated: dict[str, Any], coordinated: dict[str, Any]) -> dict[str, Any]:

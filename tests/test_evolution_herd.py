@@ -27,6 +27,7 @@ from typing import Any
 import git
 import pytest
 
+from bench.stats import peak
 from citizen import config
 from citizen.admin import founding
 from citizen.tools import sandbox
@@ -84,16 +85,6 @@ def span(call: dict[str, Any]) -> tuple[float, float]:
     """When a logged tool call ran: its event is written as it returns."""
     end = datetime.fromisoformat(str(call["ts"])).timestamp()
     return end - float(call["duration_s"]), end
-
-
-def peak(spans: list[tuple[float, float]]) -> int:
-    """The most spans open at one moment."""
-    edges = sorted([(a, 1) for a, _ in spans] + [(b, -1) for _, b in spans])
-    now = most = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 def test_one_change_among_eight_daemons_is_tested_by_the_k_drawn_alone(

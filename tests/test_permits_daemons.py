@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.stats import peak
 from citizen.access.permit import Permit
 from citizen.admin import founding
 from citizen.config import paths
@@ -68,16 +69,6 @@ def spans(names: tuple[str, ...]) -> list[tuple[float, float]]:
             events = wakelog.read(path)
             out.append((clock.epoch(events[0]["ts"]), clock.epoch(events[-1]["ts"])))
     return out
-
-
-def peak(intervals: list[tuple[float, float]]) -> int:
-    """The most intervals open at one moment (one ending as another starts: not both)."""
-    edges = sorted([(s, 1) for s, _ in intervals] + [(e, -1) for _, e in intervals])
-    most = now = 0
-    for _, step in edges:
-        now += step
-        most = max(most, now)
-    return most
 
 
 def test_six_rung_at_once_never_work_more_than_two_at_a_time(
