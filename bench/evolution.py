@@ -1,7 +1,7 @@
 """Evolution among N citizens (issue 43): what one change costs, then ten at once.
 
     .venv/bin/python bench/evolution.py [--n 10 100 1000] [--changes 10] [--window 60]
-                                        [--idle 60] [--timeout 1500] [--until merged]
+                                        [--idle 60] [--timeout 1500] [--until decided]
                                         [--scheduler | --daemons] [--parallel P]
 
 For each N, two scenarios, each in a freshly founded dev-mode civilization: **one** change
@@ -41,8 +41,10 @@ permits, the CPUs by default, or the scheduler's `--parallel` - held them back).
 the calls of citizens that neither reviewed, adopted nor declined, the calls about a
 change before its verification by citizens not drawn for it (the herd's cost: 0), and
 `--idle` seconds of the founded civilization with nothing announced (0 calls).
-`--until verified` stops a scenario once every change is verified (merged is then shown
-where it was reached); by default it runs until every citizen has adopted or declined.
+`--until verified` stops a scenario once every change is verified, `--until merged` once
+every one is merged (what was reached is shown); by default (`decided`) it runs until
+every citizen has adopted or declined each change, so every call a change costs is
+counted. Stop it with Ctrl-C (or SIGTERM to the inner process, the namespace's first).
 Nothing here asserts.
 """
 
@@ -324,9 +326,10 @@ def scenario(args: argparse.Namespace, n: int, label: str, authors: list[str], *
 
 def settled(civ: Path, names: list[str], ids: list[str], target: str,
             done: set[str]) -> bool:
-    """Every change verified (`--until verified`), or merged and decided by everyone.
-    `done`: the changes found so already (a verified one is not read again: at a
-    thousand its adoptions are a thousand files, and this look competes for the CPUs)."""
+    """Every change verified (`--until verified`), merged (`merged`), or merged and
+    decided by everyone (`decided`: every call it costs is counted). `done`: the changes
+    found so already (one is not read again: at a thousand its adoptions are a thousand
+    files, and this look competes for the CPUs)."""
     from shared.evolution import Evolution
 
     evolution = Evolution(civ / "shared", names, False)
@@ -335,14 +338,18 @@ def settled(civ: Path, names: list[str], ids: list[str], target: str,
         if target == "verified":
             if evolution.get(cid).status in ("verified_good", "merged"):
                 done.add(cid)
-        elif (civ / "shared" / "merged" / f"{cid}.json").exists() and sum(
-                1 for kind in ("adoptions", "declines") for _ in (folder / kind).glob("*.json")
-        ) >= len(names) - 1:
-            done.add(cid)
+        elif (civ / "shared" / "merged" / f"{cid}.json").exists():
+            decided = sum(1 for kind in ("adoptions", "declines")
+                          for _ in (folder / kind).glob("*.json"))
+            if target == "merged" or decided >= len(names) - 1:
+                done.add(cid)
     return done >= set(ids)
 
 
 def inner(args: argparse.Namespace) -> None:
+    # The namespace's first process ignores a signal it has no handler for: SIGTERM ends
+    # it through `finally`, which stops what it started.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     Path("/proc/sys/user/max_inotify_instances").write_text(str(args.inotify_limit))
     api = StandIn()
     api.server.start()
@@ -379,7 +386,9 @@ def main() -> None:
     parser.add_argument("--idle", type=float, default=60.0,
                         help="seconds with nothing announced, before the first change")
     parser.add_argument("--timeout", type=float, default=1500.0, help="per scenario")
-    parser.add_argument("--until", choices=("merged", "verified"), default="merged")
+    parser.add_argument("--until", choices=("decided", "merged", "verified"), default="decided",
+                        help="verified; merged; decided: merged, and every citizen adopted "
+                             "or declined (default)")
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--scheduler", action="store_true", help="the scheduler for any N")
     mode.add_argument("--daemons", action="store_true", help="a daemon each for any N")
