@@ -30,7 +30,9 @@ def routing(body: dict[str, Any], wanted: Callable[[str], bool]) -> dict[str, An
         return tool_use("respond", {"verdict": "pass", "reason": "the file is there"})
     if "commands" in props:  # the task's deliverables: the rule's files are enough
         return tool_use("respond", {"files": [], "commands": [], "answer": False})
-    if "outcome" in props or "decision" in props:
+    batched = bool(props) and all(isinstance(v, dict) and "decision" in v.get(
+        "properties", {}) for v in props.values())  # the adoption question of several changes
+    if "outcome" in props or "decision" in props or batched:
         return tool_use("respond", _review_answer(props))
     return tool_use("respond", {"tools": [t for t in props["tools"]["items"]["enum"]
                                           if wanted(t)]})
@@ -47,11 +49,13 @@ def worker(body: dict[str, Any]) -> dict[str, Any]:
     return tool_use("write_file", {"path": "notes/out.md", "content": "from the daemon"})
 
 
-def _review_answer(props: dict[str, Any]) -> dict[str, str]:
+def _review_answer(props: dict[str, Any]) -> dict[str, Any]:
     """A REVIEW wake's report after its own test run ("worked" is offered only when the
     tests passed), or its question on a verified change (adopt)."""
     if "decision" in props:
         return {"decision": "adopt", "reason": "it serves my goals"}
+    if "outcome" not in props:  # batched: every change by its id
+        return {c: {"decision": "adopt", "reason": "it serves my goals"} for c in props}
     worked = "worked" in props["outcome"]["enum"]
     return {"outcome": "worked" if worked else "failed", "note": "read the test run"}
 

@@ -66,7 +66,7 @@ def code_announce(env: ToolEnv, description: str, expected_outcome: str) -> str:
     me = env.home.name
     change = evolution().announce(me, env.home.code, description, expected_outcome)
     # The reviewers the broker drew, not every peer: the work of a change is k test runs
-    # whatever the headcount (a silent one is replaced later, citizen.daemon.reviewing).
+    # whatever the headcount (a silent one is replaced later, citizen.home.reviewing).
     _ring(me, change.reviewers, f"{me} announced change {change.id}")
     reviewing.remember(env.home, change.id, change.reviewers)
     return _run(change.summary())

@@ -17,6 +17,8 @@ from citizen import civilization, config
 from citizen.config import paths
 from citizen.home import state
 
+SHOWN_PEERS = 20  # peers named by name in the orientation; the rest counted
+
 MARK = "oriented_at_wake"
 
 
@@ -29,6 +31,8 @@ def orientation(tpl: config.Templates, cfg: config.CitizenConfig, home: paths.Ho
                 tools: Iterable[str]) -> str:
     """The orientation text (templates/prompts/bootstrap.txt) for this citizen."""
     peers = [c for c in civilization.citizens() if c != cfg.name]
+    if len(peers) > SHOWN_PEERS:  # a thousand names were 2,400 tokens of a first call
+        peers = [*peers[:SHOWN_PEERS], f"and {len(peers) - SHOWN_PEERS} more"]
     return tpl.prompt("bootstrap", name=cfg.name, focus=cfg.focus,
                       peers=", ".join(peers) or "none yet - you are the first",
                       tools=", ".join(sorted(tools)), code=home.code,

@@ -62,6 +62,10 @@ Items = dict[str, tuple[str, str]]  # item key -> (its author, its prompt line)
 # to the tool loop.
 STEPPED = ("test", "adopt")
 RESULT_CHARS = 2500  # the tail of a test run the model reads (pytest's summary is last)
+# One structured question on evidence the wake gathered (a test run, the reviewers'
+# reports): the fast seat answers it - a thousand adopters' questions on the primary
+# seat cost five times as much for a choice between two words (issue 43's bench).
+STEP_TIER = "fast"
 
 
 def _clip(text: object) -> str:
@@ -221,7 +225,7 @@ def _test(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
         "review_outcome", change=line, result=output[-RESULT_CHARS:],
         command=test_command(setup.config), outcomes=", ".join(outcomes))
     data = ask(prompt, setup.templates.schema("review_outcome", outcomes=outcomes),
-               "review_outcome", max_tokens=300)
+               "review_outcome", max_tokens=300, tier=STEP_TIER)
     outcome, note = str(data.get("outcome")), str(data.get("note", ""))
     if outcome not in outcomes:
         env.event("review_refused", change=cid, outcome=outcome, offered=outcomes,
@@ -248,7 +252,7 @@ def _adopt_all(setup: Setup, env: ToolEnv, ask: Ask, cids: str, lines: str) -> s
     prompt = setup.templates.prompt("review_adopt_batch", changes=text,
                                     focus=setup.config.focus or "(none set)")
     data = ask(prompt, setup.templates.schema("review_adopt_batch", changes=ids),
-               "review_adopt", max_tokens=150 * len(ids) + 100)
+               "review_adopt", max_tokens=150 * len(ids) + 100, tier=STEP_TIER)
     said = []
     for cid in ids:
         got = data.get(cid)
@@ -278,5 +282,6 @@ def _adopt(setup: Setup, env: ToolEnv, ask: Ask, cid: str, line: str) -> str:
     change = civilization.commons(setup.templates).evolution.get(cid)
     prompt = setup.templates.prompt("review_adopt", change=line, reports=_reports(change),
                                     focus=setup.config.focus or "(none set)")
-    data = ask(prompt, setup.templates.schema("review_adopt"), "review_adopt", max_tokens=300)
+    data = ask(prompt, setup.templates.schema("review_adopt"), "review_adopt", max_tokens=300,
+               tier=STEP_TIER)
     return _decide(env, cid, str(data.get("decision")), str(data.get("reason", "")))
