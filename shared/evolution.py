@@ -231,10 +231,12 @@ class Evolution:
         return self.get(change_id)
 
     def pending_reviews(self, citizen: str) -> list[Change]:
-        """Changes of others that `citizen` was drawn to review, has not reported on, and
-        that are not decided."""
+        """Changes of others that `citizen` was drawn to review and has not reported on,
+        still pending - or verified but not merged: a drawn reviewer runs its test even
+        when two others verified it first (the k runs a change asks for; a late "failed"
+        splits it, and the broker merges no split)."""
         return [c for c in self.changes(only=citizen) if c.citizen != citizen
-                and c.status == "pending" and citizen in c.reviewers
+                and c.status in ("pending", "verified_good") and citizen in c.reviewers
                 and citizen not in c.counted]
 
     def verified_good(self, *, only: str | None = None) -> list[Change]:

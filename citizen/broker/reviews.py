@@ -129,7 +129,7 @@ def owes_review(citizen: str) -> bool:
     evolution = Evolution(shared, citizens(mode), mode)
     for change_id in mine:
         change = evolution.get(change_id)
-        if change.status == "pending" and citizen in change.reviewers \
+        if change.status in ("pending", "verified_good") and citizen in change.reviewers \
                 and citizen not in change.counted:
             return True
     return False
