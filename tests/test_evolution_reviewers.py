@@ -11,6 +11,7 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import git
 import pytest
@@ -350,3 +351,34 @@ def test_the_broker_knows_who_owes_a_review_from_its_draws_and_the_records(
     run(drawn[1], "code_report_outcome", change_id=cid, outcome="worked", note="ok")
     # Verified by two: the other drawn still owe their runs (k runs a change), until merged.
     assert [owes_review(r) for r in drawn] == [False, False, True, True]
+
+
+def test_the_crowd_dispatches_a_rung_reviewer_before_the_adopters() -> None:
+    """`citizen run --all` (and the server's scheduler): a citizen rung to test a change
+    goes to a worker ahead of those rung to adopt, who were ready first."""
+    import queue
+    from types import SimpleNamespace
+
+    from citizen.daemon.crowd import Crowd
+    from citizen.daemon.process import WakeRequest
+
+    def rung(name: str, reason: str) -> Any:
+        asked: queue.Queue[WakeRequest] = queue.Queue()
+        asked.put(WakeRequest("REVIEW", f"doorbell: {reason}"))
+        return SimpleNamespace(name=name, requests=asked)
+
+    crowd = Crowd([], parallel=1)
+    crowd.workers = 1
+    for i in range(5):
+        crowd._queue(rung(f"a{i}", "change c0-1 is verified"))
+    crowd._queue(rung("r1", "c9 announced change c9-0123456789"))
+    crowd._queue(rung("r2", "you were drawn to review c8-1 (a reviewer before you did "
+                      "not answer)"))
+    order = []
+    for _ in range(3):
+        crowd._dispatch()
+        item = crowd.work.get_nowait()
+        assert item is not None
+        order.append(item[0].name)
+        crowd.busy.clear()
+    assert order == ["r1", "r2", "a0"]  # then the adopters, in their order

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import queue
+import re
 import resource
 import signal
 import threading
@@ -49,6 +50,8 @@ from shared import clock
 
 log = logging.getLogger(__name__)
 
+# The rings that ask a drawn reviewer to test (citizen.tools.code, citizen.home.reviewing).
+REVIEW_RING = re.compile(r" announced change \S+$|^doorbell: you were drawn to review ")
 GATE_WORKERS = 4  # workers beyond `parallel`: gates are not held up by running wakes
 _LOOK = object()  # "look again": a signal came or a worker is free
 
@@ -76,6 +79,13 @@ class Crowd:
         self.finished: queue.Queue[Daemon] = queue.Queue()
         self.busy: set[str] = set()  # citizens with a wake running
         self.ready: deque[Daemon] = deque()  # citizens with requests, waiting for a worker
+        # Rung to review a change (its announcement, a reviewer drawn in): ahead of the rest,
+        # first come first served among themselves - a verification rings every peer to
+        # adopt, and later changes' reviews must not wait behind a thousand such wakes
+        # (issue 43). A ring's reason is a peer's text: a forged one moves only the order
+        # of gates, which still open on the records alone, and the doorbell's hourly cap
+        # bounds how often.
+        self.ready_first: deque[Daemon] = deque()
         self.terms = 0
 
     def run(self) -> int:
@@ -212,18 +222,24 @@ class Crowd:
                     break
                 self.busy.discard(ended.name)
                 if not ended.requests.empty():
-                    self.ready.append(ended)
+                    self._queue(ended)
             if isinstance(event, Daemon) and event.name in self.daemons \
                     and event.name not in self.busy:
-                self.ready.append(event)
+                self._queue(event)
             self._dispatch()
+
+    def _queue(self, d: Daemon) -> None:
+        asked = list(d.requests.queue)  # a snapshot: the deque may change under us
+        first = any(r.reason.startswith("doorbell:") and REVIEW_RING.search(r.reason)
+                    for r in asked)
+        (self.ready_first if first else self.ready).append(d)
 
     def _dispatch(self) -> None:
         """Hand requests to the workers: one wake a citizen, as many as workers."""
         if self.terms or (self.max_wakes is not None and self.wakes_run() >= self.max_wakes):
             return
-        while self.ready and len(self.busy) < self.workers:
-            d = self.ready.popleft()
+        while (self.ready_first or self.ready) and len(self.busy) < self.workers:
+            d = (self.ready_first or self.ready).popleft()
             if d.name in self.busy:
                 continue  # queued twice; its wake's end brings it back
             try:
