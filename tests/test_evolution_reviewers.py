@@ -11,7 +11,6 @@ import json
 import os
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import git
 import pytest
@@ -353,32 +352,29 @@ def test_the_broker_knows_who_owes_a_review_from_its_draws_and_the_records(
     assert [owes_review(r) for r in drawn] == [False, False, True, True]
 
 
-def test_the_crowd_dispatches_a_rung_reviewer_before_the_adopters() -> None:
+def test_the_crowd_dispatches_a_rung_reviewer_before_the_adopters(civ: Path) -> None:
     """`citizen run --all` (and the server's scheduler): a citizen rung to test a change
-    goes to a worker ahead of those rung to adopt, who were ready first."""
-    import queue
-    from types import SimpleNamespace
-
+    goes to a worker ahead of those rung to adopt, who were ready first - also when the
+    ring joins a REVIEW wake it already waits for (coalesced)."""
     from citizen.daemon.crowd import Crowd
-    from citizen.daemon.process import WakeRequest
-
-    def rung(name: str, reason: str) -> Any:
-        asked: queue.Queue[WakeRequest] = queue.Queue()
-        asked.put(WakeRequest("REVIEW", f"doorbell: {reason}"))
-        return SimpleNamespace(name=name, requests=asked)
+    from citizen.daemon.process import Daemon
 
     crowd = Crowd([], parallel=1)
     crowd.workers = 1
-    for i in range(5):
-        crowd._queue(rung(f"a{i}", "change c0-1 is verified"))
-    crowd._queue(rung("r1", "c9 announced change c9-0123456789"))
-    crowd._queue(rung("r2", "you were drawn to review c8-1 (a reviewer before you did "
-                      "not answer)"))
+    daemons = {n: Daemon(n) for n in ("opus", "mira", "aria")}
+    for d in daemons.values():
+        d.on_request = crowd._queue
+    daemons["opus"]._request("REVIEW", "doorbell: change c0-1 is verified")
+    daemons["mira"]._request("REVIEW", "doorbell: change c0-1 is verified")
+    daemons["aria"]._request("REVIEW", "doorbell: change c0-1 is verified")
+    # mira's REVIEW wake waits already: the announcement's ring joins it, and moves it up
+    daemons["mira"]._request("REVIEW", "doorbell: c9 announced change c9-0123456789")
     order = []
     for _ in range(3):
         crowd._dispatch()
         item = crowd.work.get_nowait()
         assert item is not None
         order.append(item[0].name)
-        crowd.busy.clear()
-    assert order == ["r1", "r2", "a0"]  # then the adopters, in their order
+        crowd.busy.discard(item[0].name)
+    assert order == ["mira", "opus", "aria"]  # then the adopters, in their order
+    assert daemons["mira"].requests.qsize() == 0  # one wake, not two

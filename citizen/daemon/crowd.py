@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import logging
 import queue
-import re
 import resource
 import signal
 import threading
@@ -50,8 +49,6 @@ from shared import clock
 
 log = logging.getLogger(__name__)
 
-# The rings that ask a drawn reviewer to test (citizen.tools.code, citizen.home.reviewing).
-REVIEW_RING = re.compile(r" announced change \S+$|^doorbell: you were drawn to review ")
 GATE_WORKERS = 4  # workers beyond `parallel`: gates are not held up by running wakes
 _LOOK = object()  # "look again": a signal came or a worker is free
 
@@ -229,10 +226,8 @@ class Crowd:
             self._dispatch()
 
     def _queue(self, d: Daemon) -> None:
-        asked = list(d.requests.queue)  # a snapshot: the deque may change under us
-        first = any(r.reason.startswith("doorbell:") and REVIEW_RING.search(r.reason)
-                    for r in asked)
-        (self.ready_first if first else self.ready).append(d)
+        # Rung to test a change, even into a wake already waiting (coalesced): first.
+        (self.ready_first if d.review_rung else self.ready).append(d)
 
     def _dispatch(self) -> None:
         """Hand requests to the workers: one wake a citizen, as many as workers."""
@@ -247,6 +242,7 @@ class Crowd:
             except queue.Empty:
                 continue
             self.busy.add(d.name)
+            d.review_rung = False  # this wake's gate finds the test, if it still waits
             self.work.put((d, req))
         status.set_title(f"citizen: {len(self.daemons)} citizens, {len(self.busy)} waking")
 

@@ -98,9 +98,9 @@ class Daemon:
         self.processes: threading.Semaphore | None = None  # the crowd's wake processes
         self._lock: contextlib.ExitStack | None = None  # held for the daemon's life
         self.mail = MailPoller(self.name, self.home, self.config)
-        self.crashes = 0  # consecutive wakes that crashed
+        self.crashes, self.review_rung = 0, False  # wakes that crashed in a row; rung to test
         # Start times of doorbell wakes in the last hour (budget.max_doorbell_wakes_per_hour):
-        # a peer or a runaway model ringing without end waits for the window, one at a time.
+        # a peer's or a runaway model's endless rings wait for the window, one at a time.
         self.rung: deque[float] = deque()
         self.doorbell_mode = ""  # "inotify" or "polling (why)": in the heartbeat
         self.code_at = rollback.at(self.home)  # the wake runs this code: the daemon may gate here
@@ -229,12 +229,13 @@ class Daemon:
 
     def _request(self, wake_type: str | None, reason: str) -> None:
         with self.pending_lock:
-            if wake_type in self.pending:
-                return  # coalesce: the same kind of wake is already waiting
+            again = wake_type in self.pending  # coalesced into the one already waiting
             self.pending.add(wake_type)
-        self.requests.put(WakeRequest(wake_type, reason))
-        if self.on_request is not None:
-            self.on_request(self)
+            self.review_rung = self.review_rung or bool(timing.REVIEW_RING.search(reason))
+        if not again:
+            self.requests.put(WakeRequest(wake_type, reason))
+        if self.on_request is not None and (not again or self.review_rung):
+            self.on_request(self)  # a crowd serves a citizen rung to review first
 
     def slot_due(self) -> None:
         """A slot's time came: queue its wake (and a STREAM wake while mail is held)."""

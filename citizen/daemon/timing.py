@@ -4,9 +4,13 @@ arithmetic of the schedule, apart from the process that keeps it."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import deque
 
 FIRST_WAKE_SPREAD_S = 60.0  # first wakes spread over this (or the interval, if shorter)
+# The rings that ask a drawn reviewer to test (citizen.tools.code, citizen.home.reviewing):
+# a crowd serves such a citizen before those rung to adopt (citizen.daemon.crowd).
+REVIEW_RING = re.compile(r" announced change \S+$|^doorbell: you were drawn to review ")
 
 
 def first_wake_s(name: str, interval_s: float) -> float:
