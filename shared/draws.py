@@ -39,10 +39,8 @@ def read(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, Any] | No
     try:
         check_author(where, DRAWER, enforce)
         record = read_json(where, cap=MAX_DRAW, beneath=shared_dir)
-    except (ForgedRecord, CorruptFile, FileNotFoundError, NotADirectoryError):
+    except (ForgedRecord, CorruptFile, OSError):  # none yet, or a FIFO, link, folder
         return None
-    except OSError:
-        return None  # a FIFO, a link, a directory: not a draw (the door refused it)
     return record if whole(record) else None
 
 
