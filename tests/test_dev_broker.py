@@ -9,17 +9,21 @@ failure was called the Anthropic API's. Real brokers, real SDK, real local serve
 from __future__ import annotations
 
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from citizen import config
+from citizen.access import client
 from citizen.config import paths
 from citizen.errors import ProviderError
 from citizen.llm import make_provider
 from citizen.llm.base import Request
 from tests.anthropic_server import API_KEY, MessagesServer, text
+from tests.daemons import wait_for
 
 pytestmark = pytest.mark.usefixtures("civ")
 
@@ -75,3 +79,21 @@ def test_an_unreachable_upstream_is_named_as_the_brokers(
     assert "the broker cannot reach its upstream" in message
     assert f"127.0.0.1:{port}" in message
     assert "Anthropic API" not in message
+
+
+def test_a_process_whose_leader_exited_is_alive_while_a_thread_runs() -> None:
+    """A killed broker's leader is a zombie before its other threads are gone - and until
+    then its socket listens and its ledger's lock is held: the next broker must wait (a
+    caller was handed the old socket and found it refused, CI on 2026-11-28)."""
+    leader_exits = ("import ctypes, threading, time\n"
+                    "threading.Thread(target=time.sleep, args=(30,)).start()\n"
+                    "ctypes.CDLL(None).syscall(60, 0)\n")  # SYS_exit: this thread alone
+    proc = subprocess.Popen([sys.executable, "-c", leader_exits])
+    try:
+        stat = Path(f"/proc/{proc.pid}/stat")
+        wait_for(lambda: stat.read_text().rpartition(")")[2].split()[0] == "Z")
+        assert client._alive(proc.pid)  # the leader is a zombie; a thread still runs
+    finally:
+        proc.kill()
+        proc.wait()
+    assert not client._alive(proc.pid)

@@ -160,12 +160,21 @@ def _stop(path: Path, pid: int) -> None:
 
 
 def _alive(pid: int) -> bool:
-    """`pid` runs (a zombie - exited, not yet reaped by its parent - does not)."""
+    """Some thread of `pid` runs. Why every thread: a killed process's leader is a zombie
+    while its other threads still exit, and until the last is gone its socket still
+    listens and its ledger's lock is held (a broker started then found both taken)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text(encoding="utf-8", errors="replace")
+        tasks = list(Path(f"/proc/{pid}/task").iterdir())
     except OSError:
         return False
-    return stat.rpartition(")")[2].split()[:1] != ["Z"]
+    for task in tasks:
+        try:
+            stat = (task / "stat").read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            continue
+        if stat.rpartition(")")[2].split()[:1] not in (["Z"], ["X"]):
+            return True
+    return False
 
 
 def _start(path: Path, state: Path) -> Path:
@@ -181,7 +190,7 @@ def _start(path: Path, state: Path) -> Path:
             start_new_session=True)
     (state / "broker.pid").write_text(f"{proc.pid}\n", encoding="utf-8")  # for `kill`
     deadline = time.monotonic() + START_TIMEOUT_S
-    while not reachable(path):
+    while _listener(path) != proc.pid:  # this broker, not one still going away there
         if proc.poll() is not None or time.monotonic() > deadline:
             tail = (state / "broker.log").read_text(errors="replace")[-800:]
             raise ProviderUnavailable(f"the dev-mode broker did not start ({tail.strip()})")
