@@ -20,7 +20,7 @@ from bench.stats import peak
 from citizen.access.permit import Permit
 from citizen.admin import founding
 from citizen.config import paths
-from citizen.home import wakelog
+from citizen.home import state, wakelog
 from citizen.home.tasks import TaskQueue
 from shared import clock, doorbell
 from tests.anthropic_server import MessagesServer
@@ -131,6 +131,8 @@ def test_a_daemon_waiting_for_its_permit_stops_at_once(
     assert proc.returncode == 0, out
     assert "not started - stopping while it waited for its wake permit" in out, out
     assert wakelog.wake_logs(paths.home("opus")) == []  # no wake process ever ran
+    # ...and its number went back: the next wake is wake 1, which `logs --wake 1` shows
+    assert state.load(paths.home("opus"))["wakes"] == 0
     assert TaskQueue(paths.home("opus").tasks).ids("queue")  # left for its next wake
 
 

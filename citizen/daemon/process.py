@@ -82,11 +82,9 @@ class Daemon:
         self.requests: queue.Queue[WakeRequest] = queue.Queue()
         self.pending: set[str | None] = set()
         self.pending_lock = threading.Lock()
-        self.state = State.STARTING
-        self.terms = 0
+        self.state, self.terms = State.STARTING, 0
         self.child: subprocess.Popen[bytes] | None = None
-        self.current: str = ""
-        self.waiting = ""  # in state WAITING: for what (daemon/turn.py)
+        self.current, self.waiting = "", ""  # waiting: in state WAITING, for what (turn.py)
         self.cancel = Cancel()  # a SIGTERM ends a wait for a wake permit; a crowd's is one
         self.wakes_run = 0
         # A crowd (`citizen run --all`, daemon/crowd.py) hosts many daemons in one process
@@ -293,8 +291,10 @@ class Daemon:
         self.current = f"#{number} {req.wake_type or f'slot {slot}'}"
         with turn.taken(self.name, number, self.cancel,
                         lambda what: self._set_state(State.WAITING, what)) as permit:
-            if permit is not None:  # None: stopping while it waited
+            if permit is not None:
                 self._run_child(req, number, slot, permit.watch)
+            else:  # stopping while it waited: never started, its number goes back
+                state.give_back(self.home, number, slot)
         self.current = ""
 
     def _run_child(self, req: WakeRequest, number: int, slot: int | None,

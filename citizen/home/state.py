@@ -45,6 +45,20 @@ def allocate(home: Home, scheduled: bool) -> tuple[int, int | None]:
     return wake, slot
 
 
+def give_back(home: Home, wake: int, slot: int | None) -> None:
+    """A wake that never started (stopped while it waited for its permit) returns its
+    number, and its slot, when nothing took a later one - so the wake logs have no gap
+    for a wake that never was (`citizen logs --wake N` names only wakes that ran)."""
+    with _locked(home):
+        data = load(home)
+        if data["wakes"] != wake:
+            return
+        data["wakes"] = wake - 1
+        if slot is not None and data["slots"] == slot + 1:
+            data["slots"] = slot
+        write_json(home.state, data)
+
+
 def mark(home: Home, key: str, value: Any) -> None:
     """Remember one value (e.g. the wake number of the last reflection)."""
     with _locked(home):
