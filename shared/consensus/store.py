@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock
-from shared.consensus import human, tasks
+from shared.consensus import human, tasks, votes
 from shared.consensus.episodes import Episodes
 from shared.consensus.patterns import Patterns, cleaned
 from shared.consensus.reading import REVISION, Reader, revision_digest
@@ -38,7 +38,7 @@ from shared.consensus.rules import (
     proposal_problem,
     rotation,
 )
-from shared.consensus.view import COST, episode_record, step_cost
+from shared.consensus.view import episode_record
 from shared.consensus.weighing import Framework, request_problem
 from shared.consensus.workspace import Workspace
 from shared.consensus.world import ActionError, Runner, World
@@ -129,7 +129,8 @@ class Consensus(Reader):
         rev.update(round=d.round + 1, cites=list(body.get("cites", []))[:10],
                    response_to_concerns=str(body.get("response_to_concerns", ""))[:2000],
                    level=d.level or "proposal",
-                   next_step=str(body.get("next_step", ""))[:tasks.NEXT_CHARS], **_costed(body))
+                   next_step=str(body.get("next_step", ""))[:tasks.NEXT_CHARS],
+                   **votes.costed(body))
         after = self._write(pid, f"proposal-{d.round + 1:02d}.json", me, rev)
         self._note(d, me, body)
         return after
@@ -146,7 +147,7 @@ class Consensus(Reader):
         problem = self._request_problem(vote)
         if problem:
             raise Invalid(f"{pid}: {problem}")
-        body = _vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
+        body = votes.vote(vote, "a verifier", VERIFY_DECISIONS, ("concerns", "gaming_check",
                                                               "suggestions", "weight_request"))
         adversarial = d.red_team
         if adversarial and not [c for c in body.get("concerns") or [] if str(c).strip()]:
@@ -162,9 +163,9 @@ class Consensus(Reader):
         """The integrator's decision, which closes the round (and is logged as an episode
         decision)."""
         d = self._owe(pid, me, "integrate")
-        body = _vote(decision, "an integrator", INTEGRATE_DECISIONS,
+        body = votes.vote(decision, "an integrator", INTEGRATE_DECISIONS,
                      ("coherence_check", "compromise", "learnings"))
-        collusion = _collusion(decision)
+        collusion = votes.collusion(decision)
         if collusion is not None:
             body["collusion_check"] = collusion
             if collusion["detected"] and body["decision"] in ("approve", "propose_compromise"):
@@ -266,7 +267,7 @@ class Consensus(Reader):
                                 else self.world.revert(str(commit), me))
                 except (ActionError, NotAllowed) as exc:  # recorded; the operator sees it
                     revert_error = str(exc)
-        body = {**_clean(verdict, ("rationale", "checks")), **_costed(verdict)}
+        body = {**votes.clean(verdict, ("rationale", "checks")), **votes.costed(verdict)}
         body.update(outcomes_verified=verified, model_verdict=bool(
             verdict.get("outcomes_verified")), mechanical=mechanical, reverted=reverted,
                     revert_error=revert_error)
@@ -366,37 +367,3 @@ class Consensus(Reader):
 
     def view_locations(self, pid: str) -> list[str]:
         return self.rendered.locations(pid)
-
-
-def _clean(data: Mapping[str, Any], keys: tuple[str, ...]) -> dict[str, Any]:
-    return {k: data[k] for k in keys if k in data}
-
-
-def _vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
-          keys: tuple[str, ...]) -> dict[str, Any]:
-    """A vote's record: its decision (one of `decisions`), rationale, values and `keys`."""
-    if data.get("decision") not in decisions:
-        raise Invalid(f"{who} decides one of {', '.join(decisions)}")
-    return {**_clean(data, ("decision", "rationale", *keys, "values")), **_costed(data)}
-
-
-def _costed(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's own cost, when its wake measured one (see `view.cost`)."""
-    return {COST: step_cost(data)} if COST in data else {}
-
-
-def _collusion(data: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The integrator's answer to "are the executor and the verifier colluding?" (None:
-    not asked - a step taken without the prompt, e.g. by hand or before this existed).
-
-    :raises Invalid: an answer that is not {detected: true|false, explanation}.
-    """
-    check = data.get("collusion_check")
-    if check is None:
-        return None
-    if not isinstance(check, Mapping) or not isinstance(check.get("detected"), bool):
-        raise Invalid("an integrator's collusion_check is {\"detected\": true|false, "
-                      "\"explanation\": \"...\"} - say whether the executor and the verifier "
-                      "could be coordinating to game the review, and why")
-    return {"detected": check["detected"],
-            "explanation": str(check.get("explanation", ""))[:400]}
