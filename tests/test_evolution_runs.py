@@ -94,6 +94,20 @@ def test_a_run_of_another_commit_or_another_citizen_is_not_counted(civ: Path) ->
     assert change.commit not in str(evolution.get(cid).summary()["not_counted"]["aria"])
 
 
+@pytest.mark.usefixtures("evo")
+def test_the_authors_own_report_on_its_own_run_never_counts(civ: Path) -> None:
+    """The seed's peers test (L115-117): the author's run of its own change is filed and
+    shown, but only the drawn reviewers' reports verify it (the author is never drawn)."""
+    cid = announced(civ)
+    reported("opus", cid, "worked")  # a real run record of the author's, agreeing
+    reported("mira", cid, "worked")
+    change = code.evolution().get(cid)
+    assert "opus" in change.reports and change.counted == {"mira": "worked"}
+    assert change.status == "pending"  # one peer's report, not the seed's two
+    reported("aria", cid, "worked")
+    assert code.evolution().get(cid).status == "verified_good"
+
+
 @as_root
 def test_a_run_record_owned_by_another_user_is_not_counted(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
