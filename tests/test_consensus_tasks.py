@@ -11,6 +11,7 @@ import pytest
 
 from shared import records
 from shared.consensus import Consensus, Proposal
+from shared.consensus.calls import CALLS, MAX_CALLS_PER_TASK
 from shared.consensus.tasks import MAX_STEPS
 from tests.thoughtworld import commons, env, vote
 from tests.thoughtworld import proposal as hello
@@ -72,7 +73,7 @@ def test_a_task_is_a_chain_of_proposals_with_no_human(c: Consensus) -> None:
             following = c.load(d.episode["next_proposal"])
             assert following.phase == "propose" and following.owed_by == "opus"
             assert following.request["chain"] == {
-                "task": first, "step": n + 1, "previous": d.id, "goal": TASK}
+                "task": first, "step": n + 1, "previous": d.id, "goal": TASK, "calls": 0}
             assert TASK in following.request["task"]
             assert str(body["next_step"]) in following.request["task"]
             d = following
@@ -133,3 +134,40 @@ def test_a_note_in_another_citizens_name_counts_for_nothing(c: Consensus) -> Non
     c.workspace.enforce = True  # server mode: a note is its file owner's
     assert [n["note"] for n in c.workspace.notes(pid)] == ["mine"]
     assert forged.exists()  # kept for inspection
+
+
+def test_a_task_that_made_the_seeds_50_calls_waits_for_a_person(c: Consensus) -> None:
+    """L695: "hard cap 50 API calls per task; escalate if exceeded" - counted across the
+    three citizens' wakes (each step's record says its calls), not per wake."""
+    assert MAX_CALLS_PER_TASK == 50
+    pid = c.request(TASK, "opus", "operator").id
+    d = c.load(pid)
+    c.propose(pid, "opus", {**proposal(), CALLS: 30})
+    c.verify(pid, d.roles["verifier"], {**vote("reject", "the path is wrong"), CALLS: 15})
+    d = c.integrate(pid, d.roles["integrator"], {**vote("reject"), CALLS: 4})
+    assert d.calls == 49 and d.phase == "revise"  # one call short: the discussion goes on
+    c.propose(pid, "opus", {**proposal("other.md"), CALLS: 1})
+    d = c.load(pid)
+    assert d.calls == 50 and d.phase == "human" and d.owed_by == "operator"
+    assert "cap of 50" in d.escalation and "cap of 50" in d.why
+    d = c.decide_human(pid, "root", "approve", "go on")  # a person lets the last revision run
+    assert d.phase == "execute"
+
+
+def test_a_chain_carries_its_calls_and_stops_at_the_cap(c: Consensus) -> None:
+    d = c.request(TASK, "opus", "operator")
+    d = step(c, d.id, {**proposal(next_step="one more"), CALLS: 20})
+    assert d.episode is not None
+    following = c.load(d.episode["next_proposal"])
+    assert following.request["chain"]["calls"] == 20 and following.calls == 20
+    pid, roles = following.id, following.roles
+    c.propose(pid, "opus", {**proposal("f2.md", next_step="and another"), CALLS: 25})
+    c.verify(pid, roles["verifier"], {**vote(), "note": "ok", CALLS: 3})
+    d = c.integrate(pid, roles["integrator"], {**vote(), CALLS: 3})  # the 51st call decides
+    assert d.calls == 51 and d.phase == "execute"  # decided before the cap: it finishes
+    c.execute(pid, "opus", env())
+    c.check(pid, roles["verifier"], {"outcomes_verified": True, "rationale": "ok"})
+    d = c.record(pid, roles["integrator"], {"key_learnings": []})
+    assert d.episode is not None and "next_proposal" not in d.episode
+    assert "cap of 50" in d.episode["chain_stopped"]
+    assert len(c.ids()) == 2

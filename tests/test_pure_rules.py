@@ -27,6 +27,7 @@ from citizen.config import paths
 
 PURE = ["shared.consensus.rules", "shared.consensus.stakes", "shared.consensus.gaming",
         "shared.consensus.rubric", "shared.consensus.weighing", "shared.consensus.tasks",
+        "shared.consensus.calls",
         "shared.debates.rules", "shared.debates.state", "shared.debates.moves",
         "shared.debates.crux", "shared.debates.grading", "shared.streams.decision",
         "shared.streams.temperature", "shared.streams.floor", "shared.change_rules"]

@@ -119,6 +119,8 @@ def test_role_prompts_define_the_values_and_the_integrator_checks_for_collusion(
     cost = render(d)["cost"]
     assert cost["total_usd"] == pytest.approx(0.05) and len(cost["by_step"]) == 5
     assert d.episode and d.episode["cost_total_usd"] == pytest.approx(0.05)
+    # ...and each step's record says its calls: the task's count for the seed's 50 cap
+    assert d.calls == 5 and d.episode["task_calls"] == 5
     out = CliRunner().invoke(cli, ["proposal", "show", pid])
     assert out.exit_code == 0 and "cost:    $0.0500 over 5 model calls" in out.stdout
     report = emergence.report(civ_commons())["cost_per_proposal"]

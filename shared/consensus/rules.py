@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
-from shared.consensus import stakes
+from shared.consensus import calls, stakes
 from shared.consensus.weighing import alignment, best_weights
 from shared.errors import Invalid
 
@@ -110,6 +110,13 @@ class Proposal:
     def state(self) -> str:
         return self.result if self.phase == "done" else "pending"
 
+    @property
+    def calls(self) -> float:
+        """The model calls its task has made: the chain's steps before it and its own."""
+        return calls.total(self.request, [*self.revisions, *self.verifications.values(),
+                                          *self.integrations.values(), self.outcome,
+                                          self.episode, *self.giveups.values()])
+
 
 def red_team(place: int) -> bool:
     """Whether the proposal at `place` (0 for the commons' first) gets a red-team review:
@@ -183,6 +190,7 @@ def derive(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None = None
         if d.phase != "revise":
             break
     _give_up(d)
+    _call_cap(d)
     if d.human and d.human.get("decision") == "reject" and d.execution is None:
         _finish(d, "rejected", f"rejected by {d.human.get('operator')}: "
                 f"{d.human.get('why', '')}")
@@ -203,6 +211,21 @@ def _give_up(d: Proposal) -> None:
         _after_approval(d)
     else:
         d.level, d.phase, d.why = "human", "human", f"{what}; a human decides"
+
+
+def _call_cap(d: Proposal) -> None:
+    """The seed's cap on a task's calls (`shared.consensus.calls`): a proposal still being
+    decided whose task has made that many waits for a person, who approves (its last
+    revision runs) or rejects it; one already decided finishes its few steps."""
+    why = calls.over(d.calls)
+    if not why or not d.revisions or d.phase not in ("verify", "integrate", "revise"):
+        return
+    if d.human and d.human.get("decision") == "approve":
+        d.level = "human"
+        _after_approval(d)
+        return
+    d.level, d.escalation, d.phase = "human", why, "human"
+    d.why = f"escalated to a human ({why})"
 
 
 def _evaluate(d: Proposal, weights: Mapping[str, Mapping[str, float]] | None,

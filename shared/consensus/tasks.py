@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shared.consensus import calls
 from shared.consensus.rules import Proposal
 
 # The seed's Phase 2 test is a five-step task; past five, what remains is a new task an
@@ -45,6 +46,8 @@ def next_step(d: Proposal) -> tuple[str, str]:
         return "", ""
     if d.result != "approved":
         return "", f"the chain stops: this step was {d.result or 'not finished'}"
+    if why := calls.over(d.calls):
+        return "", f"the chain stops: {why}; what remains needs a person's new task"
     step = chain_of(d.request, d.id)["step"]
     if step >= MAX_STEPS:
         return "", (f"the chain stops: the task has taken its {MAX_STEPS} steps; what "
@@ -52,12 +55,14 @@ def next_step(d: Proposal) -> tuple[str, str]:
     return asked[:NEXT_CHARS], ""
 
 
-def next_request(d: Proposal, what: str) -> tuple[str, dict[str, Any]]:
-    """The task text and chain of the proposal that follows `d` to do `what`."""
+def next_request(d: Proposal, what: str, recording: float = 0.0) -> tuple[str, dict[str, Any]]:
+    """The task text and chain of the proposal that follows `d` to do `what`; the chain
+    carries the task's calls so far (`recording`: the calls of `d`'s record step)."""
     chain = chain_of(d.request, d.id)
     step = chain["step"] + 1
     goal = chain["goal"]
     done = str((d.revisions[-1] if d.revisions else {}).get("goal", ""))
     text = (f"{goal}\n\nThis is step {step} of at most {MAX_STEPS} of this task. Step "
             f"{step - 1} ({d.id}) was executed and verified: {done}\nThis step: {what}")
-    return text, {"task": chain["task"], "step": step, "previous": d.id, "goal": goal[:4000]}
+    return text, {"task": chain["task"], "step": step, "previous": d.id, "goal": goal[:4000],
+                  calls.CALLS: round(d.calls + recording, 4)}

@@ -17,6 +17,7 @@ from typing import Any
 
 from shared import clock, door
 from shared.atomic import CorruptFile, make_dirs, read_json
+from shared.consensus.calls import CALLS, step_calls
 from shared.consensus.rules import STATES, Proposal
 from shared.locks import locked
 from shared.records import overwrite_in
@@ -214,6 +215,7 @@ def episode_record(d: Proposal, ep_id: str, notes: Mapping[str, Any],
         "final_state": final_state(d),
         "values_violated": list(notes.get("values_violated", [])),
         "patterns": list(notes.get("patterns", [])),
-        COST: step_cost(notes),
+        COST: step_cost(notes), CALLS: step_calls(notes),
         "cost_total_usd": cost(d, notes)["total_usd"],
+        "task_calls": round(d.calls + step_calls(notes), 4),  # the chain's, so far
     }

@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from shared.consensus.calls import CALLS, step_calls
 from shared.consensus.view import COST, step_cost
 from shared.errors import Invalid
 
@@ -24,8 +25,9 @@ def vote(data: Mapping[str, Any], who: str, decisions: tuple[str, ...],
 
 
 def costed(data: Mapping[str, Any]) -> dict[str, Any]:
-    """The step's own cost, when its wake measured one (see `view.cost`)."""
-    return {COST: step_cost(data)} if COST in data else {}
+    """The step's own cost and calls, when its wake measured them (`view.cost`, `calls`)."""
+    out = {COST: step_cost(data)} if COST in data else {}
+    return {**out, CALLS: step_calls(data)} if CALLS in data else out
 
 
 def collusion(data: Mapping[str, Any]) -> dict[str, Any] | None:

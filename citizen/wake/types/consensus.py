@@ -33,6 +33,7 @@ from shared.consensus import (
     stakes,
     tasks,
 )
+from shared.consensus.calls import CALLS
 from shared.consensus.view import COST
 from shared.consensus.weighing import MAX_STEP
 from shared.errors import Invalid, SharedError
@@ -224,10 +225,12 @@ class _Steps:
                 "patterns_json": _dump(patterns) if patterns else "(none yet)"}
 
     def _ask(self, prompt: str, schema: dict[str, Any], purpose: str, **kw: Any) -> dict[str, Any]:
-        """One step's call, its answer carrying what the call cost (`view.cost`)."""
-        before = self.ask.meter.spent
+        """One step's call, its answer carrying what it cost and how many calls it took
+        (`view.cost`; the task's call cap, `shared.consensus.calls`)."""
+        before, made = self.ask.meter.spent, self.ask.meter.calls
         data = self.ask(prompt, schema, purpose, **kw)
-        return {**data, COST: round(self.ask.meter.spent - before, 6)}
+        return {**data, COST: round(self.ask.meter.spent - before, 6),
+                CALLS: self.ask.meter.calls - made}
 
     def _prompt(self, role: str, d: Proposal, role_prompt: str) -> str:
         return self.tpl.wake_prompt("CONSENSUS", role=role, proposal_id=d.id,
@@ -306,6 +309,7 @@ class _Steps:
                                          verdict_schema=single),
                          "consensus_verify_batch", max_tokens=700 * len(ds), tier="fast")
         share = round(float(data.pop(COST)) / len(ds), 6)  # the call's cost, split evenly
+        calls = round(float(data.pop(CALLS)) / len(ds), 4)  # and its calls
         after: dict[str, Proposal] = {}
         errors: dict[str, SharedError] = {}
         for d in ds:
@@ -313,7 +317,7 @@ class _Steps:
             try:
                 if not isinstance(verdict, Mapping):
                     raise Invalid(f"{d.id}: the batch review gave it no verdict")
-                after[d.id] = self.c.verify(d.id, self.me, {**verdict, COST: share})
+                after[d.id] = self.c.verify(d.id, self.me, {**verdict, COST: share, CALLS: calls})
             except SharedError as exc:  # a rule refused this vote: the others still count
                 errors[d.id] = exc
         return after, errors
