@@ -46,9 +46,10 @@ EVOLVE = ("Improve your own code: append the line 'Evolved in the demo.' to code
 AUTHOR = "opus"
 EVOLVED = "Evolved in the demo."
 # What the reviewers' "test it" runs in the demo (the operator's evolution.test_command):
-# two quick files of the suite - the whole suite takes 15+ minutes per review on 2 cores.
+# two quick files of the suite (≈5 s) - the whole suite takes 15+ minutes per review on 2
+# cores, and tests/test_imports.py alone (an interpreter per module) took most of a minute.
 QUICK_TESTS = (f"{shlex.quote(sys.executable)} -m pytest -q -x -p no:cacheprovider "
-               "tests/test_imports.py tests/test_config.py")
+               "tests/test_config.py tests/test_pure_rules.py")
 # Small per-wake limits: the embedded model writes ≈12 tokens/s under a grammar. On
 # Claude a wake may take the few more steps a commit and an announcement need.
 DEMO_BUDGET = {"max_usd_per_wake": 1.0, "max_iterations": 3, "max_output_tokens": 192}
