@@ -88,6 +88,9 @@ def measure(civ: Path, names: list[str], cid: str, calls: list[dict[str, Any]],
         "usd": sum(c["usd"] / len(c["changes"]) for c in mine),
         "outcome_calls": sum(c["purpose"] == "review_outcome" for c in mine),
         "adopt_calls": sum(c["purpose"] == "review_adopt" for c in mine),
+        # Who was asked to adopt (once each, the goal): a question the merge overtook
+        # leaves no record, yet it was asked.
+        "asked": sorted({c["who"] for c in mine if c["purpose"] == "review_adopt"}),
         "adopters": sorted(change.adoptions), "declines": sorted(change.declines),
         "to_verified": verified - announced if verified else None,
         "to_merged": (clock_s(change.merged["ts"]) - (verified or announced)
@@ -174,11 +177,13 @@ def goals(results: list[dict[str, Any]]) -> None:
         line(f"{tag} test runs a change = k ({k})", f"{min(runs)}..{max(runs)}",
              f"{'met' if set(runs) == {k} else 'NOT met'}; none above k: "
              f"{'yes' if max(runs) <= k else 'NO'}; {late} drawn came after the verification")
-        over = [c for c in changes
-                if c["calls"] > c["k"] + len(c["adopters"]) + len(c["declines"])]
-        worst = max(changes, key=lambda c: c["calls"] - len(c["adopters"]) - len(c["declines"]))
+        def deciders(c: dict[str, Any]) -> int:  # recorded, or asked and overtaken
+            return len(set(c["adopters"]) | set(c["declines"]) | set(c["asked"]))
+
+        over = [c for c in changes if c["calls"] > c["k"] + deciders(c)]
+        worst = max(changes, key=lambda c: c["calls"] - deciders(c))
         line(f"{tag} calls ≤ k + one a decider (worst)", worst["calls"],
-             f"≤ {worst['k'] + len(worst['adopters']) + len(worst['declines'])}: "
+             f"≤ {worst['k'] + deciders(worst)}: "
              f"{'met' if not over else f'NOT met for {len(over)}'}")
         ver = [c["to_verified"] for c in changes if c["to_verified"] is not None]
         if ver:
