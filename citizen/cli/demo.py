@@ -196,24 +196,28 @@ def _found(base: Path, budget: dict[str, float]) -> None:
 
 def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Path],
            tasks: tuple[str, str], pace: tuple[int, float]) -> None:
-    """Print wakes as they end. Once opus's first task is finished its doorbell rings for
-    the change task (as a person sends the next task); if its model has not announced
-    after that task (or more than WAKES wakes), the demo makes the change. Done once a change is
+    """Print wakes as they end. Once opus's first task is finished (or it had WAKES wakes)
+    its doorbell rings for the change task, as a person sends the next task; if its
+    model has not announced when that task is finished, or WAKES wakes after the ring
+    with the task not in hand, the demo makes the change. Done once a change is
     announced and no REVIEW wake would open."""
     (first, evolve), (wakes, interval) = tasks, pace
     deadline = time.monotonic() + (wakes + 4) * (interval + 600) + 60  # +4: REVIEW wakes
-    rung = stepped_in = False
+    rung_at, stepped_in = -1, False
     queue, home = TaskQueue(paths.home(AUTHOR).tasks), paths.home(AUTHOR)
     while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
         time.sleep(1)
         _print_new(seen)
         finished = set(queue.ids("done")) | set(queue.ids("failed"))
-        if not rung and first in finished:
-            rung = True
+        ended = sum(wakelog.summary(p)["status"] != "running"
+                    for p in wakelog.wake_logs(home))
+        if rung_at < 0 and (first in finished or ended >= wakes):
+            rung_at = ended
             civilization.commons().ring(AUTHOR, "TASK", f"task {evolve}", sender="demo")
         announced = bool(civilization.commons().evolution.changes())
-        if not announced and not stepped_in and (
-                evolve in finished or len(wakelog.wake_logs(home)) >= wakes + 1):
+        if rung_at >= 0 and not announced and not stepped_in and (
+                evolve in finished or (ended - rung_at >= wakes
+                                       and evolve not in queue.ids("active"))):
             stepped_in = True
             _make_the_change(base)
             continue
