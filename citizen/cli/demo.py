@@ -104,10 +104,9 @@ def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, 
               help="Civilization root (default: a new temporary directory).")
 @click.option("--wakes", type=int, default=3, show_default=True,
               help="Wakes opus has to announce its change before the demo makes it.")
-@click.option("--interval", type=float, default=300.0, show_default=True,
-              help="Seconds between scheduled wakes. The story is told by doorbell wakes "
-              "(the tasks, the announcement's REVIEW rings); each scheduled slot (REFLECT, "
-              "LIBRARY, ...) holds the one embedded model server for about a minute.")
+@click.option("--interval", type=float, default=10.0, show_default=True,
+              help="Seconds between scheduled wakes (a task the embedded model did not "
+              "finish goes on at the next one).")
 @click.option("--provider", type=click.Choice(["auto", "local", "anthropic"]), default="auto",
               show_default=True, help="auto: Claude through the broker when ANTHROPIC_API_KEY "
               "is set (it spends API money, at most $1 a wake), else the embedded model.")
