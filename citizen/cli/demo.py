@@ -197,8 +197,8 @@ def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Pa
            tasks: tuple[str, str], pace: tuple[int, float]) -> None:
     """Print wakes as they end. Once opus's first task is finished (or it had WAKES wakes)
     its doorbell rings for the change task, as a person sends the next task; if its
-    model has not announced when that task is finished, or WAKES wakes after the ring
-    with the task not in hand, the demo makes the change. Done once a change is
+    model has not announced once it had a go at that task (or WAKES wakes after the
+    ring), the demo makes the change. Done once a change is
     announced and no REVIEW wake would open."""
     (first, evolve), (wakes, interval) = tasks, pace
     deadline = time.monotonic() + (wakes + 4) * (interval + 600) + 60  # +4: REVIEW wakes
@@ -213,16 +213,23 @@ def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Pa
         if rung_at < 0 and (first in finished or ended >= wakes):
             rung_at = ended
             civilization.commons().ring(AUTHOR, "TASK", f"task {evolve}", sender="demo")
-        announced = bool(civilization.commons().evolution.changes())
+        tried = _tried(queue, evolve)  # before the changes are read: a wake that announced
+        announced = bool(civilization.commons().evolution.changes())  # then ended is seen
         if rung_at >= 0 and not announced and not stepped_in and (
-                evolve in finished or (ended - rung_at >= wakes
-                                       and evolve not in queue.ids("active"))):
+                tried or ended - rung_at >= wakes):
             stepped_in = True
             _make_the_change(base)
             continue
         if announced and (stepped_in or evolve in finished) and not any(
                 map(owes_review, CITIZENS)):
             return  # the story is told: the daemons are stopped (SIGTERM) after
+
+
+def _tried(queue: TaskQueue, task_id: str) -> bool:
+    """Opus's model has had its go at the task: finished, or claimed and put back."""
+    if task_id in queue.ids("done") or task_id in queue.ids("failed"):
+        return True
+    return task_id in queue.ids("queue") and queue.load("queue", task_id).attempts >= 1
 
 
 def _make_the_change(base: Path) -> None:
