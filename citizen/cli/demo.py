@@ -139,15 +139,16 @@ def demo(root: str | None, wakes: int, interval: float, provider: str) -> None:
         click.echo(f"one shared model server for all daemons: {url}")
     elif provider == "local":
         click.echo("each wake loads the embedded model in-process")
-    first = ""
+    # Opus's change comes first in its queue: the story (announce, review, adopt, merge)
+    # starts with its first wake; its small task waits for a later TASK wake.
+    evolve = TaskQueue(paths.home(AUTHOR).tasks).add(EVOLVE, source="demo").id
+    click.echo(f"task for {AUTHOR}: {EVOLVE}")
     for name in CITIZENS:
         queue = TaskQueue(paths.home(name).tasks)
         task = queue.add(TASKS[name], source="demo")
-        first = task.id if name == AUTHOR else first
-        civilization.commons().ring(name, "TASK", f"task {task.id}", sender="demo")
-        click.echo(f"task for {name}: {TASKS[name]}")
-    evolve = TaskQueue(paths.home(AUTHOR).tasks).add(EVOLVE, source="demo").id
-    click.echo(f"then for {AUTHOR}, once its first task is done: {EVOLVE}")
+        first = evolve if name == AUTHOR else task.id
+        civilization.commons().ring(name, "TASK", f"task {first}", sender="demo")
+        click.echo(f"{'then ' if name == AUTHOR else ''}task for {name}: {TASKS[name]}")
     daemons = {}
     for name in CITIZENS:
         out = (base / f"daemon-{name}.log").open("wb")  # door: the demo's own civilization
@@ -161,7 +162,7 @@ def demo(root: str | None, wakes: int, interval: float, provider: str) -> None:
             env={**os.environ, "PYTHONPATH": str(code)})
     seen: set[Path] = set()
     try:
-        _watch(base, daemons, seen, (first, evolve), (wakes, interval))
+        _watch(base, daemons, seen, evolve, (wakes, interval))
     finally:
         for d in daemons.values():
             if d.poll() is None:
@@ -194,34 +195,26 @@ def _found(base: Path, budget: dict[str, float]) -> None:
 
 
 def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Path],
-           tasks: tuple[str, str], pace: tuple[int, float]) -> None:
-    """Print wakes as they end. Once opus's first task is finished (or it had WAKES wakes)
-    its doorbell rings for the change task, as a person sends the next task; if its
-    model has not announced once it had a go at that task (or WAKES wakes after the
-    ring), the demo makes the change. Done once a change is
-    announced and no REVIEW wake would open."""
-    (first, evolve), (wakes, interval) = tasks, pace
+           evolve: str, pace: tuple[int, float]) -> None:
+    """Print wakes as they end. If opus's model has not announced once it had its go at
+    the change task (or after WAKES wakes), the demo makes the change. Done once a change
+    is announced and no REVIEW wake would open."""
+    wakes, interval = pace
     deadline = time.monotonic() + (wakes + 4) * (interval + 600) + 60  # +4: REVIEW wakes
-    rung_at, stepped_in = -1, False
+    stepped_in = False
     queue, home = TaskQueue(paths.home(AUTHOR).tasks), paths.home(AUTHOR)
     while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
         time.sleep(1)
         _print_new(seen)
-        finished = set(queue.ids("done")) | set(queue.ids("failed"))
         ended = sum(wakelog.summary(p)["status"] != "running"
                     for p in wakelog.wake_logs(home))
-        if rung_at < 0 and (first in finished or ended >= wakes):
-            rung_at = ended
-            civilization.commons().ring(AUTHOR, "TASK", f"task {evolve}", sender="demo")
         tried = _tried(queue, evolve)  # before the changes are read: a wake that announced
         announced = bool(civilization.commons().evolution.changes())  # then ended is seen
-        if rung_at >= 0 and not announced and not stepped_in and (
-                tried or ended - rung_at >= wakes):
+        if not announced and not stepped_in and (tried or ended >= wakes):
             stepped_in = True
             _make_the_change(base)
             continue
-        if announced and (stepped_in or evolve in finished) and not any(
-                map(owes_review, CITIZENS)):
+        if announced and (stepped_in or tried) and not any(map(owes_review, CITIZENS)):
             return  # the story is told: the daemons are stopped (SIGTERM) after
 
 
