@@ -206,10 +206,11 @@ def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Pa
     while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
         time.sleep(1)
         _print_new(seen)
-        ended = sum(wakelog.summary(p)["status"] != "running"
-                    for p in wakelog.wake_logs(home))
-        tried = _tried(queue, evolve)  # before the changes are read: a wake that announced
-        announced = bool(civilization.commons().evolution.changes())  # then ended is seen
+        rows = [wakelog.summary(p)["status"] for p in wakelog.wake_logs(home)]
+        ended = sum(status != "running" for status in rows)
+        # Read before the changes: a wake that announced and then ended is seen so.
+        tried = "running" not in rows and _tried(queue, evolve)
+        announced = bool(civilization.commons().evolution.changes())
         if not announced and not stepped_in and (tried or ended >= wakes):
             stepped_in = True
             _make_the_change(base)
@@ -219,10 +220,13 @@ def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Pa
 
 
 def _tried(queue: TaskQueue, task_id: str) -> bool:
-    """Opus's model has had its go at the task: finished, or claimed and put back."""
+    """Opus's model has had its go at the task: finished, or claimed at least once (a
+    task a wake did not finish stays claimed for the next; the caller checks that no
+    wake runs)."""
     if task_id in queue.ids("done") or task_id in queue.ids("failed"):
         return True
-    return task_id in queue.ids("queue") and queue.load("queue", task_id).attempts >= 1
+    return any(task_id in queue.ids(state) and queue.load(state, task_id).attempts >= 1
+               for state in ("queue", "active"))
 
 
 def _make_the_change(base: Path) -> None:
