@@ -206,10 +206,11 @@ def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Pa
     while any(d.poll() is None for d in daemons.values()) and time.monotonic() < deadline:
         time.sleep(1)
         _print_new(seen)
-        rows = [wakelog.summary(p)["status"] for p in wakelog.wake_logs(home)]
-        ended = sum(status != "running" for status in rows)
+        logs = wakelog.wake_logs(home)  # only the newest can be running: read it alone
+        running = bool(logs) and wakelog.summary(logs[-1])["status"] == "running"
+        ended = len(logs) - running
         # Read before the changes: a wake that announced and then ended is seen so.
-        tried = "running" not in rows and _tried(queue, evolve)
+        tried = not running and _tried(queue, evolve)
         announced = bool(civilization.commons().evolution.changes())
         if not announced and not stepped_in and (tried or ended >= wakes):
             stepped_in = True

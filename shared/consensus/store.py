@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from shared import clock
-from shared.consensus import calls, human, tasks, votes
+from shared.consensus import human, tasks, votes
 from shared.consensus.episodes import Episodes
 from shared.consensus.patterns import Patterns, cleaned
 from shared.consensus.reading import REVISION, Reader, revision_digest
@@ -305,7 +305,7 @@ class Consensus(Reader):
         chain = tasks.chain_of(d.request, pid)
         episode["task_chain"] = {k: chain[k] for k in ("task", "step", "previous")}
         if what:  # the task goes on: its next step is a proposal of its own
-            text, successor = tasks.next_request(d, what, calls.step_calls(notes))
+            text, successor = tasks.next_request(d, what, episode["task_calls"])
             episode["next_proposal"] = self.request(
                 text, d.roles["executor"], me, d.request.get("source"), chain=successor).id
         elif stopped:

@@ -55,9 +55,9 @@ def next_step(d: Proposal) -> tuple[str, str]:
     return asked[:NEXT_CHARS], ""
 
 
-def next_request(d: Proposal, what: str, recording: float = 0.0) -> tuple[str, dict[str, Any]]:
+def next_request(d: Proposal, what: str, so_far: float) -> tuple[str, dict[str, Any]]:
     """The task text and chain of the proposal that follows `d` to do `what`; the chain
-    carries the task's calls so far (`recording`: the calls of `d`'s record step)."""
+    carries the task's calls `so_far` (its episode's `task_calls`, the record step's in)."""
     chain = chain_of(d.request, d.id)
     step = chain["step"] + 1
     goal = chain["goal"]
@@ -65,4 +65,4 @@ def next_request(d: Proposal, what: str, recording: float = 0.0) -> tuple[str, d
     text = (f"{goal}\n\nThis is step {step} of at most {MAX_STEPS} of this task. Step "
             f"{step - 1} ({d.id}) was executed and verified: {done}\nThis step: {what}")
     return text, {"task": chain["task"], "step": step, "previous": d.id, "goal": goal[:4000],
-                  calls.CALLS: round(d.calls + recording, 4)}
+                  calls.CALLS: so_far}
