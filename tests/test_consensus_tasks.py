@@ -11,7 +11,7 @@ import pytest
 
 from shared import records
 from shared.consensus import Consensus, Proposal
-from shared.consensus.calls import CALLS, MAX_CALLS_PER_TASK
+from shared.consensus.calls import CALLS, MAX_CALLS_PER_TASK, step_calls
 from shared.consensus.tasks import MAX_STEPS
 from tests.thoughtworld import commons, env, vote
 from tests.thoughtworld import proposal as hello
@@ -171,3 +171,11 @@ def test_a_chain_carries_its_calls_and_stops_at_the_cap(c: Consensus) -> None:
     assert d.episode is not None and "next_proposal" not in d.episode
     assert "cap of 50" in d.episode["chain_stopped"]
     assert len(c.ids()) == 2
+
+
+def test_a_count_that_is_not_a_finite_number_counts_as_none() -> None:
+    """A participant's record is its own JSON: NaN, Infinity, text or a negative count
+    neither escalates a task nor hides calls - it counts 0, as an unmeasured step."""
+    for value in (json.loads("NaN"), json.loads("Infinity"), -3, "50", True, None):
+        assert step_calls({CALLS: value}) == 0.0, value
+    assert step_calls({CALLS: 2.5}) == 2.5

@@ -12,6 +12,7 @@ per-citizen caps are the hard ones.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -20,10 +21,11 @@ CALLS = "calls"  # in a step's record: the model calls its wake made for that st
 
 
 def step_calls(data: Mapping[str, Any] | None) -> float:
-    """A step's own calls as recorded (a number ≥ 0, a share when one call served several
-    proposals; anything else counts as 0)."""
+    """A step's own calls as recorded (a finite number ≥ 0, a share when one call served
+    several proposals; anything else - JSON's NaN and Infinity included - counts as 0)."""
     value = (data or {}).get(CALLS)
-    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+    if isinstance(value, bool) or not isinstance(value, int | float) \
+            or not math.isfinite(value) or value < 0:
         return 0.0
     return round(float(value), 4)
 
