@@ -71,7 +71,8 @@ def test_a_backup_reads_between_wakes(civ: Path, repo: backup.Repository,
                                       monkeypatch: pytest.MonkeyPatch) -> None:
     """The daemon holds the quiescent-point lock through each wake; the backup reads
     only once it is let go (and, past --wait, reads anyway and says so)."""
-    from citizen.daemon.process import Daemon, WakeRequest
+    from citizen.daemon.process import Daemon
+    from citizen.daemon.requests import WakeRequest
 
     daemon = Daemon("opus")
     seen: list[list[str]] = []

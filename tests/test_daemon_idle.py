@@ -16,7 +16,8 @@ from citizen import config
 from citizen.access.permit import Permit
 from citizen.config import paths
 from citizen.daemon import timing
-from citizen.daemon.process import Daemon, WakeRequest
+from citizen.daemon.process import Daemon
+from citizen.daemon.requests import WakeRequest
 from citizen.home import state, wakelog
 from citizen.home.memory import Memory
 from citizen.home.tasks import TaskQueue
@@ -155,3 +156,24 @@ def test_the_cli_leaves_the_first_wake_to_the_daemon(civ: Path) -> None:
     out = subprocess.run([sys.executable, "-m", "citizen", "run", "--help"],
                          capture_output=True, text=True, check=True).stdout
     assert "--first-wake" in out and "default: 1.0" not in out
+
+
+def test_a_ring_is_served_before_a_slot_queued_ahead_of_it(civ: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Rung work first (daemon/requests.py): with a short interval a slot's request always
+    waits, and served in arrival order it held a reviewer's REVIEW ring behind REFLECT,
+    then LIBRARY - the demo's reviews came minutes late. Rings keep their own order."""
+    daemon = Daemon("opus", interval_s=60, max_wakes=3)
+    served: list[str | None] = []
+
+    def run(req: WakeRequest) -> None:
+        served.append(req.wake_type)
+        daemon.wakes_run += 1
+
+    monkeypatch.setattr(daemon, "_run_wake", run)
+    daemon.slot_due()  # the slot came first
+    daemon._request("REVIEW", "doorbell: opus announced change opus-1")
+    daemon.slot_due()  # coalesced into the slot already waiting
+    daemon._request("TASK", "doorbell: task t-1")
+    daemon._main_loop()
+    assert served == ["REVIEW", "TASK", None]

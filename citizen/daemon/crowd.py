@@ -7,8 +7,8 @@ counters, its gate, its doorbell's hourly window, its rollback - and shares what
 process has once: one scheduler, one doorbell watch (one inotify instance for every
 citizen's folder), the signals, the process title and the watchdog.
 
-Each citizen still has at most one wake at a time, its requests served in order and
-coalesced as in its own daemon; different citizens' wakes run side by side. A wake with
+Each citizen still has at most one wake at a time, its requests ordered (rung before a
+slot's, daemon/requests.py) and coalesced as in its own daemon; different citizens' wakes run side by side. A wake with
 work is its own process, as always, at most `parallel` at once, and each holds its wake
 permit from the broker (the civilization's bound, daemon/turn.py); the gate that finds a
 wake idle (~2 ms, here) has workers of its own beyond those, so idle wakes keep to
@@ -42,7 +42,8 @@ from citizen.daemon import status
 from citizen.daemon.doorbell import Watch
 from citizen.daemon.instance import AlreadyRunning
 from citizen.daemon.notify import notify, watchdog_interval
-from citizen.daemon.process import RETENTION_S, Daemon, WakeRequest
+from citizen.daemon.process import RETENTION_S, Daemon
+from citizen.daemon.requests import WakeRequest
 from citizen.daemon.status import State
 from citizen.errors import WrongUser
 from shared import clock

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import queue
 import signal
 import subprocess
 import sys
@@ -21,7 +20,6 @@ import threading
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from types import FrameType
 
@@ -34,6 +32,7 @@ from citizen.config import paths
 from citizen.daemon import ending, instance, status, timing, turn
 from citizen.daemon.doorbell import Watch
 from citizen.daemon.notify import DAEMON_PID_ENV, notify, watchdog_interval
+from citizen.daemon.requests import WAKE_UP, Requests, WakeRequest
 from citizen.daemon.status import State
 from citizen.errors import CitizenError
 from citizen.home import quiesce, retention, reviewing, rollback, state
@@ -48,15 +47,6 @@ log = logging.getLogger(__name__)
 
 DOORBELL_WINDOW_S = 3600.0  # the window budget.max_doorbell_wakes_per_hour counts in
 RETENTION_S = 86400.0  # world seconds between wake-log retention sweeps (citizen.home.retention)
-
-
-@dataclass(frozen=True)
-class WakeRequest:
-    wake_type: str | None  # None: the next scheduled slot
-    reason: str
-
-
-_WAKE_UP = WakeRequest("", "signal")  # put by the signal handler; not a wake
 
 
 class Daemon:
@@ -79,7 +69,7 @@ class Daemon:
         self.heartbeat_s = heartbeat_s
         self.rollup_s = clock.wall_seconds(rollup_s)
         self.doorbell_window_s = clock.wall_seconds(DOORBELL_WINDOW_S)
-        self.requests: queue.Queue[WakeRequest] = queue.Queue()
+        self.requests = Requests()  # rung wakes before a slot's (daemon/requests.py)
         self.pending: set[str | None] = set()
         self.pending_lock = threading.Lock()
         self.state, self.terms = State.STARTING, 0
@@ -213,7 +203,7 @@ class Daemon:
         self.terms += 1
         # Unblock the main loop's wait - from another thread: this handler runs on the main
         # thread, which may be inside requests.get holding the queue's lock (a deadlock).
-        threading.Thread(target=self.requests.put, args=(_WAKE_UP,), daemon=True).start()
+        threading.Thread(target=self.requests.put, args=(WAKE_UP,), daemon=True).start()
         if self.terms == 1:
             log.warning("citizen %s: stopping after the current wake (signal again to stop now)",
                         self.name)
@@ -244,7 +234,7 @@ class Daemon:
     def _main_loop(self) -> None:
         while self.terms == 0:
             req = self.requests.get()  # blocks: a sleeping daemon uses no CPU
-            if req is _WAKE_UP:
+            if req is WAKE_UP:
                 continue
             self.serve(req)
             if self.max_wakes is not None and self.wakes_run >= self.max_wakes:

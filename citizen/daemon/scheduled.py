@@ -29,7 +29,8 @@ from citizen.admin import disk
 from citizen.admin.schedstore import Store
 from citizen.daemon import process
 from citizen.daemon.instance import AlreadyRunning
-from citizen.daemon.process import Daemon, WakeRequest
+from citizen.daemon.process import Daemon
+from citizen.daemon.requests import WakeRequest
 from citizen.daemon.status import State
 from citizen.home import state
 from citizen.wake import types as wakes

@@ -24,7 +24,8 @@ from typing import Any
 from citizen import civilization, config, mail
 from citizen.config import paths
 from citizen.daemon import ending, status
-from citizen.daemon.process import Daemon, WakeRequest
+from citizen.daemon.process import Daemon
+from citizen.daemon.requests import WakeRequest
 from citizen.daemon.status import State
 from citizen.errors import CitizenError
 from citizen.home import quiesce, retention, state
