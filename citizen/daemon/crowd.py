@@ -8,11 +8,11 @@ process has once: one scheduler, one doorbell watch (one inotify instance for ev
 citizen's folder), the signals, the process title and the watchdog.
 
 Each citizen still has at most one wake at a time, its requests ordered (rung before a
-slot's, daemon/requests.py) and coalesced as in its own daemon; different citizens' wakes run side by side. A wake with
-work is its own process, as always, at most `parallel` at once, and each holds its wake
-permit from the broker (the civilization's bound, daemon/turn.py); the gate that finds a
-wake idle (~2 ms, here) has workers of its own beyond those, so idle wakes keep to
-their schedule while long wakes run.
+slot's, daemon/requests.py) and coalesced as in its own daemon; different citizens'
+wakes run side by side. A wake with work is its own process, as always, at most
+`parallel` at once, and each holds its wake permit from the broker (the civilization's
+bound, daemon/turn.py); the gate that finds a wake idle (~2 ms, here) has workers of its
+own beyond those, so idle wakes keep to their schedule while long wakes run.
 
 It is the dev-mode shape, where every home belongs to one user; on a server each citizen
 is its own user and `citizen@NAME` runs its own daemon (docs/architecture.md §7 says
