@@ -37,7 +37,7 @@ MAX_CITED = 3
 # all proposals, oldest first) the verifier reviews as a red team: it must name how the
 # proposal could fail or be gaming, whatever it decides.
 RED_TEAM_EVERY = 5
-MAX_ACTIONS = 8
+MAX_ACTIONS = 4  # the proposal schema's maxItems too: one number, the model's and the rules'
 STATES = ("pending", "approved", "rejected")  # where a proposal's view lives
 OWNER = {"propose": "executor", "revise": "executor", "execute": "executor",
          "verify": "verifier", "check": "verifier", "integrate": "integrator",

@@ -34,12 +34,16 @@ from shared.consensus import (
     tasks,
 )
 from shared.consensus.calls import CALLS
+from shared.consensus.rules import MAX_ACTIONS
 from shared.consensus.view import COST
 from shared.consensus.weighing import MAX_STEP
 from shared.errors import Invalid, SharedError
 
 log = logging.getLogger(__name__)
 
+# The seed's executor call (000 L869): a proposal of MAX_ACTIONS actions with their
+# justifications fits; 1200 cut a large valid one off mid-JSON.
+PROPOSAL_MAX_TOKENS = 2048
 
 
 def _dump(data: Any) -> str:
@@ -255,8 +259,9 @@ class _Steps:
         data = self._ask(self._prompt("executor", d, text),
                         self.tpl.schema("consensus_proposal", values=self.values,
                                         action_tools=list(stakes.ACTION_TOOLS),
-                                        min_step=-MAX_STEP, max_step=MAX_STEP),
-                        f"consensus_{d.phase}", max_tokens=1200)
+                                        min_step=-MAX_STEP, max_step=MAX_STEP,
+                                        max_actions=MAX_ACTIONS),
+                        f"consensus_{d.phase}", max_tokens=PROPOSAL_MAX_TOKENS)
         return self.c.propose(d.id, self.me, data)
 
     def _review(self, d: Proposal) -> dict[str, Any]:
