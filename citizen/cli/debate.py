@@ -11,6 +11,7 @@ import click
 from citizen import civilization, config
 from citizen.cli.options import json_option, operator, ring_as_operator
 from citizen.cli.terminal import age, command, echo, table, wide_option
+from citizen.config.settings import Budget
 from shared.debates import BUDGETS
 from shared.debates.summary import summary
 
@@ -58,7 +59,8 @@ def _budget(values: tuple[str, ...]) -> dict[str, tuple[int, int]] | None:
               help="2-5 citizens, comma-separated; the first moves first.")
 @click.option("--budget", "budget", multiple=True,
               help="STAGE=MIN-MAX messages (default: the seed's, scaled for more than two).")
-@click.option("--max-usd", type=click.FloatRange(0), default=0.5, show_default=True,
+@click.option("--max-usd", type=click.FloatRange(0), default=Budget.max_usd_per_debate,
+              show_default=True,
               help="End the debate when its moves have cost this much (0: no limit; the "
                    "seed's target is under $0.50).")
 def start(topic: str, people: str, budget: tuple[str, ...], max_usd: float) -> None:
