@@ -10,7 +10,7 @@ citizen="$here/.venv/bin/citizen"
 # With a key the demo runs on Claude through the dev-mode broker (it spends API money, at
 # most $1 a wake); without one on the embedded model, which never spends any.
 provider=local
-what="three daemons on the embedded model; 5 to 10 minutes on 2 cores"
+what="three daemons on the embedded model; about 3 minutes on 2 cores"
 if [ -n "${ANTHROPIC_API_KEY:-}" ]; then
     provider=anthropic
     what="three daemons on Claude through the broker (ANTHROPIC_API_KEY)"

@@ -104,9 +104,10 @@ def _start_model_server(log_dir: Path) -> tuple[subprocess.Popen[bytes] | None, 
               help="Civilization root (default: a new temporary directory).")
 @click.option("--wakes", type=int, default=3, show_default=True,
               help="Wakes opus has to announce its change before the demo makes it.")
-@click.option("--interval", type=float, default=10.0, show_default=True,
-              help="Seconds between scheduled wakes (a task the embedded model did not "
-              "finish goes on at the next one).")
+@click.option("--interval", type=float, default=600.0, show_default=True,
+              help="Seconds between scheduled wakes (REFLECT, LIBRARY, ...). The default "
+              "keeps them after the story: on the embedded model's one serial server "
+              "each slot's wake would hold a reviewer's for a minute.")
 @click.option("--provider", type=click.Choice(["auto", "local", "anthropic"]), default="auto",
               show_default=True, help="auto: Claude through the broker when ANTHROPIC_API_KEY "
               "is set (it spends API money, at most $1 a wake), else the embedded model.")
@@ -114,9 +115,10 @@ def demo(root: str | None, wakes: int, interval: float, provider: str) -> None:
     """Run opus, mira and aria as daemons for a few wakes: a task each, then opus's code
     change announced, reviewed by its peers' own wakes, adopted and merged.
 
-    Each gets a small task by the doorbell; scheduled wakes follow their slots. The
-    daemons stop once the change is merged or closed and no review waits; then a summary
-    says what each produced and where the logs are.
+    Each gets a small task by the doorbell: opus's change first, the peers' once opus's
+    wake has begun. Scheduled wakes come every --interval seconds (by default after the
+    story). The daemons stop once the change is merged or closed and no review waits;
+    then a summary says what each produced and where the logs are.
     """
     if provider == "auto":
         provider = "anthropic" if os.environ.get("ANTHROPIC_API_KEY") else "local"
@@ -141,14 +143,9 @@ def demo(root: str | None, wakes: int, interval: float, provider: str) -> None:
         click.echo("each wake loads the embedded model in-process")
     # Opus's change comes first in its queue: the story (announce, review, adopt, merge)
     # starts with its first wake; its small task waits for a later TASK wake.
-    evolve = TaskQueue(paths.home(AUTHOR).tasks).add(EVOLVE, source="demo").id
-    click.echo(f"task for {AUTHOR}: {EVOLVE}")
-    for name in CITIZENS:
-        queue = TaskQueue(paths.home(name).tasks)
-        task = queue.add(TASKS[name], source="demo")
-        first = evolve if name == AUTHOR else task.id
-        civilization.commons().ring(name, "TASK", f"task {first}", sender="demo")
-        click.echo(f"{'then ' if name == AUTHOR else ''}task for {name}: {TASKS[name]}")
+    firsts = _give_tasks()
+    evolve = firsts[AUTHOR]
+    civilization.commons().ring(AUTHOR, "TASK", f"task {evolve}", sender="demo")
     daemons = {}
     for name in CITIZENS:
         out = (base / f"daemon-{name}.log").open("wb")  # door: the demo's own civilization
@@ -162,6 +159,11 @@ def demo(root: str | None, wakes: int, interval: float, provider: str) -> None:
             env={**os.environ, "PYTHONPATH": str(code)})
     seen: set[Path] = set()
     try:
+        # The peers' tasks are rung once opus's wake holds its permit: the story starts
+        # with opus's change, not behind two small tasks (a working wake each at most).
+        _await_first_wake(AUTHOR, daemons[AUTHOR])
+        for name in CITIZENS[1:]:
+            civilization.commons().ring(name, "TASK", f"task {firsts[name]}", sender="demo")
         _watch(base, daemons, seen, evolve, (wakes, interval))
     finally:
         for d in daemons.values():
@@ -192,6 +194,26 @@ def _found(base: Path, budget: dict[str, float]) -> None:
     click.echo(f"civilization: {base}")
     click.echo(f"the operator's evolution.test_command (what a review's \"test it\" runs), "
                f"in {paths.operator_dir()}/<name>.json: {QUICK_TESTS}")
+
+
+def _give_tasks() -> dict[str, str]:
+    """Each citizen's task queued; the first each will take, by name (opus's change)."""
+    evolve = TaskQueue(paths.home(AUTHOR).tasks).add(EVOLVE, source="demo").id
+    click.echo(f"task for {AUTHOR}: {EVOLVE}")
+    firsts = {}
+    for name in CITIZENS:
+        task = TaskQueue(paths.home(name).tasks).add(TASKS[name], source="demo")
+        firsts[name] = evolve if name == AUTHOR else task.id
+        click.echo(f"{'then ' if name == AUTHOR else ''}task for {name}: {TASKS[name]}")
+    return firsts
+
+
+def _await_first_wake(name: str, daemon: subprocess.Popen[bytes], wait_s: float = 120) -> None:
+    """Until `name`'s first wake has begun (its log exists), its daemon died, or a while."""
+    deadline = time.monotonic() + wait_s
+    while (not wakelog.wake_logs(paths.home(name)) and daemon.poll() is None
+           and time.monotonic() < deadline):
+        time.sleep(0.2)
 
 
 def _watch(base: Path, daemons: dict[str, subprocess.Popen[bytes]], seen: set[Path],
