@@ -81,7 +81,7 @@ def test_a_debate_takes_at_most_five_participants(tmp_path: Path) -> None:
 
 def test_the_cli_starts_a_debate_with_the_fifty_cent_target() -> None:
     """001 L236, L430: cost < $0.50 per debate - `citizen debate start --max-usd` defaults
-    to 0.5 (its own default, beside `budget.max_usd_per_debate`)."""
+    to 0.5, the one number `budget.max_usd_per_debate` holds."""
     (option,) = [p for p in start.params if p.name == "max_usd"]
     assert isinstance(option, click.Option) and option.default == 0.5
 
