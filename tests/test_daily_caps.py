@@ -202,7 +202,8 @@ def test_a_task_ends_at_its_call_cap_saying_so(civ: Path) -> None:
 
 
 def test_doorbell_wakes_past_the_hours_limit_wait_for_the_window(civ: Path) -> None:
-    from citizen.daemon.process import Daemon, WakeRequest
+    from citizen.daemon.process import Daemon
+    from citizen.daemon.requests import WakeRequest
 
     limits("opus", max_doorbell_wakes_per_hour=2)
     daemon = Daemon("opus")

@@ -20,7 +20,7 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from citizen.admin.schedstore import Store
 from citizen.config import paths
 from citizen.daemon import scheduled, unit
-from citizen.daemon.process import WakeRequest
+from citizen.daemon.requests import WakeRequest
 from citizen.home import state as home_state
 from shared import doorbell
 from tests.daemons import have_run
