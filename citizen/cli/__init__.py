@@ -18,7 +18,7 @@ from typing import Any
 import click
 
 from citizen import __version__
-from citizen.cli import errors, terminal
+from citizen.cli import terminal
 from citizen.cli.terminal import NoSuch
 from shared.errors import NotFound
 
@@ -51,6 +51,45 @@ COMMANDS = {
     "spend": "citizen.cli.broker:spend",
     "disk": "citizen.cli.disk:disk",
     "web": "citizen.cli.web:web",
+}
+# name -> its short help, its docstring's first sentence: `citizen --help` lists every
+# command without importing one (importing them all took half a second). A command
+# missing here is loaded for its line; tests/test_cli_errors.py holds each to its own.
+SUMMARIES = {
+    "init": (
+        "Create the commons, citizen homes (all template citizens unless NAMES are given), "
+        "the baseline repository of this checkout and each citizen's ~/code as its clone."),
+    "status": "Show each citizen: daemon state, last and next wake, tasks, wakes and $ today.",
+    "cost": (
+        "Dollars, calls, tokens in/out, cache read/write, the cached share and the prompt "
+        "tokens an average call carries, per group."),
+    "logs": "A table of citizen NAME's wakes, the transcript of one, or a live tail.",
+    "task": "Add, list, show, cancel and retry a citizen's tasks.",
+    "wake": "Run one wake of citizen NAME now and print how it ended.",
+    "run": (
+        "Run the daemon of citizen NAME in the foreground (systemd runs this), or with --all "
+        "every citizen's daemon in one process."),
+    "tool": "Run tool TOOL as citizen NAME with JSON ARGS and print its result.",
+    "memory": "A citizen's hierarchical memory.",
+    "mail": "A citizen's mailbox.",
+    "demo": (
+        "Run opus, mira and aria as daemons for a few wakes: a task each, then opus's code "
+        "change announced, reviewed by its peers' own wakes, adopted and merged."),
+    "onboard": "Create citizen NAME end to end: user, home, code clone, config, .env, unit.",
+    "doctor": "Check config, paths, permissions and the model with one tiny real call.",
+    "ask": "Ask the model one question and print the reply, tokens and cost.",
+    "proposal": "Thought World proposals: list, show, start, approve, reject, report.",
+    "debate": "Structured debates: list, start, show, follow, graders.",
+    "stream": (
+        "ThoughtStream: say (open a stream), list and show decisions, reopen, replay, rate,"
+        " calibration; rooms under `citizen room`."),
+    "room": "A room's governance and temperature.",
+    "backup": "Snapshots of every home and the commons (restic; DEPLOY.md §6).",
+    "restore": "Put a snapshot back where it was taken (stop the daemons first).",
+    "broker": "The broker: the process that holds the keys, the caps and the ledger.",
+    "spend": "What the broker let through: dollars per citizen and day, from its ledger.",
+    "disk": "Each citizen's disk budget (budget.max_home_mb in the operator's rules).",
+    "web": "The operator's dashboard: every citizen, its wakes and money, live.",
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").
@@ -91,6 +130,20 @@ class _Group(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
 
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's list of commands, from SUMMARIES: no command module is imported."""
+        limit = formatter.width - 6 - max(len(name) for name in COMMANDS)
+        rows = []
+        for name in COMMANDS:
+            summary = SUMMARIES.get(name)
+            if summary is None:
+                loaded = self.get_command(ctx, name)
+                summary = loaded.get_short_help_str(1000) if loaded is not None else ""
+            # click's own shortening, on a stand-in that carries only the summary
+            rows.append((name, click.Command(name, help=summary).get_short_help_str(limit)))
+        with formatter.section("Commands"):
+            formatter.write_dl(rows)
+
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in ALIASES:
             new, target = ALIASES[cmd_name]
@@ -111,6 +164,7 @@ class _Group(click.Group):
         except Exception as exc:
             if ctx.params.get("verbose", 0) >= 2:
                 raise  # -vv: the traceback, for a bug report
+            from citizen.cli import errors  # noqa: PLC0415 - the config it imports: 45 ms
             if isinstance(exc, NotFound):  # a proposal, debate, change... that is not there
                 raise NoSuch(errors.one_line(exc, typed)) from exc
             raise click.ClickException(errors.one_line(exc, typed)) from exc
