@@ -189,6 +189,9 @@ class LocalModelSettings:
     max_output_tokens: int
     threads: int
     max_concurrent_generations: int
+    # How long a request to an `llm.local_url` server may take, queueing included, before
+    # the call fails (ProviderError): the operator's, beside the server's slots above.
+    request_timeout_s: float = 300.0
 
 
 @dataclass(frozen=True)

@@ -136,14 +136,15 @@ class LocalProvider(Provider):
         *,
         url: str = "",
         model_file: Path | None = None,
-        timeout_s: float = 300.0,
+        timeout_s: float | None = None,
     ) -> None:
         self.config = config
         self.settings = settings
         self.max_concurrent = settings.max_concurrent_generations
         self.price_table = prices.get(settings.model, ModelPrice(0, 0, 0, 0))
         if url:
-            self.backend: _Backend = ModelServer(url, timeout_s)
+            self.backend: _Backend = ModelServer(
+                url, settings.request_timeout_s if timeout_s is None else timeout_s)
         else:
             if model_file is None:
                 model_file = ensure_model()
