@@ -294,3 +294,29 @@ def test_a_message_in_my_focus_adds_the_expertise_boost_to_my_bid(civ: Path) -> 
         got[key] = (rec["expertise_boost"], rec["confidence"], rec["action"])
     assert got["off"] == (0.0, 0.5, "SILENT")
     assert got["in"] == (EXPERT_BOOST, 0.7, "POSTED")
+
+
+def test_without_coordination_a_claimer_answers_without_waiting_for_the_others(
+        civ: Path) -> None:
+    """The seed's baseline (§1.1): every AI that wants to answer starts generating at
+    once. A claimer in an uncoordinated room waited for every other bid (up to the
+    window plus grace) and, with a peer busy elsewhere, ended undecided and unanswered."""
+    from citizen import civilization
+    from citizen.wake.flow import run_wake
+    from tests.scripts import say
+
+    streams = civilization.streams()
+    streams.set_room("bench", "balanced", coordinate=False)
+    sid = streams.open("<stampede@example.org>", "Who knows backups?", room="bench",
+                       participants=["opus", "mira"]).id
+    provider = claimer(0.8, lambda: say("snapshots, then verify them"))
+    result = run_wake("opus", wake_type="STREAM", provider=lambda c, s: provider)
+    assert result.status == "ok"
+    assert streams.decision(sid) is None  # mira has not bid: nothing is decided yet
+    rec = streams.read_record(sid, "opus")
+    assert rec is not None and rec["action"] == "POSTED"
+    assert streams.responses(sid)["opus"]["text"] == "snapshots, then verify them"
+    assert streams.floor(sid, "mira") == ""  # no claim, no floor
+    streams.think(sid, "mira", True, 0.4)  # a late claimer speaks too, decided or not
+    assert streams.try_decide(sid, "mira") is not None
+    assert streams.floor(sid, "mira") == "granted"

@@ -42,12 +42,15 @@ def silenced_during(history: Sequence[tuple[float, Iterable[str]]], start: float
 def floor(s: Stream, decision: Mapping[str, Any], citizen: str) -> str:
     """Why `citizen` may speak on the decided stream `s` (GRANTED, OVERRIDE,
     INTERRUPTION), or '' - `s` as `moderated` gives it, so a moderator's silence or
-    pause after the decision holds too."""
+    pause after the decision holds too. Without coordination a claimer has the floor
+    by its claim, decided or not."""
     if s.settings.paused or citizen in s.settings.silenced:
         return ""
-    if citizen in decision.get("granted", ()):
-        return GRANTED
     t = s.thoughts.get(citizen)
+    # no coordination (§1.1's baseline): every claimer speaks
+    uncoordinated = not s.settings.coordinate and t is not None and t.claiming
+    if uncoordinated or citizen in decision.get("granted", ()):
+        return GRANTED
     if t is None or not t.claiming or confidence(s, t) < min_confidence(s):
         return ""
     if s.settings.allow_overrides and t.override and citizen in decision.get("denied", ()):

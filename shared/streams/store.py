@@ -153,9 +153,12 @@ class Streams:
 
     def floor(self, sid: str, citizen: str) -> str:
         """Why `citizen` may speak on `sid` now (granted, override, interruption), or ''
-        (undecided, not granted, or the moderator silenced it or paused the room)."""
+        (undecided, not granted, or the moderator silenced it or paused the room).
+        Without coordination a claimer needs no decision (`floor`)."""
         decision = self.decision(sid)
-        return "" if decision is None else floor(self.live(sid), decision, citizen)
+        if decision is None and bool(self.info(sid)["settings"].get("coordinate", True)):
+            return ""
+        return floor(self.live(sid), decision or {}, citizen)
 
     def _read(self, sid: str, name: str, author: str | None, legacy: str = "citizen",
               accept: Callable[[dict[str, Any]], bool] | None = None

@@ -101,14 +101,21 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     me = setup.home.name
     info = streams.info(sid)
     record = _bid_once(setup, env, ask, streams, sem=sem, sid=sid, info=info)
-    try:
-        decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
-            "intention_window_ms"] / 1000 + DECISION_GRACE_S)
-    except LockTimeout as exc:  # the seed's TIMEOUT action; decided by a later wake
-        record.update(action="TIMEOUT", error=str(exc)[:300])
-        streams.record(sid, me, record)
-        env.event("stream_undecided", stream=sid, reason=str(exc)[:300])
-        return f"{sid}: undecided (a later wake decides it)"
+    uncoordinated = not info["settings"].get("coordinate", True) and info.get("source") not in (
+        "mail", "volunteer")
+    if uncoordinated and record["claim"]:
+        # No coordination (the seed's baseline, §1.1): a claimer generates at once, waiting
+        # for nobody's bid (`floor`); the last bidder records the decision.
+        decision: Mapping[str, Any] = streams.try_decide(sid, me) or {}
+    else:
+        try:
+            decision = streams.wait_decision(sid, me, timeout_s=info["settings"][
+                "intention_window_ms"] / 1000 + DECISION_GRACE_S)
+        except LockTimeout as exc:  # the seed's TIMEOUT action; decided by a later wake
+            record.update(action="TIMEOUT", error=str(exc)[:300])
+            streams.record(sid, me, record)
+            env.event("stream_undecided", stream=sid, reason=str(exc)[:300])
+            return f"{sid}: undecided (a later wake decides it)"
     s = streams.load(sid)
     record["competing"] = {c: {"claiming": t.claiming, "confidence": t.confidence}
                            for c, t in s.thoughts.items() if c != me}
@@ -129,7 +136,7 @@ def _take(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Semaph
     if not floor:
         record["action"] = "SILENT"
         streams.record(sid, me, record)
-        env.event("stream_silent", stream=sid, exit=decision["exit"])
+        env.event("stream_silent", stream=sid, exit=decision.get("exit"))
         return f"{sid}: SILENT"
     started, wall = time.monotonic(), clock.time()
     calls, tokens = ask.meter.calls, ask.meter.tokens_in + ask.meter.tokens_out
@@ -300,8 +307,10 @@ def _bid_once(setup: Setup, env: ToolEnv, ask: Ask, streams: Streams, *, sem: Se
     record = streams.read_record(sid, me) or _my_bid(streams, sid, me)
     if record:
         return record
-    # decided before I got here: a bid is waste - unless the room takes interjections
-    interjecting = bool(info["settings"].get("enable_interruptions"))
+    # decided before I got here: a bid is waste - unless the room takes interjections,
+    # or does not coordinate (every claimer speaks, `floor`)
+    interjecting = bool(info["settings"].get("enable_interruptions")) or not info[
+        "settings"].get("coordinate", True)
     if streams.decision(sid) is not None and not interjecting:
         record = _late(setup, streams, sid=sid, info=info)
     else:
