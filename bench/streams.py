@@ -1,7 +1,12 @@
 """ThoughtStream on a shared local model server: coordinated against uncoordinated.
 
-    .venv/bin/python bench/streams.py [--citizens 3 5 10] [--questions 10] [--timeout 45]
-                                      [--bids rule model]
+    .venv/bin/python bench/streams.py [--scenario serial] [--citizens 3 5 10] [--questions 10]
+                                      [--timeout 45] [--bids rule model]
+    .venv/bin/python bench/streams.py --scenario paper [...]   # bench/streams_paper.py
+
+`--scenario paper` is the seed's own test (§4.1): questions at a pace without waiting
+for answers, a server of 4 parallel slots, the 45 s timeout as a failed request
+(bench/streams_paper.py). The `serial` scenario below is today's:
 
 The packaged Gemma model runs as an OpenAI-compatible server (`python -m
 llama_cpp.server`, one request at a time); N citizen daemons use it for their bids and
@@ -251,6 +256,17 @@ def headline(r: dict[str, Any]) -> str:
 
 
 def main() -> None:
+    if "--scenario" in sys.argv:
+        at = sys.argv.index("--scenario")
+        scenario, rest = sys.argv[at + 1:at + 2], sys.argv[1:at] + sys.argv[at + 2:]
+        if scenario == ["paper"]:
+            from bench import streams_paper
+
+            streams_paper.main(rest)
+            return
+        if scenario != ["serial"]:
+            sys.exit("--scenario is serial (today's, the default) or paper (the seed's §4.1)")
+        sys.argv[1:] = rest
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--citizens", type=int, nargs="+", default=[3, 5, 10])
     parser.add_argument("--questions", type=int, default=10)
