@@ -90,13 +90,14 @@ def test_a_held_mail_asks_for_a_stream_wake_at_every_slot(civ: Path) -> None:
 
     daemon = Daemon("opus", interval_s=3600)
     daemon.slot_due()
-    assert [r.wake_type for r in list(daemon.requests.queue)] == [None]  # nothing held
+    assert [r.wake_type for r in daemon.requests.waiting()] == [None]  # nothing held
     daemon.pending.clear()
-    daemon.requests.queue.clear()
+    while not daemon.requests.empty():
+        daemon.requests.get_nowait()
     TaskQueue(paths.home("opus").tasks).hold("Mail from x", kind="TASK", source="mail",
                                              meta={"stream": "stream-0"}, task_id="t-1")
     daemon.slot_due()
-    assert [r.wake_type for r in list(daemon.requests.queue)] == ["STREAM", None]
+    assert [r.wake_type for r in daemon.requests.waiting()] == ["STREAM", None]
 
 
 def test_on_a_serial_or_busy_model_an_auto_bid_is_a_rule_and_costs_no_call(civ: Path) -> None:

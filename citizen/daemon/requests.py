@@ -42,3 +42,8 @@ class Requests(queue.Queue[WakeRequest]):
 
     def _get(self) -> WakeRequest:
         return (self.rung or self.slots).popleft()
+
+    def waiting(self) -> list[WakeRequest]:
+        """What waits, in the order it will be served (for status and tests)."""
+        with self.mutex:
+            return [*self.rung, *self.slots]
