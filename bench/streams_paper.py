@@ -10,7 +10,9 @@ Servers: `standin` is a SIMULATION (bench/model_front.py: 4 slots, each generati
 `llama-server --parallel 4` with the packaged model (scripts/llama_server.sh). Both are
 reached through the bench's counting front, which sees every request arrive.
 
-The operator's rules of the run (a copy of templates/ as EXPERIENCE_RULES_DIR): the
+The operator's broker.json allows as many working wakes at once as citizens (the
+shipped default, the CPUs, would hold 2 generations in flight on 2 cores). The
+operator's rules of the run (a copy of templates/ as EXPERIENCE_RULES_DIR): the
 model's `max_concurrent_generations` is the server's 4 slots (the coordinated
 citizens' semaphore) and `request_timeout_s` 45 (a call past it fails: ProviderError,
 the stream wake's FAILED). Bids are the seed's stampede (every citizen claims every
@@ -60,6 +62,16 @@ def rules_dir(slots: int, timeout: float) -> Path:
     configs = json.loads((out / "citizen_configs.json").read_text())
     configs["defaults"]["budget"]["max_doorbell_wakes_per_hour"] = 1000
     (out / "citizen_configs.json").write_text(json.dumps(configs))
+    return out
+
+
+def operator_dir(citizens: int) -> Path:
+    """The operator's broker.json for the run: as many working wakes at once as citizens.
+    The paper's personas are processes of their own, each with its request; the shipped
+    default (the CPUs: 2 here) held at most 2 generations in flight, below the server's 4
+    slots, so nothing queued and the runs measured the permits, not ThoughtStream."""
+    out = Path(tempfile.mkdtemp(prefix="bench-paper-operator-"))
+    (out / "broker.json").write_text(json.dumps({"max_working_wakes": citizens}))
     return out
 
 
@@ -294,6 +306,7 @@ def main(argv: list[str] | None = None) -> None:
                         help="seconds after the last question to wait for the answers")
     args = parser.parse_args(argv)
     os.environ["EXPERIENCE_RULES_DIR"] = str(rules_dir(args.slots, args.timeout))
+    os.environ["EXPERIENCE_OPERATOR_DIR"] = str(operator_dir(max(args.citizens)))
     print(f"ThoughtStream, the paper's scenario: {args.questions} questions every {args.pace} s "
           f"(not waiting for answers), every citizen claims each (focus: {EVERYTHING[:30]}...), "
           f"{args.slots} model slots, {args.timeout:.0f} s request timeout", flush=True)
