@@ -107,6 +107,19 @@ def test_a_spent_daily_cap_forwards_nothing(civ: Path, messages_api: MessagesSer
     assert [(r["state"], r["cost_usd"]) for r in ledger_rows()] == [("refused", 0)]
 
 
+def test_a_cap_lowered_while_the_broker_runs_holds_from_the_next_call(
+        civ: Path, messages_api: MessagesServer) -> None:
+    """The broker keeps where a citizen's rule files are (citizen.broker.rules.RuleCache),
+    never what they said: the cap the operator lowers refuses the very next call."""
+    setup_opus(civ, messages_api.url, max_usd_per_day=50.0)
+    messages_api.reply(text("hi"))
+    assert ask().text == "hi"
+    setup_opus(civ, messages_api.url, max_usd_per_day=0.0001)
+    with pytest.raises(DailyCapReached, match="daily cap"):
+        ask()
+    assert len(messages_api.forwarded()) == 1  # the first call only
+
+
 def test_a_rewritten_daemon_gets_nothing_past_the_rules(
         civ: Path, messages_api: MessagesServer) -> None:
     setup_opus(civ, messages_api.url, max_usd_per_day=1.0)
