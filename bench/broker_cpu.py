@@ -7,15 +7,20 @@
 
 Against the zero-latency stand-in (tests/anthropic_server.py, its connections kept alive
 as the API's are: a new TCP connection per call would be the stand-in's cost, not the
-broker's), each caller sends the
-same request directly and through the broker, alternating (bench/broker.py's
-`alternate`: N callers are N threads in up to 4 processes, each its own citizen and its
-own kept-alive connection). Added time = through the broker minus direct. CPU per call =
-the broker process's user + system time (`/proc/<pid>/stat`, all its threads, ended ones
-included) over a round, divided by the calls it forwarded in that round; the broker does
-nothing else meanwhile. Each broker runs as `citizen broker run` from its own tree, on
-the same civilization and the same stand-in; with --old the two take turns round by
-round, so both see the same machine.
+broker's), each caller sends the same request directly and through the broker,
+alternating (bench/broker.py's `alternate`: N callers are N threads in up to 4
+processes, each its own citizen and its own kept-alive connection). Added time = through
+the broker minus direct, per pair. CPU per call = the broker process's user + system time
+(`/proc/<pid>/stat`, all its threads, ended ones included) over a round, divided by the
+calls it forwarded in that round; the broker does nothing else meanwhile. Each broker runs
+as `citizen broker run` from its own tree, on the same civilization and the same
+stand-in; with --old the two take turns round by round, so both see the same machine.
+
+The broker is one Python process: at most one core's worth of calls, 1 / (CPU per call)
+a second (printed as its ceiling). N callers with no upstream latency keep up to N calls
+queued there, so the time added at 100 callers is queueing - up to 100 x the CPU per
+call - whatever the threading; the goals are the CPU per call staying flat, and 1 ms
+added at 1 caller.
 """
 
 from __future__ import annotations
