@@ -4,6 +4,7 @@ the citizen's task queue and a wake's logged events, which those tests read back
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,6 +27,15 @@ def call(name: str, cost: float = 0.0, **args: Any) -> Reply:
 def say(text: str) -> Reply:
     """A reply ending the turn with text."""
     return Reply(text=text, model="scripted", provider="scripted", usage=Usage(100, 10))
+
+
+# A command prefix that runs the rest of the argv with Ctrl-C (SIGINT) as at a person's
+# terminal. A shell starts a background job with SIGINT ignored, its children inherit
+# that (a CI runner under `nohup cmd &` did), and no shell can undo it: a test that sends
+# Ctrl-C would then wait forever. exec keeps the default disposition set here.
+AT_A_TERMINAL = [sys.executable, "-c", "import os, signal, sys; "
+                 "signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                 "os.execvp(sys.argv[1], sys.argv[1:])"]
 
 
 def provides(provider: Provider) -> Callable[[CitizenConfig, Secrets], Provider]:

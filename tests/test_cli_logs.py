@@ -27,7 +27,7 @@ from citizen.home.tasks import TaskQueue
 from citizen.llm.base import Reply, Request, Usage
 from citizen.llm.scripted import ScriptedProvider
 from citizen.wake.flow import call_outside_wake, run_wake
-from tests.scripts import Actor, call
+from tests.scripts import AT_A_TERMINAL, Actor, call
 
 DEADLINE_S = 60.0
 HOSTILE = "\x1b]0;pwned\x07\x1b]52;c;Zm9v\x07\x1b[2J"
@@ -78,9 +78,9 @@ def test_follow_prints_a_tool_call_of_the_wake_in_progress(civ: Path, tmp_path: 
     wake = subprocess.Popen([sys.executable, "-m", "tests.blocking_wake", str(tmp_path),
                              "release=1"], env=env, cwd=paths.project_dir(), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
-    follow = subprocess.Popen([sys.executable, "-m", "citizen", "logs", "opus", "--follow"],
-                              env=env, cwd=paths.project_dir(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen([*AT_A_TERMINAL, sys.executable, "-m", "citizen", "logs", "opus",
+                               "--follow"], env=env, cwd=paths.project_dir(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert follow.stdout is not None
         lines, seen = _reader(follow.stdout), list[str]()
@@ -110,9 +110,9 @@ def test_follow_reads_a_log_being_appended_and_waits_for_a_torn_line(civ: Path) 
     start = {"ts": "2026-11-25T10:00:00+00:00", "event": "wake_start", "wake": 3,
              "type": "TASK", "reason": "requested", "pid": 1}
     log.write_text(json.dumps(start) + "\n")
-    follow = subprocess.Popen([sys.executable, "-m", "citizen", "logs", "mira", "-f"],
-                              env=_env(), cwd=paths.project_dir(), stdout=subprocess.PIPE,
-                              stderr=subprocess.PIPE, text=True)
+    follow = subprocess.Popen([*AT_A_TERMINAL, sys.executable, "-m", "citizen", "logs", "mira",
+                               "-f"], env=_env(), cwd=paths.project_dir(),
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert follow.stdout is not None
         lines, seen = _reader(follow.stdout), list[str]()

@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from citizen.config import paths
+from tests.scripts import AT_A_TERMINAL
 
 pytestmark = pytest.mark.model  # the wake, doctor and ask make real embedded-model calls
 README = paths.project_dir() / "README.md"
@@ -88,8 +89,8 @@ def _beating(beat: Path, pid: int) -> bool:
 
 
 def _long_running(command: str, civ: Path, env: dict[str, str]) -> None:
-    proc = subprocess.Popen(["bash", "-c", f"exec {command}"], env=env, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([*AT_A_TERMINAL, "bash", "-c", f"exec {command}"], env=env,
+                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     try:
         if command.endswith(("run opus", "run --all")):  # up once the heartbeats say so
             beats = civ / "shared" / "monitor" / "heartbeats"
