@@ -31,10 +31,8 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -77,37 +75,12 @@ def operator_dir(citizens: int) -> Path:
 
 @contextmanager
 def llama(slots: int) -> Iterator[str]:
-    """llama.cpp's server with `slots` parallel slots (each 4096 tokens of context)."""
-    from citizen.llm.model_file import ensure_model
-    from tests.llama_server import binary
-    from tests.mailserver import free_port
+    """llama.cpp's server with `slots` parallel slots (each 4096 tokens of context): the
+    tests' launcher (its `-np 1` is overridden: llama-server takes the last value)."""
+    from tests.llama_server import running
 
-    port = free_port()
-    log = tempfile.NamedTemporaryFile(prefix="llama-paper-", suffix=".log", delete=False)  # noqa: SIM115
-    proc = subprocess.Popen(
-        [str(binary()), "-m", str(ensure_model()), "--host", "127.0.0.1", "--port", str(port),
-         "-c", str(4096 * slots), "--parallel", str(slots), "--threads", "2"],
-        stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:  # noqa: S310
-                    if resp.status == 200:
-                        break
-            except OSError:
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("llama-server did not start: "
-                                   + Path(log.name).read_text()[-800:])
-            time.sleep(0.3)
+    with running("--parallel", str(slots), ctx=4096 * slots) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        Path(log.name).unlink(missing_ok=True)
 
 
 @contextmanager
