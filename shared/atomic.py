@@ -41,7 +41,7 @@ class CorruptFile(Invalid):
 
 def write_bytes(path: Path, data: bytes, mode: int = 0o640,
                 owner: tuple[int, int] | None = None, *, sync_dir: bool = True,
-                beneath: Path | None = None) -> None:
+                beneath: Path | None = None, durable: bool = True) -> None:
     """Atomically replace `path` with `data`.
 
     `mode` 0640 by default: owner writes, group `citizens` may read (peer
@@ -52,6 +52,8 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
     the directory's fsync (the rename's durability) to the caller: `fsync_dir(path.parent)`.
     `beneath`: no directory below it is followed through a link (a writer with more
     rights than whoever can write there: root into a home or the commons).
+    `durable=False`: no fsync at all - only for derived data whose reader checks it
+    against what it derives from (a context's rendered view), so a torn file is a miss.
 
     Everything happens through descriptors (shared/door.py): the directory is opened
     without following a link, the temp file is created in it O_EXCL|O_NOFOLLOW, its mode
@@ -62,16 +64,18 @@ def write_bytes(path: Path, data: bytes, mode: int = 0o640,
         path.parent.mkdir(parents=True, exist_ok=True)
     dfd = door.open_dir(path.parent, beneath=beneath)
     try:
-        replace_in(dfd, path.name, data, mode, owner, sync_dir=sync_dir)
+        replace_in(dfd, path.name, data, mode, owner, sync_dir=sync_dir and durable,
+                   durable=durable)
     finally:
         os.close(dfd)
 
 
 def replace_in(dfd: int, name: str, data: bytes, mode: int = 0o640,
-               owner: tuple[int, int] | None = None, *, sync_dir: bool = True) -> None:
+               owner: tuple[int, int] | None = None, *, sync_dir: bool = True,
+               durable: bool = True) -> None:
     """Atomically replace `name` in the open directory `dfd` with `data` (a link at the
     name is replaced, never followed); `write_bytes` through a descriptor."""
-    tmp = _temp_in(dfd, name, data, mode, owner)
+    tmp = _temp_in(dfd, name, data, mode, owner, durable=durable)
     try:
         os.replace(tmp, name, src_dir_fd=dfd, dst_dir_fd=dfd)
     except BaseException:
@@ -82,7 +86,7 @@ def replace_in(dfd: int, name: str, data: bytes, mode: int = 0o640,
 
 
 def _temp_in(dfd: int, name: str, data: bytes, mode: int,
-             owner: tuple[int, int] | None) -> str:
+             owner: tuple[int, int] | None, *, durable: bool = True) -> str:
     """`data` in a new hidden, fsynced temp file in the directory `dfd`, with `mode` and
     `owner` set through its descriptor; the temp file's name."""
     for _ in range(100):
@@ -96,7 +100,7 @@ def _temp_in(dfd: int, name: str, data: bytes, mode: int,
     else:
         raise FileExistsError(errno.EEXIST, "no free temp name after 100 tries", name)
     try:
-        _fill(fd, data, mode, owner)
+        _fill(fd, data, mode, owner, durable)
     except BaseException:
         os.close(fd)
         _unlink_in(dfd, tmp)
@@ -105,7 +109,8 @@ def _temp_in(dfd: int, name: str, data: bytes, mode: int,
     return tmp
 
 
-def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None) -> None:
+def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None,
+          durable: bool = True) -> None:
     """Give the new file `fd` its mode and owner - through the descriptor: a link swapped
     in at its name is never what is chmodded or chowned - then `data`, fsynced."""
     os.fchmod(fd, mode)
@@ -114,7 +119,8 @@ def _fill(fd: int, data: bytes, mode: int, owner: tuple[int, int] | None) -> Non
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-    os.fsync(fd)
+    if durable:
+        os.fsync(fd)
 
 
 def _unlink_in(dfd: int, name: str) -> None:
@@ -241,6 +247,14 @@ def read_json(path: Path, schema_version: int | None = None, *,
         raw = door.read_capped(path, cap, beneath=beneath)
     except TooBig as exc:
         raise CorruptFile(path, str(exc)) from exc
+    return parse_json(path, raw, schema_version)
+
+
+def parse_json(path: Path, raw: bytes, schema_version: int | None = None) -> Any:
+    """`read_json` of bytes already read from `path` (the name is for the error).
+
+    :raises CorruptFile: as `read_json`.
+    """
     try:
         data = door.loads(raw)
     except ValueError as exc:  # JSONDecodeError and UnicodeDecodeError are ValueErrors
@@ -262,7 +276,11 @@ def read_jsonl(path: Path, tail_bytes: int | None = None) -> list[Any]:
     a link or from a FIFO, and at most its last `tail_bytes` (MAX_HISTORY when not
     given: a sparse terabyte planted there fills no reader) - a cut first line is
     skipped as a torn one."""
-    raw = read_tail(path, MAX_HISTORY if tail_bytes is None else tail_bytes)
+    return parse_jsonl(read_tail(path, MAX_HISTORY if tail_bytes is None else tail_bytes))
+
+
+def parse_jsonl(raw: bytes) -> list[Any]:
+    """`read_jsonl` of bytes already read: every whole line, the rest skipped."""
     out = []
     for line in raw.decode("utf-8", "replace").splitlines():
         try:

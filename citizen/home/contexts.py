@@ -10,6 +10,9 @@ Identity is never forgotten: over its cap it is kept and reported (a REFLECT wak
 rewrites it). Saving writes only the files that changed, and a context that only grew
 (a wake's history line) appends its new entries to a journal beside it (`history.jsonl`)
 instead of rewriting the whole file: a few hundred bytes a wake, not the file's 170 KB.
+What a prompt shows of each context is kept between wakes keyed by its bytes
+(citizen.home.rendered), so a load parses only what has no view for its bytes, and a
+wake parses the rest only if it reads or replaces their entries (issue 45).
 """
 
 from __future__ import annotations
@@ -17,17 +20,29 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from citizen.home import rendered
+from citizen.home.context import SCHEMA_VERSION, Context, TokenCounter
 from citizen.home.tasks import now_iso
-from shared.atomic import append_line, read_json, read_jsonl, write_bytes, write_json
+from shared import door
+from shared.atomic import (
+    MAX_HISTORY,
+    CorruptFile,
+    TooBig,
+    append_line,
+    parse_json,
+    parse_jsonl,
+    read_tail,
+    write_bytes,
+    write_json,
+)
 
 log = logging.getLogger(__name__)
+__all__ = ["ORDER", "SCHEMA_VERSION", "STRATEGIES", "Context", "ContextStore"]
 
-SCHEMA_VERSION = 1
 # type → (strategy, argument)
 STRATEGIES: dict[str, tuple[str, int]] = {
     "identity": ("never", 0),
@@ -49,61 +64,6 @@ _SUMMARY_SENTENCE = 160  # characters kept from each entry when summarizing
 # a load reads at most this many lines beside the file.
 JOURNAL_LINES = 64
 
-TokenCounter = Callable[[str], int]
-
-
-@dataclass
-class Context:
-    """One context file: a list of entries plus metadata."""
-
-    type: str
-    cap: int
-    entries: list[dict[str, Any]] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    # What is on disk (file and journal), copied apart from `entries` and `meta` (no
-    # mutable object shared), so a save tells "unchanged" and "only grew" from the rest
-    # by comparing them (equality: C speed, where encoding each entry again on every
-    # load and save was most of a wake's CPU; 1 == 1.0 == True is the one change it
-    # cannot see, and no writer swaps those). None: nothing on disk yet.
-    saved: list[Any] = field(default_factory=list)
-    saved_meta: dict[str, Any] | None = None
-    journal: str = ""  # the file's journal token ("": a journal may not extend it)
-    journal_lines: int = 0
-    # The last render and the entries it was made from (each a shallow copy: a render
-    # reads only an entry's text and status, plain values). A wake asks for each context's
-    # text several times (the contexts event, the prompt's budget, the cap check at the
-    # save); the copies' equality (C speed) tells an unchanged context from a changed one.
-    _shown: tuple[list[dict[str, Any]], str] | None = field(default=None, repr=False,
-                                                             compare=False)
-
-    def add(self, text: str, **extra: Any) -> None:
-        self.entries.append({"ts": now_iso(), "text": text, **extra})
-
-    def render(self) -> str:
-        if not self.entries:
-            return ""
-        shown = self._shown
-        if shown is not None and shown[0] == self.entries:
-            return shown[1]
-        text = self.render_entries()
-        self._shown = (list(map(dict, self.entries)), text)
-        return text
-
-    def render_entries(self) -> str:
-        """The entries as the prompt shows them, rendered anew (`render` keeps the last)."""
-        return f"## {self.type}\n" + "\n".join(self.line(e) for e in self.entries)
-
-    @staticmethod
-    def line(entry: dict[str, Any]) -> str:
-        """One entry as the prompt shows it (a completed goal says so)."""
-        done = " (completed)" if entry.get("status") == "completed" else ""
-        return f"- {entry['text']}{done}"
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"schema_version": SCHEMA_VERSION, "type": self.type, "entries": self.entries,
-                "meta": self.meta}
-
-
 def _compact(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
@@ -123,6 +83,13 @@ def _apart(entries: list[Any]) -> list[Any]:
     plain = _SCALARS.issuperset
     return [dict(e) if type(e) is dict and plain(map(type, e.values())) else _copy(e)
             for e in entries]
+
+
+def _fill(ctx: Context, data: dict[str, Any]) -> None:
+    """A parsed file's entries (then its journal's) and meta into `ctx`, and `saved`."""
+    ctx._entries = [*data.get("entries", []), *ctx.tail]
+    ctx._meta = dict(data.get("meta", {}))
+    ctx.saved, ctx.saved_meta = _apart(ctx._entries), _copy(ctx._meta)
 
 
 def _first_sentence(text: str) -> str:
@@ -150,6 +117,7 @@ class ContextStore:
         self.dir = directory
         self.limits = limits
         self.count = count
+        self.counter = rendered.counter_id(count)
 
     def path(self, ctype: str) -> Path:
         return self.dir / f"{ctype}.json"
@@ -169,34 +137,66 @@ class ContextStore:
                 write_json(self.path(ctype), ctx.to_dict())
 
     def load(self, ctype: str) -> Context:
-        """One context; a missing file is an empty context.
+        """One context; a missing file is an empty context. The file's bytes are read
+        and keyed: with a view kept for that key the file is parsed only when its entries
+        are needed, else it is parsed now (and its view kept for the next wake). The
+        journal's entries for this file (a few) are read either way.
 
-        :raises CorruptFile: the file does not parse (it is kept, the wake fails).
+        :raises CorruptFile: the file does not parse (it is kept, the wake fails). Bytes
+            with a kept view were parsed before, so a load finds every corrupt file.
         """
         path = self.path(ctype)
         if not path.exists():
             return Context(ctype, self.limits[ctype], meta={"created": now_iso()})
-        data = read_json(path, SCHEMA_VERSION)
-        ctx = Context(ctype, self.limits[ctype], list(data.get("entries", [])),
-                      dict(data.get("meta", {})), journal=str(data.get("journal", "")))
-        journal = self.journal(ctype)
-        if ctx.journal and journal.exists():
+        try:
+            base = door.read_capped(path)
+        except TooBig as exc:
+            raise CorruptFile(path, str(exc)) from exc
+        key = rendered.key_of(base, self.counter)
+        view = rendered.read(self.dir, ctype, key)
+
+        def parse(ctx: Context) -> None:
+            _fill(ctx, parse_json(path, base, SCHEMA_VERSION))
+
+        ctx = Context(ctype, self.limits[ctype], parse=parse, view=view)
+        data = None
+        if view is None:
+            data = parse_json(path, base, SCHEMA_VERSION)  # a corrupt file fails the load
+            ctx.journal = str(data.get("journal", ""))
+            ctx.view = self._viewed(ctx, key, data.get("entries", []))
+        else:
+            ctx.journal = view.journal
+        if ctx.journal:
             # Only lines written against this very file: after a rewrite (a new token) the
             # old journal's lines are already in it, and a crash before the journal was
             # removed must not add them twice. A torn last line (killed mid-append) is skipped.
-            lines = read_jsonl(journal)
+            try:
+                lines = parse_jsonl(read_tail(self.journal(ctype), MAX_HISTORY))
+            except FileNotFoundError:
+                lines = []
             ctx.journal_lines = len(lines)
-            for line in lines:
-                if isinstance(line, dict) and line.get("base") == ctx.journal:
-                    ctx.entries.extend(line.get("entries", []))
-        ctx.saved, ctx.saved_meta = _apart(ctx.entries), _copy(ctx.meta)
+            ctx.tail = [e for line in lines if isinstance(line, dict)
+                        and line.get("base") == ctx.journal for e in line.get("entries", [])]
+        if data is not None:  # parsed already: no second parse, and no second render
+            text = ctx.render()
+            ctx.parse_with(lambda c: _fill(c, data))
+            if text:
+                ctx.rendered_as(text)
         return ctx
+
+    def _viewed(self, ctx: Context, key: str, entries: list[Any]) -> rendered.View:
+        """The view of the file's `entries`, kept for the next load of the same bytes."""
+        view = rendered.made(key, f"## {ctx.type}\n", [ctx.line(e) for e in entries],
+                             [i for i, e in enumerate(entries) if e.get("pinned")],
+                             self.count, journal=ctx.journal)
+        rendered.write(self.dir, ctx.type, view)
+        return view
 
     def load_all(self) -> dict[str, Context]:
         return {ctype: self.load(ctype) for ctype in ORDER}
 
     def tokens(self, ctx: Context) -> int:
-        return self.count(ctx.render())
+        return ctx.tokens(self.count)
 
     def forget(self, ctx: Context) -> list[str]:
         """Bring a context under its cap; returns the levels applied (for the wake log)."""
@@ -243,9 +243,15 @@ class ContextStore:
 
     def save_all(self, contexts: Mapping[str, Context]) -> dict[str, list[str]]:
         """Forget what exceeds caps, then save each context that changed: one that only
-        grew appends its new entries to its journal; any other change rewrites it whole."""
+        grew appends its new entries to its journal; any other change rewrites it whole.
+        A context never parsed that only grew (and stays under its cap) is appended to
+        without being parsed."""
         forgotten: dict[str, list[str]] = {}
         for ctype, ctx in contexts.items():
+            if not ctx.parsed:
+                if not ctx.pending or self._grown(ctx):
+                    continue  # unchanged, or its new entries appended to the journal
+                ctx.entries  # noqa: B018 - over its cap, or no journal: parsed, as any
             levels = self.forget(ctx)
             if levels:
                 forgotten[ctype] = levels
@@ -263,6 +269,18 @@ class ContextStore:
                 self._rewrite(ctx)
                 ctx.saved, ctx.saved_meta = _apart(ctx.entries), _copy(ctx.meta)
         return forgotten
+
+    def _grown(self, ctx: Context) -> bool:
+        """Append an unparsed context's new entries to its journal if it stays under its
+        cap and its journal may take them (the file and its view stay); False: parse it."""
+        if (ctx.view is None or not ctx.journal or ctx.journal_lines >= JOURNAL_LINES
+                or self.count(ctx.render()) > ctx.cap):
+            return False
+        new = ctx.pending
+        _apart(new)  # an entry JSON cannot hold fails before a write, as for a parsed one
+        self._append(ctx, new)
+        ctx.tail, ctx.pending = [*ctx.tail, *new], []
+        return True
 
     def _append(self, ctx: Context, new: list[dict[str, Any]]) -> None:
         """`new` entries as one line of the journal, durable before the save returns."""
@@ -286,9 +304,12 @@ class ContextStore:
         """The whole context under a new journal token, then its old journal removed: a
         crash in between leaves lines of the old token, which no load applies."""
         ctx.journal = os.urandom(6).hex()
-        write_bytes(self.path(ctx.type), _compact({**ctx.to_dict(),
-                                                   "journal": ctx.journal}).encode())
+        raw = _compact({**ctx.to_dict(), "journal": ctx.journal}).encode()
+        write_bytes(self.path(ctx.type), raw)
         self.journal(ctx.type).unlink(missing_ok=True)
+        ctx.view = self._viewed(ctx, rendered.key_of(raw, self.counter), ctx.entries)
+        if ctx.view.text:
+            ctx.rendered_as(ctx.view.text)
         ctx.journal_lines = 0
 
     def emergency_dump(self, contexts: Mapping[str, Context], error: str) -> Path:

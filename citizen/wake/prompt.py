@@ -87,7 +87,7 @@ def _budgeted(base: str, contexts: Mapping[str, Context], budget: int, purpose: 
               count: Callable[[str], int], *, recall: str) -> tuple[list[str], dict[str, int]]:
     blocks, used, shown = [base], count(base), {}
     identity = contexts.get("identity")
-    if identity is not None and identity.entries:
+    if identity is not None and identity.size():
         # Who the citizen is always comes, and is never forgotten (the file keeps it
         # whole); past half the budget the prompt carries its beginning only.
         text = _head(identity.render(), budget // 2, count)
@@ -96,7 +96,7 @@ def _budgeted(base: str, contexts: Mapping[str, Context], budget: int, purpose: 
         used += shown["identity"]
     for n, ctype in enumerate(ORDER[purpose]):
         ctx = contexts.get(ctype)
-        if ctx is not None and ctx.entries and used < budget:
+        if ctx is not None and ctx.size() and used < budget:
             text = _fitting(ctx, budget - used, count)
             if text:
                 blocks.append(text)
@@ -125,21 +125,22 @@ def _fitting(ctx: Context, room: int, count: Callable[[str], int]) -> str:
     own line) and then the most recent entries that fit, with a line saying how many
     are left out ("" if nothing fits)."""
     whole = ctx.render()
-    if count(whole) <= room:
+    if ctx.tokens(count) <= room:
         return whole
     used = count(f"## {ctx.type}\n(000 older entries not shown)\n")
     keep: set[int] = set()
-    order = [i for i, e in enumerate(ctx.entries) if e.get("pinned")]
-    order += [i for i in reversed(range(len(ctx.entries))) if i not in order]
+    size, costs = ctx.size(), ctx.costs(count)  # a view's, kept between wakes, if it holds
+    order = ctx.pinned()
+    first = set(order)
+    order += [i for i in reversed(range(size)) if i not in first]
     for i in order:
-        cost = count(ctx.line(ctx.entries[i])) + 1
-        if used + cost <= room:  # one that does not fit is skipped, not the end
+        if used + costs[i] <= room:  # one that does not fit is skipped, not the end
             keep.add(i)
-            used += cost
+            used += costs[i]
     if not keep:
         return ""
-    lines = [ctx.line(ctx.entries[i]) for i in sorted(keep)]
-    left = len(ctx.entries) - len(keep)
+    lines = [ctx.line_at(i) for i in sorted(keep)]
+    left = size - len(keep)
     return f"## {ctx.type}\n({left} older entries not shown)\n" + "\n".join(lines)
 
 
