@@ -1,6 +1,12 @@
 """Wake-cycle figures: overhead per wake, idle cost, sleeping daemon, doorbell, status.
 
     .venv/bin/python bench/wake_cycle.py [--wakes N] [--only wake] [--cold]
+    .venv/bin/python bench/wake_cycle.py --old PATH [--rounds 5] [--wakes 20]
+
+--old PATH: the wake overhead of an older tree (a `git worktree add PATH REV`) against
+this one's, A/B in one run: rounds that take turns, each a fresh civilization in its own
+process, contexts filled near their caps, 3 wakes to warm up (the first after the fill
+parses and keeps everything), then the timed ones; medians, p95s, the ratio, the goal.
 
 --cold: every page clean before each wake (os.sync), as when wakes are minutes apart:
 the bytes then include each page a wake dirties again (the log's, the index's) and the
@@ -15,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -22,7 +29,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+# --old's child runs this file against another tree's code (BENCH_TREE, also PYTHONPATH)
+sys.path.insert(0, os.environ.get("BENCH_TREE") or str(ROOT))
+GOAL_MS = 10.0  # issue 45: a wake's overhead at most 10 ms (median)
+WARM = 3
 
 from bench.stats import show  # noqa: E402
 
@@ -79,7 +89,7 @@ def bench_wake_overhead(wakes: int, cold: bool = False) -> None:
         writes.append(written_bytes() - before)
         if result.status != "ok":
             print("unexpected:", result)
-    show("wake overhead (3 model calls, 2 tool calls)", times, "ms", 1000)
+    show("wake overhead (6 model calls, 2 tool calls)", times, "ms", 1000)
     # CPU alone: the wall time less the waits (fsync, a shared machine's other work)
     show("  of which CPU time of this process", cpu, "ms", 1000)
     show("bytes written per wake (logs, contexts, task)" + (", cold" if cold else ""),
@@ -154,6 +164,58 @@ def bench_daemon(seconds: float, status_runs: int) -> None:
     show("`citizen status` wall time (3 citizens)", runs, "ms", 1000)
 
 
+def timed_wakes(wakes: int, warm: int = WARM) -> dict[str, list[float]]:
+    """Wall and CPU seconds of `wakes` TASK wakes (after `warm` untimed ones) of a fresh
+    civilization in this process, contexts near their caps."""
+    from citizen.admin import founding
+    from citizen.config import paths
+    from citizen.home.tasks import TaskQueue
+    from citizen.wake.flow import run_wake
+    from tests.scripts import Actor, call, provides
+
+    founding.init(["opus", "mira", "aria"])
+    fill_contexts("opus")
+    tasks = TaskQueue(paths.home("opus").tasks)
+    wall: list[float] = []
+    cpu: list[float] = []
+    for i in range(warm + wakes):
+        tasks.add(f"bench task {i}")
+        actor = Actor(call("task_progress", note=f"step {i}"),
+                      call("task_complete", summary=f"bench {i} done"))
+        t, c = time.perf_counter(), time.process_time()
+        result = run_wake("opus", wake_type="TASK", provider=provides(actor))
+        if i >= warm:
+            wall.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
+        if result.status != "ok":
+            raise SystemExit(f"unexpected: {result}")
+    return {"wall": wall, "cpu": cpu}
+
+
+def bench_old_new(old: Path, rounds: int, wakes: int) -> None:
+    """This tree's wake overhead against `old`'s, rounds taking turns (see --old)."""
+    got: dict[str, dict[str, list[float]]] = {"new": {"wall": [], "cpu": []},
+                                              "old": {"wall": [], "cpu": []}}
+    trees = {"new": ROOT, "old": old.resolve()}
+    print(f"\n# wake overhead, old ({old}) against new, {rounds} rounds of {wakes} wakes")
+    for r in range(rounds):
+        for label in (("new", "old") if r % 2 == 0 else ("old", "new")):
+            env = {**os.environ, "BENCH_TREE": str(trees[label]),
+                   "PYTHONPATH": str(trees[label])}
+            out = subprocess.run([sys.executable, __file__, "--child", "--wakes", str(wakes)],
+                                 env=env, capture_output=True, text=True, check=True)
+            data = json.loads(out.stdout.strip().splitlines()[-1])
+            for k in ("wall", "cpu"):
+                got[label][k] += data[k]
+    for label in ("new", "old"):
+        show(f"wake overhead ({label})", got[label]["wall"], "ms", 1000)
+        show(f"  of which CPU time ({label})", got[label]["cpu"], "ms", 1000)
+    new, was = (statistics.median(got[k]["wall"]) * 1000 for k in ("new", "old"))
+    print(f"wake overhead: old/new {was / new:.2f}x")
+    print(f"goal: a wake's overhead at most {GOAL_MS:.0f} ms median: new {new:.2f} ms - "
+          + ("met" if new <= GOAL_MS else "SHORT"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--wakes", type=int, default=30)
@@ -161,11 +223,20 @@ def main() -> None:
     parser.add_argument("--only", choices=["wake"], help="only the in-process wake figures")
     parser.add_argument("--cold", action="store_true",
                         help="os.sync() before each wake (bytes as when wakes are far apart)")
+    parser.add_argument("--old", type=Path, help="an older tree: A/B of the wake overhead")
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.old is not None:
+        bench_old_new(args.old, args.rounds, args.wakes)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-civ-") as root:
         os.environ["CIV_ROOT"] = root
         from citizen.admin import founding
 
+        if args.child:
+            print(json.dumps(timed_wakes(args.wakes)))
+            return
         founding.init(["opus", "mira", "aria"])
         bench_wake_overhead(args.wakes, args.cold)
         if args.only != "wake":
