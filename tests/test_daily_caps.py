@@ -87,6 +87,28 @@ def test_the_civilizations_cap_counts_every_citizen(civ: Path) -> None:
     assert result.status == "daily_cap" and "civilization's $3.00 daily cap" in result.reason
 
 
+def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each call's check read every peer's ledger: a wake's cost grew with the headcount
+    (6 ms a call at 1,000 citizens). The peers are summed at the first check; each call
+    after adds only its own citizen's spend (the broker checks every call as it is)."""
+    read: list[str] = []
+    real = spend.spent
+
+    def spy(home: paths.Home, day: Any) -> float:
+        read.append(home.name)
+        return real(home, day)
+
+    monkeypatch.setattr(spend, "spent", spy)
+    TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
+    actor = Actor(call("write_file", path="notes/a.md", content="a"),
+                  call("task_complete", summary="notes/a.md says a"))
+    result = run_wake("opus", wake_type="TASK", provider=lambda c, s: actor)
+    assert result.calls >= 4
+    assert read.count("mira") == read.count("aria") == 1
+    assert read.count("opus") > result.calls  # its own cap: before and after every call
+
+
 def test_the_operators_hear_once_at_80_percent(civ: Path) -> None:
     caps("opus", 1.0)
     spent_already("opus", 0.85)

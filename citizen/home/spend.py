@@ -199,6 +199,11 @@ class Daily:
     civilization_cap: float
     peers: Iterable[Home] = ()  # every other citizen, for the civilization's total
     warn: Callable[[str], None] = field(default=lambda message: None)
+    # The peers' spend today as the first check read it: summed once a meter (a wake),
+    # not once a call - one stat per peer per call grew each call's cost with the
+    # headcount (6 ms a call at 1,000 citizens). The broker, whose ledger is the
+    # authority, checks every call against the civilization's cap as it is now.
+    _peers_spent: tuple[date, float] | None = field(default=None, init=False, repr=False)
 
     def check(self, worst: float) -> None:
         """:raises DailyCapReached: `worst` more could cross the citizen's or the
@@ -212,7 +217,10 @@ class Daily:
                 "(budget.max_usd_per_day)")
         # A peer counts at most one citizen's day: a ledger that lies (a citizen's own
         # file) cannot stop the whole civilization, only use up one share of it.
-        everyone = mine + sum(min(spent(p, day), self.citizen_cap) for p in self.peers)
+        if self._peers_spent is None or self._peers_spent[0] != day:
+            self._peers_spent = (day, sum(min(spent(p, day), self.citizen_cap)
+                                          for p in self.peers))
+        everyone = mine + self._peers_spent[1]
         if everyone + worst > self.civilization_cap:
             raise DailyCapReached(
                 f"the next call could cost ${worst:.4f} and ${everyone:.4f} of the "
