@@ -5,10 +5,11 @@
 A meter checks the citizen's and the civilization's daily caps before every call
 (citizen.home.spend.Daily). Each citizen here has a day's ledger of 20 calls; what is
 timed is a wake's checks: the first (a fresh process: every ledger it reads is read
-whole) and each one after it. `--old PATH` runs an older tree's (a `git worktree add
-PATH REV`) in the same run. Goal (the stance: a call's cost grows with the work, never
-with the headcount): a call's check after the first flat from 10 to 1,000 citizens.
-Nothing here asserts.
+whole) and each one after it; then the first check's one question to a running broker,
+which replaces reading the peers' ledgers wherever a broker runs (every real call).
+`--old PATH` runs an older tree's (a `git worktree add PATH REV`) in the same run.
+Goal (the stance: a call's cost grows with the work, never with the headcount): a
+call's check after the first flat from 10 to 1,000 citizens. Nothing here asserts.
 """
 
 from __future__ import annotations
@@ -56,6 +57,29 @@ def measure(n: int, calls: int) -> dict[str, float]:
     return {"first_ms": first * 1000, "call_ms": statistics.median(rest) * 1000}
 
 
+def broker_figure(runs: int = 30) -> float:
+    """Milliseconds for the one question a wake's first check asks when a broker runs
+    (citizen.access.client.civilization_spent), against a dev-mode broker."""
+    from citizen.access import client
+    from citizen.admin import founding
+    from tests.conftest import stop_broker
+
+    with tempfile.TemporaryDirectory(prefix="bench-caps-") as root:
+        os.environ["CIV_ROOT"] = root
+        founding.init(["opus", "mira", "aria"])
+        client.ensure()
+        try:
+            client.civilization_spent("opus")  # the broker's own first answer: not timed
+            times = []
+            for _ in range(runs):
+                t = time.perf_counter()
+                client.civilization_spent("opus")
+                times.append(time.perf_counter() - t)
+        finally:
+            stop_broker(Path(root))
+    return statistics.median(times) * 1000
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--old", type=Path, help="an older tree, measured in the same run")
@@ -76,6 +100,8 @@ def main() -> None:
             got[label][n] = json.loads(out.stdout.strip().splitlines()[-1])
             print(f"{label:<4} {n:5d} citizens: first check {got[label][n]['first_ms']:8.2f} ms,"
                   f" each call after it median {got[label][n]['call_ms']:8.4f} ms")
+    print(f"new: with a broker running, the first check asks it instead: median "
+          f"{broker_figure():.2f} ms at any headcount")
     new = got["new"]
     growth = new[SIZES[-1]]["call_ms"] / new[SIZES[0]]["call_ms"]
     print(f"goal: a call's check flat from {SIZES[0]} to {SIZES[-1]} citizens (<= x2): "

@@ -86,6 +86,8 @@ def test_a_call_goes_through_the_broker_with_the_operators_key(
     assert row["state"] == "settled" and row["cost_usd"] == pytest.approx(expected)
     assert row["reserved_usd"] >= row["cost_usd"]  # the worst case was reserved first
     assert (row["citizen"], row["purpose"]) == ("opus", "test")
+    # A wake's first cap check asks this one figure instead of reading every peer's ledger.
+    assert client.civilization_spent("mira") == pytest.approx(row["cost_usd"], abs=1e-6)
 
 
 def test_the_key_the_caller_sends_is_dropped(civ: Path, messages_api: MessagesServer) -> None:

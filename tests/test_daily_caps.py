@@ -109,6 +109,30 @@ def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
     assert read.count("opus") > result.calls  # its own cap: before and after every call
 
 
+def test_the_brokers_total_spares_the_first_check_every_peers_ledger(
+        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    read: list[str] = []
+    real = spend.spent
+
+    def spy(home: paths.Home, day: Any) -> float:
+        read.append(home.name)
+        return real(home, day)
+
+    monkeypatch.setattr(spend, "spent", spy)
+    spent_already("opus", 0.5)
+    peers = [paths.home("mira"), paths.home("aria")]
+    daily = spend.Daily(paths.home("opus"), 10.0, 3.0, peers, civilization=lambda: 2.9)
+    daily.check(0.1)  # 2.9 everyone's (0.5 of them opus's) + 0.1 = 3.0: the boundary
+    with pytest.raises(spend.DailyCapReached, match=r"civilization's \$3.00 daily cap"):
+        daily.check(0.1 + 1e-6)
+    assert read == ["opus"] * 2  # its own cap only: no peer's ledger
+    no_broker = spend.Daily(paths.home("opus"), 10.0, 3.0, peers, civilization=lambda: None)
+    spent_already("mira", 2.5)
+    with pytest.raises(spend.DailyCapReached):
+        no_broker.check(0.1)  # 0.5 + 2.5 read from the peers' ledgers + 0.1 > 3.0
+    assert {"mira", "aria"} <= set(read)
+
+
 def test_the_operators_hear_once_at_80_percent(civ: Path) -> None:
     caps("opus", 1.0)
     spent_already("opus", 0.85)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import http.client
 import json
 import os
 import signal
@@ -228,6 +229,31 @@ def whoami(citizen: str) -> dict[str, Any]:
         message = (data.get("error") or {}).get("message") if isinstance(data, dict) else None
         raise ProviderUnavailable(f"the broker refused: {message or resp.status_code}")
     return dict(data)
+
+
+def civilization_spent(citizen: str) -> float | None:
+    """The civilization's dollars spent or reserved today, as the broker's ledger (the
+    authority) has them, if a broker answers at its socket now; None otherwise - none is
+    started for this (a wake's first cap check then sums its peers' ledgers).
+
+    Plain HTTP/1.1 on the socket (http.client): an httpx client builds a TLS context
+    first, 59 ms of this call's 60."""
+    try:
+        sock = connect(paths.broker_socket(), 2.0)
+    except OSError:
+        return None
+    try:
+        with sock:
+            sock.settimeout(5.0)
+            sock.sendall(f"GET /v1/experience/whoami HTTP/1.1\r\nHost: broker\r\n"
+                         f"{CITIZEN_HEADER}: {citizen}\r\nConnection: close\r\n\r\n".encode())
+            answer = http.client.HTTPResponse(sock)
+            answer.begin()
+            data = json.loads(answer.read(64 * 1024)) if answer.status == 200 else {}
+        value = data.get("civilization_spent_today_usd") if isinstance(data, dict) else None
+    except (OSError, http.client.HTTPException, ValueError):  # gone, or not a broker's answer
+        return None
+    return float(value) if isinstance(value, int | float) and value >= 0 else None
 
 
 def request(citizen: str, method: str, path: str, payload: Any = None,

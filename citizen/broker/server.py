@@ -27,7 +27,7 @@ from typing import Any
 
 from citizen.access.permit import PATH as PERMIT_PATH
 from citizen.broker import estimate, identity
-from citizen.broker.ledger import CapExceeded, Ledger
+from citizen.broker.ledger import CIVILIZATION, CapExceeded, Ledger
 from citizen.broker.limits import Limiter
 from citizen.broker.permits import Permits, serve
 from citizen.broker.refused import Refused
@@ -176,7 +176,9 @@ class Handler(Wire):
             "provider": "anthropic" if rules.upstream else "local",
             "models": sorted(rules.prices),
             "caps": rules.caps.__dict__,
-            "spent_today_usd": round(broker.ledger.spent(citizen), 6)})
+            "spent_today_usd": round(broker.ledger.spent(citizen), 6),
+            # What a wake's first cap check needs: one figure, not every peer's ledger.
+            "civilization_spent_today_usd": round(broker.ledger.spent(CIVILIZATION), 6)})
 
     def _count(self, citizen: str) -> None:
         rules = self.server.broker.rules_for(citizen)

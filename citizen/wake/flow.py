@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from citizen import civilization, config, mail
+from citizen.access import client
 from citizen.config import paths
 from citizen.errors import CitizenError, ProviderError
 from citizen.home import spend, state
@@ -133,7 +134,7 @@ def daily_caps(home: paths.Home, cfg: config.CitizenConfig, wlog: WakeLog | None
 
     peers = [paths.home(n) for n in civilization.citizens() if n != home.name]
     return Daily(home, cfg.budget.max_usd_per_day, cfg.budget.civilization_usd_per_day,
-                 peers, warn)
+                 peers, warn, civilization=lambda: client.civilization_spent(home.name))
 
 
 @contextmanager
