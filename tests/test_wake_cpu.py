@@ -176,3 +176,18 @@ def test_a_wake_that_knows_no_secret_logs_its_events_without_walking_them(
     assert result.status == "ok" and walked
     text = result.log_path.read_text()
     assert secret not in text and "[ANTHROPIC_API_KEY redacted]" in text
+
+
+def test_a_replys_record_is_asdicts_without_its_deep_copy() -> None:
+    """Reply.to_dict is logged on every call: `asdict`'s copy of every tool input and of
+    `data` was spent for nothing. Its record must stay asdict's, field for field, so a
+    field added to Reply and not to the record fails here."""
+    from dataclasses import asdict
+
+    from citizen.llm.base import Reply, ToolCall, Usage
+
+    reply = Reply("text", "m", "p", Usage(1, 2, 3, 4, 5), 0.5,
+                  (ToolCall("i", "n", {"a": [1]}, "x"),), {"d": [1, {"e": 2}]}, "end", 1.5)
+    assert reply.to_dict() == asdict(reply)
+    assert list(reply.to_dict()) == list(asdict(reply))
+    assert Reply.from_dict(reply.to_dict()) == reply

@@ -11,7 +11,7 @@ import json
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any
 
 from citizen.config import ModelPrice
@@ -141,8 +141,13 @@ class Reply:
     latency_s: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        """The reply as plain JSON-able data (for logs and replay)."""
-        return asdict(self)
+        """The reply as plain JSON-able data (for logs and replay): `asdict`'s fields and
+        order, without deep-copying `data` and each tool input on every call (they are
+        encoded at once, never changed)."""
+        return {"text": self.text, "model": self.model, "provider": self.provider,
+                "usage": self.usage.__dict__.copy(), "cost_usd": self.cost_usd,
+                "tool_calls": tuple(t.__dict__.copy() for t in self.tool_calls), "data": self.data,
+                "stop_reason": self.stop_reason, "latency_s": self.latency_s}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Reply:
