@@ -1,7 +1,10 @@
 """A prompt cache the civilization shares (issue 45): many citizens, old tree against new.
 
-    .venv/bin/python bench/month_many.py --citizens 100 --old /tmp/old-cache
-    .venv/bin/python bench/month_many.py --citizens 20 --days 1 --day-seconds 120
+    .venv/bin/python bench/month_many.py --citizens 100 --days 1 --day-seconds 600 \
+        --old /tmp/old-cache                       # ≈23 min on 2 cores, both trees
+    .venv/bin/python bench/month_many.py --citizens 100 --days 1 --day-seconds 500 \
+        --fresh --old /tmp/old-cache               # young citizens: small contexts
+    .venv/bin/python bench/month_many.py --citizens 4 --days 1 --day-seconds 30  # a look
 
 The same stream runs on each tree in turn - `--old PATH` (a checkout of the code before
 the change, e.g. `git worktree add --detach /tmp/old-cache f6c1472`), then this one -
@@ -17,7 +20,15 @@ few minutes. Every model call goes through the real SDK to one Messages API test
 entry living its TTL of world time); the cached share is counted from the usage it
 reports, the dollars from the citizens' ledgers (the meter's prices). Printed per tree:
 the cached share of prompt tokens beside its goal (>= 80 %), and the dollars per working
-wake (a wake with a model call) beside the old tree's. Nothing here asserts.
+wake (a wake with a model call) beside the old tree's, and what was not read, by block.
+Nothing here asserts.
+
+A month of 100 citizens does not fit 2 cores (a working wake is a process of ≈2 s of
+CPU, and the crowd must keep up with the world clock or wakes bunch up): the default is
+one world day, the first hour of which starts cold. Even at a world day of 600 s the
+crowd falls behind the clock as the day goes on (the printed lag: world minutes from a
+task given to its wake), so the wakes bunch up more than the stagger says, and "tasks
+done" says how many of the day's tasks got their wake before the stop.
 """
 
 from __future__ import annotations
@@ -30,7 +41,8 @@ import subprocess
 import sys
 import tempfile
 import time
-from datetime import timedelta
+from collections import Counter
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -142,7 +154,12 @@ def figures(citizens: list[str], days: int, counted: list[Any]) -> dict[str, Any
 
     prompt = sum(c.input_tokens + c.read + c.write for c in counted)
     read = sum(c.read for c in counted)
-    cost, wakes, calls = 0.0, set(), 0
+    missed: Counter[str] = Counter()  # what was not read, by block (tests/prompt_cache.py)
+    for c in counted:
+        for (_, block), n in c.missed.items():
+            missed[block] += n
+    cost, calls = 0.0, 0
+    wakes: set[tuple[str, Any]] = set()
     for name in citizens:
         for day in range(days + 1):
             for line in ledger(name, (MONDAY + timedelta(days=day)).date()):
@@ -150,9 +167,27 @@ def figures(citizens: list[str], days: int, counted: list[Any]) -> dict[str, Any
                 wakes.add((name, line.get("wake")))
                 calls += 1
     done = sum(len(TaskQueue(paths.home(n).tasks).ids("done")) for n in citizens)
+    lags = sorted(lag(n, i, len(citizens)) for i, n in enumerate(citizens))
     return {"prompt": prompt, "read": read, "share": read / prompt if prompt else 0.0,
             "usd": cost, "wakes": len(wakes), "calls": calls, "done": done,
-            "per_wake": cost / len(wakes) if wakes else 0.0}
+            "per_wake": cost / len(wakes) if wakes else 0.0,
+            "missed": {b: n / prompt for b, n in missed.most_common(6)} if prompt else {},
+            "lag_median": lags[len(lags) // 2], "lag_p90": lags[int(len(lags) * 0.9)]}
+
+
+def lag(name: str, i: int, n: int) -> float:
+    """World minutes from `name`'s first task being given to a wake claiming it (a day
+    if none did): how far the crowd kept up with the clock."""
+    from citizen.config import paths
+    from citizen.home import wakelog
+
+    given = (MONDAY + timedelta(hours=24 * i / n)).timestamp()
+    for path in wakelog.wake_logs(paths.home(name)):
+        for e in wakelog.read(path):
+            if e["event"] == "task" and e.get("transition") == "claimed":
+                at = datetime.fromisoformat(str(e["ts"]).replace("Z", "+00:00"))
+                return (at.timestamp() - given) / 60
+    return 24 * 60.0
 
 
 def main() -> None:
@@ -174,6 +209,11 @@ def main() -> None:
         print(f"{label:<4} {r['prompt']:>13} {r['read']:>11} {r['share']:>7.1%} "
               f"{'>= ' + format(GOAL_CACHED, '.0%'):>6} {r['calls']:>6} {r['wakes']:>13} "
               f"{r['done']:>10} {r['usd']:>8.3f} {r['per_wake']:>16.4f}")
+    for label, r in results.items():
+        print(f"  {label}: not read, share of all prompt tokens by block: "
+              + ", ".join(f"{b} {v:.1%}" for b, v in r["missed"].items())
+              + f"; a task's wake came {r['lag_median']:.0f} world minutes after it was "
+              f"given (median; p90 {r['lag_p90']:.0f})")
     new = results["new"]
     print(f"\ngoal: >= {GOAL_CACHED:.0%} of prompt tokens read from cache - new "
           f"{new['share']:.1%} ({'met' if new['share'] >= GOAL_CACHED else 'NOT met'})"
