@@ -30,7 +30,7 @@ def writer(note: str) -> Actor:
 
 
 def systems(actor: Actor) -> list[str]:
-    return [r.system[0] for r in actor.requests if r.purpose == "execute"]
+    return [r.system[1] for r in actor.requests if r.purpose == "execute"]  # the citizen's
 
 
 def test_the_first_wake_orients_the_citizen_and_no_later_one_does(civ: Path) -> None:

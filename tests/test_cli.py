@@ -139,8 +139,11 @@ def test_ask_json_against_the_messages_api(runner: CliRunner,
     assert out["cost_usd"] == pytest.approx((1000 * 5 + 100 * 25 + 2000 * 0.5) / 1e6)
     sent = anthropic_env.requests[0]
     assert sent["messages"] == [{"role": "user", "content": "Say hello"}]
-    assert sent["system"][0]["cache_control"] == {"type": "ephemeral"}
-    assert "You are opus" in sent["system"][0]["text"]
+    # The shared block first (an hour: every citizen's), then the citizen's own.
+    assert sent["system"][0]["cache_control"] == {"type": "ephemeral", "ttl": "1h"}
+    assert sent["system"][1]["cache_control"] == {"type": "ephemeral"}
+    assert "opus" not in sent["system"][0]["text"]
+    assert "You are opus" in sent["system"][1]["text"]
 
 
 def test_ask_without_a_key_for_anthropic_names_the_fix(runner: CliRunner) -> None:

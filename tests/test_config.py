@@ -52,7 +52,7 @@ def test_every_shipped_template_loads() -> None:
         assert name in tpl.identity(name)
     assert set(tpl.values) == {"executor", "verifier", "integrator"}
     assert tpl.values["verifier"].weights["truth"] == 1.0
-    assert "${" not in tpl.system_prompt("opus", "x", tpl.default_budget())
+    assert "${" not in "".join(tpl.system_prompt("opus", "x", tpl.default_budget()))
     assert "ready" in tpl.prompt("doctor")
     for prompt in ("executor", "verifier", "integrator", "tool_select", "route"):
         assert tpl.prompt(prompt)

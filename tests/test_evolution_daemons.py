@@ -31,7 +31,7 @@ def citizen_model(body: dict[str, Any]) -> dict[str, Any]:
     answer = routing(body, lambda t: t.startswith("code_") or t == "task_complete")
     if answer is not None:
         return answer
-    me = re.search(r"You are (\w+),", body["system"][0]["text"])[1]  # type: ignore[index]
+    me = re.search(r"You are (\w+),", body["system"][1]["text"])[1]  # type: ignore[index]
     results = [b for m in body["messages"] if isinstance(m["content"], list)
                for b in m["content"] if b.get("type") == "tool_result"]
     step = len(results)

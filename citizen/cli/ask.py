@@ -37,9 +37,9 @@ def ask(*, prompt: str, name: str | None, provider: str | None, tier: str, max_t
     secrets = config.load_secrets(name)
     choice = choose(cfg, secrets, provider or "")
     llm = make_provider(cfg, secrets, provider or "")
-    system = [config.templates().system_prompt(cfg.name, cfg.focus, cfg.budget)]
+    system = list(config.templates().system_prompt(cfg.name, cfg.focus, cfg.budget))
     request = Request(messages=[{"role": "user", "content": prompt}], system=system,
-                      max_tokens=max_tokens, tier=tier, purpose="ask")
+                      max_tokens=max_tokens, tier=tier, purpose="ask", shared=1)
     # The citizen's own key and budget: in its ledger and under its daily caps.
     reply = call_outside_wake(name, "ASK", llm, request)
     if as_json:

@@ -214,15 +214,19 @@ class Templates:
         """The philosophy every identity carries."""
         return dict(self._identities["philosophy"])
 
-    def system_prompt(self, name: str, focus: str, budget: Budget) -> str:
-        """The system prompt every call of a citizen starts with: who it is, how it works,
-        and the philosophy (the seed: "encoded in every citizen's identity"), one line
-        per principle, so every wake sees it whatever its contexts hold."""
+    def system_prompt(self, name: str, focus: str, budget: Budget) -> tuple[str, str]:
+        """The two blocks every call of a citizen starts with: (the shared block, the
+        citizen's own). The shared block - how a citizen works and the philosophy (the
+        seed: "encoded in every citizen's identity"), one line per principle - is the same
+        bytes for every citizen, so with the tools before it it is one prompt-cache entry
+        the whole civilization reads (issue 45); who the citizen is, its focus and budget
+        come after it."""
         philosophy = "\n".join(f"- {line}" for lines in self.philosophy.values()
                                for line in lines)
-        return self.prompt("system", name=name, focus=focus, philosophy=philosophy,
-                           max_usd_per_wake=budget.max_usd_per_wake,
-                           max_iterations=budget.max_iterations)
+        own = self.prompt("citizen", name=name, focus=focus,
+                          max_usd_per_wake=budget.max_usd_per_wake,
+                          max_iterations=budget.max_iterations)
+        return self.prompt("system", philosophy=philosophy), own
 
     def _check_allocations(self, path: Path) -> None:
         mandatory = {int(k): v for k, v in self._alloc["mandatory"].items()}

@@ -21,9 +21,9 @@ from citizen.home.spend import DailyCapReached
 from citizen.llm.base import Provider, Reply, Request, ToolCall, Usage
 from citizen.llm.structured import schema_problem
 
-# The first stable system blocks that change least (the system prompt, identity): a
-# cache entry of their own, so a change in a later stable context leaves them read.
-ANCHORED = 2
+# The shared prefix (the tools and the system block every citizen sends alike) is read
+# by every citizen, one after another: an hour, whatever the citizen's own gap.
+SHARED_TTL = "1h"
 # The forced tool through which structured output is requested.
 RESPOND_TOOL = "respond"
 DEFAULT_MAX_RETRIES = 4  # ours, never the SDK's: see _create
@@ -63,6 +63,7 @@ class AnthropicProvider(Provider):
     """Claude through the official SDK."""
 
     name = "anthropic"
+    prompt_cache = True  # one per organisation: the broker's key serves every citizen
 
     def __init__(
         self,
@@ -160,8 +161,8 @@ class AnthropicProvider(Provider):
 
     def _build(self, request: Request, model: str) -> dict[str, Any]:
         system: list[dict[str, Any]] = [{"type": "text", "text": t} for t in request.system]
-        # By name: tools open the cached prefix, so the order a selection listed them in
-        # must not make two calls with the same tools miss each other's cache.
+        # By name: tools open the cached prefix every citizen shares, so the order a
+        # caller listed them in must not make two calls with the same tools miss it.
         tools: list[dict[str, Any]] = [
             {"name": t.name, "description": t.description, "input_schema": dict(t.input_schema)}
             for t in sorted(request.tools, key=lambda t: t.name)
@@ -248,20 +249,24 @@ class AnthropicProvider(Provider):
 def _mark(request: Request, tools: list[dict[str, Any]], system: list[dict[str, Any]],
           messages: list[dict[str, Any]]) -> None:
     """The cache breakpoints, at most the API's four (it caches tools, then system, then
-    messages, each prefix up to a marked block): after the first two stable blocks (the
-    system prompt and identity, which change least) and after all the stable ones (long
-    contexts: the same bytes in every call of a wake and of the next wake), both at
-    `request.cache_ttl`, so a changed goal still leaves the identity read; after the rest
-    of the system (the wake's own contexts); and, in the tool loop, on the
-    conversation's last block, so the next call reads all of it.
+    messages, each prefix up to a marked block): after the shared prefix (the tools and
+    the `request.shared` system blocks every citizen sends alike, SHARED_TTL: one
+    citizen's write is the next one's read, issue 45); after the citizen's stable blocks
+    (its own block, identity, long contexts: the same bytes in every call of a wake and
+    of the next wake) at `request.cache_ttl`; after the rest of the system (the wake's
+    own contexts); and, in the tool loop, on the conversation's last block, so the next
+    call reads all of it. (Identity had an entry of its own before: a changed goal left
+    it read. The shared entry took its place - the API allows four - as it is read by
+    every citizen, not by one.)
     Not on a structured step: its prefix ends in that step's own schema and is asked
     once, so a cache write (1.25x the input price) would never be read back."""
     if request.output_schema is not None:
         return
     stable = len(system) if request.stable is None else min(request.stable, len(system))
-    if stable > ANCHORED:
-        system[ANCHORED - 1]["cache_control"] = _ephemeral(request.cache_ttl)
-    if stable:
+    shared = min(request.shared, stable)
+    if shared:
+        system[shared - 1]["cache_control"] = _ephemeral(SHARED_TTL)
+    if stable > shared:
         system[stable - 1]["cache_control"] = _ephemeral(request.cache_ttl)
     elif tools and not system:
         tools[-1]["cache_control"] = _ephemeral(request.cache_ttl)

@@ -39,6 +39,9 @@ class Request:
     How a provider may cache (never what is asked, so not in `to_dict`): the first
     `stable` system blocks change rarely (identity, long contexts: None means all of
     them), and stay cached for `cache_ttl` ("5m" or "1h"); the rest change between wakes.
+    The first `shared` of them are the same bytes for every citizen (the shared system
+    block): with the tools before them, one cache entry the whole civilization reads,
+    kept for an hour.
     """
 
     messages: Sequence[Message]
@@ -50,6 +53,7 @@ class Request:
     purpose: str = ""
     stable: int | None = None
     cache_ttl: str = "5m"
+    shared: int = 0
 
     def to_dict(self) -> dict[str, Any]:
         """The request as plain JSON-able data (for logs and replay)."""
@@ -183,6 +187,10 @@ class Provider(ABC):
     # Generations the model's server takes at once, across every citizen that shares it
     # (ThoughtStream admission control); the local llama.cpp server serves one at a time.
     max_concurrent: int = 4
+    # Whether the provider keeps a prompt cache that one citizen's call can write and the
+    # next citizen's read (the API's, per organisation): then a wake offers its whole
+    # stable tool catalogue, the prefix every citizen shares, and no model picks tools.
+    prompt_cache: bool = False
 
     @abstractmethod
     def complete(self, request: Request) -> Reply:

@@ -28,6 +28,9 @@ class ReplayProvider(Provider):
     def __init__(self, records: Iterable[Mapping[str, Any]], strict: bool = True,
                  source: str = "records") -> None:
         self.records = [r for r in records if r.get("event") == LLM_CALL]
+        # As the recorded provider was: a wake recorded with no tool pick replays none.
+        self.prompt_cache = bool(self.records) and not any(
+            r.get("purpose") == "select_tools" for r in self.records)
         self.strict = strict
         self.source = source
         self.position = 0

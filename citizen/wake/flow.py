@@ -38,7 +38,7 @@ from citizen.wake import bootstrap, prompt
 from citizen.wake import types as wakes
 from citizen.wake.loop import run as run_loop
 from citizen.wake.meter import Meter
-from citizen.wake.selection import route, select_tools
+from citizen.wake.selection import offer, route
 from citizen.wake.types.base import Setup
 from citizen.wake.verifier import Verifier
 from shared.atomic import CorruptFile
@@ -326,7 +326,8 @@ class _Run:
         contexts = env.contexts
         self.wlog.event("contexts", tokens={t: store.tokens(c) for t, c in contexts.items()})
         budget = self.cfg.budget
-        base = self.tpl.system_prompt(self.name, self.cfg.focus, budget)
+        # The shared block first (the same bytes for every citizen), then the citizen's.
+        shared, own = self.tpl.system_prompt(self.name, self.cfg.focus, budget)
         tools: dict[str, Tool] = {}
         if kind.loop:
             tools = {**dynamic_tools(self.cfg),  # core tools win any name clash
@@ -337,7 +338,7 @@ class _Run:
             tools = {n: t for n, t in tools.items() if t.allowed(self.cfg)}
         orient = kind.loop and bootstrap.due(setup.marks)
         if orient:  # within the budget below: it is part of the base this once
-            base += "\n\n" + bootstrap.orientation(self.tpl, self.cfg, self.home, tools)
+            own += "\n\n" + bootstrap.orientation(self.tpl, self.cfg, self.home, tools)
             self.wlog.event("orientation", first=True)
         # Built once: the same bytes on every call of the wake, so the cache serves them.
         purpose = "execute" if kind.loop else "step"
@@ -345,10 +346,10 @@ class _Run:
         # What the memory holds about this work (FTS5), if the budget has room for it.
         recall = prompt.recalled(setup.memory.search(prompt.keywords(instruction),
                                                      limit=prompt.RECALL_HITS))
-        system, shown = prompt.system_blocks(base, contexts, limit, purpose, llm.count_tokens,
-                                             recall=recall)
+        system, shown = prompt.system_blocks((shared, own), contexts, limit, purpose,
+                                             llm.count_tokens, recall=recall)
         # The stable blocks, cached as long as the gap to the next wake calls for.
-        stable = prompt.stable_count(shown)
+        stable = prompt.stable_count(shown, lead=2)
         ttl = prompt.cache_ttl(self.cfg.wake_interval_minutes)
         self.wlog.event("prompt_budget", purpose=purpose, shown=shown, budget=limit,
                         stable=stable, cache_ttl=ttl)
@@ -360,8 +361,8 @@ class _Run:
         if not isinstance(left, str):  # the steps did all the work, or a limit stopped them
             return self._ended(kind, setup, env, left)
         instruction = left
-        chosen, method = select_tools(llm, self.meter, self.tpl, tools, instruction,
-                                      required=kind.required_tools)
+        chosen, method = offer(llm, self.meter, self.tpl, tools, instruction,
+                               required=kind.required_tools)
         self.wlog.event("tools_chosen", tools=chosen, method=method)
         tier, how = route(llm, self.meter, self.tpl, instruction, self.wake_type,
                           seats=[seat.role for seat in self.cfg.council])
@@ -369,7 +370,7 @@ class _Run:
         self.wlog.event("route", tier=tier, route_model=self.cfg.seat(tier).model, method=how)
         ending = run_loop(llm, self.meter, env, {n: tools[n] for n in chosen}, system=system,
                           instruction=instruction, tier=tier, stable=stable,
-                          cache_ttl=ttl)
+                          cache_ttl=ttl, shared=1)
         if orient:  # the loop ended with it seen; a crash before here orients again
             bootstrap.done(self.home, self.number)
         return self._ended(kind, setup, env, ending)

@@ -32,9 +32,10 @@ _SUMMARY = 300
 
 def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         system: list[str], instruction: str, tier: str, stable: int | None = None,
-        cache_ttl: str = "5m") -> Ending:
+        cache_ttl: str = "5m", shared: int = 0) -> Ending:
     """Let the model work with its tools until it ends its turn or a limit stops it
-    (`stable`, `cache_ttl`: how the provider may cache the system, see `Request`)."""
+    (`stable`, `cache_ttl`, `shared`: how the provider may cache the system, see
+    `Request`)."""
     messages: list[dict[str, Any]] = [{"role": "user", "content": instruction}]
     size = llm.count_tokens(instruction)
     if size > meter.budget.conversation_tokens:  # nothing to shorten: say so, call nothing
@@ -48,7 +49,7 @@ def run(llm: Provider, meter: Meter, env: ToolEnv, tools: dict[str, Tool], *,
         _bound(messages, meter, llm)
         request = Request(messages=list(messages), system=system, tools=specs, tier=tier,
                           max_tokens=meter.budget.max_output_tokens, purpose="execute",
-                          stable=stable, cache_ttl=cache_ttl)
+                          stable=stable, cache_ttl=cache_ttl, shared=shared)
         reply = _call(llm, meter, request, messages, env)
         if reply is None:
             continue

@@ -79,7 +79,8 @@ class Meter:
         blocks = [len(self._json(b)) for b in request.system]
         chars = len(rest) + sum(blocks) + 2 * max(0, len(blocks) - 1)
         per_input = max(price.input, price.cache_write,
-                        cache_write_1h(price) if request.cache_ttl == "1h" else 0.0)
+                        cache_write_1h(price)  # the shared block's mark is 1 h
+                        if request.cache_ttl == "1h" or request.shared else 0.0)
         tokens = math.ceil(chars / CHARS_PER_TOKEN)  # llm.base.estimate_tokens, by length
         return (tokens * per_input + request.max_tokens * price.output) / 1e6
 

@@ -6,7 +6,9 @@ than the model's window. Now each kind of call gets a budget (`budget.prompt_tok
 operator-owned): identity always; then the contexts in the order the purpose needs them;
 a context that does not fit whole gives its most recent entries that do. The blocks are
 built once per wake, so the prefix is byte-identical across the wake's calls and the
-provider's cache serves it.
+provider's cache serves it. The first block is the same bytes for every citizen (the
+shared rules and philosophy; the citizen's own block follows it), so with the tools
+before it one cache entry serves the whole civilization (issue 45).
 
 The tool loop's conversation is bounded too (`bound_conversation`): past its budget the
 oldest tool results are replaced by a line saying so, so a 25-iteration wake cannot
@@ -16,7 +18,7 @@ outgrow the window.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from citizen.home.contexts import Context
@@ -57,18 +59,21 @@ def recalled(hits: list[dict[str, Any]]) -> str:
     return "## recalled (your memory, searched for this work)\n" + "\n".join(lines)
 
 
-def system_blocks(base: str, contexts: Mapping[str, Context], budget: int, purpose: str,
-                  count: Callable[[str], int], *,
+def system_blocks(base: str | Sequence[str], contexts: Mapping[str, Context], budget: int,
+                  purpose: str, count: Callable[[str], int], *,
                   recall: str = "") -> tuple[list[str], dict[str, int]]:
     """(blocks, tokens per context included) for one kind of call; `recall` (memory
     search hits for the work) is budgeted after the purpose's first context, if it fits.
-    The budget goes in the purpose's order; the blocks come stable first (the system
-    prompt, identity, the contexts that change rarely), then the VOLATILE ones, so the
-    stable prefix (`stable_count` blocks) is the same bytes in the next wake."""
-    blocks, shown = _budgeted(base, contexts, budget, purpose, count, recall=recall)
-    texts = dict(zip(["", *shown], blocks, strict=True))
-    order = ["", *[k for k in shown if k not in VOLATILE], *[k for k in shown if k in VOLATILE]]
-    return [texts[k] for k in order], shown
+    `base`: the leading blocks (the shared system block, then the citizen's own), always
+    first and always whole. The budget goes in the purpose's order; the blocks come
+    stable first (the leading blocks, identity, the contexts that change rarely), then
+    the VOLATILE ones, so the stable prefix (`stable_count` blocks) is the same bytes in
+    the next wake."""
+    lead = [base] if isinstance(base, str) else list(base)
+    blocks, shown = _budgeted(lead, contexts, budget, purpose, count, recall=recall)
+    texts = dict(zip([*shown], blocks[len(lead):], strict=True))
+    order = [*[k for k in shown if k not in VOLATILE], *[k for k in shown if k in VOLATILE]]
+    return [*lead, *[texts[k] for k in order]], shown
 
 
 def cache_ttl(wake_interval_minutes: float) -> str:
@@ -78,14 +83,15 @@ def cache_ttl(wake_interval_minutes: float) -> str:
     return "1h" if CACHE_5M_MINUTES < wake_interval_minutes <= CACHE_1H_MINUTES else "5m"
 
 
-def stable_count(shown: Mapping[str, int]) -> int:
-    """How many of `system_blocks`'s blocks form its stable prefix."""
-    return 1 + sum(1 for k in shown if k not in VOLATILE)
+def stable_count(shown: Mapping[str, int], lead: int = 1) -> int:
+    """How many of `system_blocks`'s blocks form its stable prefix (`lead`: how many
+    leading blocks it was given)."""
+    return lead + sum(1 for k in shown if k not in VOLATILE)
 
 
-def _budgeted(base: str, contexts: Mapping[str, Context], budget: int, purpose: str,
+def _budgeted(lead: list[str], contexts: Mapping[str, Context], budget: int, purpose: str,
               count: Callable[[str], int], *, recall: str) -> tuple[list[str], dict[str, int]]:
-    blocks, used, shown = [base], count(base), {}
+    blocks, used, shown = list(lead), sum(count(b) for b in lead), {}
     identity = contexts.get("identity")
     if identity is not None and identity.size():
         # Who the citizen is always comes, and is never forgotten (the file keeps it

@@ -1,7 +1,14 @@
-"""Before the work: which tools to offer (select) and which model tier to use (route).
+"""Before the work: which tools to offer (offer, select) and which model tier to use
+(route).
 
-Both ask the fast model with a schema-validated structured call. If that call
-fails, a deterministic rule decides, so a wake never depends on it succeeding.
+With a provider whose prompt cache the civilization shares (the API's), a loop wake
+offers its whole catalogue - every tool the operator permits the citizen, the same set
+and order in every wake - and no model picks: the tools open the prefix every citizen
+sends, so a pick per task (a different set each wake) made each wake's first call miss
+the cache another citizen had just written (issue 45). Otherwise (the local model: a
+small context, no shared cache) the fast model picks, and the route is asked either way;
+each with a schema-validated structured call. If that call fails, a deterministic rule
+decides, so a wake never depends on it succeeding.
 """
 
 from __future__ import annotations
@@ -45,6 +52,17 @@ def named(tools: Mapping[str, Tool], work: str) -> list[str]:
     want, text = _words(work), work.lower()
     return [n for n in rank(tools, work, len(tools))
             if n.lower() in text or (_words(n) and _words(n) <= want)]
+
+
+CATALOGUE = "the whole catalogue (the prefix every citizen's wake shares)"
+
+
+def offer(llm: Provider, meter: Meter, templates: Templates, tools: Mapping[str, Tool],
+          work: str, *, required: tuple[str, ...] = ()) -> tuple[list[str], str]:
+    """The tools a loop wake offers, in the catalogue's order; (names, how chosen)."""
+    if llm.prompt_cache:
+        return list(tools), CATALOGUE
+    return select_tools(llm, meter, templates, tools, work, required=required)
 
 
 def select_tools(llm: Provider, meter: Meter, templates: Templates, tools: Mapping[str, Tool],
