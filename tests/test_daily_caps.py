@@ -87,11 +87,9 @@ def test_the_civilizations_cap_counts_every_citizen(civ: Path) -> None:
     assert result.status == "daily_cap" and "civilization's $3.00 daily cap" in result.reason
 
 
-def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
-        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Each call's check read every peer's ledger: a wake's cost grew with the headcount
-    (6 ms a call at 1,000 citizens). The peers are summed at the first check; each call
-    after adds only its own citizen's spend (the broker checks every call as it is)."""
+@pytest.fixture
+def ledgers_read(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """Whose ledger each `spend.spent` read, in order."""
     read: list[str] = []
     real = spend.spent
 
@@ -100,6 +98,15 @@ def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
         return real(home, day)
 
     monkeypatch.setattr(spend, "spent", spy)
+    return read
+
+
+def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
+        civ: Path, ledgers_read: list[str]) -> None:
+    """Each call's check read every peer's ledger: a wake's cost grew with the headcount
+    (6 ms a call at 1,000 citizens). The peers are summed at the first check; each call
+    after adds only its own citizen's spend (the broker checks every call as it is)."""
+    read = ledgers_read
     TaskQueue(paths.home("opus").tasks).add("Write notes/a.md saying a")
     actor = Actor(call("write_file", path="notes/a.md", content="a"),
                   call("task_complete", summary="notes/a.md says a"))
@@ -110,15 +117,8 @@ def test_a_wake_reads_its_peers_ledgers_once_not_once_a_call(
 
 
 def test_the_brokers_total_spares_the_first_check_every_peers_ledger(
-        civ: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    read: list[str] = []
-    real = spend.spent
-
-    def spy(home: paths.Home, day: Any) -> float:
-        read.append(home.name)
-        return real(home, day)
-
-    monkeypatch.setattr(spend, "spent", spy)
+        civ: Path, ledgers_read: list[str]) -> None:
+    read = ledgers_read
     spent_already("opus", 0.5)
     peers = [paths.home("mira"), paths.home("aria")]
     daily = spend.Daily(paths.home("opus"), 10.0, 3.0, peers, civilization=lambda: 2.9)
