@@ -31,9 +31,10 @@ def _task_wake(text: str = "write the report") -> Any:
         call("task_progress", note="half"), call("task_complete", summary="done"))))
 
 
-def _store() -> ContextStore:
+def _store(keep_views: bool = True) -> ContextStore:
     cfg = config.load_citizen("opus")
-    return ContextStore(paths.home("opus").contexts, cfg.context_limits, estimate_tokens)
+    return ContextStore(paths.home("opus").contexts, cfg.context_limits, estimate_tokens,
+                        keep_views=keep_views)
 
 
 def _grow(entries: dict[str, int]) -> None:
@@ -134,7 +135,8 @@ def test_a_view_counted_by_another_counter_is_not_believed(civ: Path) -> None:
     _grow({"skills": 6})
     by_estimate = _store().load("skills")
     cfg = config.load_citizen("opus")
-    by_length = ContextStore(paths.home("opus").contexts, cfg.context_limits, len)
+    by_length = ContextStore(paths.home("opus").contexts, cfg.context_limits, len,
+                             keep_views=True)
     ctx = by_length.load("skills")
     assert by_length.tokens(ctx) == len(by_estimate.render())
     assert ctx.costs(len) == [len(ctx.line_at(i)) + 1 for i in range(ctx.size())]
@@ -169,3 +171,21 @@ def test_an_unparsed_context_that_outgrows_its_cap_is_forgotten_as_any(civ: Path
     lazy.add("a long dream " * (cap // 2))  # past the cap: keep_recent_n runs
     forgotten = store.save_all({"dreams": lazy})
     assert forgotten.get("dreams") and store.tokens(store.load("dreams")) <= cap
+
+
+def test_a_store_that_is_not_the_wakes_reads_and_writes_nothing_else(civ: Path) -> None:
+    """A reader that is not the wake (the CLI's `citizen tool`, run as the citizen or on a
+    peer's behalf) wrote views into the home on every load - a reviewer's home changed
+    by reading it, and each view displaced the wake's (another counter)."""
+    _grow({"skills": 4})
+    assert _task_wake().status == "ok"
+    views = _store().dir / rendered.FOLDER
+    before = {p.name: p.stat().st_mtime_ns for p in views.iterdir()}
+    reader = _store(keep_views=False)
+    loaded = reader.load_all()
+    assert loaded["skills"].render() and loaded["skills"].parsed
+    reader.save_all(loaded)  # nothing changed: nothing written
+    loaded["goals"].add("a goal set by hand")
+    reader.save_all(loaded)
+    assert {p.name: p.stat().st_mtime_ns for p in views.iterdir()} == before
+    assert all(p.suffix == ".view" for p in views.iterdir())  # no .json that is not JSON

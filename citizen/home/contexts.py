@@ -113,11 +113,17 @@ class ContextStore:
     """Loads and saves the eight context files of one citizen."""
 
     def __init__(self, directory: Path, limits: Mapping[str, int],
-                 count: TokenCounter) -> None:
+                 count: TokenCounter, *, keep_views: bool = False) -> None:
+        """`keep_views`: the wake's store keeps what its prompt shows of each context for
+        the next wake (citizen.home.rendered, by its provider's counter). Any other
+        reader - the CLI, a tool run by hand, a peer - uses a view it finds and writes
+        none: a read leaves the home as it was, and another counter's view would
+        displace the wake's."""
         self.dir = directory
         self.limits = limits
         self.count = count
         self.counter = rendered.counter_id(count)
+        self.keep_views = keep_views
 
     def path(self, ctype: str) -> Path:
         return self.dir / f"{ctype}.json"
@@ -163,7 +169,8 @@ class ContextStore:
         if view is None:
             data = parse_json(path, base, SCHEMA_VERSION)  # a corrupt file fails the load
             ctx.journal = str(data.get("journal", ""))
-            ctx.view = self._viewed(ctx, key, data.get("entries", []))
+            if self.keep_views:
+                ctx.view = self._viewed(ctx, key, data.get("entries", []))
         else:
             ctx.journal = view.journal
         if ctx.journal:
@@ -178,7 +185,7 @@ class ContextStore:
             ctx.tail = [e for line in lines if isinstance(line, dict)
                         and line.get("base") == ctx.journal for e in line.get("entries", [])]
         if data is not None:  # parsed already: no second parse, and no second render
-            text = ctx.render()
+            text = ctx.render() if ctx.view is not None else ""
             ctx.parse_with(lambda c: _fill(c, data))
             if text:
                 ctx.rendered_as(text)
@@ -307,9 +314,11 @@ class ContextStore:
         raw = _compact({**ctx.to_dict(), "journal": ctx.journal}).encode()
         write_bytes(self.path(ctx.type), raw)
         self.journal(ctx.type).unlink(missing_ok=True)
-        ctx.view = self._viewed(ctx, rendered.key_of(raw, self.counter), ctx.entries)
-        if ctx.view.text:
-            ctx.rendered_as(ctx.view.text)
+        ctx.view = None
+        if self.keep_views:
+            ctx.view = self._viewed(ctx, rendered.key_of(raw, self.counter), ctx.entries)
+            if ctx.view.text:
+                ctx.rendered_as(ctx.view.text)
         ctx.journal_lines = 0
 
     def emergency_dump(self, contexts: Mapping[str, Context], error: str) -> Path:

@@ -1,12 +1,13 @@
 """A context as a prompt shows it, kept between wakes and keyed by the context's bytes.
 
 Of most contexts a wake needs only what a prompt shows: the text, its token count and,
-when the budget cannot take it whole, its pinned and newest lines. All of it is kept
-beside the contexts (`contexts/rendered/<type>.json`), keyed by a digest of the
-context file's bytes and of the token counter. A context whose file did not change since
-it was last written or read is then neither parsed, copied, rendered nor counted again
-(issue 45: those were most of a wake's CPU); the entries its journal added since (a
-wake's history line, at most contexts.JOURNAL_LINES lines) are read and shown after it.
+when the budget cannot take it whole, its pinned and newest lines. The wake's store
+keeps all of it beside the contexts (`contexts/rendered/<type>.view`), keyed by a
+digest of the context file's bytes and of the token counter. A context whose file did
+not change since it was last written or read is then neither parsed, copied, rendered
+nor counted again (issue 45: those were most of a wake's CPU); the entries its journal
+added since (a wake's history line, at most contexts.JOURNAL_LINES lines) are read and
+shown after it.
 
 A view is derived data and never believed without its key: one that does not match
 (another key, a torn or hand-edited file, another counter) is made again from the
@@ -81,7 +82,7 @@ def made(key: str, head: str, lines: list[str], pinned: list[int],
 
 
 def path_of(directory: Path, ctype: str) -> Path:
-    return directory / FOLDER / f"{ctype}.json"
+    return directory / FOLDER / f"{ctype}.view"  # a JSON line, then text: no .json
 
 
 def read(directory: Path, ctype: str, key: str) -> View | None:

@@ -289,7 +289,8 @@ class _Run:
             self.wlog.event("provider_unavailable", reason=str(exc))
             return "failed", str(exc)
         self.wlog.event("provider", provider=llm.describe())
-        store = ContextStore(self.home.contexts, self.cfg.context_limits, llm.count_tokens)
+        store = ContextStore(self.home.contexts, self.cfg.context_limits, llm.count_tokens,
+                             keep_views=True)
         try:
             contexts = store.load_all()
         except CorruptFile as exc:
