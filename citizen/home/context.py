@@ -88,6 +88,10 @@ class Context:
         entry = {"ts": now_iso(), "text": text, **extra}
         (self.pending if self._parse is not None else self._entries).append(entry)
 
+    def _extra(self) -> list[dict[str, Any]]:
+        """The entries after the view's while not parsed: the journal's, then the added."""
+        return [*self.tail, *self.pending]
+
     def size(self) -> int:
         """How many entries (the view's and those added, unparsed)."""
         if self._parse is not None and self.view is not None:
@@ -98,7 +102,7 @@ class Context:
         if self._parse is not None and self.view is not None:
             known = len(self.view.starts)
             return (self.view.line(i) if i < known
-                    else self.line([*self.tail, *self.pending][i - known]))
+                    else self.line(self._extra()[i - known]))
         return self.line(self.entries[i])
 
     def pinned(self) -> list[int]:
@@ -106,7 +110,7 @@ class Context:
         if self._parse is not None and self.view is not None:
             known = len(self.view.starts)
             return [*self.view.pinned, *[known + i for i, e in
-                                         enumerate([*self.tail, *self.pending])
+                                         enumerate(self._extra())
                                          if e.get("pinned")]]
         return [i for i, e in enumerate(self.entries) if e.get("pinned")]
 
@@ -131,12 +135,12 @@ class Context:
         view = self._viewed_by(count)
         if view is not None:
             return [*view.costs,
-                    *[count(self.line(e)) + 1 for e in [*self.tail, *self.pending]]]
+                    *[count(self.line(e)) + 1 for e in self._extra()]]
         return [count(self.line_at(i)) + 1 for i in range(self.size())]
 
     def render(self) -> str:
         if self._parse is not None and self.view is not None:
-            extra = [*self.tail, *self.pending]
+            extra = self._extra()
             if not extra:
                 return self.view.text
             head = self.view.text + "\n" if self.view.text else f"## {self.type}\n"

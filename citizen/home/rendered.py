@@ -112,9 +112,3 @@ def write(directory: Path, ctype: str, view: View) -> None:
     raw = json.dumps(head, separators=(",", ":")).encode() + b"\n" + view.text.encode()
     with contextlib.suppress(OSError):  # a view saves time, never fails a save
         write_bytes(path_of(directory, ctype), raw, durable=False)
-
-
-def drop(directory: Path, ctype: str) -> None:
-    """Forget a view (its context is being rewritten)."""
-    with contextlib.suppress(OSError):
-        path_of(directory, ctype).unlink()
