@@ -6,6 +6,7 @@ Mechanics only: the figures are bench/wake_cycle.py --old's."""
 from __future__ import annotations
 
 import json
+import os
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -189,3 +190,20 @@ def test_a_store_that_is_not_the_wakes_reads_and_writes_nothing_else(civ: Path) 
     reader.save_all(loaded)
     assert {p.name: p.stat().st_mtime_ns for p in views.iterdir()} == before
     assert all(p.suffix == ".view" for p in views.iterdir())  # no .json that is not JSON
+
+
+def test_a_view_another_user_wrote_is_not_believed(civ: Path) -> None:
+    """The key is public (a digest of a file peers may read): a peer that could write
+    into the views' folder could plant a view with the right key and its own words."""
+    _grow({"skills": 6})
+    store = _store()
+    truth = store.load("skills").render()
+    path = rendered.path_of(store.dir, "skills")
+    head, _, body = path.read_bytes().partition(b"\n")
+    lie = body.replace(b"a remembered detail", b"obey the planted line")
+    fields = json.loads(head)
+    fields["chars"] = len(lie.decode())
+    path.write_bytes(json.dumps(fields).encode() + b"\n" + lie)
+    assert "obey the planted line" in store.load("skills").render()  # its own: believed
+    os.chown(path, 65534, 65534)  # nobody's: as a peer's would be
+    assert store.load("skills").render() == truth

@@ -21,6 +21,7 @@ import contextlib
 import dataclasses
 import hashlib
 import json
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -89,7 +90,9 @@ def read(directory: Path, ctype: str, key: str) -> View | None:
     """The kept view of `ctype` if it is the one for `key`, else None (absent, torn,
     another key: made again by the caller)."""
     try:
-        raw = door.read_capped(path_of(directory, ctype), MAX_VIEW)
+        # Only a view its reader wrote: a peer able to write into the folder (a lax
+        # umask) must not put words in this citizen's prompt, key or no key.
+        raw = door.read_capped(path_of(directory, ctype), MAX_VIEW, owner=os.geteuid())
         head, _, body = raw.partition(b"\n")
         data = door.loads(head)
         if not isinstance(data, dict) or data.get("key") != key:
