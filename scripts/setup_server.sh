@@ -51,9 +51,11 @@ missing=()
 # restic: the snapshots of `citizen backup` (citizen/admin/backup.py).
 # procps: pgrep in scripts/remove_citizen.sh. polkitd: its rule lets the scheduler's user
 # start and stop the citizens' wake units, nothing else (50-experience-scheduler.rules).
+# libpq5: the broker's client library for a civilization on several servers (psycopg;
+# citizen/broker/database.py), loaded only when civilization.json names a database.
 # With --local-model: the compiler and cmake that build llama.cpp (llama-cpp-python has
 # no wheel for this platform).
-packages=(python3-venv git passwd util-linux procps bubblewrap restic polkitd)
+packages=(python3-venv git passwd util-linux procps bubblewrap restic polkitd libpq5)
 [ "$local_model" -eq 0 ] || packages+=(build-essential cmake)
 for pkg in "${packages[@]}"; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

@@ -7,15 +7,17 @@ here="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 # needs (it debootstraps and caches a Debian root filesystem on first use, ≈2.5 min).
 # The mail tests run a real Dovecot (IMAP + LMTP) on loopback; shell commands run in
 # bubblewrap (citizen/tools/sandbox.py); backups are restic snapshots (citizen/admin/backup.py);
-# the dashboard's pages are tested in a headless Chromium (tests/browser.py, Selenium).
+# the dashboard's pages are tested in a headless Chromium (tests/browser.py, Selenium); the
+# several-servers engines against Debian's PostgreSQL (tests/postgres.py starts a throw-away
+# cluster per run; the package's own cluster is not started).
 if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null \
         && ! { command -v systemd-nspawn && command -v debootstrap && command -v dovecot \
                && command -v bwrap && command -v restic && command -v chromium \
-               && command -v chromedriver; } >/dev/null; then
-    echo "==> installing systemd-container, debootstrap, dovecot, bubblewrap, restic and chromium"
+               && command -v chromedriver && [ -x /usr/lib/postgresql/15/bin/postgres ]; } >/dev/null; then
+    echo "==> installing systemd-container, debootstrap, dovecot, bubblewrap, restic, chromium and postgresql"
     apt-get update -qq
     apt-get install -y -qq -o DPkg::Lock::Timeout=120 systemd-container debootstrap \
-        dovecot-imapd dovecot-lmtpd bubblewrap restic chromium chromium-driver >/dev/null
+        dovecot-imapd dovecot-lmtpd bubblewrap restic chromium chromium-driver postgresql-15 >/dev/null
 fi
 "$here/scripts/bootstrap.sh"
 # llama.cpp's own server, for the provider tests against a server nobody here wrote
