@@ -27,6 +27,7 @@ from typing import Any
 
 from citizen.access.permit import PATH as PERMIT_PATH
 from citizen.broker import estimate, identity
+from citizen.broker.database import Database
 from citizen.broker.ledger import CIVILIZATION, CapExceeded, Ledger
 from citizen.broker.limits import Limiter
 from citizen.broker.permits import Permits, serve
@@ -51,12 +52,17 @@ class _Allowance:
 
 
 ROUTE_ALLOWANCE = _Allowance(calls_per_minute=240, concurrent=8)  # per citizen, all routes
+# The commons of several servers (citizen.broker.commons): a wake reads a thread's
+# records and its gate asks what is owed, each a call where one server reads its files -
+# a bucket of its own, so the commons never takes mail's or the repositories' calls.
+COMMONS_ALLOWANCE = _Allowance(calls_per_minute=6000, concurrent=8)
 
 # (method, path) -> handler(broker, citizen, request body) -> (status, JSON-able answer).
 # Modules that give the broker more to do (mail, onboarding, the shared repositories)
 # add theirs with `route` and are imported by citizen.broker.service.
 Handler_ = Callable[["Broker", str, bytes], tuple[int, Any]]
 ROUTES: dict[tuple[str, str], Handler_] = {}
+ALLOWANCES: dict[tuple[str, str], _Allowance] = {}  # a route's bucket, when not ROUTE_ALLOWANCE
 # GET path -> view(broker, the caller's uid, query string) -> (status, JSON-able answer):
 # the dashboard's reads (citizen.broker.views). Their callers are not citizens, so
 # `caller` is not asked; the view decides from the kernel's uid alone.
@@ -64,14 +70,16 @@ View_ = Callable[["Broker", int, str], tuple[int, Any]]
 VIEWS: dict[str, View_] = {}
 
 
-def route(method: str, path: str) -> Callable[[Handler_], Handler_]:
+def route(method: str, path: str, *, commons: bool = False) -> Callable[[Handler_], Handler_]:
     """Register a JSON route under /v1/experience/ (the caller is already identified;
-    a handler raises `Refused` to refuse)."""
+    a handler raises `Refused` to refuse). `commons`: counted in COMMONS_ALLOWANCE."""
     if not path.startswith("/v1/experience/"):
         raise ValueError(f"{path}: broker routes live under /v1/experience/")
 
     def add(handler: Handler_) -> Handler_:
         ROUTES[(method, path)] = handler
+        if commons:
+            ALLOWANCES[(method, path)] = COMMONS_ALLOWANCE
         return handler
 
     return add
@@ -86,9 +94,13 @@ class Broker:
     rules: RuleCache = field(default_factory=RuleCache)
     limiter: Limiter = field(default_factory=Limiter)
     route_limiter: Limiter = field(default_factory=Limiter)
+    commons_limiter: Limiter = field(default_factory=Limiter)
     upstreams: Upstreams = field(default_factory=Upstreams)
     permits: Permits = field(default_factory=Permits)
     last_active: float = field(default_factory=time.monotonic)
+    # A civilization on several servers: the shared database (citizen.broker.database),
+    # None on a server of its own (the commons is its files).
+    database: Database | None = None
 
     def caller(self, uid: int, claimed: str | None) -> str:
         """The citizen a connection speaks for (citizen.broker.identity)."""
@@ -133,10 +145,14 @@ class Handler(Wire):
         if handler is None:
             return None
 
+        broker = self.server.broker
+        allowance = ALLOWANCES.get((method, path))
+        limiter = broker.route_limiter if allowance is None else broker.commons_limiter
+
         def serve(citizen: str) -> None:
             # Their own bucket (not the model calls'): a mail long-poll must not take a
             # model slot, and no citizen may flood these routes either.
-            with self.server.broker.route_limiter.hold(citizen, ROUTE_ALLOWANCE):
+            with limiter.hold(citizen, allowance or ROUTE_ALLOWANCE):
                 body = self._body() if method == "POST" else b""
                 status, data = handler(self.server.broker, citizen, body)
             self._json(status, data)

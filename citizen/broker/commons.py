@@ -1,0 +1,240 @@
+"""The commons of a civilization on several servers, served by each server's broker.
+
+Citizens never hold a database login: a citizen asks its own server's broker, which
+writes to the civilization's database (`citizen.broker.database`) with its server's
+role. Who wrote a record is the caller the kernel names (`SO_PEERCRED`, resolved by
+`Broker.caller`), never what the request says; and the database itself refuses a row
+for a citizen who does not live on the writing server (row-level security), so even a
+broker whose code were changed could not author another server's citizens.
+
+Routes (POST, JSON in and out, under /v1/experience/commons/):
+
+- `record/create {key, data}`: a record that may exist once (a vote, a step): 409 if
+  the key is taken. `record/write {key, data}`: its author's record, rewritten by its
+  author only (409 if it is another's). Both stamp `author` with the caller.
+- `record/read {key}` -> {key, author, data} | 404; `record/list {folder}` -> the
+  records directly in a folder, oldest key first (at most LIST_MAX; `more` says if cut);
+  `record/folders {folder}` -> the names of the folders directly below it.
+- `document/read {key}` -> {data, version} (version 0: none yet); `document/write {key,
+  data, version}`: written only if the document is still at `version` (409 otherwise:
+  read again, change again) - no update is lost, whichever server writes.
+- `ring {citizen, wake_type, reason}`: a `NOTIFY` every server's broker hears
+  (`citizen.broker.rings`); the sender is the caller.
+- `citizens {}` -> every citizen of the civilization and the server it lives on.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from citizen.broker.refused import Refused
+from citizen.broker.server import Broker, route
+
+PREFIX = "/v1/experience/commons/"
+# A key is a place in the commons, as a path: a few plain segments (no '.', '..', no
+# empty one), so no key can name another's place by spelling it differently.
+SEGMENT = re.compile(r"^[A-Za-z0-9_~@+-][A-Za-z0-9._~@+-]{0,127}$")
+MAX_DEPTH, MAX_KEY = 8, 512
+MAX_RECORD = 1 << 20  # a record is KBs; a megabyte is no record (the body cap is 4 MB)
+LIST_MAX = 2000  # one answer's records; a folder holds a thread's steps, not thousands
+CHANNEL = "experience_doorbell"
+MAX_RING = 400  # a NOTIFY payload stays small (PostgreSQL's limit is 8000 bytes)
+
+
+@contextmanager
+def _conn(broker: Broker) -> Iterator[Any]:
+    """A pooled connection to the civilization's database; its failures as refusals.
+
+    :raises Refused: 404 on a server of its own; 403 what the database refuses this
+        server's role (another server's citizen); 503 the database cannot be reached
+        (the citizen's step waits and is tried again: nothing was written).
+    """
+    import psycopg  # noqa: PLC0415 - only a civilization of several servers needs it
+    from psycopg_pool import PoolTimeout  # noqa: PLC0415 - 0.2 s to import: same
+
+    if broker.database is None:
+        raise Refused(404, "not_found_error", "this server's commons is its own files: no "
+                      "civilization.json names a database (DEPLOY.md, several servers)")
+    try:
+        with broker.database.connection() as conn:
+            yield conn
+    except psycopg.errors.InsufficientPrivilege as exc:
+        raise Refused(403, "permission_error", f"the civilization's database refuses this "
+                      f"server's role: {exc.diag.message_primary}") from exc
+    except (psycopg.OperationalError, PoolTimeout) as exc:
+        raise Refused(503, "overloaded_error", f"the civilization's database cannot be "
+                      f"reached ({exc}); try again later - nothing was written") from exc
+
+
+def _body(raw: bytes) -> dict[str, Any]:
+    try:
+        body = json.loads(raw or b"{}")
+    except ValueError as exc:
+        raise Refused(400, "invalid_request_error", f"send a JSON object ({exc})") from exc
+    if not isinstance(body, dict):
+        raise Refused(400, "invalid_request_error", "send a JSON object")
+    return body
+
+
+def key_of(body: dict[str, Any], name: str = "key", *, folder: bool = False) -> str:
+    """A valid place in the commons from the request.
+
+    :raises Refused: 400, naming what a key may be.
+    """
+    value = body.get(name)
+    if folder and value == "":
+        return ""
+    parts = value.split("/") if isinstance(value, str) else []
+    if not parts or len(parts) > MAX_DEPTH or len(str(value)) > MAX_KEY \
+            or not all(SEGMENT.match(p) and p not in (".", "..") for p in parts):
+        raise Refused(400, "invalid_request_error",
+                      f"{name} must be a relative path of at most {MAX_DEPTH} plain names "
+                      "(letters, digits, . _ ~ @ + -; none empty, '.' or '..')")
+    return str(value)
+
+
+def _data(body: dict[str, Any]) -> dict[str, Any]:
+    data = body.get("data")
+    if not isinstance(data, dict):
+        raise Refused(400, "invalid_request_error", 'send the record as {"data": {…}}')
+    if len(json.dumps(data)) > MAX_RECORD:
+        raise Refused(413, "request_too_large", f"a record is at most {MAX_RECORD} bytes")
+    return data
+
+
+def _folder(key: str) -> str:
+    return key.rpartition("/")[0]
+
+
+def _row(key: str, author: str, data: Any) -> dict[str, Any]:
+    return {"key": key, "author": author, "data": {**data, "author": author}}
+
+
+@route("POST", PREFIX + "record/create", commons=True)
+def create(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    body = _body(raw)
+    key, data = key_of(body), _data(body)
+    record = {**data, "author": citizen}
+    with _conn(broker) as conn:
+        row = conn.execute(
+            "INSERT INTO records (key, folder, author, data) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (key) DO NOTHING RETURNING key",
+            (key, _folder(key), citizen, json.dumps(record))).fetchone()
+    if row is None:
+        raise Refused(409, "invalid_request_error", f"{key} is already recorded; a step is "
+                      "taken once")
+    return 200, _row(key, citizen, record)
+
+
+@route("POST", PREFIX + "record/write", commons=True)
+def write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    body = _body(raw)
+    key, data = key_of(body), _data(body)
+    record = {**data, "author": citizen}
+    with _conn(broker) as conn:
+        # Rewritten only where the row is the caller's own: another's stays as it is.
+        row = conn.execute(
+            "INSERT INTO records (key, folder, author, data) VALUES (%s, %s, %s, %s) "
+            "ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data, written = "
+            "clock_timestamp() WHERE records.author = EXCLUDED.author RETURNING key",
+            (key, _folder(key), citizen, json.dumps(record))).fetchone()
+    if row is None:
+        raise Refused(409, "invalid_request_error", f"{key} is another citizen's record; "
+                      "write under a name of your own")
+    return 200, _row(key, citizen, record)
+
+
+@route("POST", PREFIX + "record/read", commons=True)
+def read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    key = key_of(_body(raw))
+    with _conn(broker) as conn:
+        row = conn.execute("SELECT author, data FROM records WHERE key = %s",
+                           (key,)).fetchone()
+    if row is None:
+        raise Refused(404, "not_found_error", f"no record {key}")
+    return 200, _row(key, row[0], row[1])
+
+
+@route("POST", PREFIX + "record/list", commons=True)
+def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    folder = key_of(_body(raw), "folder", folder=True)
+    with _conn(broker) as conn:
+        rows = conn.execute("SELECT key, author, data FROM records WHERE folder = %s "
+                            "ORDER BY key LIMIT %s", (folder, LIST_MAX + 1)).fetchall()
+    return 200, {"records": [_row(*r) for r in rows[:LIST_MAX]], "more": len(rows) > LIST_MAX}
+
+
+@route("POST", PREFIX + "record/folders", commons=True)
+def folders(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    folder = key_of(_body(raw), "folder", folder=True)
+    prefix = f"{folder}/" if folder else ""
+    # LIKE with the prefix's own wildcards escaped: '_' is a key's letter, not "any".
+    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+    with _conn(broker) as conn:
+        rows = conn.execute(
+            "SELECT DISTINCT split_part(substr(folder, %s), '/', 1) AS name FROM records "
+            "WHERE folder LIKE %s ORDER BY name LIMIT %s",
+            (len(prefix) + 1, pattern, LIST_MAX)).fetchall()
+    return 200, {"folders": [r[0] for r in rows if r[0]]}
+
+
+@route("POST", PREFIX + "document/read", commons=True)
+def document_read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    key = key_of(_body(raw))
+    with _conn(broker) as conn:
+        row = conn.execute("SELECT data, version FROM documents WHERE key = %s",
+                           (key,)).fetchone()
+    return 200, {"key": key, "data": row[0] if row else None, "version": row[1] if row else 0}
+
+
+@route("POST", PREFIX + "document/write", commons=True)
+def document_write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    body = _body(raw)
+    key, data, version = key_of(body), _data(body), body.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
+        raise Refused(400, "invalid_request_error", "send the version you read (0: new)")
+    with _conn(broker) as conn:
+        # The version compared and raised in one statement: two writers that read the
+        # same version cannot both write (the second's WHERE no longer holds).
+        if version == 0:
+            row = conn.execute("INSERT INTO documents (key, data) VALUES (%s, %s) ON CONFLICT "
+                               "DO NOTHING RETURNING version", (key, json.dumps(data))).fetchone()
+        else:
+            row = conn.execute("UPDATE documents SET data = %s, version = version + 1, "
+                               "written = clock_timestamp() WHERE key = %s AND version = %s "
+                               "RETURNING version", (json.dumps(data), key, version)).fetchone()
+    if row is None:
+        raise Refused(409, "conflict", f"{key} changed since version {version}: read it "
+                      "again and apply the change to what is there now")
+    return 200, {"key": key, "version": row[0]}
+
+
+@route("POST", PREFIX + "ring", commons=True)
+def ring(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    body = _body(raw)
+    target, wake_type = body.get("citizen"), body.get("wake_type")
+    if not isinstance(target, str) or not isinstance(wake_type, str):
+        raise Refused(400, "invalid_request_error", 'send {"citizen": …, "wake_type": …}')
+    payload = json.dumps({"citizen": target, "wake_type": wake_type,
+                          "reason": str(body.get("reason", ""))[:200], "sender": citizen})
+    if len(payload) > MAX_RING:
+        raise Refused(413, "request_too_large", "a ring is a name, a type and a short reason")
+    with _conn(broker) as conn:
+        row = conn.execute("SELECT server FROM citizens WHERE name = %s", (target,)).fetchone()
+        if row is None:
+            raise Refused(404, "not_found_error", f"no citizen {target} in this civilization")
+        conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, payload))
+    return 200, {"rung": target, "server": row[0]}
+
+
+@route("POST", PREFIX + "citizens", commons=True)
+def everyone(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    with _conn(broker) as conn:
+        rows = conn.execute("SELECT c.name, c.server, s.seen FROM citizens c JOIN servers s "
+                            "ON s.name = c.server ORDER BY c.name").fetchall()
+    return 200, {"citizens": [{"name": n, "server": s, "server_seen": seen.isoformat()
+                               if seen else None} for n, s, seen in rows]}

@@ -1,0 +1,180 @@
+"""The commons of a civilization on several servers, through each server's broker
+(citizen/broker/commons.py, citizen/access/commons.py, citizen/broker/rings.py), against
+Debian's PostgreSQL (tests/postgres.py): two servers' brokers on one database, each on its
+own socket, each with its own database role."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from citizen.access.commons import BrokerCommons, CommonsRefused
+from citizen.admin import founding
+from citizen.broker import commons
+from citizen.broker import database as civ
+from citizen.broker.database import Database, Settings
+from citizen.broker.ledger import Ledger
+from citizen.broker.listener import Server, listen
+from citizen.broker.refused import Refused
+from citizen.broker.rings import Listener, Rings
+from citizen.broker.server import Broker
+from tests.postgres import Cluster
+
+
+@dataclass
+class Site:
+    """One server: its broker, on its socket, with its role's pool."""
+
+    broker: Broker
+    socket: Path
+    server: Server
+    thread: threading.Thread
+    dsn: str
+
+    def as_citizen(self, name: str) -> BrokerCommons:
+        return BrokerCommons(self.socket, name)
+
+
+@pytest.fixture
+def sites(cluster: Cluster, database: str, tmp_path: Path) -> Iterator[dict[str, Site]]:
+    """Servers a (opus, aria) and b (mira), each broker serving in a thread (dev mode: the
+    test's one user names the citizen; the kernel's word is tests/several_servers')."""
+    admin = cluster.dsn(database)
+    founding.init(["opus", "aria", "mira"])
+    civ.install(admin)
+    out: dict[str, Site] = {}
+    try:
+        for name, citizens in (("a", ["opus", "aria"]), ("b", ["mira"])):
+            role = cluster.role(f"srv_{name}")
+            civ.add_server(admin, name, role)
+            dsn = cluster.dsn(database, role)
+            db = Database(Settings(name, dsn), max_size=4)
+            for c in citizens:
+                db.claim(c)
+            b = Broker(Ledger(tmp_path / f"ledger-{name}.db"), server_mode=False, database=db)
+            sock = tmp_path / f"broker-{name}.sock"
+            srv = listen(sock, b, server_mode=False)
+            thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
+            thread.start()
+            out[name] = Site(b, sock, srv, thread, dsn)
+        yield out
+    finally:
+        for site in out.values():
+            site.server.shutdown()
+            site.thread.join(10)
+            site.server.server_close()
+            site.broker.ledger.close()
+            if site.broker.database is not None:
+                site.broker.database.close()
+
+
+def test_a_record_is_its_authors_once_and_every_server_reads_it(
+        sites: dict[str, Site]) -> None:
+    opus, mira = sites["a"].as_citizen("opus"), sites["b"].as_citizen("mira")
+    opus.create("debates/d1/thread.json", {"topic": "t", "author": "mira"})  # says mira
+    got = mira.read("debates/d1/thread.json")
+    assert got is not None and got["author"] == "opus" and got["data"]["author"] == "opus"
+    with pytest.raises(CommonsRefused, match="already recorded") as taken:
+        mira.create("debates/d1/thread.json", {"topic": "mine now"})
+    assert taken.value.status == 409
+    mira.write("debates/d1/moves/mira.json", {"move": "claim"})
+    mira.write("debates/d1/moves/mira.json", {"move": "claim, again"})  # her own: rewritten
+    with pytest.raises(CommonsRefused, match="another citizen's record"):
+        opus.write("debates/d1/moves/mira.json", {"move": "forged"})
+    assert [r["data"]["move"] for r in opus.records("debates/d1/moves")] == ["claim, again"]
+    assert opus.folders("debates") == ["d1"] and mira.folders("") == ["debates"]
+    assert opus.read("debates/d1/none.json") is None
+
+
+def test_a_brokers_code_cannot_author_another_servers_citizen(
+        sites: dict[str, Site]) -> None:
+    """What a changed broker of server a would do - call the route as b's citizen -
+    the database refuses: authorship across servers is held by a's role, not a's code."""
+    body = json.dumps({"key": "changes/c1/proposal.json", "data": {}}).encode()
+    with pytest.raises(Refused, match="refuses this server's role") as refused:
+        commons.create(sites["a"].broker, "mira", body)
+    assert refused.value.status == 403
+    assert sites["b"].as_citizen("mira").read("changes/c1/proposal.json") is None
+    commons.create(sites["b"].broker, "mira", body)  # her own server's broker may
+
+
+@pytest.mark.parametrize("key", ["../x", "a//b", "/abs", "a/./b", "a/..", "", "a b/c",
+                                 "a/" * 9 + "b"])
+def test_a_key_is_a_plain_relative_place(sites: dict[str, Site], key: str) -> None:
+    with pytest.raises(CommonsRefused, match="relative path") as bad:
+        sites["a"].as_citizen("opus").create(key, {})
+    assert bad.value.status == 400
+
+
+def test_documents_lose_no_update_when_two_servers_race(sites: dict[str, Site]) -> None:
+    """8 writers (4 a server) each add 1 to one counter 15 times through their brokers:
+    every increment is there."""
+    def count(c: BrokerCommons, n: int) -> None:
+        for _ in range(n):
+            c.update("rooms/r1/heat.json", lambda: {"n": 0},
+                     lambda d: d.__setitem__("n", d["n"] + 1))
+
+    writers = [threading.Thread(target=count, args=(sites[s].as_citizen(c), 15))
+               for s, c in (("a", "opus"), ("b", "mira")) for _ in range(4)]
+    for w in writers:
+        w.start()
+    for w in writers:
+        w.join(120)
+    data, version = sites["a"].as_citizen("aria").document("rooms/r1/heat.json", dict)
+    assert data == {"n": 120} and version == 120
+
+    # The attack a plain read-then-write loses to: two writers read version 1; the
+    # first writes; the second's write, built on what it read, must not land.
+    opus, mira = sites["a"].as_citizen("opus"), sites["b"].as_citizen("mira")
+    opus.update("rooms/r2/heat.json", lambda: {"n": 0}, lambda d: d.__setitem__("n", 1))
+    (seen_a, v_a), (seen_b, v_b) = (c.document("rooms/r2/heat.json", dict) for c in (opus, mira))
+    opus.call("document/write", {"key": "rooms/r2/heat.json", "data": {"n": seen_a["n"] + 1},
+                                 "version": v_a})
+    with pytest.raises(CommonsRefused, match="changed since version 1") as stale:
+        mira.call("document/write", {"key": "rooms/r2/heat.json",
+                                     "data": {"n": seen_b["n"] + 1}, "version": v_b})
+    assert stale.value.status == 409
+    assert opus.document("rooms/r2/heat.json", dict) == ({"n": 2}, 2)
+
+
+def test_a_ring_reaches_the_server_its_citizen_lives_on_only(
+        sites: dict[str, Site]) -> None:
+    heard = {s: Rings() for s in sites}
+    lived = {"a": {"opus", "aria"}, "b": {"mira"}}
+    listeners = [Listener(sites[s].dsn, lived[s].__contains__, heard[s]) for s in sites]
+    for listener in listeners:
+        listener.start()
+    try:
+        for listener in listeners:
+            assert listener.listening.wait(30)
+        where = sites["a"].as_citizen("opus").ring("mira", "debate", "your turn in d1")
+        assert where == "b"
+        got = heard["b"].take(timeout=30)
+        assert [(r.citizen, r.wake_type, r.reason, r.sender) for r in got] == [
+            ("mira", "debate", "your turn in d1", "opus")]
+        assert heard["a"].take(timeout=0) == []
+        with pytest.raises(CommonsRefused, match="no citizen ghost"):
+            sites["a"].as_citizen("opus").ring("ghost", "debate", "")
+    finally:
+        for listener in listeners:
+            listener.close()
+
+
+def test_every_server_sees_every_citizen_and_where_it_lives(sites: dict[str, Site]) -> None:
+    assert sites["b"].as_citizen("mira").citizens() == {"mira": "b", "aria": "a", "opus": "a"}
+
+
+def test_a_server_of_its_own_has_no_database_commons(tmp_path: Path) -> None:
+    founding.init(["opus"])
+    b = Broker(Ledger(tmp_path / "ledger.db"), server_mode=False)
+    try:
+        with pytest.raises(Refused, match="its own files") as own:
+            commons.read(b, "opus", b'{"key": "a/b.json"}')
+        assert own.value.status == 404
+    finally:
+        b.ledger.close()
