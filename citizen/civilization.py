@@ -22,6 +22,8 @@ from shared import clock
 from shared.commons import Commons
 from shared.errors import SharedError
 from shared.identity import server_mode
+from shared.records import effective_user
+from shared.remote import Remote
 
 if TYPE_CHECKING:  # the protocols are imported when first used (shared.commons says why)
     from shared.consensus import Consensus
@@ -66,6 +68,30 @@ def _root_settled() -> int | None:
     return mtime if time.time_ns() - mtime > SETTLED_NS else None
 
 
+def remote() -> Remote | None:
+    """The commons the broker keeps, when this server is one of several (the operator's
+    civilization.json is there), as the citizen this process runs as - the broker
+    stamps that from the kernel's word anyway; None on a server of its own."""
+    if not paths.civilization_file().is_file():
+        return None
+    from citizen.access.commons import BrokerCommons  # noqa: PLC0415 - several servers only
+
+    return BrokerCommons(paths.broker_socket(), effective_user())
+
+
+def everyone(far: Remote | None) -> list[str]:
+    """Every citizen of the civilization: the broker's list on several servers - or, while
+    it or the database cannot answer, this server's own (logged): its citizens go on."""
+    if far is None:
+        return citizens()
+    try:
+        return sorted(far.citizens())
+    except (OSError, SharedError) as exc:
+        log.warning("the civilization's citizens are not known now (%s); this server's own "
+                    "are used", exc)
+        return citizens()
+
+
 def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
     """This civilization's commons, built once per process (per root and templates):
     server mode and the validated templates are read once, the citizens again only when
@@ -76,15 +102,16 @@ def commons(tpl: config.Templates | None = None, approvals: int = 2) -> Commons:
     handle, listed_at = _COMMONS.get(key, (None, None))
     settled = _root_settled()
     fresh = handle is not None and settled is not None and settled == listed_at
-    names = handle.citizens if handle is not None and fresh else citizens()
+    far = remote()
+    names = handle.citizens if handle is not None and fresh else everyone(far)
     medium = config.medium_programs()  # re-read: an operator's edit counts without restarts
     if handle is None or handle.citizens != names or handle.approvals != approvals \
-            or handle.medium_programs != medium:
+            or handle.medium_programs != medium or (handle.remote is None) != (far is None):
         handle = Commons(shared, names, server_mode(shared), tpl.dir / "values.yaml",
                          {n: tpl.values_profile(n) for n in names}, approvals,
                          {n: paths.home(n).code for n in names}, medium,
                          merge_request=steps.merge, world_request=steps.world,
-                         draw_request=steps.draw)
+                         draw_request=steps.draw, remote=far)
     _COMMONS[key] = (handle, settled)
     return handle
 

@@ -19,6 +19,7 @@ from shared import doorbell
 from shared.dry import DryTracker
 from shared.goals import Goals
 from shared.layout import Layout
+from shared.remote import Remote
 
 if TYPE_CHECKING:
     from shared.consensus import Consensus
@@ -56,6 +57,10 @@ class Commons:
     merge_request: Any = None
     draw_request: Any = None
     world_request: Any = None
+    # A civilization of several servers: the records the broker keeps (shared.remote);
+    # None: the commons is the files under `dir`. Debates use it; the other protocols
+    # are still each server's files (docs/architecture.md §6 says which).
+    remote: Remote | None = None
 
     @cached_property
     def layout(self) -> Layout:
@@ -79,7 +84,7 @@ class Commons:
     def debates(self) -> Debates:
         from shared.debates import Debates  # noqa: PLC0415 - start-up, 20 ms
 
-        return Debates(self.dir, self.citizens, self.enforce)
+        return Debates(self.dir, self.citizens, self.enforce, remote=self.remote)
 
     @cached_property
     def streams(self) -> Streams:

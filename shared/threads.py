@@ -7,7 +7,10 @@ A thread is a directory `<root>/<id>/` holding
   user and naming it under `author` (the one author key).
 
 Nothing in a thread is ever edited: a change of state is a new record, and the state
-is derived from the records by the protocol's pure rules. `write` is the only way a
+is derived from the records by the protocol's pure rules. On several servers
+(`remote`, `shared.remote`) the same records are rows the citizen's broker keeps, under
+the same names: a thread is a folder of keys, a record is created once, and its author
+is the one the broker's kernel named. `write` is the only way a
 step is recorded (it carries the authorship check); `read` the only way one is read
 back - through `shared.records.read`, the one reader of the commons (a record whose
 file is not its author's is ignored, logged).
@@ -19,7 +22,7 @@ import logging
 import os
 import re
 from collections.abc import Callable, Iterable, Mapping
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any, TypeVar
 
 from shared import clock, records
@@ -35,6 +38,7 @@ from shared.records import (
     id_pattern,
     new_id,
 )
+from shared.remote import Remote, Taken, key, under
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -51,7 +55,7 @@ class Threads:
 
     def __init__(self, root: Path, prefix: str, header: str, *, top: Path, enforce: bool,
                  pattern: re.Pattern[str] | None = None, what: str = "thread",
-                 lister: str = "") -> None:
+                 lister: str = "", remote: Remote | None = None) -> None:
         self.root = root
         self.prefix = prefix
         self.header_name = header
@@ -61,6 +65,13 @@ class Threads:
         self.what = what  # "proposal", "debate": for messages
         self.lister = lister  # the command that lists them, for "no such …" messages
         self._owed_cache: dict[str, tuple[tuple[int, ...], str]] = {}
+        self.remote = remote
+        # Records read through `remote`, by key: a thread's record is created once and
+        # never rewritten, so one read is good for the process's life (bounded).
+        self._seen: dict[str, dict[str, Any]] = {}
+
+    def key(self, path: Path) -> str:
+        return key(self.top, path)
 
     # ---------------------------------------------------------------- layout
 
@@ -69,6 +80,9 @@ class Threads:
 
     def ids(self) -> list[str]:
         """Every thread's id, oldest first."""
+        if self.remote is not None:
+            return sorted(n for n in self.remote.folders(self.key(self.root))
+                          if self.pattern.match(n))
         if not self.root.is_dir():
             return []
         return sorted(p.name for p in self.root.iterdir() if self.pattern.match(p.name))
@@ -77,7 +91,11 @@ class Threads:
         return new_id(self.prefix)
 
     def exists(self, tid: str) -> bool:
-        return bool(self.pattern.match(tid)) and (self.dir(tid) / self.header_name).is_file()
+        if not self.pattern.match(tid):
+            return False
+        if self.remote is not None:
+            return self._remote_read(self.dir(tid) / self.header_name) is not None
+        return (self.dir(tid) / self.header_name).is_file()
 
     # ---------------------------------------------------------------- header
 
@@ -87,6 +105,13 @@ class Threads:
         :raises NotAllowed: `tid` is not a new id of this kind.
         """
         tid = tid or new_id(self.prefix)
+        if self.remote is not None and self.pattern.match(tid):
+            try:
+                self.remote.create(self.key(self.dir(tid) / self.header_name),
+                                   {"id": tid, **body, "ts": clock.now()})
+            except Taken as exc:
+                raise NotAllowed(f"'{tid}' is not a new {self.what} id") from exc
+            return tid
         if not self.pattern.match(tid) or self.dir(tid).exists():
             raise NotAllowed(f"'{tid}' is not a new {self.what} id")
         make_dirs(self.dir(tid), self.top, DIR_MODE)
@@ -103,6 +128,11 @@ class Threads:
         if not self.exists(tid):
             hint = f" - `{self.lister}` lists them" if self.lister else ""
             raise NotFound(f"no {self.what} {tid}{hint}")
+        if self.remote is not None:
+            rec = self._remote_read(self.dir(tid) / self.header_name)
+            if rec is None:
+                raise NotFound(f"no {self.what} {tid}")
+            return dict(rec["data"])
         # beneath: the thread's folder is its opener's, who could swap it for a link.
         data: dict[str, Any] = read_json(self.dir(tid) / self.header_name, beneath=self.root)
         return data
@@ -125,6 +155,16 @@ class Threads:
                 raise NotAllowed(f"{me} cannot write a record in {author}'s name")
         record = {**body, AUTHOR: author, "ts": clock.now(), PLACE: f"{tid}/{name}"}
         path = self.dir(tid) / name
+        if self.remote is not None:
+            if author != self.remote.citizen:  # the broker would stamp its caller anyway
+                raise NotAllowed(f"{self.remote.citizen} cannot write a record in "
+                                 f"{author}'s name")
+            try:
+                self.remote.create(self.key(path), record)
+            except Taken as exc:
+                raise NotAllowed(f"{tid}: {name} is already recorded; a step is taken once"
+                                 ) from exc
+            return record
         make_dirs(path.parent, self.top, DIR_MODE)
         try:
             create_json(path, record, mode=RECORD_MODE)
@@ -160,6 +200,16 @@ class Threads:
                 return False
             return accept is None or accept(rec)
 
+        if self.remote is not None:
+            rec = self._remote_read(self.dir(tid) / name)
+            if rec is None:
+                return None
+            named = str(rec["author"])  # the broker's word: the kernel's, on its server
+            if author is not None and named != author:
+                log.warning("ignoring %s/%s: it is %s's, not %s's", tid, name, named, author)
+                return None
+            data = {**rec["data"], AUTHOR: named}
+            return data if placed(data) else None
         return records.read(self.dir(tid) / name, author, self.enforce, legacy=legacy,
                             accept=placed, beneath=self.root)
 
@@ -167,6 +217,13 @@ class Threads:
         """Record names in a thread matching `glob` (may include a subdirectory), sorted;
         a record written beside a forgery is listed under the name it stands in for."""
         folder = self.dir(tid)
+        if self.remote is not None:
+            shape = PurePosixPath(glob)
+            listed = self.remote.records(self.key(folder), deep=True)
+            self._keep(listed)
+            return sorted(name for name, _ in under(listed, self.key(folder))
+                          if len(PurePosixPath(name).parts) == len(shape.parts)
+                          and PurePosixPath(name).match(glob))
         if not folder.is_dir():
             return []
         found = {str(p.relative_to(folder)) for p in folder.glob(glob)}
@@ -212,6 +269,8 @@ class Threads:
     def signature(self, tid: str) -> tuple[int, ...]:
         """Changes whenever a record is added to the thread (its directories' mtimes)."""
         folder = self.dir(tid)
+        if self.remote is not None:
+            return self.remote.stamp(self.key(folder))
         sig: list[int] = []
         try:
             for d in (folder, *(p for p in folder.iterdir() if p.is_dir())):
@@ -221,3 +280,23 @@ class Threads:
             return ()
         return tuple(sig)
 
+
+    # ---------------------------------------------------------------- remote
+
+    MAX_SEEN = 20_000  # records kept from the broker's answers (a few MB at most)
+
+    def _keep(self, listed: list[dict[str, Any]]) -> None:
+        if len(self._seen) + len(listed) > self.MAX_SEEN:
+            self._seen.clear()
+        self._seen.update((str(r["key"]), r) for r in listed)
+
+    def _remote_read(self, path: Path) -> dict[str, Any] | None:
+        """A record through the broker ({key, author, data}), or None: none there (or no
+        broker: a thread of files)."""
+        k = self.key(path)
+        if k not in self._seen:
+            rec = self.remote.read(k) if self.remote is not None else None
+            if rec is None:
+                return None
+            self._keep([rec])
+        return self._seen[k]

@@ -18,8 +18,9 @@ from citizen.config import paths
 from tests.anthropic_server import MessagesServer
 
 # The real-browser fixtures (`browser`, `served`) for the dashboard's page tests; a real
-# PostgreSQL (`cluster`, `database`) for the several-servers engines.
-pytest_plugins = ("tests.browser", "tests.postgres")
+# PostgreSQL (`cluster`, `database`) for the several-servers engines, and two servers'
+# brokers on it (`sites`).
+pytest_plugins = ("tests.browser", "tests.postgres", "tests.several")
 
 _ISOLATED = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "ANTHROPIC_BASE_URL",
              "EXPERIENCE_PROVIDER", "EXPERIENCE_LOCAL_URL", "EXPERIENCE_TEMPLATES", "EMAIL_PASS",

@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -16,61 +14,11 @@ import pytest
 from citizen.access.commons import BrokerCommons, CommonsRefused
 from citizen.admin import founding
 from citizen.broker import commons
-from citizen.broker import database as civ
-from citizen.broker.database import Database, Settings
 from citizen.broker.ledger import Ledger
-from citizen.broker.listener import Server, listen
 from citizen.broker.refused import Refused
 from citizen.broker.rings import Listener, Rings
 from citizen.broker.server import Broker
-from tests.postgres import Cluster
-
-
-@dataclass
-class Site:
-    """One server: its broker, on its socket, with its role's pool."""
-
-    broker: Broker
-    socket: Path
-    server: Server
-    thread: threading.Thread
-    dsn: str
-
-    def as_citizen(self, name: str) -> BrokerCommons:
-        return BrokerCommons(self.socket, name)
-
-
-@pytest.fixture
-def sites(cluster: Cluster, database: str, tmp_path: Path) -> Iterator[dict[str, Site]]:
-    """Servers a (opus, aria) and b (mira), each broker serving in a thread (dev mode: the
-    test's one user names the citizen; the kernel's word is tests/several_servers')."""
-    admin = cluster.dsn(database)
-    founding.init(["opus", "aria", "mira"])
-    civ.install(admin)
-    out: dict[str, Site] = {}
-    try:
-        for name, citizens in (("a", ["opus", "aria"]), ("b", ["mira"])):
-            role = cluster.role(f"srv_{name}")
-            civ.add_server(admin, name, role)
-            dsn = cluster.dsn(database, role)
-            db = Database(Settings(name, dsn), max_size=4)
-            for c in citizens:
-                db.claim(c)
-            b = Broker(Ledger(tmp_path / f"ledger-{name}.db"), server_mode=False, database=db)
-            sock = tmp_path / f"broker-{name}.sock"
-            srv = listen(sock, b, server_mode=False)
-            thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05})
-            thread.start()
-            out[name] = Site(b, sock, srv, thread, dsn)
-        yield out
-    finally:
-        for site in out.values():
-            site.server.shutdown()
-            site.thread.join(10)
-            site.server.server_close()
-            site.broker.ledger.close()
-            if site.broker.database is not None:
-                site.broker.database.close()
+from tests.several import Site
 
 
 def test_a_record_is_its_authors_once_and_every_server_reads_it(

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
 from citizen.access.client import CITIZEN_HEADER, connect
-from citizen.errors import CitizenError
+from shared.errors import LockTimeout
+from shared.remote import RemoteRefused, Taken
 
 T = TypeVar("T")
 PREFIX = "/v1/experience/commons/"
@@ -26,17 +29,15 @@ MAX_ANSWER = 8 << 20  # a folder's records; more is no answer of the broker's
 MAX_TRIES = 64
 
 
-class CommonsRefused(CitizenError):
-    """The broker refused a commons step; `status` is its HTTP status (409: taken or
-    changed since read, 403: not yours, 503: the database is unreachable)."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
+CommonsRefused = RemoteRefused  # the broker refused; `status` is its HTTP status
+# A lease asked for again while another holds it: 1 ms at first, then a tenth of the
+# time waited so far, at most 100 ms (as shared.locks waits for a flock).
+_FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.1
 
 
 class BrokerCommons:
-    """The commons' records, documents and rings, through one broker's socket."""
+    """The commons' records, documents, leases and rings, through one broker's socket
+    (`shared.remote.Remote`)."""
 
     def __init__(self, socket_path: Path, citizen: str, timeout_s: float = 30.0) -> None:
         self.socket_path = socket_path
@@ -61,7 +62,10 @@ class BrokerCommons:
             data = json.loads(answer.read(MAX_ANSWER) or b"{}")
         if answer.status != 200:
             error = data.get("error", {}) if isinstance(data, dict) else {}
-            raise CommonsRefused(answer.status, str(error.get("message", data)))
+            message = str(error.get("message", data))
+            if answer.status == 409 and route == "record/create":
+                raise Taken(409, message)
+            raise CommonsRefused(answer.status, message)
         if not isinstance(data, dict):
             raise CommonsRefused(502, f"the broker's answer to {route} is not an object")
         return data
@@ -82,9 +86,15 @@ class BrokerCommons:
                 return None
             raise
 
-    def records(self, folder: str) -> list[dict[str, Any]]:
-        answer: list[dict[str, Any]] = self.call("record/list", {"folder": folder})["records"]
+    def records(self, folder: str, *, deep: bool = False) -> list[dict[str, Any]]:
+        """The records in `folder` (`deep`: and in every folder below it), by key."""
+        answer: list[dict[str, Any]] = self.call("record/list", {"folder": folder,
+                                                                 "deep": deep})["records"]
         return answer
+
+    def stamp(self, folder: str) -> tuple[int, ...]:
+        """Changes whenever a record beneath `folder` is written."""
+        return tuple(int(n) for n in self.call("record/stamp", {"folder": folder})["stamp"])
 
     def folders(self, folder: str) -> list[str]:
         answer: list[str] = self.call("record/folders", {"folder": folder})["folders"]
@@ -118,6 +128,31 @@ class BrokerCommons:
             return result
         raise CommonsRefused(409, f"{key} changed under every one of {MAX_TRIES} tries; "
                              "something rewrites it in a loop - look at who (citizen logs)")
+
+    # ------------------------------------------------------------ leases
+
+    @contextmanager
+    def lease(self, name: str, seconds: float) -> Iterator[None]:
+        """Hold the lease `name` for the block, waiting at most `seconds` for it; held at
+        most `seconds` past a death of this process (the broker's clock frees it).
+
+        :raises LockTimeout: another held it all that time (the message names it).
+        """
+        deadline = time.monotonic() + seconds
+        poll = _FIRST_POLL_S
+        while True:
+            answer = self.call("lease/take", {"name": name, "seconds": seconds})
+            if answer.get("taken"):
+                break
+            if time.monotonic() >= deadline:
+                raise LockTimeout(f"the lease {name} was held by another for {seconds:.0f} s;"
+                                  " it frees itself when its holder's time is up - try again")
+            time.sleep(poll)  # a bounded wait for another process: nothing to be woken by
+            poll = min(_LAST_POLL_S, max(poll, (seconds - (deadline - time.monotonic())) / 10))
+        try:
+            yield
+        finally:
+            self.call("lease/give", {"name": name, "token": answer["token"]})
 
     # ------------------------------------------------------------ rings, citizens
 

@@ -18,6 +18,9 @@ Routes (POST, JSON in and out, under /v1/experience/commons/):
 - `document/read {key}` -> {data, version} (version 0: none yet); `document/write {key,
   data, version}`: written only if the document is still at `version` (409 otherwise:
   read again, change again) - no update is lost, whichever server writes.
+- `record/stamp {folder}` -> what changes when a record beneath it is written;
+  `lease/take {name, seconds}` -> {taken, token}, `lease/give {name, token}`: a lock
+  held across a citizen's read-check-write, freed when its holder dies and time is up.
 - `ring {citizen, wake_type, reason}`: a `NOTIFY` every server's broker hears
   (`citizen.broker.rings`); the sender is the caller.
 - `citizens {}` -> every citizen of the civilization and the server it lives on.
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import json
 import re
+import secrets
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -43,6 +47,7 @@ MAX_RECORD = 1 << 20  # a record is KBs; a megabyte is no record (the body cap i
 LIST_MAX = 2000  # one answer's records; a folder holds a thread's steps, not thousands
 CHANNEL = "experience_doorbell"
 MAX_RING = 400  # a NOTIFY payload stays small (PostgreSQL's limit is 8000 bytes)
+MAX_LEASE_S = 600  # a lease outlives a dead holder by at most this
 
 
 @contextmanager
@@ -159,26 +164,45 @@ def read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     return 200, _row(key, row[0], row[1])
 
 
+def _beneath(folder: str) -> str:
+    """A LIKE pattern for every folder below `folder`, its own wildcards escaped ('_' is
+    a key's letter, not "any one")."""
+    prefix = f"{folder}/" if folder else ""
+    return prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
+
+
 @route("POST", PREFIX + "record/list", commons=True)
 def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    folder = key_of(_body(raw), "folder", folder=True)
+    body = _body(raw)
+    folder, deep = key_of(body, "folder", folder=True), body.get("deep") is True
     with _conn(broker) as conn:
         rows = conn.execute("SELECT key, author, data FROM records WHERE folder = %s "
-                            "ORDER BY key LIMIT %s", (folder, LIST_MAX + 1)).fetchall()
+                            "OR (%s AND folder LIKE %s) ORDER BY key LIMIT %s",
+                            (folder, deep, _beneath(folder), LIST_MAX + 1)).fetchall()
     return 200, {"records": [_row(*r) for r in rows[:LIST_MAX]], "more": len(rows) > LIST_MAX}
+
+
+@route("POST", PREFIX + "record/stamp", commons=True)
+def stamp(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    """What changes whenever a record is added or rewritten beneath a folder: how many
+    there are and the newest write (a thread's signature, for what is owed)."""
+    folder = key_of(_body(raw), "folder")
+    with _conn(broker) as conn:
+        row = conn.execute("SELECT count(*), coalesce(floor(extract(epoch FROM max(written))"
+                           " * 1e6), 0)::bigint FROM records WHERE folder = %s OR folder "
+                           "LIKE %s", (folder, _beneath(folder))).fetchone()
+    return 200, {"stamp": [int(row[0]), int(row[1])] if row else [0, 0]}
 
 
 @route("POST", PREFIX + "record/folders", commons=True)
 def folders(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     folder = key_of(_body(raw), "folder", folder=True)
     prefix = f"{folder}/" if folder else ""
-    # LIKE with the prefix's own wildcards escaped: '_' is a key's letter, not "any".
-    pattern = prefix.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_") + "%"
     with _conn(broker) as conn:
         rows = conn.execute(
             "SELECT DISTINCT split_part(substr(folder, %s), '/', 1) AS name FROM records "
             "WHERE folder LIKE %s ORDER BY name LIMIT %s",
-            (len(prefix) + 1, pattern, LIST_MAX)).fetchall()
+            (len(prefix) + 1, _beneath(folder), LIST_MAX)).fetchall()
     return 200, {"folders": [r[0] for r in rows if r[0]]}
 
 
@@ -211,6 +235,40 @@ def document_write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
         raise Refused(409, "conflict", f"{key} changed since version {version}: read it "
                       "again and apply the change to what is there now")
     return 200, {"key": key, "version": row[0]}
+
+
+@route("POST", PREFIX + "lease/take", commons=True)
+def lease_take(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    """Take the lease `name` for `seconds` if nobody holds it (or its holder's time is
+    up): {taken: true, token} - or {taken: false}: ask again."""
+    body = _body(raw)
+    name, seconds = key_of(body, "name"), body.get("seconds")
+    if not isinstance(seconds, int | float) or not 0 < seconds <= MAX_LEASE_S:
+        raise Refused(400, "invalid_request_error", f"a lease is 0-{MAX_LEASE_S} seconds")
+    token = secrets.token_hex(8)
+    with _conn(broker) as conn:
+        # One statement: a free or expired lease is taken; a held one is not touched.
+        row = conn.execute(
+            "INSERT INTO leases (name, holder, token, until) VALUES (%s, %s, %s, "
+            "clock_timestamp() + make_interval(secs => %s)) ON CONFLICT (name) DO UPDATE "
+            "SET holder = EXCLUDED.holder, token = EXCLUDED.token, until = EXCLUDED.until "
+            "WHERE leases.until < clock_timestamp() RETURNING token",
+            (name, citizen, token, float(seconds))).fetchone()
+    return 200, {"taken": row is not None, "token": token if row else None}
+
+
+@route("POST", PREFIX + "lease/give", commons=True)
+def lease_give(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    """Give back a lease this caller holds under `token` (anyone else's stays)."""
+    body = _body(raw)
+    name, token = key_of(body, "name"), body.get("token")
+    if not isinstance(token, str):
+        raise Refused(400, "invalid_request_error", "send the token lease/take gave")
+    with _conn(broker) as conn:
+        cur = conn.execute("UPDATE leases SET until = clock_timestamp() - interval '1 us' "
+                           "WHERE name = %s AND holder = %s AND token = %s",
+                           (name, citizen, token))
+    return 200, {"given": cur.rowcount == 1}
 
 
 @route("POST", PREFIX + "ring", commons=True)

@@ -33,7 +33,7 @@ from citizen.errors import ConfigError
 __all__ = ["ClaimedElsewhere", "ConfigError", "Database", "Settings", "add_server", "install",
            "move_citizen", "schema", "settings"]
 
-FILE = "civilization.json"  # in the operator's directory, beside broker.json
+FILE = "civilization.json"  # its name in the operator's directory (paths.civilization_file)
 SCHEMA = "civilization.sql"  # in citizen/broker/sql/, applied by the admin (install)
 SERVER_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 # A few connections serve a server's thousand citizens: a model call's reservation or a
@@ -57,7 +57,7 @@ def settings(path: Path | None = None) -> Settings | None:
 
     :raises ConfigError: it exists and is not valid (the message names the key).
     """
-    path = path or paths.operator_dir() / FILE
+    path = path or paths.civilization_file()
     if not path.is_file():
         return None
     try:

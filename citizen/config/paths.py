@@ -77,6 +77,12 @@ def operator_dir() -> Path:
     return Path(os.environ.get("EXPERIENCE_OPERATOR_DIR") or "/etc/experience")
 
 
+def civilization_file() -> Path:
+    """The operator's word that this server is one of several (citizen.broker.database
+    reads it; a citizen's process only asks whether it is there): 0644, no secret in it."""
+    return operator_dir() / "civilization.json"
+
+
 def operator_rules_file(name: str) -> Path:
     """A citizen's operator-governed settings (budget, endpoints, mail, permissions)."""
     return operator_dir() / f"{check_name(name)}.json"

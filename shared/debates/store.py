@@ -5,6 +5,11 @@
     events.jsonl          the seed's event types, append-only (refusals included)
     crux.json, transcript.md   the crystallized result, once the debate has ended
 
+On several servers (`remote`, `shared.remote`) the same names are keys the broker keeps:
+the moves are records created once, each event a record of its own under `events/`,
+the result one document (`crux.json`, holding the transcript too), and the one writer
+at a time a lease instead of the folder's flock.
+
 The state of a debate is the replay of its moves through the pure rules
 (`shared.debates.rules.Debate`). A move is checked against that state before it is
 written; an illegal one is refused with the reason, logged as an event, and never
@@ -16,7 +21,9 @@ from __future__ import annotations
 import json
 import logging
 import math
-from collections.abc import Iterable, Mapping
+import secrets
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,6 +52,7 @@ from shared.debates.rules import Debate
 from shared.errors import Invalid, NotFound
 from shared.layout import Layout
 from shared.locks import locked
+from shared.remote import Remote
 from shared.threads import Threads
 
 log = logging.getLogger(__name__)
@@ -61,14 +69,34 @@ RESULT = "crux.json"  # written when a debate ends: its presence marks a finishe
 class Debates:
     """Debate threads in the commons."""
 
-    def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool) -> None:
+    def __init__(self, shared_dir: Path, citizens: Iterable[str], enforce_identity: bool,
+                 remote: Remote | None = None) -> None:
         self.shared = shared_dir
         self.dir = Layout(shared_dir).debates
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
+        self.remote = remote
         self.threads = Threads(self.dir, "debate", "thread.json", top=shared_dir,
                                enforce=enforce_identity, what="debate",
-                               lister="citizen debate list")
+                               lister="citizen debate list", remote=remote)
+
+    def _key(self, did: str, name: str) -> str:
+        return self.threads.key(self.threads.dir(did) / name)
+
+    @contextmanager
+    def _one_writer(self, did: str) -> Iterator[None]:
+        """One writer per debate at a time: the replay, the check and the write of move
+        n+1 must see move n (flock: a killed writer's lock is released by the kernel; a
+        lease: by the broker's clock). At most APPEND_WAIT_S: every participant can hold
+        it, and one holding it for ever must not hang the others' moves - a LockTimeout
+        names it."""
+        if self.remote is not None:
+            with self.remote.lease(self._key(did, "lock"), APPEND_WAIT_S):
+                yield
+            return
+        with locked(self.threads.dir(did), lock_file=self.threads.dir(did) / ".lock",
+                    timeout=APPEND_WAIT_S):
+            yield
 
     def ids(self) -> list[str]:
         return self.threads.ids()
@@ -148,12 +176,7 @@ class Debates:
         :raises IllegalMove: refused (the refusal is logged as an event too).
         """
         self.thread(did)  # a clear NotFound before any lock file is made
-        # One writer per debate at a time: the replay, the check and the write of move
-        # n+1 must see move n (flock: a killed writer's lock is released by the kernel).
-        # At most APPEND_WAIT_S: every participant can open (so hold) the lock, and one
-        # holding it for ever must not hang the others' moves - a LockTimeout names it.
-        with locked(self.threads.dir(did), lock_file=self.threads.dir(did) / ".lock",
-                    timeout=APPEND_WAIT_S):
+        with self._one_writer(did):
             d = self.load(did)
             body = recorded(move, author, d.seq + 1)
             try:
@@ -179,6 +202,11 @@ class Debates:
     def _log(self, did: str, event: dict[str, Any]) -> None:
         """Append an event; a log that refuses it (a FIFO or a link planted there) is
         logged and skipped: the moves are the record, the log only tells them."""
+        if self.remote is not None:  # a record each: time-sortable, never colliding
+            name = f"events/{clock.moment():%Y%m%dT%H%M%S%f}-{secrets.token_hex(4)}.json"
+            # Wrapped: the record's "author" is the logger's, an event's is the mover's.
+            self.remote.create(self._key(did, name), {"event": {"ts": clock.now(), **event}})
+            return
         try:
             append_line(self.threads.dir(did) / "events.jsonl", {"ts": clock.now(), **event},
                         mode=MODE)
@@ -188,6 +216,10 @@ class Debates:
     def events(self, did: str) -> list[dict[str, Any]]:
         """The debate's logged events, newest EVENTS_TAIL bytes (a line too deep or torn is
         skipped; a log that is no plain file - a link, a FIFO - is logged and read as none)."""
+        if self.remote is not None:
+            found = [r["data"].get("event") for r in self.remote.records(self._key(did,
+                                                                                    "events"))]
+            return [e for e in found if isinstance(e, dict) and "type" in e]
         path = self.threads.dir(did) / "events.jsonl"
         try:
             found = read_jsonl(path, tail_bytes=EVENTS_TAIL)
@@ -199,6 +231,10 @@ class Debates:
         return [e for e in found if isinstance(e, dict) and "type" in e]
 
     def _crystallize(self, did: str, d: Debate) -> None:
+        if self.remote is not None:  # derived from the moves: whoever ends it writes it
+            self.remote.update(self._key(did, RESULT), dict, lambda doc: doc.update(
+                {"crux": d.crux(), "transcript": d.transcript()}))
+            return
         folder = self.threads.dir(did)
         # The plan's output format, {"crux": {...}} (templates/schemas/debate_crux.json).
         write_bytes(folder / RESULT, json.dumps({"crux": d.crux()}, ensure_ascii=False,
@@ -208,7 +244,8 @@ class Debates:
     def result(self, did: str) -> dict[str, Any] | None:
         """The crux of an ended debate (None while it runs, or if unreadable)."""
         try:
-            data = read_json(self.threads.dir(did) / RESULT)
+            data = (self.remote.document(self._key(did, RESULT), dict)[0] or None
+                    if self.remote is not None else read_json(self.threads.dir(did) / RESULT))
         except (FileNotFoundError, CorruptFile):
             return None
         crux = data.get("crux", data) if isinstance(data, dict) else None  # flat: before
@@ -216,6 +253,9 @@ class Debates:
 
     def transcript(self, did: str) -> str:
         """The Markdown transcript of an ended debate ('' while it runs)."""
+        if self.remote is not None:
+            return str(self.remote.document(self._key(did, RESULT), dict)[0].get(
+                "transcript", ""))
         try:
             return (self.threads.dir(did) / "transcript.md").read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -235,9 +275,14 @@ class Debates:
             loaded[did] = self.load(did)
             return loaded[did].owed_by()
 
-        running = [did for did in self.ids() if not (self.threads.dir(did) / RESULT).is_file()]
+        running = [did for did in self.ids() if not self._ended(did)]
         return [loaded.get(did) or self.load(did)
                 for did in self.threads.owed(citizen, running, owed_by)]
+
+    def _ended(self, did: str) -> bool:
+        if self.remote is not None:
+            return self.result(did) is not None
+        return (self.threads.dir(did) / RESULT).is_file()
 
 
 __all__ = ["BUDGETS", "Debates"]

@@ -80,6 +80,23 @@ CREATE TABLE IF NOT EXISTS documents (
     written timestamptz NOT NULL DEFAULT clock_timestamp()
 );
 
+-- Leases: a lock a citizen holds across its read, check and write (a debate's next
+-- move), through its broker's calls; a holder that dies frees it when `until` passes.
+-- A coordination aid, not a trust boundary: what counts is still each record's author.
+CREATE TABLE IF NOT EXISTS leases (
+    name text PRIMARY KEY,
+    holder text NOT NULL,
+    token text NOT NULL,
+    until timestamptz NOT NULL
+);
+ALTER TABLE leases ENABLE ROW LEVEL SECURITY;
+DROP POLICY IF EXISTS leases_read ON leases;
+CREATE POLICY leases_read ON leases FOR SELECT USING (true);
+DROP POLICY IF EXISTS leases_take ON leases;
+CREATE POLICY leases_take ON leases FOR INSERT WITH CHECK (mine(holder));
+DROP POLICY IF EXISTS leases_pass ON leases;
+CREATE POLICY leases_pass ON leases FOR UPDATE USING (true) WITH CHECK (mine(holder));
+
 -- The one ledger: what each citizen and the civilization ('*') have spent or reserved
 -- per period (a day '2026-11-29' or a month '2026-11'), and every call. A reservation
 -- checks and raises all four of a call's periods in one statement (citizen.broker.spend).
@@ -127,9 +144,9 @@ CREATE POLICY calls_close ON calls FOR UPDATE USING (server = my_server())
 
 -- What a server's broker may do at all: read everything, add and change only as above,
 -- delete nothing (a record is never deleted; a change of state is a new record).
-REVOKE ALL ON servers, citizens, records, documents, spend, calls FROM PUBLIC;
+REVOKE ALL ON servers, citizens, records, documents, leases, spend, calls FROM PUBLIC;
 GRANT SELECT ON servers, citizens TO experience_server;
-GRANT SELECT, INSERT, UPDATE ON records, documents, spend, calls TO experience_server;
+GRANT SELECT, INSERT, UPDATE ON records, documents, leases, spend, calls TO experience_server;
 GRANT USAGE ON SEQUENCE calls_id_seq TO experience_server;
 REVOKE ALL ON FUNCTION claim_citizen(text), server_seen() FROM PUBLIC;
 GRANT EXECUTE ON FUNCTION claim_citizen(text), server_seen(), my_server(), mine(text)
