@@ -13,7 +13,7 @@ import pytest
 
 from citizen.access.commons import BrokerCommons, CommonsRefused
 from citizen.admin import founding
-from citizen.broker import commons
+from citizen.broker import commons, holds
 from citizen.broker.ledger import Ledger
 from citizen.broker.refused import Refused
 from citizen.broker.rings import Listener, Rings
@@ -61,33 +61,71 @@ def test_a_key_is_a_plain_relative_place(sites: dict[str, Site], key: str) -> No
 
 def test_documents_lose_no_update_when_two_servers_race(sites: dict[str, Site]) -> None:
     """8 writers (4 a server) each add 1 to one counter 15 times through their brokers:
-    every increment is there."""
+    every increment is there, each update one try (they wait their turn for the row)."""
+    tries = [0]
+
+    def bump(d: dict[str, int]) -> None:
+        tries[0] += 1
+        d["n"] = d.get("n", 0) + 1
+
     def count(c: BrokerCommons, n: int) -> None:
         for _ in range(n):
-            c.update("rooms/r1/heat.json", lambda: {"n": 0},
-                     lambda d: d.__setitem__("n", d["n"] + 1))
+            c.update("rooms/r1/heat.json", dict, bump)
 
     writers = [threading.Thread(target=count, args=(sites[s].as_citizen(c), 15))
-               for s, c in (("a", "opus"), ("b", "mira")) for _ in range(4)]
+               for s, c in (("a", "opus"), ("a", "aria"), ("b", "mira"), ("b", "mira"))
+               for _ in range(2)]
     for w in writers:
         w.start()
     for w in writers:
         w.join(120)
     data, version = sites["a"].as_citizen("aria").document("rooms/r1/heat.json", dict)
-    assert data == {"n": 120} and version == 120
+    assert data == {"n": 120} and version == 120 and tries[0] == 120
 
-    # The attack a plain read-then-write loses to: two writers read version 1; the
-    # first writes; the second's write, built on what it read, must not land.
+
+def test_a_held_document_keeps_others_waiting_and_a_stalled_holder_is_rolled_back(
+        sites: dict[str, Site], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The attack: hold a document and never put it. Others wait their turn, never lose
+    their update, and the stalled hold is rolled back after HOLD_S (shortened here)."""
+    monkeypatch.setattr(holds, "HOLD_S", 1.0)
     opus, mira = sites["a"].as_citizen("opus"), sites["b"].as_citizen("mira")
-    opus.update("rooms/r2/heat.json", lambda: {"n": 0}, lambda d: d.__setitem__("n", 1))
-    (seen_a, v_a), (seen_b, v_b) = (c.document("rooms/r2/heat.json", dict) for c in (opus, mira))
-    opus.call("document/write", {"key": "rooms/r2/heat.json", "data": {"n": seen_a["n"] + 1},
-                                 "version": v_a})
-    with pytest.raises(CommonsRefused, match="changed since version 1") as stale:
-        mira.call("document/write", {"key": "rooms/r2/heat.json",
-                                     "data": {"n": seen_b["n"] + 1}, "version": v_b})
-    assert stale.value.status == 409
-    assert opus.document("rooms/r2/heat.json", dict) == ({"n": 2}, 2)
+    monkeypatch.setattr(holds, "WAIT_S", 0.5)
+    held = opus.call("document/hold", {"key": "rooms/r3/heat.json"})
+    with pytest.raises(CommonsRefused, match="opus held another document") as twice:
+        opus.call("document/hold", {"key": "rooms/r4/heat.json"})  # one at a time
+    assert twice.value.status == 503
+    monkeypatch.setattr(holds, "WAIT_S", 60.0)
+    done = threading.Event()
+
+    def other() -> None:
+        mira.update("rooms/r3/heat.json", dict, lambda d: d.__setitem__("by", "mira"))
+        done.set()
+
+    # mira is on another server: her broker's connection waits for the row in PostgreSQL
+    # until opus's broker rolls the stalled hold back.
+    t = threading.Thread(target=other)
+    t.start()
+    assert done.wait(60)
+    t.join(10)
+    with pytest.raises(CommonsRefused, match="rolled back") as late:
+        opus.call("document/put", {"token": held["token"], "data": {"by": "opus"}})
+    assert late.value.status == 409
+    assert opus.document("rooms/r3/heat.json", dict) == ({"by": "mira"}, 1)
+    opus.update("rooms/r4/heat.json", dict, lambda d: d.__setitem__("n", 1))  # free again
+
+
+def test_a_failed_change_gives_the_document_back(sites: dict[str, Site]) -> None:
+    opus = sites["a"].as_citizen("opus")
+    opus.update("rooms/r5/heat.json", dict, lambda d: d.__setitem__("n", 1))
+
+    def broken(d: dict[str, int]) -> None:
+        d["n"] = 99
+        raise ValueError("the change failed")
+
+    with pytest.raises(ValueError, match="the change failed"):
+        opus.update("rooms/r5/heat.json", dict, broken)
+    assert opus.document("rooms/r5/heat.json", dict) == ({"n": 1}, 1)
+    opus.update("rooms/r5/heat.json", dict, lambda d: d.__setitem__("n", 2))
 
 
 def test_a_ring_reaches_the_server_its_citizen_lives_on_only(

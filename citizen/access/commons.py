@@ -24,9 +24,6 @@ from shared.remote import RemoteRefused, Taken
 T = TypeVar("T")
 PREFIX = "/v1/experience/commons/"
 MAX_ANSWER = 8 << 20  # a folder's records; more is no answer of the broker's
-# A document's update is read, change, write-if-unchanged; a writer that lost the race
-# reads again. Bounded: a document changed this often is a bug, not a queue.
-MAX_TRIES = 64
 
 
 CommonsRefused = RemoteRefused  # the broker refused; `status` is its HTTP status
@@ -111,23 +108,21 @@ class BrokerCommons:
 
     def update(self, key: str, default: Callable[[], dict[str, Any]],
                change: Callable[[dict[str, Any]], T]) -> T:
-        """Read, change and write a document so that no update is lost: written only if
-        nobody wrote it since it was read, else read and changed again.
+        """Read, change and write a document as one transaction the broker holds: the
+        row locked at `hold`, written at `put` (`citizen.broker.holds`); given back
+        unchanged if `change` raises. Writers take their turns in the database's queue.
 
-        :raises CommonsRefused: still contended after MAX_TRIES (409), or refused.
+        :raises CommonsRefused: refused (409: held past its time - call again).
         """
-        for _ in range(MAX_TRIES):
-            data, version = self.document(key, default)
+        held = self.call("document/hold", {"key": key})
+        data = held["data"] if isinstance(held.get("data"), dict) else default()
+        try:
             result = change(data)
-            try:
-                self.call("document/write", {"key": key, "data": data, "version": version})
-            except CommonsRefused as exc:
-                if exc.status == 409:
-                    continue
-                raise
-            return result
-        raise CommonsRefused(409, f"{key} changed under every one of {MAX_TRIES} tries; "
-                             "something rewrites it in a loop - look at who (citizen logs)")
+        except BaseException:
+            self.call("document/drop", {"token": held["token"]})
+            raise
+        self.call("document/put", {"token": held["token"], "data": data})
+        return result
 
     # ------------------------------------------------------------ leases
 

@@ -15,9 +15,10 @@ Routes (POST, JSON in and out, under /v1/experience/commons/):
 - `record/read {key}` -> {key, author, data} | 404; `record/list {folder}` -> the
   records directly in a folder, oldest key first (at most LIST_MAX; `more` says if cut);
   `record/folders {folder}` -> the names of the folders directly below it.
-- `document/read {key}` -> {data, version} (version 0: none yet); `document/write {key,
-  data, version}`: written only if the document is still at `version` (409 otherwise:
-  read again, change again) - no update is lost, whichever server writes.
+- `document/read {key}` -> {data, version} (version 0: none yet); `document/hold {key}`
+  -> {data, version, token}: the row locked in a transaction the broker holds
+  (`citizen.broker.holds`), then `document/put {token, data}` (written, committed) or
+  `document/drop {token}` - no update is lost, whichever server writes, one try each.
 - `record/stamp {folder}` -> what changes when a record beneath it is written;
   `lease/take {name, seconds}` -> {taken, token}, `lease/give {name, token}`: a lock
   held across a citizen's read-check-write, freed when its holder dies and time is up.
@@ -35,6 +36,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from citizen.broker import holds
+from citizen.broker.database import Database
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 
@@ -51,8 +54,8 @@ MAX_LEASE_S = 600  # a lease outlives a dead holder by at most this
 
 
 @contextmanager
-def _conn(broker: Broker) -> Iterator[Any]:
-    """A pooled connection to the civilization's database; its failures as refusals.
+def _refusals(broker: Broker) -> Iterator[Database]:
+    """The broker's civilization database, its failures as refusals.
 
     :raises Refused: 404 on a server of its own; 403 what the database refuses this
         server's role (another server's citizen); 503 the database cannot be reached
@@ -65,14 +68,20 @@ def _conn(broker: Broker) -> Iterator[Any]:
         raise Refused(404, "not_found_error", "this server's commons is its own files: no "
                       "civilization.json names a database (DEPLOY.md, several servers)")
     try:
-        with broker.database.connection() as conn:
-            yield conn
+        yield broker.database
     except psycopg.errors.InsufficientPrivilege as exc:
         raise Refused(403, "permission_error", f"the civilization's database refuses this "
                       f"server's role: {exc.diag.message_primary}") from exc
     except (psycopg.OperationalError, PoolTimeout) as exc:
         raise Refused(503, "overloaded_error", f"the civilization's database cannot be "
                       f"reached ({exc}); try again later - nothing was written") from exc
+
+
+@contextmanager
+def _conn(broker: Broker) -> Iterator[Any]:
+    """A pooled connection (autocommit) to the civilization's database (`_refusals`)."""
+    with _refusals(broker) as db, db.connection() as conn:
+        yield conn
 
 
 def _body(raw: bytes) -> dict[str, Any]:
@@ -215,26 +224,31 @@ def document_read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     return 200, {"key": key, "data": row[0] if row else None, "version": row[1] if row else 0}
 
 
-@route("POST", PREFIX + "document/write", commons=True)
-def document_write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+@route("POST", PREFIX + "document/hold", commons=True)
+def document_hold(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    key = key_of(_body(raw))
+    with _refusals(broker) as db:
+        return 200, holds.of(db).hold(citizen, key)
+
+
+@route("POST", PREFIX + "document/put", commons=True)
+def document_put(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     body = _body(raw)
-    key, data, version = key_of(body), _data(body), body.get("version")
-    if not isinstance(version, int) or isinstance(version, bool) or version < 0:
-        raise Refused(400, "invalid_request_error", "send the version you read (0: new)")
-    with _conn(broker) as conn:
-        # The version compared and raised in one statement: two writers that read the
-        # same version cannot both write (the second's WHERE no longer holds).
-        if version == 0:
-            row = conn.execute("INSERT INTO documents (key, data) VALUES (%s, %s) ON CONFLICT "
-                               "DO NOTHING RETURNING version", (key, json.dumps(data))).fetchone()
-        else:
-            row = conn.execute("UPDATE documents SET data = %s, version = version + 1, "
-                               "written = clock_timestamp() WHERE key = %s AND version = %s "
-                               "RETURNING version", (json.dumps(data), key, version)).fetchone()
-    if row is None:
-        raise Refused(409, "conflict", f"{key} changed since version {version}: read it "
-                      "again and apply the change to what is there now")
-    return 200, {"key": key, "version": row[0]}
+    data, token = _data(body), body.get("token")
+    if not isinstance(token, str):
+        raise Refused(400, "invalid_request_error", "send the token document/hold gave")
+    with _refusals(broker) as db:
+        return 200, {"version": holds.of(db).put(citizen, token, data)}
+
+
+@route("POST", PREFIX + "document/drop", commons=True)
+def document_drop(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    token = _body(raw).get("token")
+    if not isinstance(token, str):
+        raise Refused(400, "invalid_request_error", "send the token document/hold gave")
+    with _refusals(broker) as db:
+        holds.of(db).drop(citizen, token)
+    return 200, {"dropped": True}
 
 
 @route("POST", PREFIX + "lease/take", commons=True)
