@@ -27,6 +27,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +94,7 @@ def start_cluster(top: Path) -> Cluster:
 
 def civilization(cluster: Cluster, names: list[str]) -> dict[str, str]:
     """A database with servers a and b; `names` live on a, `mira` on b: each one's dsn."""
-    from citizen.broker import database  # noqa: PLC0415 - after sys.path
+    from citizen.broker import database
 
     cluster.sql("CREATE DATABASE bench")
     admin = cluster.dsn("bench")
@@ -119,8 +120,9 @@ def broker(server: str, dsn: str, sock: Path, state: Path, env: dict[str, str]
     return proc
 
 
-def run(kind: str, target: Path, writers: int, updates: int, env: dict[str, str],
-        tmp: Path, read_count: object) -> None:
+def run(kind: str, target: Path, writers: int, *, updates: int, env: dict[str, str],
+        tmp: Path, read_count: Callable[[], int]) -> float:
+    """One run of `writers` processes; prints its line, returns its update p99 (s)."""
     outs = [tmp / f"{kind}-{writers}-w{i}.json" for i in range(writers)]
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, kind, str(target), str(updates),
                                str(out), f"w{i}"], env=env, text=True,
@@ -129,7 +131,7 @@ def run(kind: str, target: Path, writers: int, updates: int, env: dict[str, str]
     pipes = [(p.stdin, p.stdout) for p in procs if p.stdin and p.stdout]
     for _, said in pipes:
         said.readline()
-    before = read_count()  # type: ignore[operator]
+    before = read_count()
     started = time.perf_counter()
     for go, said in pipes:
         go.write("go\n")
@@ -141,18 +143,18 @@ def run(kind: str, target: Path, writers: int, updates: int, env: dict[str, str]
     figures = [json.loads(out.read_text()) for out in outs]
     calls = [c for f in figures for c in f[0]]
     tries = sum(f[1] for f in figures)
-    lost = writers * updates - (read_count() - before)  # type: ignore[operator]
+    lost = writers * updates - (read_count() - before)
     ms = 1000
     print(f"{kind:<8} {writers:>2} writers: {writers * updates / wall:5.0f} updates/s  update "
           f"med {statistics.median(calls) * ms:6.1f} p95 {pct(calls, 0.95) * ms:6.1f} "
           f"p99 {pct(calls, 0.99) * ms:7.1f} ms  tries/update {tries / len(calls):4.2f}  "
           f"lost {lost}")
-    return pct(calls, 0.99)  # type: ignore[return-value]
+    return pct(calls, 0.99)
 
 
 def rings(sock_a: Path, dsn_b: str, n: int) -> list[float]:
-    from citizen.access.commons import BrokerCommons  # noqa: PLC0415
-    from citizen.broker.rings import Listener, Rings  # noqa: PLC0415
+    from citizen.access.commons import BrokerCommons
+    from citizen.broker.rings import Listener, Rings
 
     heard = Rings()
     listener = Listener(dsn_b, lambda c: c == "mira", heard)
@@ -206,10 +208,10 @@ def main() -> None:
               "postgres = through the broker, written only at the version read")
         p99 = {}
         for writers in args.writers:
-            p99[("file", writers)] = run("file", doc, writers, args.updates, env, top,
-                                         file_count)
-            p99[("postgres", writers)] = run("postgres", sock_a, writers, args.updates, env,
-                                             top, pg_count)
+            p99[("file", writers)] = run("file", doc, writers, updates=args.updates, env=env,
+                                         tmp=top, read_count=file_count)
+            p99[("postgres", writers)] = run("postgres", sock_a, writers, updates=args.updates,
+                                             env=env, tmp=top, read_count=pg_count)
         for writers in args.writers:
             f, p = p99[("file", writers)], p99[("postgres", writers)]
             print(f"{writers:>2} writers: update p99 postgres/file {p / f:5.2f}x")
