@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from citizen import config
-from citizen.admin import founding, network, schedstore
+from citizen.admin import founding, network, remote, schedstore
 from citizen.admin.modes import DOORBELL_MODE, repair_modes
 from citizen.config import paths
 from citizen.errors import CitizenError
@@ -69,19 +69,21 @@ def clone_code(name: str) -> list[str]:
     if (home.code / ".git").exists():
         return []
     baseline = paths.commons_layout().baseline
-    if not (baseline / ".git").exists():
+    # On several servers the shared baseline is the remote's (citizen.admin.remote).
+    source = remote.baseline_source(baseline)
+    if source == str(baseline) and not (baseline / ".git").exists():
         raise OnboardError(f"no baseline repository at {baseline} - run "
                            "scripts/setup_server.sh first")
     if home.code.exists() and not any(home.code.iterdir()):
         home.code.rmdir()
-    _run("runuser", "-u", name, "--", "git", "clone", "--quiet", str(baseline), str(home.code))
+    _run("runuser", "-u", name, "--", "git", "clone", "--quiet", source, str(home.code))
     # No safe.directory for it: peers read its objects as data, never open it with git
     # (shared.gitsafe) - declaring it safe would let its config run as them.
     # Its own commits (code evolution) and merges of new baselines are signed by it.
     email = config.load_citizen(name).email
     for key, value in (("user.name", name), ("user.email", email)):
         _run("runuser", "-u", name, "--", "git", "-C", str(home.code), "config", key, value)
-    return [f"{home.code} (clone of {baseline})"]
+    return [f"{home.code} (clone of {source})"]
 
 
 def _no_symlink(path: Path) -> None:

@@ -14,6 +14,11 @@ main moves only through these routes:
 
 Every git call is `shared.gitsafe`'s (hooks, fsmonitor, filters off; an explicit
 GIT_DIR, so no safe.directory). One step at a time: the broker is the only writer.
+
+On several servers (a "remote" in the operator's civilization.json) the merge is the same
+step on this server's baseline, wrapped by `citizen.broker.remote.advance`: the remote's
+main fetched first, the new main pushed after - a merge is on the shared baseline or
+undone. Without a remote, the merge is exactly what it always was.
 """
 
 from __future__ import annotations
@@ -22,15 +27,19 @@ import grp
 import json
 import pwd
 import threading
+from pathlib import Path
 from typing import Any
 
 from citizen import civilization
+from citizen.broker import remote
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 from citizen.civilization import CITIZENS_GROUP
 from citizen.config import paths
+from shared import baseline as base_records
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.evolution import Evolution
+from shared.layout import Layout
 
 LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
 
@@ -63,6 +72,8 @@ def field(body: bytes, name: str) -> str:
 
 def refusal(exc: SharedError | OSError) -> Refused:
     """The broker's answer to a step the records do not allow (its message says why)."""
+    if isinstance(exc, remote.Unreachable):
+        return Refused(503, "api_error", str(exc))
     if isinstance(exc, NotFound):
         return Refused(404, "not_found_error", str(exc))
     if isinstance(exc, NotAllowed):
@@ -79,7 +90,20 @@ def merge(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
                           broker.server_mode)
     with LOCK:
         try:
-            commit = evolution.merge(change_id, citizen)
+            commit = remote.advance(evolution.baseline, "baseline",
+                                    lambda: evolution.merge(change_id, citizen),
+                                    lambda dropped: forget(paths.shared_dir(), dropped))
         except (SharedError, OSError) as exc:
             raise refusal(exc) from exc
     return 200, {"change": change_id, "baseline_commit": commit}
+
+
+def forget(shared_dir: Path, dropped: list[str]) -> None:
+    """Remove the broker's records of merges whose commits the shared baseline never took:
+    a record says a change is in the baseline, and these are not (asked again, they are
+    merged again)."""
+    gone, folder = set(dropped), Layout(shared_dir).merged
+    for path in sorted(folder.glob("*.json")) if gone and folder.is_dir() else []:
+        record = base_records.read_merged(shared_dir, path.stem, enforce=False)
+        if record is not None and record.get("baseline_commit") in gone:
+            path.unlink()

@@ -51,6 +51,7 @@ COMMANDS = {
     "spend": "citizen.cli.broker:spend",
     "disk": "citizen.cli.disk:disk",
     "web": "citizen.cli.web:web",
+    "remote": "citizen.cli.remote:remote",
 }
 # name -> its short help, its docstring's first sentence: `citizen --help` lists every
 # command without importing one (importing them all took half a second). A command
@@ -90,6 +91,9 @@ SUMMARIES = {
     "spend": "What the broker let through: dollars per citizen and day, from its ledger.",
     "disk": "Each citizen's disk budget (budget.max_home_mb in the operator's rules).",
     "web": "The operator's dashboard: every citizen, its wakes and money, live.",
+    "remote": (
+        "The shared repositories' one remote: the baseline and the world for several "
+        "servers."),
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").
