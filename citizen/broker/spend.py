@@ -60,6 +60,9 @@ INSERT INTO spend (citizen, period) VALUES (%(who)s, %(day)s), (%(who)s, %(month
 # and both raise it: the cap is crossed (tests/test_spend_shared.py performs it).
 # The rows are locked in one order (bytewise, COLLATE "C") by every statement here, so
 # two calls of one citizen never hold one row each while waiting for the other's.
+# Fewer than four rows found: nothing is raised or added (the caller makes them, _ENSURE,
+# and asks again). Every call of the civilization queues on its two rows for the time of
+# this statement and its commit: bench/spend.py measures what that costs.
 _RESERVE = """
 WITH caps (citizen, period, cap, rank) AS (
     VALUES (%(who)s, %(day)s, %(cd)s::numeric, 1), (%(who)s, %(month)s, %(cm)s::numeric, 2),
