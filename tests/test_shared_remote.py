@@ -61,7 +61,7 @@ class Remote:
 
 @pytest.fixture
 def shared_remote(tmp_path: Path) -> Iterator[Remote]:
-    """A running remote with pushers a and b (its output shown if it does not start)."""
+    """A running remote with pushers a and b."""
     keys = tmp_path / "remote-etc"
     keys.mkdir(mode=0o700)
     for name in ("a", "b"):
@@ -71,6 +71,15 @@ def shared_remote(tmp_path: Path) -> Iterator[Remote]:
         [sys.executable, "-m", "citizen", "remote", "serve", "--listen", "127.0.0.1:0",
          "--root", str(root), "--pushers", str(keys / "pushers")],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=paths.project_dir())
+    try:
+        yield started(child, root, keys)
+    finally:  # also when it never started: no remote outlives its test
+        child.terminate()
+        child.wait(timeout=30)
+
+
+def started(child: subprocess.Popen[bytes], root: Path, keys: Path) -> Remote:
+    """The remote once it printed where it listens (its output shown if it never does)."""
     out = child.stdout
     assert out is not None
     lines: queue.Queue[bytes] = queue.Queue()
@@ -87,11 +96,8 @@ def shared_remote(tmp_path: Path) -> Iterator[Remote]:
             seen.append(lines.get(timeout=max(0.0, deadline - time.monotonic())))
         except queue.Empty:
             pytest.fail(f"the remote did not start: {b''.join(seen).decode()}")
-    address = seen[-1].split()[-1].decode()
-    url = f"http://{address}/"
-    yield Remote(root, url, Settings(url, keys / "a.token"), Settings(url, keys / "b.token"))
-    child.terminate()
-    child.wait(timeout=30)
+    url = f"http://{seen[-1].split()[-1].decode()}/"
+    return Remote(root, url, Settings(url, keys / "a.token"), Settings(url, keys / "b.token"))
 
 
 def clone(url: str, into: Path) -> git.Repo:
