@@ -6,6 +6,7 @@ own socket, each with its own database role."""
 from __future__ import annotations
 
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -149,6 +150,31 @@ def test_a_ring_reaches_the_server_its_citizen_lives_on_only(
     finally:
         for listener in listeners:
             listener.close()
+
+
+def test_the_scheduler_asks_its_broker_for_the_rings_of_its_citizens(
+        sites: dict[str, Site]) -> None:
+    """b's scheduler's long poll (GET /v1/experience/views/rings): answered to root, the
+    scheduler's user and (dev mode) the broker's own user only - a citizen's uid would
+    learn who rings whom."""
+    b = sites["b"].broker
+    b.rings = Rings()
+    listener = Listener(sites["b"].dsn, "mira".__eq__, b.rings)
+    listener.start()
+    try:
+        assert listener.listening.wait(30)
+        sites["a"].as_citizen("aria").ring("mira", "debate", "d2")
+        status, answer = commons.rings_view(b, os.geteuid(), "wait=30")
+        assert status == 200 and answer == {"rings": [
+            {"citizen": "mira", "wake_type": "debate", "reason": "d2", "sender": "aria"}]}
+        assert commons.rings_view(b, os.geteuid(), "wait=0") == (200, {"rings": []})
+        with pytest.raises(Refused, match="scheduler") as other:
+            commons.rings_view(b, os.geteuid() + 4242, "")
+        assert other.value.status == 403
+        with pytest.raises(Refused, match="wait="):
+            commons.rings_view(b, os.geteuid(), "wait=3600")
+    finally:
+        listener.close()
 
 
 def test_every_server_sees_every_citizen_and_where_it_lives(sites: dict[str, Site]) -> None:

@@ -23,6 +23,7 @@ from shared.remote import RemoteRefused, Taken
 
 T = TypeVar("T")
 PREFIX = "/v1/experience/commons/"
+RINGS_VIEW = "/v1/experience/views/rings"  # the scheduler's long poll for far rings
 MAX_ANSWER = 8 << 20  # a folder's records; more is no answer of the broker's
 
 

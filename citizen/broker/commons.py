@@ -36,10 +36,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from citizen.broker import holds
+from citizen.access.commons import RINGS_VIEW
+from citizen.broker import holds, mailnews
 from citizen.broker.database import Database
 from citizen.broker.refused import Refused
-from citizen.broker.server import Broker, route
+from citizen.broker.rings import CHANNEL, MAX_WAIT_S
+from citizen.broker.server import VIEWS, Broker, route
 
 PREFIX = "/v1/experience/commons/"
 # A key is a place in the commons, as a path: a few plain segments (no '.', '..', no
@@ -48,7 +50,6 @@ SEGMENT = re.compile(r"^[A-Za-z0-9_~@+-][A-Za-z0-9._~@+-]{0,127}$")
 MAX_DEPTH, MAX_KEY = 8, 512
 MAX_RECORD = 1 << 20  # a record is KBs; a megabyte is no record (the body cap is 4 MB)
 LIST_MAX = 2000  # one answer's records; a folder holds a thread's steps, not thousands
-CHANNEL = "experience_doorbell"
 MAX_RING = 400  # a NOTIFY payload stays small (PostgreSQL's limit is 8000 bytes)
 MAX_LEASE_S = 600  # a lease outlives a dead holder by at most this
 
@@ -310,3 +311,27 @@ def everyone(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
                             "ON s.name = c.server ORDER BY c.name").fetchall()
     return 200, {"citizens": [{"name": n, "server": s, "server_seen": seen.isoformat()
                                if seen else None} for n, s, seen in rows]}
+
+
+def rings_view(broker: Broker, uid: int, query: str) -> tuple[int, Any]:
+    """The rings heard for this server's citizens, waiting up to `wait` seconds for one:
+    root's and the scheduler's only (a citizen would learn who rings whom)."""
+    mailnews.may_ask(uid, server_mode=broker.server_mode)
+    if broker.rings is None:
+        raise Refused(404, "not_found_error", "this server hears no rings from others: no "
+                      "civilization.json names a database")
+    wait = 0.0
+    for part in filter(None, query.split("&")):
+        name, _, value = part.partition("=")
+        try:
+            wait = float(value) if name == "wait" else -1.0
+        except ValueError:
+            wait = -1.0
+        if not 0 <= wait <= MAX_WAIT_S:
+            raise Refused(400, "invalid_request_error", f"ask ?wait=<0-{MAX_WAIT_S:.0f}>")
+    return 200, {"rings": [{"citizen": r.citizen, "wake_type": r.wake_type,
+                            "reason": r.reason, "sender": r.sender}
+                           for r in broker.rings.take(timeout=wait)]}
+
+
+VIEWS[RINGS_VIEW] = rings_view

@@ -2,7 +2,9 @@
 
 A ring (`citizen.broker.commons.ring`) is a `NOTIFY` on one channel every broker
 listens to; each keeps the rings of the citizens living on its own server until its
-scheduler takes them (`take`, a long poll), and ignores the others'. A kernel object
+scheduler takes them (`GET /v1/experience/views/rings?wait=S`, a long poll served to
+root and the scheduler's user only), and ignores the others'. The scheduler starts the
+wake as it does for a doorbell file (`citizen.daemon.crowd`). A kernel object
 per server, not per citizen: a thousand citizens share this one connection.
 
 A ring is a hint, as the doorbell is on one server: one lost while the database or this
@@ -22,9 +24,9 @@ from collections import defaultdict, deque
 from dataclasses import dataclass
 from typing import Any
 
-from citizen.broker.commons import CHANNEL
-
 log = logging.getLogger(__name__)
+CHANNEL = "experience_doorbell"  # every broker's one LISTEN (citizen.broker.commons rings)
+MAX_WAIT_S = 30.0  # one poll's longest wait: the scheduler's stop is heard within it
 MAX_WAITING = 64  # rings kept per citizen until taken
 FIRST_RETRY_S, LAST_RETRY_S = 1.0, 30.0
 

@@ -32,6 +32,7 @@ from citizen.broker.ledger import CIVILIZATION, CapExceeded, Ledger
 from citizen.broker.limits import Limiter
 from citizen.broker.permits import Permits, serve
 from citizen.broker.refused import Refused
+from citizen.broker.rings import Rings
 from citizen.broker.rules import CallerRules, RuleCache
 from citizen.broker.upstream import Answer, Broken, Unreachable, Upstreams
 from citizen.broker.wire import DOWN_HEADERS, MAX_BODY, Wire
@@ -101,6 +102,7 @@ class Broker:
     # A civilization on several servers: the shared database (citizen.broker.database),
     # None on a server of its own (the commons is its files).
     database: Database | None = None
+    rings: Rings | None = None  # the rings its LISTEN heard for its citizens (rings.py)
 
     def caller(self, uid: int, claimed: str | None) -> str:
         """The citizen a connection speaks for (citizen.broker.identity)."""

@@ -127,6 +127,18 @@ class Scheduled(Daemon):
             log.info("doorbell: %s wake for %s (from %s)", r.wake_type, r.reason, r.sender)
             self._request(r.wake_type, f"doorbell: {r.reason}")
 
+    def far_ring(self, wake_type: str, reason: str, sender: str) -> bool:
+        """A ring from a citizen on another server (the broker heard it, the scheduler
+        asked): a wake requested as for a doorbell file - if its type is one; whether."""
+        if wake_type not in set(wakes.registered()):
+            log.warning("citizen %s: a ring of no wake type (%.40r, from %s) ignored",
+                        self.name, wake_type, sender)
+            return False
+        log.info("doorbell: %s wake for %s (from %s, another server)", wake_type, reason,
+                 sender)
+        self._request(wake_type, f"doorbell: {reason}")
+        return True
+
     # ------------------------------------------------------------ wakes
 
     def _run_wake(self, req: WakeRequest) -> None:

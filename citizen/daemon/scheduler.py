@@ -12,23 +12,28 @@ from __future__ import annotations
 
 import logging
 import pwd
+import threading
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from apscheduler.triggers.interval import IntervalTrigger
 
+from citizen.access import client
+from citizen.access.commons import RINGS_VIEW
 from citizen.admin.schedstore import Store
 from citizen.config import paths, server_mode
 from citizen.daemon.crowd import Crowd
 from citizen.daemon.process import Daemon
 from citizen.daemon.scheduled import MAIL, Scheduled, Starter
-from citizen.errors import CitizenError
+from citizen.errors import CitizenError, ProviderUnavailable
 
 log = logging.getLogger(__name__)
 
 STATUS_S = 30.0  # the status file is written this often (a heartbeat for all)
 MAIL_S = 60.0  # the broker is asked this often whose INBOX grew (a daemon polls as often)
+FAR_WAIT_S = 25.0  # one long poll for rings from other servers (the broker's at most 30)
+FAR_RETRY_S = 5.0  # the broker did not answer it: asked again after this
 
 
 class Scheduler(Crowd):
@@ -42,7 +47,29 @@ class Scheduler(Crowd):
 
     def run(self) -> int:
         self.store.make()
+        if paths.civilization_file().is_file():  # one of several servers: far rings too
+            threading.Thread(target=self._far_rings, name="far-rings", daemon=True).start()
         return super().run()
+
+    def _far_rings(self) -> None:
+        """Ask the broker, again and again, for the rings its LISTEN heard for this
+        server's citizens (citizen.broker.rings); each is a wake requested as for a
+        doorbell file. The broker down or refusing: asked again in FAR_RETRY_S."""
+        while not self.cancel.is_set:
+            try:
+                status, answer = client.view(RINGS_VIEW, {"wait": int(FAR_WAIT_S)},
+                                             timeout_s=FAR_WAIT_S + 15)
+            except ProviderUnavailable as exc:
+                status, answer = 503, str(exc)
+            if status != 200 or not isinstance(answer, dict):
+                log.warning("rings from other servers not heard (%s): %.200s", status, answer)
+                self.cancel.wait(FAR_RETRY_S)
+                continue
+            for ring in answer.get("rings") or []:
+                d = self.daemons.get(str(ring.get("citizen")))
+                if isinstance(d, Scheduled):
+                    d.far_ring(str(ring.get("wake_type")), str(ring.get("reason", "")),
+                               str(ring.get("sender", "?")))
 
     def make(self, name: str) -> Daemon:
         home = paths.home(name)
