@@ -27,7 +27,7 @@ from citizen.access import client
 from citizen.broker import database as civilization
 from citizen.broker import service
 from citizen.broker.database import Database, Settings
-from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger
+from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger, LedgerUnavailable
 from citizen.broker.spend import NotHere, SharedLedger
 from citizen.llm.base import Usage
 from shared import clock
@@ -398,3 +398,19 @@ def test_a_model_call_through_the_broker_lands_in_the_civilizations_ledger(
     assert civ_db.spend()[("opus", clock.today().isoformat())] == cost
     assert not service.ledger_path().exists()
     assert client.civilization_spent("mira") == pytest.approx(float(cost), abs=1e-6)
+
+
+def test_with_the_database_down_no_call_goes_out_unrecorded(civ_db: Civ) -> None:
+    """The database stopped: a reservation is refused as unreachable (the broker answers
+    503, the call is not forwarded) - never a call forwarded without its row."""
+    with server_db(civ_db, "a") as db:
+        ledger = SharedLedger(db)
+        ledger.reserve("opus", "m", USD, ROOMY)
+        civ_db.cluster.stop("immediate")
+        try:
+            db.pool.timeout = 2.0  # the pool's wait for a connection, shortened for the test
+            with pytest.raises(LedgerUnavailable, match="cannot be reached"):
+                ledger.reserve("opus", "m", USD, ROOMY)
+        finally:
+            civ_db.cluster.start()
+        assert len(civ_db.calls()) == 1 and civ_db.unaccounted() == []

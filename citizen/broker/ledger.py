@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from citizen.errors import LimitReached
+from citizen.errors import CitizenError, LimitReached
 from citizen.llm.base import Usage  # what the upstream said a call used
 from shared import clock
 
@@ -55,6 +55,11 @@ FILE = "ledger.db"  # its name in the broker's state directory (citizen.config.p
 
 class CapExceeded(LimitReached):
     """A call's worst case does not fit a cap; it was not forwarded."""
+
+
+class LedgerUnavailable(CitizenError):
+    """The ledger cannot be reached (a shared one's database is down): no call is
+    forwarded unrecorded."""
 
 
 @dataclass(frozen=True)

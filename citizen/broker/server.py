@@ -28,7 +28,7 @@ from typing import Any
 from citizen.access.permit import PATH as PERMIT_PATH
 from citizen.broker import estimate, identity
 from citizen.broker.database import Database
-from citizen.broker.ledger import CIVILIZATION, CapExceeded, Ledger
+from citizen.broker.ledger import CIVILIZATION, CapExceeded, Ledger, LedgerUnavailable
 from citizen.broker.limits import Limiter
 from citizen.broker.permits import Permits, serve
 from citizen.broker.refused import Refused
@@ -275,6 +275,10 @@ class Handler(Wire):
         try:
             return ledger.reserve(citizen, call.model, estimate.worst_usd(len(raw), call, price),
                                   rules.caps, purpose)
+        except LedgerUnavailable as exc:  # several servers, the database down: it waits
+            raise Refused(503, "overloaded_error", str(exc), {"retry-after": "30"}) from None
+        except PermissionError as exc:  # spend.NotHere: the database says not this server's
+            raise Refused(403, "permission_error", str(exc)) from None
         except CapExceeded as first:
             # The bytes over-count tokens several times: ask the exact count (free), and
             # try once more with it before refusing.

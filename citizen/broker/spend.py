@@ -26,7 +26,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from citizen.broker.database import Database
-from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger
+from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger, LedgerUnavailable
 from citizen.errors import CitizenError
 from citizen.llm.base import Usage  # what the upstream said a call used
 from shared import clock
@@ -245,17 +245,23 @@ class SharedLedger:
         becomes `orphaned` at this broker's next start. A close is idempotent.
         """
         import psycopg  # noqa: PLC0415
+        from psycopg_pool import PoolTimeout  # noqa: PLC0415
 
-        with self.db.connection() as conn:
-            try:
+        try:
+            with self.db.connection() as conn:
+                try:
+                    return work(conn)
+                except psycopg.OperationalError:
+                    if not conn.broken:
+                        raise
+            # The connection was lost (the pool has dropped it); the others may be dead too.
+            self.db.pool.check()
+            with self.db.connection() as conn:
                 return work(conn)
-            except psycopg.OperationalError:
-                if not conn.broken:
-                    raise
-        # The connection was lost (the pool has dropped it); the others may be dead too.
-        self.db.pool.check()
-        with self.db.connection() as conn:
-            return work(conn)
+        except (psycopg.OperationalError, PoolTimeout) as exc:
+            raise LedgerUnavailable(f"the civilization's ledger cannot be reached ({exc}); "
+                                    "no call goes out until it can - the database's "
+                                    "operator: systemctl status postgresql") from exc
 
 
 if TYPE_CHECKING:  # both ledgers have the broker's interface: mypy says so here
