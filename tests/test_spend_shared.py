@@ -24,11 +24,13 @@ import pytest
 
 from citizen import config
 from citizen.access import client
+from citizen.access.commons import RINGS_VIEW, BrokerCommons
 from citizen.broker import database as civilization
 from citizen.broker import service
 from citizen.broker.database import Database, Settings
 from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger, LedgerUnavailable
 from citizen.broker.spend import NotHere, SharedLedger
+from citizen.config import paths
 from citizen.llm.base import Usage
 from shared import clock
 from tests.anthropic_server import MessagesServer, text
@@ -398,6 +400,19 @@ def test_a_model_call_through_the_broker_lands_in_the_civilizations_ledger(
     assert civ_db.spend()[("opus", clock.today().isoformat())] == cost
     assert not service.ledger_path().exists()
     assert client.civilization_spent("mira") == pytest.approx(float(cost), abs=1e-6)
+    # The same broker process serves the commons (service imports its routes) and hears
+    # rings for the citizens whose homes are here (service.hear_rings): its scheduler's
+    # long poll gets opus's ring, and not mira's (she lives on server b).
+    opus = BrokerCommons(paths.broker_socket(), "opus")
+    opus.create("debates/d9/thread.json", {"topic": "t"})
+    assert civ_db.rows("SELECT author FROM records WHERE key = 'debates/d9/thread.json'") \
+        == [("opus",)]
+    assert client.view(RINGS_VIEW, {"wait": 0})[0] == 200  # listening before the rings
+    opus.ring("mira", "debate", "not here")
+    opus.ring("opus", "debate", "d9")
+    status, answer = client.view(RINGS_VIEW, {"wait": 20}, timeout_s=30)
+    assert status == 200 and [(r["citizen"], r["reason"]) for r in answer["rings"]] == [
+        ("opus", "d9")]
 
 
 def test_with_the_database_down_no_call_goes_out_unrecorded(civ_db: Civ) -> None:

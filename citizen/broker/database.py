@@ -135,6 +135,7 @@ class Database:
         from psycopg_pool import ConnectionPool  # noqa: PLC0415
 
         self.server = config.server
+        self.dsn = config.dsn  # the rings' LISTEN connection is its own (citizen.broker.rings)
         # open=True, wait: a broker whose database is unreachable says so at start
         # (the operator's fix is the connection string or the database, not a retry).
         self.pool = ConnectionPool(config.dsn, min_size=POOL_MIN, max_size=max_size,
@@ -162,6 +163,13 @@ class Database:
             raise ClaimedElsewhere(f"{citizen} lives on server {row[0] if row else '?'}, "
                                    f"not {self.server}: move it there with a backup and "
                                    "restore (DEPLOY.md, several servers)")
+
+    def lives_here(self, citizen: str) -> bool:
+        """Whether the database has `citizen` on this server (one query: rings are few)."""
+        with self.connection() as conn:
+            row = conn.execute("SELECT server FROM citizens WHERE name = %s",
+                               (citizen,)).fetchone()
+        return row is not None and row[0] == self.server
 
     def seen(self) -> None:
         """This server's broker is alive."""

@@ -17,6 +17,7 @@ import citizen.broker.mail  # noqa: F401 - its routes
 from citizen import config
 from citizen.access import client
 from citizen.broker import (
+    commons,  # noqa: F401 - the commons' routes, when civilization.json names a database
     database,
     mailnews,  # noqa: F401 - the scheduler's new-mail numbers
     onboarding,  # noqa: F401 - registers its routes
@@ -27,6 +28,7 @@ from citizen.broker import (
 )
 from citizen.broker.ledger import FILE, Ledger
 from citizen.broker.listener import idle_watch, listen
+from citizen.broker.rings import Listener, Rings
 from citizen.broker.server import Broker
 from citizen.broker.spend import SharedLedger, Spending
 from citizen.config import paths
@@ -59,6 +61,17 @@ def open_ledger(state: Path) -> tuple[Spending, database.Database | None]:
         raise
 
 
+def hear_rings(broker: Broker) -> Listener | None:
+    """On one of several servers, the one LISTEN that hears rings for this server's
+    citizens (citizen.broker.rings), kept for the scheduler in `broker.rings`."""
+    if broker.database is None:
+        return None
+    broker.rings = Rings()
+    listener = Listener(broker.database.dsn, broker.database.lives_here, broker.rings)
+    listener.start()
+    return listener
+
+
 def serve(idle_exit_s: float | None = None) -> None:
     """Run the broker in the foreground until stopped (or idle that long, in dev mode).
 
@@ -81,6 +94,7 @@ def serve(idle_exit_s: float | None = None) -> None:
         # ledger's database is the commons' (Broker.database).
         broker = Broker(cast(Ledger, ledger), server_mode=config.server_mode(), database=db)
         broker.permits.first = reviews.owes_review  # a drawn reviewer's wake goes first
+        listener = hear_rings(broker)
         if not broker.server_mode:  # what it follows, for ensure() to compare (dev mode)
             client.record_start(state)
         server = listen(sock, broker, server_mode=broker.server_mode)
@@ -97,6 +111,8 @@ def serve(idle_exit_s: float | None = None) -> None:
             stop.set()
             server.server_close()
             ledger.close()
+            if listener is not None:
+                listener.close()
             if db is not None:
                 db.close()
 
