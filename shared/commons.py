@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from shared import doorbell
 from shared.dry import DryTracker
+from shared.errors import SharedError
 from shared.goals import Goals
 from shared.layout import Layout
 from shared.remote import Remote
@@ -134,6 +135,15 @@ class Commons:
         cannot be rung - the work then waits for that citizen's scheduled wake."""
         if not citizen or citizen == "operator":
             return False
+        if self.remote is not None and not self.doorbell_dir(citizen).is_dir():
+            # Several servers, and it lives on another: its broker hears the NOTIFY.
+            try:
+                self.remote.ring(citizen, wake_type, reason)
+            except (OSError, SharedError) as exc:
+                log.warning("could not ring %s on its server (%s: %s): %s", citizen,
+                            wake_type, reason, exc)
+                return False
+            return True
         try:
             doorbell.ring(self.doorbell_dir(citizen), wake_type, reason, sender, owner)
         except OSError as exc:

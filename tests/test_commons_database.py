@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from citizen import config
 from citizen.access.commons import BrokerCommons, CommonsRefused
 from citizen.admin import founding
 from citizen.broker import commons, holds
@@ -19,6 +20,9 @@ from citizen.broker.ledger import Ledger
 from citizen.broker.refused import Refused
 from citizen.broker.rings import Listener, Rings
 from citizen.broker.server import Broker
+from citizen.config import paths
+from shared import doorbell
+from shared.commons import Commons
 from tests.several import Site
 
 
@@ -190,3 +194,24 @@ def test_a_server_of_its_own_has_no_database_commons(tmp_path: Path) -> None:
         assert own.value.status == 404
     finally:
         b.ledger.close()
+
+
+def test_the_commons_rings_a_citizen_of_another_server_through_its_broker(
+        sites: dict[str, Site]) -> None:
+    """Commons.ring on one of several servers: a citizen whose doorbell is here gets the
+    file, as always; one living elsewhere is rung through the broker's NOTIFY."""
+    heard = Rings()
+    listener = Listener(sites["b"].dsn, "mira".__eq__, heard)
+    listener.start()
+    try:
+        assert listener.listening.wait(30)
+        c = Commons(paths.shared_dir(), ["opus", "aria", "mira"], False,
+                    config.templates().dir / "values.yaml", remote=sites["a"].as_citizen("opus"))
+        (paths.shared_dir() / "doorbell" / "mira").rmdir()  # mira's home is on server b
+        assert c.ring("mira", "debate", "your turn", sender="opus")
+        assert [(r.citizen, r.sender) for r in heard.take(timeout=30)] == [("mira", "opus")]
+        assert c.ring("aria", "debate", "yours too", sender="opus")
+        assert [r.reason for r in doorbell.drain(c.doorbell_dir("aria"))] == ["yours too"]
+        assert heard.take(timeout=0) == []
+    finally:
+        listener.close()
