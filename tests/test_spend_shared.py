@@ -21,15 +21,17 @@ from typing import Any, cast
 
 import psycopg
 import pytest
+from click.testing import CliRunner
 
 from citizen import config
 from citizen.access import client
 from citizen.access.commons import RINGS_VIEW, BrokerCommons
 from citizen.broker import database as civilization
-from citizen.broker import service
+from citizen.broker import service, spend
 from citizen.broker.database import Database, Settings
 from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger, LedgerUnavailable
 from citizen.broker.spend import NotHere, SharedLedger
+from citizen.cli.broker import spend as spend_command
 from citizen.config import paths
 from citizen.llm.base import Usage
 from shared import clock
@@ -429,3 +431,31 @@ def test_with_the_database_down_no_call_goes_out_unrecorded(civ_db: Civ) -> None
         finally:
             civ_db.cluster.start()
         assert len(civ_db.calls()) == 1 and civ_db.unaccounted() == []
+
+
+def test_citizen_spend_and_the_refused_view_read_every_servers_calls(
+        civ_db: Civ, rules_dir: Path, tmp_path: Path) -> None:
+    """With civilization.json, `citizen spend` and the dashboard's refused view read the
+    civilization's ledger (spend.calls_since, spend.refused_per_day): both servers'
+    calls, not this server's empty SQLite file."""
+    with server_db(civ_db, "a") as db_a, server_db(civ_db, "b") as db_b:
+        a, b = SharedLedger(db_a), SharedLedger(db_b)
+        a.settle(a.reserve("opus", "m", USD, ROOMY), 0.01, Usage(input_tokens=10), 200)
+        b.settle(b.reserve("mira", "m", USD, ROOMY), 0.02, Usage(input_tokens=10), 200)
+        with pytest.raises(CapExceeded):
+            b.reserve("mira", "m", 5.0, Caps(1.0, 1e6, 1e6, 1e6))
+    (rules_dir / civilization.FILE).write_text(json.dumps(
+        {"server": "a", "database": civ_db.dsn("a")}))
+    day = clock.today().isoformat()
+    got = CliRunner().invoke(spend_command, ["--json"])
+    assert got.exit_code == 0, got.output
+    assert {(r["citizen"], r["usd"]) for r in json.loads(got.output)} == {
+        ("opus", 0.01), ("mira", 0.02)}
+    assert spend.refused_per_day(tmp_path, day, 10) == (
+        [{"day": day, "citizen": "mira", "refused": 1, "usd": 5.0}], False)
+    civ_db.cluster.stop("immediate")
+    try:
+        failed = CliRunner().invoke(spend_command, [])
+        assert failed.exit_code != 0 and "cannot be read" in failed.output
+    finally:
+        civ_db.cluster.start()

@@ -23,8 +23,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from decimal import Decimal
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+from citizen.broker import database, ledger
 from citizen.broker.database import Database
 from citizen.broker.ledger import CIVILIZATION, CapExceeded, Caps, Ledger, LedgerUnavailable
 from citizen.errors import CitizenError
@@ -266,3 +268,55 @@ class SharedLedger:
 
 if TYPE_CHECKING:  # both ledgers have the broker's interface: mypy says so here
     _LEDGERS: tuple[type[Spending], ...] = (Ledger, SharedLedger)
+
+
+# ---------------------------------------------------------------- readers (spend, views)
+
+_CALLS = ("SELECT citizen, day, state, reserved_usd::float8, cost_usd::float8, model, purpose, "
+          "input_tokens, cache_write_tokens, cache_read_tokens FROM calls WHERE day >= %s "
+          "ORDER BY id")
+_REFUSED = ("SELECT day, citizen, count(*), sum(reserved_usd)::float8 FROM calls "
+            "WHERE day >= %s AND state = 'refused' GROUP BY day, citizen "
+            "ORDER BY day DESC, citizen DESC LIMIT %s")
+
+
+def _read(query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+    """Rows of the civilization's ledger, on a connection of this server's role (its
+    passfile: the broker's user's and root's to read).
+
+    :raises LedgerUnavailable: the database cannot be reached or read.
+    """
+    import psycopg  # noqa: PLC0415
+
+    settings = database.settings()
+    if settings is None:
+        raise LedgerUnavailable("no civilization.json: this server's ledger is its own file")
+    try:
+        with psycopg.connect(settings.dsn, connect_timeout=10) as conn:
+            return conn.execute(query, args).fetchall()
+    except psycopg.Error as exc:
+        raise LedgerUnavailable(f"the civilization's ledger cannot be read ({exc}) - as "
+                                "root or the broker's user, with the database up") from exc
+
+
+def calls_since(state: Path, day: str) -> list[dict[str, Any]]:
+    """Every call from UTC `day` on, oldest first: from the civilization's ledger when
+    civilization.json names one (every server's calls), else this server's SQLite file
+    in `state` (ledger.calls_since).
+
+    :raises LedgerUnavailable | sqlite3.Error: it cannot be read.
+    """
+    if database.settings() is None:
+        return ledger.calls_since(state / ledger.FILE, day)
+    keys = ("citizen", "day", "state", "reserved", "cost", "model", "purpose", "tokens_in",
+            "cache_write", "cache_read")
+    return [dict(zip(keys, r, strict=True)) for r in _read(_CALLS, (day,))]
+
+
+def refused_per_day(state: Path, day: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
+    """ledger.refused_per_day, from whichever ledger this server keeps (calls_since)."""
+    if database.settings() is None:
+        return ledger.refused_per_day(state / ledger.FILE, day, limit)
+    rows = _read(_REFUSED, (day, limit + 1))
+    return ([{"day": d, "citizen": c, "refused": n, "usd": round(float(usd or 0.0), 6)}
+             for d, c, n, usd in reversed(rows[:limit])], len(rows) > limit)

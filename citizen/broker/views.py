@@ -28,7 +28,8 @@ from urllib.parse import parse_qs
 from citizen import config
 from citizen.access import client, permit
 from citizen.admin import helper
-from citizen.broker import ledger, mailstate, onboarding
+from citizen.broker import mailstate, onboarding, spend
+from citizen.broker.ledger import LedgerUnavailable
 from citizen.broker.refused import Refused
 from citizen.broker.server import VIEWS, Broker
 from citizen.config import paths
@@ -41,7 +42,7 @@ DAYS = 30  # the Money page's window, today included
 MAX_DAYS = 366  # days asked for past this are capped: a year is the most a page shows
 MAX_ROWS = 2000  # rows of one answer (the newest); `truncated` says more were left off
 NO_BROKER = "the broker does not answer (systemctl status experience-broker)"
-_STATE_ERRORS = (OSError, sqlite3.Error, CorruptFile)
+_STATE_ERRORS = (OSError, sqlite3.Error, CorruptFile, LedgerUnavailable)
 _REQUEST_KEYS = ("id", "name", "focus", "strengths", "why", "author", "requested_at")
 
 
@@ -78,8 +79,7 @@ def refused(days: int = DAYS) -> dict[str, Any]:
     """
     days = min(max(days, 1), MAX_DAYS)
     since = (clock.today() - timedelta(days=days - 1)).isoformat()
-    series, truncated = ledger.refused_per_day(paths.broker_state() / ledger.FILE, since,
-                                               MAX_ROWS)
+    series, truncated = spend.refused_per_day(paths.broker_state(), since, MAX_ROWS)
     return {"series": series, "truncated": truncated}
 
 

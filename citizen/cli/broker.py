@@ -14,7 +14,8 @@ import click
 
 from citizen.access.client import reachable
 from citizen.broker import service
-from citizen.broker.ledger import calls_since
+from citizen.broker.ledger import LedgerUnavailable
+from citizen.broker.spend import calls_since
 from citizen.cli.options import json_option
 from citizen.cli.terminal import command, echo, table, wide_option
 from citizen.config import paths, server_mode
@@ -77,7 +78,9 @@ def ledger_rows(days: int) -> list[dict[str, Any]]:
     path = service.ledger_path()
     since = (clock.today() - timedelta(days=days - 1)).isoformat()
     try:
-        return calls_since(path, since)
+        return calls_since(paths.broker_state(), since)
+    except LedgerUnavailable as exc:
+        raise click.ClickException(str(exc)) from exc
     except sqlite3.Error as exc:
         raise click.ClickException(
             f"cannot read the broker's ledger {path} ({exc}) - on a server run this as root; "
