@@ -66,9 +66,9 @@ class Threads:
         self.lister = lister  # the command that lists them, for "no such …" messages
         self._owed_cache: dict[str, tuple[tuple[int, ...], str]] = {}
         self.remote = remote
-        # Records read through `remote`, by key: a thread's record is created once and
-        # never rewritten, so one read is good for the process's life (bounded).
-        self._seen: dict[str, dict[str, Any]] = {}
+        # Records read through `remote`, by (key, author): a thread's record is created
+        # once and never rewritten, so one read is good for the process's life (bounded).
+        self._seen: dict[tuple[str, str], dict[str, Any]] = {}
 
     def key(self, path: Path) -> str:
         return key(self.top, path)
@@ -201,14 +201,12 @@ class Threads:
             return accept is None or accept(rec)
 
         if self.remote is not None:
-            rec = self._remote_read(self.dir(tid) / name)
+            # The author's own row at the name (the broker's word on who wrote it: the
+            # kernel's, on its server); a peer's row there is not it.
+            rec = self._remote_read(self.dir(tid) / name, author)
             if rec is None:
                 return None
-            named = str(rec["author"])  # the broker's word: the kernel's, on its server
-            if author is not None and named != author:
-                log.warning("ignoring %s/%s: it is %s's, not %s's", tid, name, named, author)
-                return None
-            data = {**rec["data"], AUTHOR: named}
+            data = {**rec["data"], AUTHOR: str(rec["author"])}
             return data if placed(data) else None
         return records.read(self.dir(tid) / name, author, self.enforce, legacy=legacy,
                             accept=placed, beneath=self.root)
@@ -221,9 +219,9 @@ class Threads:
             shape = PurePosixPath(glob)
             listed = self.remote.records(self.key(folder), deep=True)
             self._keep(listed)
-            return sorted(name for name, _ in under(listed, self.key(folder))
-                          if len(PurePosixPath(name).parts) == len(shape.parts)
-                          and PurePosixPath(name).match(glob))
+            return sorted({name for name, _ in under(listed, self.key(folder))
+                           if len(PurePosixPath(name).parts) == len(shape.parts)
+                           and PurePosixPath(name).match(glob)})
         if not folder.is_dir():
             return []
         found = {str(p.relative_to(folder)) for p in folder.glob(glob)}
@@ -288,15 +286,17 @@ class Threads:
     def _keep(self, listed: list[dict[str, Any]]) -> None:
         if len(self._seen) + len(listed) > self.MAX_SEEN:
             self._seen.clear()
-        self._seen.update((str(r["key"]), r) for r in listed)
+        self._seen.update(((str(r["key"]), str(r["author"])), r) for r in listed)
 
-    def _remote_read(self, path: Path) -> dict[str, Any] | None:
-        """A record through the broker ({key, author, data}), or None: none there (or no
-        broker: a thread of files)."""
+    def _remote_read(self, path: Path, author: str | None = None) -> dict[str, Any] | None:
+        """`author`'s record at `path` through the broker ({key, author, data}) - None:
+        whoever wrote there first - or None: none there (or no broker: files)."""
         k = self.key(path)
-        if k not in self._seen:
-            rec = self.remote.read(k) if self.remote is not None else None
-            if rec is None:
-                return None
+        if (k, author or "") in self._seen:  # "": the first written there never changes
+            return self._seen[(k, author or "")]
+        rec = self.remote.read(k, author) if self.remote is not None else None
+        if rec is not None:
             self._keep([rec])
-        return self._seen[k]
+            if author is None:
+                self._seen[(k, "")] = rec
+        return rec

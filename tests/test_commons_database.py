@@ -32,14 +32,20 @@ def test_a_record_is_its_authors_once_and_every_server_reads_it(
     opus.create("debates/d1/thread.json", {"topic": "t", "author": "mira"})  # says mira
     got = mira.read("debates/d1/thread.json")
     assert got is not None and got["author"] == "opus" and got["data"]["author"] == "opus"
-    with pytest.raises(CommonsRefused, match="already recorded") as taken:
-        mira.create("debates/d1/thread.json", {"topic": "mine now"})
+    with pytest.raises(CommonsRefused, match="already recorded by opus") as taken:
+        opus.create("debates/d1/thread.json", {"topic": "again"})  # a step is taken once
     assert taken.value.status == 409
+    mira.create("debates/d1/thread.json", {"topic": "mine"})  # her own row there ...
+    first = opus.read("debates/d1/thread.json")  # ... and the first written is still his
+    assert first is not None and first["data"]["topic"] == "t"
     mira.write("debates/d1/moves/mira.json", {"move": "claim"})
     mira.write("debates/d1/moves/mira.json", {"move": "claim, again"})  # her own: rewritten
-    with pytest.raises(CommonsRefused, match="another citizen's record"):
-        opus.write("debates/d1/moves/mira.json", {"move": "forged"})
-    assert [r["data"]["move"] for r in opus.records("debates/d1/moves")] == ["claim, again"]
+    opus.write("debates/d1/moves/mira.json", {"move": "forged"})  # his own row, not hers
+    got = opus.read("debates/d1/moves/mira.json", "mira")
+    assert got is not None and got["data"]["move"] == "claim, again"
+    assert [(r["author"], r["data"]["move"]) for r in opus.records("debates/d1/moves")] == [
+        ("mira", "claim, again"), ("opus", "forged")]
+    assert mira.read("debates/d1/nothing.json", "mira") is None
     assert opus.folders("debates") == ["d1"] and mira.folders("") == ["debates"]
     assert opus.read("debates/d1/none.json") is None
 

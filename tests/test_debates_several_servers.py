@@ -66,6 +66,21 @@ def test_a_move_is_its_authors_and_taken_once(sites: dict[str, Site]) -> None:
     assert by["mira"].load(did).seq == d.seq == 1
 
 
+def test_a_peer_squatting_the_next_moves_name_blocks_nobody(sites: dict[str, Site]) -> None:
+    """The attack: opus (server a) writes his row at the name mira's next move will have
+    - before she moves. It is his, not hers: ignored by every reader, and her move is
+    still hers to write (each author's records are its own namespace)."""
+    by = seat(sites)
+    did = by["opus"].start("Should gates run hourly?", PEOPLE, "opus").id
+    d = by["opus"].move(did, "opus", play(by["opus"].load(did).situation("opus")))
+    assert d.owed_by() == "mira"
+    squat = by["opus"].threads.key(by["opus"].threads.dir(did) / f"moves/{d.seq + 1:04d}-mira.json")
+    by["opus"].remote.create(squat, {**play(d.situation("mira")), "seq": d.seq + 1})  # type: ignore[union-attr]
+    assert by["aria"].load(did).seq == 1  # the squat counts for nothing
+    d = by["mira"].move(did, "mira", play(by["mira"].load(did).situation("mira")))
+    assert d.seq == 2 and by["aria"].moves(did)[1]["author"] == "mira"
+
+
 def test_one_writer_at_a_time_across_servers(sites: dict[str, Site]) -> None:
     """The lease is the flock's stand-in: while mira (server b) holds a debate's, opus
     (server a) waits; it frees itself when its holder's time is up."""

@@ -76,9 +76,10 @@ class BrokerCommons:
     def write(self, key: str, data: dict[str, Any]) -> dict[str, Any]:
         return self.call("record/write", {"key": key, "data": data})
 
-    def read(self, key: str) -> dict[str, Any] | None:
+    def read(self, key: str, author: str | None = None) -> dict[str, Any] | None:
+        """`author`'s record at `key` (None: the first written there), or None."""
         try:
-            return self.call("record/read", {"key": key})
+            return self.call("record/read", {"key": key, "author": author})
         except CommonsRefused as exc:
             if exc.status == 404:
                 return None

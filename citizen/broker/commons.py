@@ -9,11 +9,13 @@ broker whose code were changed could not author another server's citizens.
 
 Routes (POST, JSON in and out, under /v1/experience/commons/):
 
-- `record/create {key, data}`: a record that may exist once (a vote, a step): 409 if
-  the key is taken. `record/write {key, data}`: its author's record, rewritten by its
-  author only (409 if it is another's). Both stamp `author` with the caller.
-- `record/read {key}` -> {key, author, data} | 404; `record/list {folder}` -> the
-  records directly in a folder, oldest key first (at most LIST_MAX; `more` says if cut);
+- A record is keyed by its place and its author (each author's namespace: no one takes
+  a place before its author). `record/create {key, data}`: a record its author makes
+  once (a vote, a step): 409 if the caller made it already. `record/write {key, data}`:
+  the caller's record, made or rewritten. Both stamp `author` with the caller.
+- `record/read {key, author?}` -> {key, author, data} | 404 (no author: the first
+  written there); `record/list {folder}` -> the records directly in a folder, by key
+  (at most LIST_MAX; `more` says if cut);
   `record/folders {folder}` -> the names of the folders directly below it.
 - `document/read {key}` -> {data, version} (version 0: none yet); `document/hold {key}`
   -> {data, version, token}: the row locked in a transaction the broker holds
@@ -137,11 +139,11 @@ def create(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     with _conn(broker) as conn:
         row = conn.execute(
             "INSERT INTO records (key, folder, author, data) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (key) DO NOTHING RETURNING key",
+            "ON CONFLICT (key, author) DO NOTHING RETURNING key",
             (key, _folder(key), citizen, json.dumps(record))).fetchone()
     if row is None:
-        raise Refused(409, "invalid_request_error", f"{key} is already recorded; a step is "
-                      "taken once")
+        raise Refused(409, "invalid_request_error", f"{key} is already recorded by "
+                      f"{citizen}; a step is taken once")
     return 200, _row(key, citizen, record)
 
 
@@ -151,26 +153,29 @@ def write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     key, data = key_of(body), _data(body)
     record = {**data, "author": citizen}
     with _conn(broker) as conn:
-        # Rewritten only where the row is the caller's own: another's stays as it is.
-        row = conn.execute(
+        # The caller's own row at the key: another author's there stays as it is.
+        conn.execute(
             "INSERT INTO records (key, folder, author, data) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (key) DO UPDATE SET data = EXCLUDED.data, written = "
-            "clock_timestamp() WHERE records.author = EXCLUDED.author RETURNING key",
-            (key, _folder(key), citizen, json.dumps(record))).fetchone()
-    if row is None:
-        raise Refused(409, "invalid_request_error", f"{key} is another citizen's record; "
-                      "write under a name of your own")
+            "ON CONFLICT (key, author) DO UPDATE SET data = EXCLUDED.data, written = "
+            "clock_timestamp()", (key, _folder(key), citizen, json.dumps(record)))
     return 200, _row(key, citizen, record)
 
 
 @route("POST", PREFIX + "record/read", commons=True)
 def read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    key = key_of(_body(raw))
+    """{key, author?}: that author's record at the key, or (no author named) the first
+    written there."""
+    body = _body(raw)
+    key, author = key_of(body), body.get("author")
+    if author is not None and not isinstance(author, str):
+        raise Refused(400, "invalid_request_error", "author is a citizen's name")
     with _conn(broker) as conn:
-        row = conn.execute("SELECT author, data FROM records WHERE key = %s",
-                           (key,)).fetchone()
+        row = conn.execute("SELECT author, data FROM records WHERE key = %s AND (%s::text IS "
+                           "NULL OR author = %s) ORDER BY written, author LIMIT 1",
+                           (key, author, author)).fetchone()
     if row is None:
-        raise Refused(404, "not_found_error", f"no record {key}")
+        raise Refused(404, "not_found_error", f"no record {key}" + (f" by {author}"
+                                                                    if author else ""))
     return 200, _row(key, row[0], row[1])
 
 
@@ -187,7 +192,7 @@ def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     folder, deep = key_of(body, "folder", folder=True), body.get("deep") is True
     with _conn(broker) as conn:
         rows = conn.execute("SELECT key, author, data FROM records WHERE folder = %s "
-                            "OR (%s AND folder LIKE %s) ORDER BY key LIMIT %s",
+                            "OR (%s AND folder LIKE %s) ORDER BY key, written LIMIT %s",
                             (folder, deep, _beneath(folder), LIST_MAX + 1)).fetchall()
     return 200, {"records": [_row(*r) for r in rows[:LIST_MAX]], "more": len(rows) > LIST_MAX}
 

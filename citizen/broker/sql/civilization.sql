@@ -56,14 +56,18 @@ CREATE OR REPLACE FUNCTION server_seen() RETURNS void
     $$ UPDATE public.servers SET seen = now() WHERE role = session_user $$;
 
 -- Records: one row per record of the commons, keyed by its place ('changes/<id>/
--- reviews/opus.json'); never edited but by its author, whom the database checks lives on
--- the writing server.
+-- reviews/opus.json') and its author: each author writes in a namespace of its own, so
+-- no one can take a place before its author does (a peer's row at 'moves/0002-mira.json'
+-- is the peer's, and mira's own is still hers to write - as a file pre-created in her
+-- name is written beside on one server). Never edited but by its author, whom the
+-- database checks lives on the writing server.
 CREATE TABLE IF NOT EXISTS records (
-    key text PRIMARY KEY,
-    folder text NOT NULL,
+    key text NOT NULL,
     author text NOT NULL REFERENCES citizens (name),
+    folder text NOT NULL,
     data jsonb NOT NULL,
-    written timestamptz NOT NULL DEFAULT clock_timestamp()
+    written timestamptz NOT NULL DEFAULT clock_timestamp(),
+    PRIMARY KEY (key, author)
 );
 CREATE INDEX IF NOT EXISTS records_folder ON records (folder, key);
 ALTER TABLE records ENABLE ROW LEVEL SECURITY;
