@@ -53,7 +53,8 @@ MAX_DEPTH, MAX_KEY = 8, 512
 MAX_RECORD = 1 << 20  # a record is KBs; a megabyte is no record (the body cap is 4 MB)
 LIST_MAX = 2000  # one answer's records; a folder holds a thread's steps, not thousands
 MAX_RING = 400  # a NOTIFY payload stays small (PostgreSQL's limit is 8000 bytes)
-MAX_LEASE_S = 600  # a lease outlives a dead holder by at most this
+MAX_LEASE_S = 60  # a lease outlives a dead holder by at most this (the flock it stands in for
+# waits APPEND_WAIT_S, 30 s: a peer that keeps taking one delays, it never blocks for long)
 
 
 @contextmanager
