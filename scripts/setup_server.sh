@@ -6,6 +6,17 @@
 #   sudo scripts/setup_server.sh                    # the citizens of templates/
 #   sudo scripts/setup_server.sh opus mira          # just these
 #   sudo scripts/setup_server.sh --local-model      # and the embedded model (DEPLOY.md §2)
+#   sudo scripts/setup_server.sh --join a --database 'host=db.example dbname=experience user=experience_a' \
+#        --password-file a.pass [opus mira]      # this server is `a` of a civilization on
+#                                                # several servers (DEPLOY.md, several servers)
+#
+# --join NAME --database CONNINFO --password-file FILE: the admin made the server's role
+# (`citizen civilization add-server NAME --password-file FILE`); FILE holds its password on
+# one line (copy it here, remove it after). Writes /etc/experience/civilization.json (the
+# server's name and CONNINFO, no secret: 0644 root) and /etc/experience/pgpass (the
+# password, the broker's user's alone, 0600), then claims this server's citizens in the
+# database. Options come before the citizens' names; a re-run with the same ones changes
+# nothing, and a run without --join keeps the files a join wrote.
 #
 # Layout (docs/architecture.md §3, DEPLOY.md §8): group `citizens`; /home/shared (3775: setgid,
 # sticky); one user and home (0750) per citizen with ~/code a clone of
@@ -30,7 +41,36 @@ restart_web=0
 restart_scheduler=0
 restart_approve=0
 local_model=0
-if [ "${1:-}" = --local-model ]; then local_model=1; shift; fi
+join="" database="" password_file=""
+usage() { sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; }
+while [ "$#" -gt 0 ]; do
+    case "$1" in
+        --local-model) local_model=1; shift ;;
+        --join|--database|--password-file)
+            [ "$#" -ge 2 ] || { echo "setup_server: $1 needs a value (see --help)" >&2; exit 2; }
+            case "$1" in
+                --join) join="$2" ;;
+                --database) database="$2" ;;
+                --password-file) password_file="$2" ;;
+            esac
+            shift 2 ;;
+        -h|--help) usage; exit 0 ;;
+        --) shift; break ;;
+        -*) echo "setup_server: unknown option $1 (see --help)" >&2; exit 2 ;;
+        *) break ;;
+    esac
+done
+if [ -n "$join$database$password_file" ] \
+        && { [ -z "$join" ] || [ -z "$database" ] || [ -z "$password_file" ]; }; then
+    echo "setup_server: --join NAME, --database CONNINFO and --password-file FILE go together (see --help)" >&2
+    exit 2
+fi
+# Read before anything changes: a password file that is not there stops nothing half-way.
+if [ -n "$password_file" ] && [ ! -r "$password_file" ]; then
+    echo "setup_server: cannot read --password-file $password_file - copy the file that" \
+        "\`citizen civilization add-server\` wrote to this server" >&2
+    exit 2
+fi
 # shellcheck source=lib/progress.sh
 source "$source_dir/scripts/lib/progress.sh"  # a heartbeat on a terminal, a line per step in a log
 # shellcheck source=lib/llama.sh
@@ -504,6 +544,34 @@ for name in "${names[@]}"; do
         changes=$((changes + $(grep -c '^created ' <<<"$out")))
     fi
 done
+
+if [ -n "$join" ] || [ -f /etc/experience/civilization.json ]; then
+    current="the civilization on several servers"
+    step "$current"
+    if [ -n "$join" ]; then
+        # Root writes the two files (citizen/broker/membership.py); the password is read
+        # from the file, never from this script's arguments.
+        out="$(CIV_ROOT=/home PYTHONPATH="$release" PYTHONDONTWRITEBYTECODE=1 \
+            "$venv/bin/python" -m citizen.broker.membership join "$join" "$database" \
+            "$password_file")" || fail "$current: the --join arguments (the error above says which)"
+        if [ -n "$out" ]; then
+            printf '%s\n' "$out" | sed 's/^/    /'
+            changes=$((changes + $(grep -c '^changed: ' <<<"$out")))
+            restart_broker=1  # the broker reads civilization.json at start
+        fi
+    fi
+    # As the broker's user, with its passfile: the login works, and this server's
+    # citizens are claimed as its own (the broker claims newcomers itself).
+    if out="$(runuser -u "$broker" -- env CIV_ROOT=/home PYTHONPATH="$release" \
+            PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m citizen.broker.membership claim 2>&1)"; then
+        printf '%s\n' "$out" | sed 's/^/    /'
+    elif [ -n "$join" ]; then
+        printf '%s\n' "$out" | sed 's/^/    /' >&2
+        fail "$current: the database refused this server (fix what the error says, then run this again)"
+    else  # an upgrade while the database is down: its broker claims them when it is back
+        printf '%s\n' "$out" | sed 's/^/    note: /'
+    fi
+fi
 
 current="the broker"
 step "$current"

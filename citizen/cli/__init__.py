@@ -52,6 +52,7 @@ COMMANDS = {
     "disk": "citizen.cli.disk:disk",
     "web": "citizen.cli.web:web",
     "remote": "citizen.cli.remote:remote",
+    "civilization": "citizen.cli.civilization:civilization",
 }
 # name -> its short help, its docstring's first sentence: `citizen --help` lists every
 # command without importing one (importing them all took half a second). A command
@@ -94,6 +95,9 @@ SUMMARIES = {
     "remote": (
         "The shared repositories' one remote: the baseline and the world for several "
         "servers."),
+    "civilization": (
+        "One civilization on several servers: the database they share, and who lives "
+        "where."),
 }
 # The names before the noun groups, kept (hidden, with a note on stderr) for one release:
 # old name -> (what to type now, "module:function").
