@@ -136,3 +136,37 @@ def test_the_heartbeat_claims_newcomers_and_outlives_a_silent_database(
         db.close()
     assert not failures
     assert cluster.sql("SELECT string_agg(name, ',') FROM citizens", database) == "nova"
+
+
+def test_the_brokers_start_claims_its_citizens_even_after_a_failed_first_word(
+        cluster: Cluster, database: str, monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture) -> None:
+    admin = cluster.dsn(database)
+    civilization.install(admin)
+    role = cluster.role("srv")
+    civilization.add_server(admin, "a", role)
+    db = Database(Settings("a", cluster.dsn(database, role)), max_size=1)
+    monkeypatch.setattr(membership, "local_citizens", lambda: ["opus"])
+    real_seen = db.seen
+    failures = [1]
+
+    def seen() -> None:  # the start's word lost: logged, the heartbeat makes up for it
+        if failures:
+            failures.pop()
+            raise psycopg.OperationalError("the database is down")
+        real_seen()
+
+    monkeypatch.setattr(db, "seen", seen)
+    monkeypatch.setattr(membership, "SEEN_EVERY_S", 0.05)
+    stop = threading.Event()
+    beat = membership.on_start(db, stop)
+    try:
+        assert "did not hear server a at start" in caplog.text
+        until(lambda: cluster.sql("SELECT seen IS NOT NULL FROM servers", database) == "t",
+              timeout=30)
+    finally:
+        stop.set()
+        beat.join()
+        db.close()
+    assert cluster.sql("SELECT string_agg(name || '@' || server, ',') FROM citizens",
+                       database) == "opus@a"

@@ -174,13 +174,21 @@ def announce(db: Database, names: Iterable[str]) -> tuple[list[str], list[str]]:
 
 def on_start(db: Database, stop: threading.Event) -> threading.Thread:
     """What the broker does once its pool is open: claim this server's citizens, say it
-    is alive, and keep saying so (and claiming newcomers) until `stop` is set."""
-    claimed, refused = announce(db, local_citizens())
+    is alive, and keep saying so (and claiming newcomers) until `stop` is set. A database
+    that fails here is logged: the heartbeat claims them all on its next beat."""
+    import psycopg  # noqa: PLC0415 - as in heartbeat
+
+    try:
+        claimed, refused = announce(db, local_citizens())
+    except psycopg.Error as exc:
+        log.warning("the civilization's database did not hear server %s at start: %s",
+                    db.server, exc)
+        claimed, refused = [], []
     log.info("server %s: %d citizens claimed in the civilization's database", db.server,
              len(claimed))
     for why in refused:
         log.warning("%s", why)
-    beat = threading.Thread(target=heartbeat, args=(db, stop, set(claimed)),
+    beat = threading.Thread(target=heartbeat, args=(db, stop, set(claimed), SEEN_EVERY_S),
                             name="civilization-seen", daemon=True)
     beat.start()
     return beat
