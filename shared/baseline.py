@@ -12,6 +12,11 @@ other way: `unreviewed` lists the latter, and the broker (before a merge) and se
     python -m shared.baseline unreviewed BASELINE SHARED_DIR [RELEASE_COMMIT]
 
 prints them, one per line (what setup_server.sh runs as the broker's user).
+
+On several servers (`remote`, `shared.remote`) the merge record is `merged/<change
+id>.json` in the civilization's database, created once by the broker that merged - after
+the shared remote took the commit - so every server's broker counts the others' merges
+as reviewed and builds on them.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from shared import gitsafe
 from shared.atomic import CorruptFile, make_dirs, read_json, write_json
 from shared.identity import ForgedRecord, check_author, server_mode
 from shared.layout import Layout
+from shared.remote import Remote
 
 MERGER = "experience-broker"  # the user whose records say a change is in the baseline
 RECORD_MODE = 0o644  # everyone reads what the broker merged; only it writes
@@ -33,8 +39,18 @@ def merged_path(shared_dir: Path, change_id: str) -> Path:
     return Layout(shared_dir).merged / f"{change_id}.json"  # written by MERGER alone
 
 
-def read_merged(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, Any] | None:
+def merged_key(change_id: str) -> str:
+    """The merge record's key in the civilization's database."""
+    return f"merged/{change_id}.json"
+
+
+def read_merged(shared_dir: Path, change_id: str, enforce: bool,
+                remote: Remote | None = None) -> dict[str, Any] | None:
     """The broker's record of merging `change_id`, if there is one its user wrote."""
+    if remote is not None:
+        row = remote.read(merged_key(change_id))
+        data = row.get("data") if row is not None else None
+        return dict(data) if isinstance(data, dict) else None
     path = merged_path(shared_dir, change_id)
     if not path.is_file():
         return None
@@ -46,14 +62,26 @@ def read_merged(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, An
     return record if isinstance(record, dict) else None
 
 
-def write_merged(shared_dir: Path, change_id: str, record: dict[str, Any]) -> None:
-    """The broker's record of a merge (its directory made by setup on a server)."""
+def write_merged(shared_dir: Path, change_id: str, record: dict[str, Any],
+                 remote: Remote | None = None) -> None:
+    """The broker's record of a merge (its directory made by setup on a server).
+
+    :raises Taken: on several servers, another broker recorded this change's merge.
+    """
+    if remote is not None:
+        remote.create(merged_key(change_id), record)
+        return
     # 0755: the broker's user writes here, everyone reads (dev mode: made on first use).
     make_dirs(Layout(shared_dir).merged, shared_dir, 0o755)
     write_json(merged_path(shared_dir, change_id), record, mode=RECORD_MODE)
 
 
-def reviewed_commits(shared_dir: Path, enforce: bool) -> set[str]:
+def reviewed_commits(shared_dir: Path, enforce: bool,
+                     remote: Remote | None = None) -> set[str]:
+    if remote is not None:  # every server's merges: one listing of the folder
+        return {str(r["data"]["baseline_commit"]) for r in remote.records("merged")
+                if isinstance(r.get("data"), dict)
+                and isinstance(r["data"].get("baseline_commit"), str)}
     folder = Layout(shared_dir).merged
     if not folder.is_dir():
         return set()
@@ -73,7 +101,7 @@ def release_commit(baseline: Path) -> str:
 
 
 def unreviewed(baseline: Path, shared_dir: Path, enforce: bool,
-               release: str | None = None) -> list[str]:
+               release: str | None = None, remote: Remote | None = None) -> list[str]:
     """Commits on main's first-parent line, after the last release, that neither the
     broker merged nor bring a release in (setup's upgrade merges, the operator's merge of
     `release-next`). `release`: the release commit to count from (default: the branch)."""
@@ -84,7 +112,7 @@ def unreviewed(baseline: Path, shared_dir: Path, enforce: bool,
         return []  # no main yet: nothing to build on
     line = gitsafe.out(baseline, "rev-list", "--first-parent", "refs/heads/main",
                        *(["--not", release] if release else [])).split()
-    merged = reviewed_commits(shared_dir, enforce)
+    merged = reviewed_commits(shared_dir, enforce, remote)
     stray = []
     for commit in line:
         if commit in merged:

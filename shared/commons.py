@@ -110,7 +110,8 @@ class Commons:
         from shared.evolution import Evolution  # noqa: PLC0415 - start-up, 56 ms
 
         return Evolution(self.dir, self.citizens, self.enforce, code_dirs=self.code_dirs,
-                         merge_request=self.merge_request, draw_request=self.draw_request)
+                         merge_request=self.merge_request, draw_request=self.draw_request,
+                         remote=self.remote)
 
     @cached_property
     def dry(self) -> DryTracker:

@@ -8,6 +8,10 @@ the operator's k in `shared/draws/<change id>.json`, a directory only its user w
 (as `shared/merged/`). Every reader then derives the same reviewers from that record and
 the reports (`shared.change_rules.assigned`); a record not written by the broker's user
 is ignored on a server. A draw is never redrawn: the first one stands.
+
+On several servers (`remote`, `shared.remote`) the draw is the record `draws/<change
+id>.json` a broker creates in the civilization's database (its author the citizen whose
+request it answered); every server's citizens read the first one written there.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from shared.baseline import MERGER
 from shared.errors import NotAllowed
 from shared.identity import ForgedRecord, check_author
 from shared.layout import Layout
+from shared.remote import Remote, Taken
 
 RECORD_MODE = 0o644  # everyone reads the draw; only the broker's user writes it
 DRAWER = MERGER  # the broker's user: the one whose draws count on a server
@@ -33,8 +38,18 @@ def path(shared_dir: Path, change_id: str) -> Path:
     return Layout(shared_dir).draws / f"{change_id}.json"
 
 
-def read(shared_dir: Path, change_id: str, enforce: bool) -> dict[str, Any] | None:
+def key(change_id: str) -> str:
+    """The draw's key in the civilization's database (its name under the commons)."""
+    return f"draws/{change_id}.json"
+
+
+def read(shared_dir: Path, change_id: str, enforce: bool,
+         remote: Remote | None = None) -> dict[str, Any] | None:
     """The broker's draw for `change_id`, if there is a whole one its user wrote."""
+    if remote is not None:
+        row = remote.read(key(change_id))
+        record = row.get("data") if row is not None else None
+        return dict(record) if whole(record) and isinstance(record, dict) else None
     where = path(shared_dir, change_id)
     try:
         check_author(where, DRAWER, enforce)
@@ -57,12 +72,23 @@ def whole(record: object) -> bool:
             and isinstance(k, int) and not isinstance(k, bool) and k >= 1)
 
 
-def write(shared_dir: Path, change_id: str, record: dict[str, Any]) -> dict[str, Any]:
+def write(shared_dir: Path, change_id: str, record: dict[str, Any],
+          remote: Remote | None = None) -> dict[str, Any]:
     """File the broker's draw, unless one is already filed (returned then: the first
     draw stands - drawing again until an order suits would be the grinding it prevents).
 
     :raises NotAllowed: something else than a draw sits at its name.
     """
+    if remote is not None:
+        # The first draw written stands (`read` takes it): two servers' brokers drawing
+        # at once, each in its asker's name, both learn the same one.
+        with contextlib.suppress(Taken):
+            remote.create(key(change_id), record)
+        existing = read(shared_dir, change_id, True, remote)
+        if existing is None:
+            raise NotAllowed(f"{key(change_id)} is not a draw; the operator removes it "
+                             "and the author announces again")
+        return existing
     folder = Layout(shared_dir).draws
     # 0755: the broker's user writes here, everyone reads (made by setup on a server).
     make_dirs(folder, shared_dir, 0o755)
@@ -76,13 +102,21 @@ def write(shared_dir: Path, change_id: str, record: dict[str, Any]) -> dict[str,
     return record
 
 
-def recent(shared_dir: Path, window_s: float, enforce: bool) -> list[dict[str, Any]]:
+def recent(shared_dir: Path, window_s: float, enforce: bool,
+           remote: Remote | None = None) -> list[dict[str, Any]]:
     """The draws filed in the last `window_s` world seconds, for the review load a new
     draw weighs. Only files changed within that window are opened (the broker's own
     files, whose times it alone sets): the cost follows the recent work, not the history."""
     folder = Layout(shared_dir).draws
     since, wall_since = clock.time() - window_s, time.time() - clock.wall_seconds(window_s)
     out = []
+    if remote is not None:  # one listing (at most the broker's LIST_MAX of them)
+        for row in remote.records("draws"):
+            record = row.get("data")
+            if whole(record) and isinstance(record, dict) \
+                    and clock.epoch(str(record["drawn"])) >= since:
+                out.append(dict(record))
+        return out
     with contextlib.suppress(FileNotFoundError, NotADirectoryError):
         for entry in sorted(folder.iterdir()):
             try:

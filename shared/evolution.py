@@ -20,34 +20,35 @@ The baseline belongs to the broker's user (issue 28, break 4): an adopter whose 
 brings a change to 2/3 asks the broker (`merge_request`), which re-derives all of this
 from the records - whose authorship the file system proves - and applies the commit from
 its author's bundle (`Evolution.merge`, `shared.baseline`). No citizen can write it.
+
+On several servers (`remote`) the same records are the civilization's database's rows
+under the same names, each authored by the caller its server's kernel named
+(`shared.change_rows`, `shared.draws`, `shared.baseline`).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from shared import baseline as base_records
-from shared import bundles, change_rules, clock, draws, gitsafe, records
-from shared.changes import CLOSED, OUTCOMES, Change, whole_announcement
+from shared import bundles, change_files, change_rules, clock, draws, gitsafe, records
+from shared.change_rows import RUNS, ChangeRows
+from shared.changes import CLOSED, OUTCOMES, Change
 from shared.errors import Invalid, NotAllowed, NotFound
 from shared.layout import Layout
+from shared.picks import AdoptConflict, cherry_pick, divergence, same_patch
+from shared.remote import Remote
 
 log = logging.getLogger(__name__)
+__all__ = ["AdoptConflict", "Evolution", "MergeRequest", "divergence"]
 
 BUNDLE = bundles.BUNDLE
 # (citizen who adopted, change id) -> the broker's answer; set by the citizen's side.
 MergeRequest = Callable[[str, str], None]
-RUNS = "runs"  # test-run records, one file each, owned by the citizen that ran them
-RUN_NAME = re.compile(r"^[0-9]{8}T[0-9]{12}-[a-z][a-z0-9_-]{0,30}-[0-9a-f]{8}$")  # add's
-
-class AdoptConflict(NotAllowed):
-    """A cherry-pick conflicted; it was aborted and the repository left as it was."""
-
 
 def _now() -> str:
     return clock.moment().isoformat(timespec="seconds")
@@ -60,7 +61,8 @@ class Evolution:
                  code_dirs: Mapping[str, Path] | None = None,
                  merge_request: MergeRequest | None = None,
                  draw_request: MergeRequest | None = None,
-                 reviewers: int = change_rules.REVIEWERS) -> None:
+                 reviewers: int = change_rules.REVIEWERS,
+                 remote: Remote | None = None) -> None:
         self.shared = shared_dir
         self.dir = Layout(shared_dir).changes
         self.baseline = Layout(shared_dir).baseline
@@ -72,6 +74,8 @@ class Evolution:
         # Where each citizen's repository is: the caller knows the homes' layout; the
         # commons does not (DESIGN §10).
         self.code_dirs = dict(code_dirs or {})
+        self.remote = remote  # several servers: the records are the database's rows
+        self.rows = ChangeRows(remote) if remote is not None else None
 
     # ------------------------------------------------------------ reading
 
@@ -82,35 +86,18 @@ class Evolution:
 
         :raises NotFound: no such change.
         """
-        base = self.dir / change_id
-        if not (base / "announce.json").exists():
-            raise NotFound(f"no change {change_id} - see code_pending_reviews or "
-                                 "code_status for the known ones")
-        announce = records.read(base / "announce.json", None, self.enforce,
-                                accept=whole_announcement)
+        if self.rows is not None:
+            return self.rows.change(change_id, only, self._announced)
+        return change_files.change(self.shared, change_id, only, self.enforce,
+                                   self._announced)
+
+    def _announced(self, change_id: str, announce: dict[str, Any] | None) -> Change:
         if announce is None:
             raise NotAllowed(f"the announcement of {change_id} is broken or not its "
                              "author's; it is ignored (the log says why)")
         change = Change(citizen=announce[records.AUTHOR], **{k: announce[k] for k in (
             "id", "commit", "files", "description", "expected_outcome", "announced")})
         self._reviewers(change)
-        for kind in ("reports", "adoptions", "declines"):
-            mine = base / kind / f"{only}.json"
-            found = ([mine] if mine.is_file() else []) if only and kind != "reports" \
-                else sorted((base / kind).glob("*.json"))
-            for path in found:
-                record = records.read(path, path.stem, self.enforce, by_name=True)
-                if record is not None:
-                    getattr(change, kind)[path.stem] = record
-        # Only the runs the reports cite are read: a flood of run files costs no reader.
-        for report in change.reports.values():
-            ref = report.get("run")
-            if isinstance(ref, str) and RUN_NAME.match(ref) and ref not in change.runs:
-                run = records.read(base / RUNS / f"{ref}.json", None, self.enforce)
-                if run is not None:  # its author is its file's owner (server mode)
-                    change.runs[ref] = run
-        # Only the broker's record counts (a merged.json in the change's folder is anyone's).
-        change.merged = base_records.read_merged(self.shared, change_id, self.enforce)
         return change
 
     def _reviewers(self, change: Change) -> None:
@@ -118,11 +105,11 @@ class Evolution:
         a draw its user filed counts; none yet: nobody is asked). Without a broker (the
         commons used alone, in dev mode) the order is the change id's hash order."""
         peers = set(self.citizens) - {change.citizen}
-        drawn = draws.read(self.shared, change.id, self.enforce)
+        drawn = draws.read(self.shared, change.id, self.enforce, self.remote)
         if drawn is not None:
             change.order = [n for n in drawn["order"] if n in peers]  # current citizens
             change.k, change.drawn = int(drawn["k"]), str(drawn["drawn"])
-        elif not self.enforce:
+        elif not self.enforce and self.remote is None:
             change.order = change_rules.rank("", change.id, peers, {})
             change.k, change.drawn = self.reviewers_k, change.announced
 
@@ -134,15 +121,18 @@ class Evolution:
         peers = set(self.citizens) - {change.citizen}
         return draws.write(self.shared, change_id, {
             "change": change_id, "k": k, "drawn": _now(), "seed": seed,
-            "order": change_rules.rank(seed, change_id, peers, load, relevant & peers)})
+            "order": change_rules.rank(seed, change_id, peers, load, relevant & peers)},
+            self.remote)
 
     def changes(self, *, only: str | None = None) -> list[Change]:
-        if not self.dir.is_dir():
-            return []
+        ids = self.rows.ids() if self.rows is not None else sorted(
+            p.name for p in self.dir.iterdir() if (p / "announce.json").exists()) \
+            if self.dir.is_dir() else []
         out = []
-        for p in sorted(p for p in self.dir.iterdir() if (p / "announce.json").exists()):
-            with contextlib.suppress(NotAllowed):  # a broken one hides no other (get logs)
-                out.append(self.get(p.name, only=only))
+        for change_id in ids:
+            # A broken one hides no other (get logs); a folder of runs alone is no change.
+            with contextlib.suppress(NotAllowed, NotFound):
+                out.append(self.get(change_id, only=only))
         return out
 
     # ------------------------------------------------------------ steps
@@ -152,18 +142,21 @@ class Evolution:
         """Announce the commit at the head of `repo` (the citizen's ~/code)."""
         head = gitsafe.out(repo, "rev-parse", "--verify", "HEAD^{commit}")
         change_id = f"{citizen}-{head[:10]}"
-        if (self.dir / change_id).exists():
+        if self.rows is None and (self.dir / change_id).exists():
             raise NotAllowed(f"commit {head[:10]} is already announced as "
                                  f"{change_id}")
         # Plumbing: no textconv or external diff; a root commit lists no files, as before.
         files = sorted(gitsafe.out(repo, "diff-tree", "--no-commit-id", "--name-only", "-r",
                                    "--no-renames", head).splitlines())
+        record = {"id": change_id, "commit": head, "files": files, "description":
+                  description, "expected_outcome": expected_outcome, "announced": _now()}
         # First the objects, then the announcement that names them.
-        bundles.publish(repo, head, self.dir / change_id / BUNDLE, self.dir, self.baseline)
-        records.write(self.dir, self.dir / change_id / "announce.json", citizen, {
-            "id": change_id, "commit": head, "files": files,
-            "description": description, "expected_outcome": expected_outcome,
-            "announced": _now()})
+        if self.rows is not None:
+            self.rows.announce(citizen, repo, self.baseline, record)
+        else:
+            bundles.publish(repo, head, self.dir / change_id / BUNDLE, self.dir,
+                            self.baseline)
+            records.write(self.dir, self.dir / change_id / "announce.json", citizen, record)
         if self.draw_request is not None:
             try:  # the broker draws its reviewers; without a draw nobody is asked yet
                 self.draw_request(citizen, change_id)
@@ -176,13 +169,17 @@ class Evolution:
         """File `citizen`'s test run of a change's commit (written by the process that ran
         it, so owned by `citizen` on a server); returns the name a report cites it by.
         `exit_status` None: the run never finished (it timed out)."""
-        path = records.add(self.dir, self.dir / change_id / RUNS, citizen, {
-            "change": change_id, "commit": self.get(change_id).commit, "command": command,
-            "exit_status": exit_status, "started": started, "ended": _now()})
-        return path.stem
+        record = {"change": change_id, "commit": self.get(change_id).commit,
+                  "command": command, "exit_status": exit_status, "started": started,
+                  "ended": _now()}
+        if self.rows is not None:
+            return self.rows.add_run(change_id, citizen, record)
+        return records.add(self.dir, self.dir / change_id / RUNS, citizen, record).stem
 
     def latest_run(self, change: Change, citizen: str) -> tuple[str, dict[str, Any]] | None:
         """`citizen`'s newest valid run record of `change`'s commit (name, record)."""
+        if self.rows is not None:
+            return self.rows.latest_run(change.id, citizen, change.commit)
         mine = sorted((self.dir / change.id / RUNS).glob(
             f"*-{records.glob_escape(citizen)}-*.json"), reverse=True)  # names begin with the time
         for path in mine[:50]:
@@ -223,8 +220,7 @@ class Evolution:
                     f"{found[1].get('exit_status')}, so it did not show '{outcome}': report "
                     f"'{'worked' if outcome == 'failed' else 'failed'}' or 'unclear', or run "
                     "code_test again")
-        records.write(self.dir, self.dir / change_id / "reports" / f"{citizen}.json", citizen,
-                      record)
+        self._file(change_id, "reports", citizen, record)
         if citizen == change.citizen:
             log.info("%s reported on its own change %s: recorded, not counted", citizen,
                      change_id)
@@ -255,16 +251,27 @@ class Evolution:
             raise NotAllowed(f"{citizen} already has {change_id}; there is nothing to decline")
         if not reason.strip():
             raise Invalid("a decline needs a reason: say why you hold out")
-        records.write(self.dir, self.dir / change_id / "declines" / f"{citizen}.json", citizen,
-                    {"reason": reason, "ts": _now()})
+        self._file(change_id, "declines", citizen, {"reason": reason, "ts": _now()})
         return self.get(change_id)
+
+    def _file(self, change_id: str, kind: str, citizen: str, record: dict[str, Any]) -> None:
+        """`citizen`'s own record of `kind` about a change (rewritten by it alone)."""
+        if self.rows is not None:
+            self.rows.write(change_id, kind, citizen, record)
+        else:
+            records.write(self.dir, self.dir / change_id / kind / f"{citizen}.json",
+                          citizen, record)
 
     def fetch(self, change: Change, into: Path) -> None:
         """Bring the change's commit from its author's repository into `into`.
 
         The author's repository is read as an object store; git runs only in `into`
-        (never in a peer's repository as the caller - see `shared.gitsafe`).
+        (never in a peer's repository as the caller - see `shared.gitsafe`). Several
+        servers: from the author's bundle record (its home is another server's).
         """
+        if self.rows is not None:
+            self.rows.take_objects(change.id, change.citizen, change.commit, into)
+            return
         author_repo = self.code_dirs.get(change.citizen)
         if author_repo is None:
             raise NotFound(f"no repository known for {change.citizen} (citizens: "
@@ -289,9 +296,8 @@ class Evolution:
         if citizen in change.holders():
             raise NotAllowed(f"{citizen} already has {change_id}")
         self.fetch(change, repo_path)
-        new_head = _cherry_pick(repo_path, change, citizen)
-        records.write(self.dir, self.dir / change_id / "adoptions" / f"{citizen}.json", citizen,
-                    {"commit": new_head, "ts": _now()})
+        new_head = cherry_pick(repo_path, change, citizen)
+        self._file(change_id, "adoptions", citizen, {"commit": new_head, "ts": _now()})
         change = self.get(change_id)
         if not change.merged and self.held_enough(change) and self.merge_request:
             try:  # the broker merges it; the adoption stands either way
@@ -319,9 +325,21 @@ class Evolution:
             baseline's main carries commits no review put there.
         :raises NotFound: no such change, or its bundle lacks the announced commit.
         """
+        new_head, record = self.apply(change_id, by)
+        if record is not None:
+            self.record_merge(record)
+        return new_head
+
+    def record_merge(self, record: dict[str, Any]) -> None:
+        """File `apply`'s merge record (several servers: once the remote took the commit)."""
+        base_records.write_merged(self.shared, record["change"], record, self.remote)
+        log.info("change %s merged as %s", record["change"], record["baseline_commit"][:12])
+
+    def apply(self, change_id: str, by: str) -> tuple[str, dict[str, Any] | None]:
+        """`merge` unrecorded: (new baseline commit, its record) - (commit, None): merged."""
         change = self.get(change_id)
         if change.merged:
-            return str(change.merged["baseline_commit"])
+            return str(change.merged["baseline_commit"]), None
         # Re-derived here from the records alone: reports count only with their
         # reporters' own agreeing runs of this commit (files' owners, in server mode).
         if change.status != "verified_good":
@@ -336,22 +354,31 @@ class Evolution:
                 f"{self.quorum()} (2/3 of the citizens, its author counted) - more peers "
                 "adopt it "
                 "first (code_adopt)")
-        stray = base_records.unreviewed(self.baseline, self.shared, self.enforce)
+        stray = base_records.unreviewed(self.baseline, self.shared, self.enforce,
+                                        remote=self.remote)
+        # Several servers: this very change, pushed but its record not yet written (the
+        # database failed after the push, or another server's broker is writing it).
+        if self.rows is not None and stray == [gitsafe.read_head(self.baseline)] \
+                and same_patch(self.baseline, stray[0], change.commit):
+            return stray[0], self._merge_record(change, stray[0], by)
         if stray:
             raise NotAllowed(
                 f"the baseline's main carries {len(stray)} commit(s) no review put there "
                 f"({', '.join(c[:12] for c in stray[:5])}); nothing is merged on top until "
                 "the operator moves main back to the last reviewed commit")
-        bundles.unbundle(self.dir / change.id / BUNDLE, change.id, change.citizen,
-                         change.commit, baseline=self.baseline, enforce=self.enforce)
-        new_head = _cherry_pick(self.baseline, change, by)
-        base_records.write_merged(self.shared, change.id, {
-            "change": change.id, "baseline_commit": new_head, "by": by, "ts": _now(),
-            "holders": sorted(change.holders()),
-            # What verified it: each counted reporter's run (the audit trail).
-            "verified_by": {who: change.reports[who].get("run") for who in change.counted}})
-        log.info("change %s merged into the baseline as %s", change.id, new_head[:12])
-        return new_head
+        if self.rows is not None:
+            self.rows.take_objects(change.id, change.citizen, change.commit, self.baseline)
+        else:
+            bundles.unbundle(self.dir / change.id / BUNDLE, change.id, change.citizen,
+                             change.commit, baseline=self.baseline, enforce=self.enforce)
+        new_head = cherry_pick(self.baseline, change, by)
+        return new_head, self._merge_record(change, new_head, by)
+
+    def _merge_record(self, change: Change, new_head: str, by: str) -> dict[str, Any]:
+        return {"change": change.id, "baseline_commit": new_head, "by": by, "ts": _now(),
+                "holders": sorted(change.holders()),
+                # What verified it: each counted reporter's run (the audit trail).
+                "verified_by": {w: change.reports[w].get("run") for w in change.counted}}
 
     def status(self) -> dict[str, Any]:
         """Adoption rates and what is pending, for `code_status`."""
@@ -364,36 +391,3 @@ class Evolution:
             # The author learns here why a change of its own closed without a verdict.
             "closed": [c.id for c in changes if c.status in CLOSED],
         }
-
-
-def _cherry_pick(repo: Path, change: Change, committer: str) -> str:
-    # A finished merge (the upgrade's) leaves .git/AUTO_MERGE: nothing is under way here
-    # (a cherry-pick is aborted on conflict), so the leftover goes.
-    (repo / ".git" / "AUTO_MERGE").unlink(missing_ok=True)
-    # The author stays the change's author; the one applying it commits it.
-    who = {"GIT_COMMITTER_NAME": committer, "GIT_COMMITTER_EMAIL": f"{committer}@experience.local"}
-    # umask 022: what the broker writes into the baseline every citizen reads, none writes.
-    picked = gitsafe.run(repo, "cherry-pick", "--allow-empty", "--keep-redundant-commits",
-                         change.commit, extra_env=who, check=False, umask=0o022)
-    if picked.returncode != 0:
-        conflicted = gitsafe.out(repo, "diff", "--name-only", "--diff-filter=U").split()
-        gitsafe.run(repo, "cherry-pick", "--abort", umask=0o022)
-        raise AdoptConflict(
-            f"{change.id} conflicts with {repo} in {', '.join(conflicted) or '?'}; "
-            "the cherry-pick was aborted and nothing changed - resolve by hand or skip it "
-            f"({picked.stderr.decode(errors='replace').strip()[:200]})")
-    return gitsafe.out(repo, "rev-parse", "HEAD")
-
-
-def divergence(repo_path: Path, baseline: Path, *, reader: Path | None = None) -> list[str]:
-    """Files in which `repo_path` differs from the baseline's head.
-
-    git runs in `reader` (the caller's own repository; default `repo_path` itself) and
-    reads `repo_path` and the baseline as object stores: a peer's repository or the
-    baseline is never opened by a git process (`shared.gitsafe`).
-    """
-    reader = reader or repo_path
-    head = (gitsafe.out(reader, "rev-parse", "--verify", "HEAD") if repo_path == reader
-            else gitsafe.read_head(repo_path))
-    return gitsafe.diff_names(reader, (baseline, gitsafe.read_head(baseline)),
-                              (repo_path, head))

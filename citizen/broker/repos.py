@@ -19,6 +19,14 @@ On several servers (a "remote" in the operator's civilization.json) the merge is
 step on this server's baseline, wrapped by `citizen.broker.remote.advance`: the remote's
 main fetched first, the new main pushed after - a merge is on the shared baseline or
 undone. Without a remote, the merge is exactly what it always was.
+
+With the civilization's database (`Broker.database`), the records the merge re-derives
+its verdict from are that database's rows, read through this broker's own pool
+(`citizen.broker.gateway`): each row's author is the caller some server's kernel named,
+and the database wrote it only for a citizen of that server - the file owner's proof,
+across servers. The citizens counted are every server's, and the merge record is a row
+too, created once the shared remote took the commit (a row is never deleted, so none
+may name a commit the remote refused): every server's broker builds on every merge.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 
 from citizen import civilization
 from citizen.broker import remote
+from citizen.broker.gateway import Gateway
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 from citizen.civilization import CITIZENS_GROUP
@@ -40,8 +49,23 @@ from shared import baseline as base_records
 from shared.errors import Invalid, NotAllowed, NotFound, SharedError
 from shared.evolution import Evolution
 from shared.layout import Layout
+from shared.remote import RemoteRefused
 
 LOCK = threading.Lock()  # the broker is the repositories' only writer: one step at a time
+
+
+def evolution_of(broker: Broker, citizen: str) -> Evolution:
+    """The change records as this broker reads them for `citizen`'s request: this
+    server's files, or on several servers the civilization's rows (`Gateway`, writing
+    as `citizen`) and every server's citizens."""
+    if getattr(broker, "database", None) is None:  # also a stand-in broker of none
+        return Evolution(paths.shared_dir(), citizens(broker.server_mode), broker.server_mode)
+    far = Gateway(broker, citizen)
+    try:
+        everyone = sorted(far.citizens())
+    except RemoteRefused as exc:
+        raise refusal(exc) from exc
+    return Evolution(paths.shared_dir(), everyone, broker.server_mode, remote=far)
 
 
 def citizens(server_mode: bool) -> list[str]:
@@ -74,6 +98,9 @@ def refusal(exc: SharedError | OSError) -> Refused:
     """The broker's answer to a step the records do not allow (its message says why)."""
     if isinstance(exc, remote.Unreachable):
         return Refused(503, "api_error", str(exc))
+    if isinstance(exc, RemoteRefused):  # the database's answer, its status kept
+        return Refused(exc.status, "api_error" if exc.status >= 500 else
+                       "invalid_request_error", str(exc))
     if isinstance(exc, NotFound):
         return Refused(404, "not_found_error", str(exc))
     if isinstance(exc, NotAllowed):
@@ -86,13 +113,19 @@ def refusal(exc: SharedError | OSError) -> Refused:
 @route("POST", "/v1/experience/baseline/merge")
 def merge(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
     change_id = field(body, "change_id")
-    evolution = Evolution(paths.shared_dir(), citizens(broker.server_mode),
-                          broker.server_mode)
+    evolution = evolution_of(broker, citizen)
     with LOCK:
         try:
-            commit = remote.advance(evolution.baseline, "baseline",
-                                    lambda: evolution.merge(change_id, citizen),
-                                    lambda dropped: forget(paths.shared_dir(), dropped))
+            if evolution.remote is None:
+                commit = remote.advance(evolution.baseline, "baseline",
+                                        lambda: evolution.merge(change_id, citizen),
+                                        lambda dropped: forget(paths.shared_dir(), dropped))
+            else:  # recorded once the remote took it: a rewound step recorded nothing
+                commit, record = remote.advance(evolution.baseline, "baseline",
+                                                lambda: evolution.apply(change_id, citizen),
+                                                lambda dropped: None)
+                if record is not None:
+                    evolution.record_merge(record)
         except (SharedError, OSError) as exc:
             raise refusal(exc) from exc
     return 200, {"change": change_id, "baseline_commit": commit}

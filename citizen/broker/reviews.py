@@ -13,8 +13,11 @@ proves - draws a random seed, weighs each peer's standing and files the order
   server nothing a citizen writes) name a word of the files changed counts one review less.
 
 The seed comes from the broker after the commit is fixed: an author cannot grind its
-commit hash until the order picks its friends. Cost: one config per peer, cached by
-its files' stamps (a stat each), and the last day's draws - not the whole history.
+commit hash until the order picks its friends. On several servers the announcement, the
+last day's draws and the draw filed are the civilization's rows (`repos.evolution_of`):
+the first draw written there stands, so two servers' brokers asked at once answer with
+one. Cost: one config per peer, cached by its files' stamps (a stat each), and the last
+day's draws - not the whole history.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any
 
 from citizen import config
 from citizen.broker.refused import Refused
-from citizen.broker.repos import citizens, field, refusal
+from citizen.broker.repos import citizens, evolution_of, field, refusal
 from citizen.broker.rules import RuleCache
 from citizen.broker.server import Broker, route
 from citizen.config import paths
@@ -36,6 +39,7 @@ from shared import change_rules, draws
 from shared.errors import SharedError
 from shared.evolution import Evolution
 from shared.layout import Layout
+from shared.remote import Remote
 
 log = logging.getLogger(__name__)
 LOCK = threading.Lock()  # one draw at a time: two askers of one change get the same draw
@@ -55,10 +59,10 @@ def standing(name: str, server_mode: bool) -> tuple[str, tuple[str, ...], int]:
     return value
 
 
-def load(shared_dir: Any, server_mode: bool) -> Counter[str]:
+def load(shared_dir: Any, server_mode: bool, remote: Remote | None = None) -> Counter[str]:
     """How often each citizen was among the first k of the last day's draws."""
     out: Counter[str] = Counter()
-    for record in draws.recent(shared_dir, change_rules.LOAD_WINDOW_S, server_mode):
+    for record in draws.recent(shared_dir, change_rules.LOAD_WINDOW_S, server_mode, remote):
         out.update(record["order"][:record["k"]])
     return out
 
@@ -67,11 +71,11 @@ def load(shared_dir: Any, server_mode: bool) -> Counter[str]:
 def draw(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
     change_id = field(body, "change_id")
     shared, mode = paths.shared_dir(), broker.server_mode
-    evolution = Evolution(shared, citizens(mode), mode)
+    evolution = evolution_of(broker, citizen)
     with LOCK:
         try:
             change = evolution.get(change_id)
-            existing = draws.read(shared, change_id, mode)
+            existing = draws.read(shared, change_id, mode, evolution.remote)
             if existing is not None:
                 return 200, _answer(existing)
             _, _, k = standing(change.citizen, mode)
@@ -85,7 +89,8 @@ def draw(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
                 if change_rules.relevant(change.files, focus, strengths):
                     relevant.add(peer)
             record = evolution.draw(change_id, k=k, seed=secrets.token_hex(16),
-                                    load=load(shared, mode), relevant=relevant)
+                                    load=load(shared, mode, evolution.remote),
+                                    relevant=relevant)
         except ConfigError as exc:
             raise Refused(500, "api_error", f"the broker cannot read the author's rules: "
                           f"{exc}") from exc
