@@ -20,6 +20,7 @@ import git
 import pytest
 
 from citizen.access.client import CITIZEN_HEADER, connect
+from citizen.broker import remote
 from citizen.broker import repos as _repos  # noqa: F401 - registers the merge route
 from citizen.broker import reviews as _reviews  # noqa: F401 - registers the draw route
 from citizen.broker.gateway import Gateway
@@ -31,8 +32,11 @@ from shared.evolution import Evolution
 from shared.remote import RemoteRefused
 from tests.several import SERVERS, Site
 from tests.test_evolution import APP, commit, evo
+from tests.test_shared_remote import Remote as SharedRemote
+from tests.test_shared_remote import clone, nothing, shared_remote
 
-__all__ = ["evo"]  # the fixture: a baseline with a tiny project, cloned by each citizen
+# The fixtures: a baseline with a tiny project cloned by each citizen; a shared remote.
+__all__ = ["evo", "shared_remote"]
 PEOPLE = ["opus", "aria", "mira"]  # opus and aria on server a, mira on b
 HOME = {c: s for s, cs in SERVERS.items() for c in cs}
 STARTED = "2026-01-01T00:00:00+00:00"
@@ -203,3 +207,31 @@ def test_a_merge_pushed_but_not_recorded_is_recorded_when_asked_again(
     assert gitsafe.read_head(evo / "shared" / "baseline") == head  # not merged twice
     merged = by["opus"].get(cid).merged
     assert merged is not None and merged["baseline_commit"] == head
+
+
+def test_the_merge_reaches_the_shared_remote_and_b_builds_on_its_own_copy(
+        sites: dict[str, Site], evo: Path, shared_remote: SharedRemote, rules_dir: Path,
+        tmp_path: Path) -> None:
+    """With the shared remote (tests/test_shared_remote.py): a's broker merges and pushes;
+    b's broker's own copy of the baseline fetches it, and counts it as reviewed from the
+    database's merge record - where its own shared/merged/ has none (before: refused as
+    "commits no review put there")."""
+    baseline = evo / "shared" / "baseline"
+    release = gitsafe.read_head(baseline)
+    assert remote.push(baseline, "baseline", shared_remote.a)  # the release, as a's setup
+    (rules_dir / "civilization.json").write_text(json.dumps({
+        "remote": shared_remote.url.rstrip("/"), "remote_token": str(shared_remote.a.token_file)}))
+    b_copy = Path(clone(f"{shared_remote.url}baseline.git", tmp_path / "b-baseline").working_dir)
+    by = seat(sites, evo)
+    cid = announced(by, evo, "opus", "'hello'")
+    for peer in ("mira", "aria"):
+        reviewed(by, evo, cid, peer, 0)
+    assert by["aria"].adopt(cid, "aria", code(evo, "aria")).status == "merged"
+    merged = gitsafe.read_head(baseline)
+    assert shared_remote.head() == merged
+    assert remote.sync(b_copy, "baseline", shared_remote.b, nothing) == merged
+    assert "'hello'" in (b_copy / "app.py").read_text()
+    mira = sites["b"].as_citizen("mira")
+    b_shared = tmp_path / "b-shared"  # b's own commons: no merge record of a's there
+    assert base_records.unreviewed(b_copy, b_shared, False, release, remote=mira) == []
+    assert base_records.unreviewed(b_copy, b_shared, False, release) == [merged]
