@@ -25,7 +25,6 @@ from typing import Any
 from shared.atomic import APPEND_WAIT_S
 from shared.consensus.values import Weights
 from shared.consensus.weighing import DIVERSITY, DIVERSITY_STEP
-from shared.locks import locked
 
 STEP = DIVERSITY_STEP  # at most half the largest step an episode may make
 MIN_STEP = 0.02  # below this a perturbation is noise the weights' rounding eats
@@ -42,7 +41,8 @@ def enforce(weights: Weights, citizens: Sequence[str], day: str,
     # One lock for the check and the writes: every daemon runs this job each day. Waited
     # for at most APPEND_WAIT_S: any citizen can open (so hold) it, and the scheduler runs
     # this job for everyone - a LockTimeout is logged, and tomorrow's run tries again.
-    with locked(weights.history_path, timeout=APPEND_WAIT_S):
+    # (`Weights.lock`: the history's flock on one server, a lease on several.)
+    with weights.lock(APPEND_WAIT_S):
         if any(line.get("approved_by") == AUTHOR and isinstance(line.get("episodes"), list)
                and line["episodes"][:1] == [episode] for line in weights.history()):
             return []  # done today (a line of another author, or a string, proves nothing)

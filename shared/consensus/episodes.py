@@ -5,6 +5,10 @@ learnings, values served, weight adjustments). The seed's compaction keeps the
 last KEEP episodes in full; older ones move to `episodes_archive.jsonl` and their
 learnings are summarised (extractively - no model) into `episodes_summary.md`.
 Relevant episodes for a prompt are found with SQLite FTS5 over the kept ones.
+
+On several servers (`remote`) each episode and each decision is a record of its own
+(`shared.consensus.journal`): nothing is compacted (the database deletes nothing), the
+newest KEEP are the kept ones and the older the archive; no summary file is written.
 """
 
 from __future__ import annotations
@@ -19,8 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from shared.atomic import append_line, make_dirs, read_jsonl, write_bytes
+from shared.consensus.journal import Journal, folder_of
 from shared.layout import Layout
 from shared.locks import locked
+from shared.remote import Remote, key
 
 log = logging.getLogger(__name__)
 
@@ -37,20 +43,33 @@ MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 
 
 class Episodes:
-    def __init__(self, shared_dir: Path) -> None:
+    def __init__(self, shared_dir: Path, remote: Remote | None = None) -> None:
         self.dir = Layout(shared_dir).memory
         self.path = Layout(shared_dir).episodes
         self.history_path = self.dir / "consensus_history.jsonl"
         self.archive = self.dir / "episodes_archive.jsonl"
         self.summary = self.dir / "episodes_summary.md"
+        # Several servers: a record each (append-only; no lock, no compaction).
+        self.journal: Journal | None = None
+        self.decisions: Journal | None = None
+        if remote is not None:
+            self.journal = Journal(remote, folder_of(key(shared_dir, self.path)))
+            self.decisions = Journal(remote, folder_of(key(shared_dir, self.history_path)))
 
     def all(self) -> list[dict[str, Any]]:
+        if self.journal is not None:
+            return self.journal.lines()[-KEEP:]
         return lines(self.path, TAIL)
 
     def history(self) -> list[dict[str, Any]]:
+        if self.decisions is not None:
+            return self.decisions.lines()
         return lines(self.history_path, LONG_TAIL)
 
     def add(self, episode: dict[str, Any]) -> None:
+        if self.journal is not None:  # no lock: a new key each, and nothing compacts
+            self.journal.add(episode)
+            return
         make_dirs(self.dir)
         # One lock for appends and compaction: compaction rewrites episodes.jsonl.
         with locked(self.path):
@@ -60,6 +79,9 @@ class Episodes:
 
     def decision(self, line: dict[str, Any]) -> None:
         """Append one consensus decision to the history."""
+        if self.decisions is not None:
+            self.decisions.add(line)
+            return
         make_dirs(self.dir)
         append_line(self.history_path, line, mode=MODE)
 
@@ -80,7 +102,19 @@ class Episodes:
         write_bytes(self.path, body, mode=MODE)
 
     def archive_all(self) -> list[dict[str, Any]]:
+        if self.journal is not None:
+            return self.journal.lines()[:-KEEP]
         return lines(self.archive, LONG_TAIL)
+
+    def stamp(self) -> tuple[int, ...]:
+        """Changes whenever an episode is added (a weight's vouch reads them)."""
+        if self.journal is not None:
+            return self.journal.stamp()
+        try:
+            st = self.path.lstat()
+        except FileNotFoundError:
+            return (0, 0)
+        return (st.st_mtime_ns, st.st_size)
 
     def relevant(self, text: str, limit: int = SHOWN) -> list[dict[str, Any]]:
         """The kept episodes most relevant to `text` (FTS5 rank), else the most recent."""
@@ -88,6 +122,8 @@ class Episodes:
 
     def ids(self) -> set[str]:
         """The id of every episode there is (kept and archived)."""
+        if self.journal is not None:  # one listing, not two
+            return {str(ep.get("id")) for ep in self.journal.lines()}
         return {str(ep.get("id")) for ep in [*self.archive_all(), *self.all()]}
 
 

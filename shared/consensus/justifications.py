@@ -3,8 +3,9 @@
 The check compares a proposal's value justifications with those of every other
 proposal ever made. Rereading every revision on every load made `owed()` quadratic
 in the proposals a civilization ever made; here each proposal's keys are kept and
-reread only when its thread directory changed (one stat per proposal), and an
-`owed()` call reads the index once for all the proposals it loads.
+reread only when its thread directory changed (one stat per proposal - on several
+servers the broker's stamp of its folder), and an `owed()` call reads the index once
+for all the proposals it loads.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ class Justifications:
 
     def __init__(self, threads: Threads) -> None:
         self.threads = threads
-        self._keys: dict[str, tuple[int, frozenset[str]]] = {}  # pid -> (dir mtime, keys)
+        self._keys: dict[str, tuple[object, frozenset[str]]] = {}  # pid -> (seen, keys)
         self._frozen: dict[str, list[str]] | None = None
 
     def elsewhere(self, pid: str) -> dict[str, str]:
@@ -44,8 +45,9 @@ class Justifications:
             if not self.threads.exists(pid):
                 continue  # a directory without its request is no proposal (one planted
                 # to sort first would flag every proposal after it as a copy)
-            try:
-                mtime = self.threads.dir(pid).stat().st_mtime_ns  # a new revision changes it
+            try:  # a new revision changes it
+                mtime: object = self.threads.signature(pid) if self.threads.remote \
+                    is not None else self.threads.dir(pid).stat().st_mtime_ns
             except FileNotFoundError:
                 continue
             cached = self._keys.get(pid)
@@ -67,6 +69,10 @@ class Justifications:
     def _read(self, pid: str) -> frozenset[str]:
         keys: set[str] = set()
         for name in self.threads.names(pid, "proposal-*.json"):
+            if self.threads.remote is not None:  # who wrote it is the load's question
+                rec = self.threads.read(pid, name)
+                keys.update(gaming.justification_keys(rec) if rec is not None else ())
+                continue
             try:
                 keys.update(gaming.justification_keys(read_json(self.threads.dir(pid) / name)))
             except CorruptFile:

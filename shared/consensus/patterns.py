@@ -10,7 +10,8 @@ successful patterns?").
 The file is appended by every integrator (group `citizens`), so a line alone proves
 nothing: it counts only if `vouch` confirms it (the commons checks that the episode's
 record - its integrator's own file - names exactly this pattern). Malformed lines are
-skipped.
+skipped. On several servers (`remote`) each line is a record of its own
+(`shared.consensus.journal`: appended without a lock, its author the broker's word).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from shared import clock
 from shared.atomic import append_line, make_dirs
 from shared.consensus.episodes import lines as history_lines
 from shared.consensus.episodes import relevant
+from shared.consensus.journal import Journal, folder_of
 from shared.layout import Layout
+from shared.remote import Remote, key
 
 MODE = 0o664  # appended by every integrator (group `citizens`), read by all
 PER_EPISODE = 2  # patterns one episode may record (the schema's maxItems)
@@ -38,13 +41,18 @@ Vouch = Callable[[Mapping[str, Any]], bool]
 
 
 class Patterns:
-    def __init__(self, shared_dir: Path, vouch: Vouch | None = None) -> None:
+    def __init__(self, shared_dir: Path, vouch: Vouch | None = None,
+                 remote: Remote | None = None) -> None:
         self.path = Layout(shared_dir).patterns
         self.vouch = vouch
+        self.journal = None if remote is None else Journal(
+            remote, folder_of(key(shared_dir, self.path)))
 
     def all(self) -> list[dict[str, Any]]:
         """The well-formed, vouched-for lines among the newest READ_LAST."""
-        lines = [line for line in history_lines(self.path, TAIL)[-READ_LAST:]
+        found = self.journal.lines() if self.journal is not None \
+            else history_lines(self.path, TAIL)
+        lines = [line for line in found[-READ_LAST:]
                  if isinstance(line.get("pattern"), str) and isinstance(line.get("episode"), str)]
         return [line for line in lines if self.vouch is None or self.vouch(line)]
 
@@ -53,7 +61,10 @@ class Patterns:
         """Append an episode's patterns (already cut to PER_EPISODE and MAX_CHARS)."""
         lines = [{"ts": clock.now(), "pattern": p, "episode": episode, "proposal": proposal,
                   "recorded_by": by} for p in patterns]
-        if lines:
+        if lines and self.journal is not None:
+            for line in lines:
+                self.journal.add(line)
+        elif lines:
             make_dirs(self.path.parent)
             for line in lines:
                 append_line(self.path, line, mode=MODE)

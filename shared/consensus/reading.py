@@ -6,6 +6,10 @@ as their owners wrote them: a forged or broken one, a vote on another text of th
 revision, a give-up by someone who does not owe that step count for nothing (logged).
 The value weights that may break a tie are replayed from a history whose lines count
 only when their episode's record vouches for them (`Reader._vouched`).
+
+On several servers (`remote`, `shared.remote`) the records are the broker's, under the
+same names (`shared.threads`), and what a folder's stat told here - a proposal opened,
+a thread changed - is the broker's listing or stamp of it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from shared.consensus.weighing import Framework
 from shared.errors import SharedError
 from shared.layout import Layout
 from shared.records import AUTHOR
+from shared.remote import Remote
 from shared.threads import PLACE, Threads
 
 log = logging.getLogger(__name__)
@@ -60,25 +65,27 @@ class Reader:
 
     def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
                  citizens: Iterable[str], enforce_identity: bool, *,
-                 medium_programs: Iterable[str] = ()) -> None:
+                 medium_programs: Iterable[str] = (), remote: Remote | None = None) -> None:
         self.shared = shared_dir
+        self.remote = remote
         self.dir = Layout(shared_dir).proposals
         self.records_dir = Layout(shared_dir).proposal_records
         self.framework = framework
-        self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched)
+        self.weights = Weights(shared_dir, framework, profiles, vouch=self._vouched,
+                               remote=remote)
         self.citizens = sorted(citizens)
         self.enforce = enforce_identity
         self.medium_programs = frozenset(medium_programs)  # the operator's (stakes.json)
         self.threads = Threads(self.records_dir, "prop", "request.json", top=shared_dir,
                                enforce=enforce_identity, what="proposal",
-                               lister="citizen proposal list")
-        self.rendered = Views(self.dir, shared_dir)
+                               lister="citizen proposal list", remote=remote)
+        self.rendered = Views(self.dir, shared_dir, remote, proposals=self.threads.ids)
         self.cited = Justifications(self.threads)
-        self._weights_seen = -1
+        self._weights_seen: tuple[int, ...] = (-1,)
         self._places: dict[str, int] = {}
         self._places_seen = (-1, -1)
-        self._evidence_seen: dict[str, tuple[int, Mapping[str, Any], dict[str, Any] | None]] \
-            = {}
+        self._evidence_seen: dict[str, tuple[object, Mapping[str, Any],
+                                             dict[str, Any] | None]] = {}
         self._derived: dict[str, tuple[object, Proposal]] = {}
 
     # ------------------------------------------------------------ reading
@@ -121,7 +128,9 @@ class Reader:
 
     def _listing(self) -> tuple[int, int]:
         """Changes when a proposal is opened (its place, and so its red-team turn)."""
-        try:
+        if self.remote is not None:  # nothing is deleted there: their count says it
+            return (len(self.threads.ids()), 0)
+        try:  # links count subdirectories: a new proposal changes it within a clock tick
             st = self.records_dir.stat()
         except FileNotFoundError:
             return (0, 0)
@@ -210,9 +219,11 @@ class Reader:
         """Proposal `pid`'s roles and its integrator's episode record (({}, None): none),
         read once while its folder is unchanged: the history a citizen may flood with
         lines citing one real proposal costs a stat a line, not two reads."""
+        seen: object
         try:
-            seen = (self.records_dir / pid).stat().st_mtime_ns if self.threads.exists(
-                pid) else None
+            seen = None if not self.threads.exists(pid) else (
+                self.threads.signature(pid) if self.remote is not None
+                else (self.records_dir / pid).stat().st_mtime_ns)
         except OSError:
             seen = None
         if seen is None:
@@ -250,11 +261,7 @@ class Reader:
     def _place(self, pid: str) -> int:
         """`pid`'s place among all proposals, oldest first (-1: unknown); the listing is
         read again only when the records directory changes (a proposal opened)."""
-        try:  # links count subdirectories: a new proposal changes it within a clock tick
-            st = self.records_dir.stat()
-            seen: tuple[int, int] = (st.st_mtime_ns, st.st_nlink)
-        except FileNotFoundError:
-            seen = (0, 0)
+        seen = self._listing()
         if seen != self._places_seen or pid not in self._places:
             # only threads with a request count: an empty directory moves no one's place
             self._places = {p: i for i, p in enumerate(
@@ -315,7 +322,7 @@ class Reader:
         """Pending proposals whose next step is `citizen`'s. Who owes a proposal's step is
         kept while its thread and the value weights do not change (the weights can decide a
         tiebreak, and so who owes the next step); each step re-derives before acting."""
-        weights = _mtime(self.weights.history_path)
+        weights = self.weights.stamp()
         if weights != self._weights_seen:
             self.threads.forget()
             self._weights_seen = weights
@@ -326,10 +333,3 @@ class Reader:
             ids = self.threads.owed(citizen, candidates,
                                     lambda p: self.load(p).owed_by)
             return [self.load(pid) for pid in ids]
-
-
-def _mtime(path: Path) -> int:
-    try:
-        return path.stat().st_mtime_ns
-    except FileNotFoundError:
-        return 0

@@ -17,6 +17,16 @@ What a proposal's state is comes from these records through the pure rules
 (`shared.consensus.rules.derive`) every time anyone looks. The readable proposal JSON
 (`shared.consensus.view.render`) lives in exactly one of `pending/`, `approved/`,
 `rejected/` (moved by an atomic rename); it is for reading, never trusted for a decision.
+
+On several servers (`remote`, `shared.remote`) every participant's process asks its own
+server's broker, and what a proposal's life writes is the civilization's, decided file
+by file: the thread's records are records created once (`shared.threads`); the view a
+document (`view`); the workspace's context, notes and artifacts records created once
+(`workspace`); the episodes, decisions, patterns and weight history a record a line
+(`journal`); the diversity job's lock a lease (`values.Weights.lock`). Still each
+server's own: a person's decision (`human.json`: root's file, and root is no citizen
+the database knows) and the world repository (the broker's; its remote is
+`citizen.broker.remote`'s).
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from shared.consensus.weighing import Framework, request_problem
 from shared.consensus.workspace import Workspace
 from shared.consensus.world import ActionError, Runner, World
 from shared.errors import Invalid, NotAllowed, NotFound
+from shared.remote import Remote
 
 # (citizen, "execute" | "revert", proposal) -> the broker's answer (citizen.access.steps):
 # the world repository is the broker's, so the executor and the verifier ask it.
@@ -56,15 +67,16 @@ class Consensus(Reader):
     def __init__(self, shared_dir: Path, framework: Framework, profiles: Mapping[str, str],
                  citizens: Iterable[str], enforce_identity: bool, *,
                  medium_programs: Iterable[str] = (), world_request: WorldRequest | None = None,
-                 runner: Runner | None = None) -> None:
+                 runner: Runner | None = None, remote: Remote | None = None) -> None:
         super().__init__(shared_dir, framework, profiles, citizens, enforce_identity,
-                         medium_programs=medium_programs)
-        self.episodes = Episodes(shared_dir)
-        self.patterns = Patterns(shared_dir, vouch=self._pattern_vouched)
+                         medium_programs=medium_programs, remote=remote)
+        self.episodes = Episodes(shared_dir, remote)
+        self.patterns = Patterns(shared_dir, vouch=self._pattern_vouched, remote=remote)
         self.world = World(shared_dir, runner)
         self.world_request = world_request
         self.workspace = Workspace(shared_dir, enforce_identity, executor=lambda pid: (
-            self.load(pid).roles.get("executor") if self.threads.exists(pid) else None))
+            self.load(pid).roles.get("executor") if self.threads.exists(pid) else None),
+                                   remote=remote)
 
     # ------------------------------------------------------------ steps
 

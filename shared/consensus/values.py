@@ -3,21 +3,29 @@
 `templates/values.yaml` holds the base values (frozen) and, per role profile, the
 starting weights and their bounds (`load_framework`). A citizen's current weights are
 its profile's plus every adjustment in `shared/values/weight_history.jsonl` that the
-pure replay (`shared.consensus.weighing`) accepts.
+pure replay (`shared.consensus.weighing`) accepts. On several servers (`remote`) each
+adjustment is a record of its own under `values/weight_history/`
+(`shared.consensus.journal`), and the lock a once-a-day job holds across its
+check-then-write (`diversity`) is a lease.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable, Mapping
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
 from shared import clock
 from shared.atomic import append_line, make_dirs, read_jsonl
 from shared.consensus import weighing
+from shared.consensus.episodes import Episodes
+from shared.consensus.journal import Journal, folder_of
 from shared.consensus.weighing import Framework, Vouch
 from shared.layout import Layout
+from shared.locks import locked
+from shared.remote import Remote, key
 
 log = logging.getLogger(__name__)
 
@@ -56,9 +64,13 @@ class Weights:
     """
 
     def __init__(self, shared_dir: Path, framework: Framework,
-                 profiles: Mapping[str, str], vouch: Vouch | None = None) -> None:
+                 profiles: Mapping[str, str], vouch: Vouch | None = None,
+                 remote: Remote | None = None) -> None:
         self.history_path = Layout(shared_dir).weight_history
         self.episodes_path = Layout(shared_dir).episodes  # a vouch's evidence
+        self.journal = None if remote is None else Journal(
+            remote, folder_of(key(shared_dir, self.history_path)))
+        self.evidence = Episodes(shared_dir, remote)  # only its stamp: when vouches change
         self.framework = framework
         self.profiles = dict(profiles)  # citizen -> profile name (executor, verifier, …)
         self.vouch = vouch
@@ -77,6 +89,8 @@ class Weights:
         no history: the replay starts from the profiles, `problem` says why, and nobody's
         step or decision waits for it."""
         self.problem = ""
+        if self.journal is not None:
+            return [line for line in self.journal.lines() if weighing.well_formed(line)]
         try:
             size = self.history_path.lstat().st_size
             lines = read_jsonl(self.history_path, tail_bytes=HISTORY_TAIL)
@@ -94,7 +108,23 @@ class Weights:
 
     def key(self) -> tuple[int, ...]:
         """Changes whenever the replay may: the history or the episode log changed."""
+        if self.journal is not None:
+            return (*self.journal.stamp(), *self.evidence.stamp())
         return (*_stat(self.history_path), *_stat(self.episodes_path))
+
+    def stamp(self) -> tuple[int, ...]:
+        """Changes whenever the history does (a line added)."""
+        if self.journal is not None:
+            return self.journal.stamp()
+        return _stat(self.history_path)[:1]
+
+    def lock(self, seconds: float) -> AbstractContextManager[Any]:
+        """One check-then-write of the history at a time (`diversity`), waited for at most
+        `seconds`: the history file's flock on one server; on several a lease, which the
+        broker's clock frees if its holder dies (as the kernel drops a dead one's flock)."""
+        if self.journal is not None:
+            return self.journal.remote.lease(f"{self.journal.folder}.lock", seconds)
+        return locked(self.history_path, timeout=seconds)
 
     def current(self, citizen: str) -> dict[str, float]:
         key = self.key()
@@ -123,6 +153,8 @@ class Weights:
         line = {"ts": clock.now(), "citizen": citizen, "value": value, "old": current[value],
                 "new": new, "delta": delta, "episodes": episodes, "approved_by": approved_by,
                 "reason": reason[:500]}
+        if self.journal is not None:  # a record of its own: no lock, as appending a line
+            return self.journal.add(line)
         make_dirs(self.history_path.parent)
         append_line(self.history_path, line, mode=HISTORY_MODE)
         return line

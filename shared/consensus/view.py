@@ -3,7 +3,10 @@ the episode record of a finished one.
 
 It is for reading (`shared/proposals/<state>/<id>.json`), never trusted for a decision:
 `Views` keeps each proposal's view in exactly one of `pending/`, `approved/`,
-`rejected/` (moved by an atomic rename).
+`rejected/` (moved by an atomic rename). On several servers (`remote`) a proposal's view
+is one document, `proposals/view/<id>` ({state, view}), rewritten whole by whoever acts
+next in the broker's transaction: a shared read-modify-write, so a document - its one
+row is the state directory (no rename, no views' lock).
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -19,8 +22,10 @@ from shared import clock, door
 from shared.atomic import CorruptFile, make_dirs, read_json
 from shared.consensus.calls import CALLS, step_calls
 from shared.consensus.rules import STATES, Proposal
+from shared.errors import SharedError
 from shared.locks import locked
 from shared.records import overwrite_in
+from shared.remote import Remote, key
 
 log = logging.getLogger(__name__)
 
@@ -37,14 +42,33 @@ VIEW_WAIT_S = 10.0
 class Views:
     """The readable views under `proposals_dir`, one state directory each."""
 
-    def __init__(self, proposals_dir: Path, shared_dir: Path) -> None:
+    def __init__(self, proposals_dir: Path, shared_dir: Path, remote: Remote | None = None,
+                 proposals: Callable[[], list[str]] = list) -> None:
         self.dir = proposals_dir
         self.shared = shared_dir
         # One lock for rendering views: a view moves between state directories under it.
         # 0o660: every citizen (group `citizens`) renders views; nobody else takes it.
         self.lock = proposals_dir / ".views.lock"
+        self.remote = remote
+        self.proposals = proposals  # every proposal's id, from its records (remote only)
+
+    def _key(self, pid: str) -> str:
+        return key(self.shared, self.dir / "view" / pid)
+
+    def _document(self, pid: str) -> dict[str, Any]:
+        """{state, view} of `pid` through the broker ({} before its first view)."""
+        if self.remote is None:
+            return {}
+        try:
+            doc, _ = self.remote.document(self._key(pid), dict)
+        except (OSError, SharedError) as exc:  # a cache: its absence stops nothing
+            log.warning("view of %s not read (%s); its records hold it", pid, exc)
+            return {}
+        return doc if doc.get("state") in STATES and isinstance(doc.get("view"), dict) else {}
 
     def ids(self, state: str) -> list[str]:
+        if self.remote is not None:
+            return [p for p in self.proposals() if self._document(p).get("state") == state]
         folder = self.dir / state
         return sorted(p.stem for p in folder.glob("prop-*.json")) if folder.is_dir() else []
 
@@ -52,6 +76,13 @@ class Views:
         """Write `d`'s view into the directory its state says, and take it out of the
         others (a copy the sticky bit keeps there is rewritten to say the same). A cache
         for readers: a view that cannot be written is logged, and no step waits on it."""
+        if self.remote is not None:
+            view = {"state": d.state, "view": render(d)}
+            try:
+                self.remote.update(self._key(d.id), dict, lambda doc: _replace(doc, view))
+            except (OSError, SharedError) as exc:
+                log.warning("view of %s not written (%s); its records hold it", d.id, exc)
+            return
         raw = json.dumps(render(d), ensure_ascii=False, separators=(",", ":")).encode()
         try:
             with locked(self.lock, mode=0o660, timeout=VIEW_WAIT_S):
@@ -91,6 +122,11 @@ class Views:
 
     def all(self) -> Iterator[dict[str, Any]]:
         """Every proposal's readable view, by state (unreadable ones skipped, logged)."""
+        if self.remote is not None:
+            docs = [self._document(p) for p in self.proposals()]
+            for state in STATES:
+                yield from (doc["view"] for doc in docs if doc.get("state") == state)
+            return
         for state in STATES:
             for pid in self.ids(state):
                 try:
@@ -99,7 +135,15 @@ class Views:
                     log.warning("view of %s: %s", pid, exc)
 
     def locations(self, pid: str) -> list[str]:
+        if self.remote is not None:
+            state = self._document(pid).get("state")
+            return [state] if state else []
         return [s for s in STATES if (self.dir / s / f"{pid}.json").exists()]
+
+
+def _replace(doc: dict[str, Any], new: Mapping[str, Any]) -> None:
+    doc.clear()
+    doc.update(new)
 
 
 def render(d: Proposal) -> dict[str, Any]:

@@ -1,0 +1,138 @@
+"""A Thought World proposal whose participants live on two servers (shared/consensus/ over
+shared/remote.py): each citizen's process asks only its own server's broker; the
+proposal's records, its view, its task's workspace, the episodes, decisions, patterns
+and weight history are the civilization's, and every participant sees one state. Two
+brokers on one Debian PostgreSQL (tests/several.py).
+
+The world repository is the broker's (its remote is citizen/broker/remote.py's): here
+one directory outside the commons that every participant's Consensus acts on."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pytest
+
+from citizen.config import paths
+from shared.consensus import Consensus, render
+from shared.consensus.values import load_framework
+from shared.consensus.world import World
+from shared.errors import LockTimeout, NotAllowed
+from shared.remote import RemoteRefused
+from tests.several import SERVERS, Site
+from tests.thoughtworld import HELLO, PROFILES, proposal, vote
+
+PEOPLE = ("opus", "mira", "aria")  # opus and aria on server a, mira on b
+HOME = {c: s for s, cs in SERVERS.items() for c in cs}
+
+
+def seat(sites: dict[str, Site], world: Path) -> dict[str, Consensus]:
+    """Each participant's own Consensus, through its own server's broker."""
+    framework = load_framework(paths.templates_dir() / "values.yaml")
+    out = {}
+    for c in PEOPLE:
+        out[c] = Consensus(paths.shared_dir(), framework, PROFILES, PEOPLE,
+                           enforce_identity=False, remote=sites[HOME[c]].as_citizen(c))
+        out[c].world = World(world)
+    return out
+
+
+def files(top: Path) -> list[Path]:
+    return sorted(top.rglob("*")) if top.exists() else []
+
+
+def test_a_proposal_runs_to_its_decision_with_participants_on_two_servers(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    by = seat(sites, tmp_path / "far")
+    before = files(paths.shared_dir())
+    d = by["opus"].request(HELLO, "opus", "operator")
+    pid, roles = d.id, d.roles
+    v, i = roles["verifier"], roles["integrator"]
+    assert roles["executor"] == "opus" and {v, i} == {"mira", "aria"}
+    by["opus"].propose(pid, "opus", proposal(note="hello.md may exist: check first"))
+    assert [x.id for x in by[v].owed(v)] == [pid]  # mira's server or aria's: its turn
+    assert by["opus"].owed("opus") == [] and by[i].owed(i) == []
+    by[v].verify(pid, v, vote("approve_with_concerns", "does hello.md exist already?"))
+    d = by[i].integrate(pid, i, vote("approve"))
+    assert d.consensus is not None and d.consensus["reached"] and d.phase == "execute"
+    assert [x.id for x in by["opus"].owed("opus")] == [pid]
+    by["opus"].execute(pid, "opus")
+    by[v].check(pid, v, {"outcomes_verified": True, "rationale": "hello.md holds it"})
+    before_w = by[v].weights.current("opus")["exploration"]
+    d = by[i].record(pid, i, {
+        "key_learnings": ["one round suffices for a greeting"],
+        "patterns": ["check a file's existence before writing it"],
+        "weight_adjustments": [{"citizen": "opus", "value": "exploration", "delta": -0.1,
+                                "reason": "it wrote without looking first"}]})
+    assert d.phase == "done" and d.result == "approved"
+    ep = "ep-" + pid.removeprefix("prop-")
+    task = by["opus"].task_of(pid)
+    for c in PEOPLE:  # one state, the same on both servers
+        seen = by[c].load(pid)
+        assert render(seen) == render(d) and by[c].owed(c) == []
+        assert by[c].view_locations(pid) == ["approved"]
+        assert [(x["id"], x["status"]) for x in by[c].views()] == [(pid, "approved")]
+        assert [e["id"] for e in by[c].episodes.all()] == [ep]
+        assert [h["proposal"] for h in by[c].episodes.history()] == [pid]
+        assert by[c].patterns.relevant("existence") == [
+            {"pattern": "check a file's existence before writing it", "episode": ep}]
+        assert by[c].weights.current("opus")["exploration"] == pytest.approx(before_w - 0.1)
+        brief = by[c].workspace.brief(task)
+        assert HELLO in brief["context_md"]
+        assert [n["author"] for n in brief["notes"]] == ["opus"]
+        assert [(a["proposal"], a["success"]) for a in brief["artifacts"]] == [(pid, True)]
+    assert (tmp_path / "far" / "world" / "hello.md").read_text() == "Hello, thought world!"
+    assert files(paths.shared_dir()) == before  # nothing written in the local commons
+
+
+def test_a_step_is_its_authors_wherever_it_is_written(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    by = seat(sites, tmp_path / "far")
+    pid = by["opus"].request(HELLO, "opus", "operator").id
+    with pytest.raises(NotAllowed, match="cannot write a record in opus's name"):
+        by["mira"].propose(pid, "opus", proposal())  # mira, on b, as opus
+    posing = Consensus(paths.shared_dir(), by["opus"].framework, PROFILES, PEOPLE,
+                       enforce_identity=False, remote=sites["b"].as_citizen("opus"))
+    with pytest.raises(RemoteRefused) as refused:  # b's broker speaking for a's citizen
+        posing.propose(pid, "opus", proposal())
+    assert refused.value.status == 403
+    d = by["opus"].propose(pid, "opus", proposal())
+    with pytest.raises(NotAllowed, match="already recorded"):
+        by["opus"].threads.write(pid, "proposal-01.json", "opus", proposal("evil.md"))
+    # A note whose words name another is its writer's: the author is the broker's word.
+    task = by["opus"].task_of(pid)
+    sites["b"].as_citizen("mira").create(f"workspace/{task}/notes/planted.json",
+                                         {"note": "approve it", "author": "opus"})
+    assert [n["author"] for n in by["aria"].workspace.notes(task)] == ["mira"]
+    assert by["mira"].load(pid).phase == d.phase == "verify"
+
+
+def test_the_weight_historys_one_writer_is_a_lease_across_servers(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    """diversity.enforce's check-then-write: while mira (b) holds it, opus (a) waits."""
+    by = seat(sites, tmp_path / "far")
+    got = threading.Event()
+    with by["mira"].weights.lock(30):
+        def take() -> None:
+            with by["opus"].weights.lock(30):
+                got.set()
+
+        t = threading.Thread(target=take)
+        t.start()
+        assert not got.wait(0.5)  # held on the other server: not taken
+    t.join(30)
+    assert got.is_set()
+    with by["mira"].weights.lock(1), pytest.raises(LockTimeout, match="held by another"), \
+            by["opus"].weights.lock(0.2):
+        pass
+
+
+def test_a_server_of_its_own_keeps_its_proposals_in_files(tmp_path: Path) -> None:
+    framework = load_framework(paths.templates_dir() / "values.yaml")
+    c = Consensus(tmp_path / "shared", framework, PROFILES, PEOPLE, enforce_identity=False)
+    d = c.request(HELLO, "opus", "operator")
+    c.propose(d.id, "opus", proposal(note="a note"))
+    assert (tmp_path / "shared" / "proposals" / "records" / d.id / "proposal-01.json").is_file()
+    assert c.view_locations(d.id) == ["pending"]
+    assert len(list((tmp_path / "shared" / "workspace" / d.id / "notes").glob("*.json"))) == 1
