@@ -79,7 +79,7 @@ class Commons:
 
         return Consensus(self.dir, self.framework, self.profiles, self.citizens, self.enforce,
                          medium_programs=self.medium_programs,
-                         world_request=self.world_request)
+                         world_request=self.world_request, remote=self.remote)
 
     @cached_property
     def debates(self) -> Debates:
