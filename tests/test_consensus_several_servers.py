@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from citizen.config import paths
-from shared.consensus import Consensus, render
+from shared.consensus import Consensus, diversity, render
 from shared.consensus.values import load_framework
 from shared.consensus.world import World
 from shared.errors import LockTimeout, NotAllowed
@@ -136,3 +136,23 @@ def test_a_server_of_its_own_keeps_its_proposals_in_files(tmp_path: Path) -> Non
     assert (tmp_path / "shared" / "proposals" / "records" / d.id / "proposal-01.json").is_file()
     assert c.view_locations(d.id) == ["pending"]
     assert len(list((tmp_path / "shared" / "workspace" / d.id / "notes").glob("*.json"))) == 1
+
+
+def test_the_days_diversity_steps_are_made_once_for_the_whole_civilization(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    """diversity.enforce from a server's scheduler, then from the other's: one day's steps
+    once, and both servers' citizens weigh with them."""
+    by = seat(sites, tmp_path / "far")
+    for c in PEOPLE:  # the converging steps below stand for real episodes' (no proposals)
+        by[c].weights.vouch = None
+    # autonomy starts at opus 0.6, mira 0.7, aria 0.5; two servers' episodes pull it together
+    by["aria"].weights.adjust("mira", "autonomy", -0.1, episodes=["ep-1"], approved_by="aria",
+                              reason="r")
+    by["mira"].weights.adjust("aria", "autonomy", 0.1, episodes=["ep-2"], approved_by="mira",
+                              reason="r")
+    assert by["opus"].weights.diversity(PEOPLE)["autonomy"] == 0.0
+    made = diversity.enforce(by["mira"].weights, PEOPLE, "2026-11-29", 0.15)
+    assert {line["value"] for line in made} == {"autonomy"}
+    assert diversity.enforce(by["opus"].weights, PEOPLE, "2026-11-29", 0.15) == []
+    assert {c: by["opus"].weights.current(c) for c in PEOPLE} == \
+        {c: by["mira"].weights.current(c) for c in PEOPLE}
