@@ -20,6 +20,7 @@ from citizen.broker import (
     commons,  # noqa: F401 - the commons' routes, when civilization.json names a database
     database,
     mailnews,  # noqa: F401 - the scheduler's new-mail numbers
+    membership,
     onboarding,  # noqa: F401 - registers its routes
     repos,  # noqa: F401 - the shared repositories' routes
     reviews,  # its route: the draw of a change's reviewers; its owes_review: below
@@ -99,6 +100,8 @@ def serve(idle_exit_s: float | None = None) -> None:
             client.record_start(state)
         server = listen(sock, broker, server_mode=broker.server_mode)
         stop = threading.Event()
+        if db is not None:  # its citizens claimed as this server's, and "alive" each minute
+            membership.on_start(db, stop)
         if idle_exit_s:
             threading.Thread(target=idle_watch, args=(server, idle_exit_s, stop, state),
                              daemon=True).start()
