@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from citizen import config
 from citizen.access.commons import BrokerCommons, CommonsRefused
@@ -20,6 +21,7 @@ from citizen.broker.ledger import Ledger
 from citizen.broker.refused import Refused
 from citizen.broker.rings import Listener, Rings
 from citizen.broker.server import Broker
+from citizen.cli import cli
 from citizen.config import paths
 from shared import doorbell
 from shared.commons import Commons
@@ -221,3 +223,21 @@ def test_the_commons_rings_a_citizen_of_another_server_through_its_broker(
         assert heard.take(timeout=0) == []
     finally:
         listener.close()
+
+
+def test_citizen_status_shows_every_servers_citizens_and_where_each_lives(
+        sites: dict[str, Site], rules_dir: Path) -> None:
+    """On server a (civilization.json), `citizen status` shows its own citizens' rows with
+    a SERVER column, mira as living on b, and when each server was last heard from."""
+    (rules_dir / "civilization.json").write_text(json.dumps(
+        {"server": "a", "database": sites["a"].dsn}))
+    (paths.civ_root() / "mira").rename(paths.civ_root() / ".mira-elsewhere")  # on b
+    got = CliRunner().invoke(cli, ["status", "--json"])
+    assert got.exit_code == 0, got.output
+    assert {(r["citizen"], r["server"], r.get("elsewhere", False))
+            for r in json.loads(got.output)} == {("opus", "a", False), ("aria", "a", False),
+                                                 ("mira", "b", True)}
+    table = CliRunner().invoke(cli, ["status"])
+    assert table.exit_code == 0, table.output
+    assert "SERVER" in table.output and "on b" in table.output
+    assert "servers: a (2 citizens, heard never), b (1 citizens, heard never)" in table.output

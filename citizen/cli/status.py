@@ -14,6 +14,7 @@ from citizen.admin.status import citizen_status, statuses
 from citizen.cli.options import json_option
 from citizen.cli.terminal import WIDTH, age, clean, command, table, wide_option
 from citizen.config import paths
+from citizen.errors import CitizenError
 
 MAX_NAMES = 8  # citizens named in the permits' line; the rest counted
 
@@ -43,8 +44,11 @@ def status(wide: bool, as_json: bool) -> None:
     permits = permit.listing()  # the broker's; None: none answers (or it refused us)
     for r in rows:
         r["wake_permit"] = _permit_of(r["citizen"], permits)
+    servers = _servers(rows)  # several servers: each row's, and the others' citizens
     if as_json:
-        click.echo(json.dumps(rows, indent=2))
+        far = [{"citizen": c, "server": srv, "daemon": f"on {srv}", "elsewhere": True}
+               for c, srv in (servers or {}).get("elsewhere", [])]
+        click.echo(json.dumps(rows + far, indent=2))
         return
     if not rows:
         click.echo(f"no citizens under {paths.civ_root()} - create them with "
@@ -53,13 +57,49 @@ def status(wide: bool, as_json: bool) -> None:
     headers = ["CITIZEN", "DAEMON", "LAST WAKE", "NEXT", "TASKS", "TODAY", "TASK"]
     if wide:
         headers.insert(-1, "DISK")
-    table(headers, [_cells(r, wide) for r in rows], wide=wide)
+    cells = [_cells(r, wide) for r in rows]
+    if servers:
+        headers.insert(1, "SERVER")
+        cells = [[c[0], r["server"], *c[1:]] for c, r in zip(cells, rows, strict=True)]
+        cells += [[name, server, f"on {server}", *["-"] * (len(headers) - 3)]
+                  for name, server in servers["elsewhere"]]
+    table(headers, cells, wide=wide)
+    if servers:
+        click.echo(clean(servers["line"]))
     for r in rows:  # what needs the operator, a line each under the table
         for note in _notes(r):
             line = clean(f"{r['citizen']}: {note}")
             click.echo(line if wide or len(line) <= WIDTH else line[:WIDTH - 1] + "…")
     if permits and (permits["holders"] or permits["waiting"]):
         click.echo(clean(_permits_line(permits)))
+
+
+def _servers(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """On one of several servers (civilization.json): each row's `server` set to this
+    one's, and {"elsewhere": [(citizen, server)], "line": every server and when it was
+    last heard from} - their rows are on their own servers (`citizen status` there).
+    None on a server of its own; a database that cannot be read is said in the line."""
+    from citizen.broker import database, membership  # noqa: PLC0415 - several servers only
+
+    try:
+        settings = database.settings()
+    except CitizenError as exc:
+        return {"elsewhere": [], "line": f"servers: {exc}"}
+    if settings is None:
+        return None
+    for r in rows:
+        r["server"] = settings.server
+    try:
+        roster = membership.roster(settings.dsn)
+    except Exception as exc:  # noqa: BLE001 - psycopg's errors: the table still shows
+        return {"elsewhere": [], "line": f"servers: the civilization's database cannot be "
+                f"read ({str(exc).strip()[:120]}) - as root, with the database up"}
+    here = {r["citizen"] for r in rows}
+    elsewhere = [(c, s["server"]) for s in roster for c in s["citizens"]
+                 if s["server"] != settings.server and c not in here]
+    heard = ", ".join(f"{s['server']} ({len(s['citizens'])} citizens, heard "
+                      f"{age(s['seen']) if s['seen'] else 'never'})" for s in roster)
+    return {"elsewhere": elsewhere, "line": f"servers: {heard}"}
 
 
 def _permit_of(name: str, permits: dict[str, Any] | None) -> dict[str, Any] | None:
