@@ -88,3 +88,16 @@ def test_the_schema_applies_twice_and_settings_are_checked(
     path.write_text(json.dumps({"server": "a", "database": "host=x passfile=/p"}))
     got = civilization.settings(path)
     assert got == Settings("a", "host=x passfile=/p") and "passfile" not in repr(got)
+
+
+def test_a_servers_idle_transaction_ends_on_its_own(
+        cluster: Cluster, database: str) -> None:
+    """A server that dies holding a document's row (its broker's transaction left open)
+    frees it after 30 s, not when TCP notices: the role's own setting."""
+    admin = cluster.dsn(database)
+    civilization.install(admin)
+    role = cluster.role("srv_c")
+    civilization.add_server(admin, "c", role)
+    with psycopg.connect(cluster.dsn(database, role)) as conn:
+        got = conn.execute("SHOW idle_in_transaction_session_timeout").fetchone()
+    assert got == ("30s",)

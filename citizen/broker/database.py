@@ -110,6 +110,10 @@ def add_server(admin_dsn: str, name: str, role: str, password: str | None = None
         if password is not None:
             conn.execute(sql.SQL("ALTER ROLE {} PASSWORD {}").format(
                 sql.Identifier(role), sql.Literal(password)))
+        # A server that dies holding a document's row (citizen.broker.holds) must not keep
+        # it locked until TCP notices (hours): its idle transaction ends after 30 s.
+        conn.execute(sql.SQL("ALTER ROLE {} SET idle_in_transaction_session_timeout = "
+                             "'30s'").format(sql.Identifier(role)))
         conn.execute("INSERT INTO servers (name, role) VALUES (%s, %s) "
                      "ON CONFLICT (name) DO UPDATE SET role = EXCLUDED.role", (name, role))
 
