@@ -105,6 +105,13 @@ def test_the_admin_installs_adds_servers_and_sees_who_lives_where(
         ("a", ["aria", "opus"], True)]
     table = _admin(admin, "status")
     assert "2: aria, opus" in table and role in table
+    _admin(admin, "add-server", "b", "--password-file", str(tmp_path / "b.pass"))
+    assert "aria lives on server b" in _admin(admin, "move", "aria", "b")
+    assert [(s["server"], s["citizens"]) for s in json.loads(_admin(admin, "status", "--json"))
+            ] == [("a", ["opus"]), ("b", ["aria"])]
+    nowhere = CliRunner().invoke(cli, ["civilization", "move", "aria", "zz"],
+                                 env={"EXPERIENCE_ADMIN_DSN": admin})
+    assert nowhere.exit_code == 1 and "no server zz" in nowhere.output
 
 
 def test_the_heartbeat_claims_newcomers_and_outlives_a_silent_database(

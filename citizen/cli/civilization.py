@@ -159,3 +159,23 @@ def status(admin_dsn: str | None, wide: bool, as_json: bool) -> None:
             f"{len(s['citizens'])}: {', '.join(s['citizens'])}" if s["citizens"] else "0"]
            for s in servers],
           wide=wide, empty="no servers yet - add one with `citizen civilization add-server`")
+
+
+@civilization.command("move")
+@click.argument("citizen")
+@click.argument("server")
+@admin_option()
+def move(citizen: str, server: str, admin_dsn: str) -> None:
+    """Say that CITIZEN now lives on SERVER (after its backup was restored there): from
+    now on only SERVER's broker may write its rows. Its records stay its own."""
+    import psycopg  # noqa: PLC0415
+
+    try:
+        database.move_citizen(admin_dsn, citizen, server)
+    except psycopg.errors.ForeignKeyViolation as exc:
+        raise CitizenError(f"no server {server} - `citizen civilization status` lists "
+                           "them") from exc
+    except psycopg.Error as exc:
+        raise _database_error(exc, "the admin") from exc
+    click.echo(f"{citizen} lives on server {server}; remove it from its old server "
+               "(scripts/remove_citizen.sh) once it runs on the new one")
