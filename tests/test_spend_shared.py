@@ -459,3 +459,30 @@ def test_citizen_spend_and_the_refused_view_read_every_servers_calls(
         assert failed.exit_code != 0 and "cannot be read" in failed.output
     finally:
         civ_db.cluster.start()
+
+
+def test_a_broker_started_while_the_database_is_down_goes_on_and_recovers_first(
+        civ_db: Civ, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The database down at the broker's start: the ledger opens (the broker serves what
+    needs no database), calls are refused until it is back, and a killed broker's open
+    reservation is orphaned before the first new one - never the new one itself."""
+    with server_db(civ_db, "a") as db:
+        left_open = SharedLedger(db).reserve("opus", "m", USD, ROOMY)  # then "killed"
+    monkeypatch.setattr(civilization, "START_WAIT_S", 1.0)
+    civ_db.cluster.stop("immediate")
+    try:
+        with server_db(civ_db, "a") as db:
+            db.pool.timeout = 2.0
+            ledger = SharedLedger(db)  # no exception: the broker starts
+            assert ledger.orphaned == 0
+            with pytest.raises(LedgerUnavailable):
+                ledger.reserve("opus", "m", USD, ROOMY)
+            civ_db.cluster.start()
+            db.pool.check()
+            new = ledger.reserve("opus", "m", USD, ROOMY)
+            assert ledger.orphaned == 1
+            states = {i: st for i, _, _, st, _, _ in civ_db.calls()}
+            assert states == {left_open: "orphaned", new: "reserved"}
+    finally:
+        if not (civ_db.cluster.data / "postmaster.pid").exists():  # failed while down
+            civ_db.cluster.start()

@@ -19,6 +19,7 @@ the schema's (`sql/civilization.sql`), enforced by the database itself.
 from __future__ import annotations
 
 import json
+import logging
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -35,10 +36,12 @@ __all__ = ["ClaimedElsewhere", "ConfigError", "Database", "Settings", "add_serve
 
 FILE = "civilization.json"  # its name in the operator's directory (paths.civilization_file)
 SCHEMA = "civilization.sql"  # in citizen/broker/sql/, applied by the admin (install)
+log = logging.getLogger(__name__)
 SERVER_RE = re.compile(r"^[a-z][a-z0-9-]{0,31}$")
 # A few connections serve a server's thousand citizens: a model call's reservation or a
 # record's write holds one for a millisecond or two, and the listener holds its own.
 POOL_MIN, POOL_MAX = 1, 8
+START_WAIT_S = 10.0  # the broker's start waits this long for a first connection
 
 
 @dataclass(frozen=True)
@@ -136,16 +139,24 @@ class Database:
     """A broker's pool of connections to the civilization's database."""
 
     def __init__(self, config: Settings, *, max_size: int = POOL_MAX) -> None:
-        from psycopg_pool import ConnectionPool  # noqa: PLC0415
+        from psycopg_pool import ConnectionPool, PoolTimeout  # noqa: PLC0415
 
         self.server = config.server
         self.dsn = config.dsn  # the rings' LISTEN connection is its own (citizen.broker.rings)
-        # open=True, wait: a broker whose database is unreachable says so at start
-        # (the operator's fix is the connection string or the database, not a retry).
         self.pool = ConnectionPool(config.dsn, min_size=POOL_MIN, max_size=max_size,
                                    open=True, kwargs={"autocommit": True},
                                    name=f"experience-{config.server}")
-        self.pool.wait(timeout=30.0)
+        # A database down at the broker's start is said, not fatal: the pool keeps
+        # trying, and what needs no database (wake permits, mail, this server's own
+        # commons) goes on; model calls and shared steps are refused (503) meanwhile.
+        # (Not pool.wait: it closes the pool when it times out.)
+        try:
+            with self.pool.connection(timeout=START_WAIT_S):
+                pass
+        except PoolTimeout:
+            log.warning("the civilization's database does not answer (server %s); the "
+                        "broker goes on and keeps trying - model calls wait for it",
+                        config.server)
 
     def close(self) -> None:
         self.pool.close()

@@ -21,6 +21,8 @@ civilization's. Money is `numeric` in the database and a float only at this edge
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
@@ -143,6 +145,9 @@ class Spending(Protocol):
     def close(self) -> None: ...
 
 
+log = logging.getLogger(__name__)
+
+
 class NotHere(CitizenError, PermissionError):
     """The civilization's database refused this server a citizen's row: the citizen
     lives on another server, or on none yet."""
@@ -159,7 +164,22 @@ class SharedLedger:
 
     def __init__(self, db: Database) -> None:
         self.db = db
-        self.orphaned = self._run(lambda conn: conn.execute(_RECOVER).rowcount)
+        # This server's reservations a killed broker left open become orphaned before
+        # this broker reserves anything (after, it would orphan its own): at start, or -
+        # the database down at start - before its first reservation.
+        self._recover_lock = threading.Lock()
+        self._recovered = False
+        self.orphaned = 0
+        try:
+            self._recover()
+        except LedgerUnavailable as exc:
+            log.warning("%s", exc)
+
+    def _recover(self) -> None:
+        with self._recover_lock:
+            if not self._recovered:
+                self.orphaned = self._run(lambda conn: conn.execute(_RECOVER).rowcount)
+                self._recovered = True
 
     def close(self) -> None:
         """Nothing of its own to close: the pool is the broker's (`Database.close`)."""
@@ -175,6 +195,8 @@ class SharedLedger:
         """
         if citizen == CIVILIZATION:
             raise ValueError(f"{CIVILIZATION!r} is the civilization's total, no caller")
+        if not self._recovered:
+            self._recover()
         day = clock.today().isoformat()
         args = {"who": citizen, "day": day, "month": day[:7], "ts": clock.now(),
                 "model": model, "purpose": purpose[:80], "usd": _usd(usd),
