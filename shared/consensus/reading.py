@@ -87,6 +87,7 @@ class Reader:
         self._evidence_seen: dict[str, tuple[object, Mapping[str, Any],
                                              dict[str, Any] | None]] = {}
         self._derived: dict[str, tuple[object, Proposal]] = {}
+        self._listed: dict[str, set[str]] = {}  # a thread's names while it loads (remote)
 
     # ------------------------------------------------------------ reading
 
@@ -146,6 +147,14 @@ class Reader:
 
     def load(self, pid: str) -> Proposal:
         """Read a proposal's records (ignoring forged or broken ones, logged) and derive it."""
+        if self.remote is not None:  # one listing of the thread, not a read per name (~30)
+            self._listed[pid] = set(self.threads.names(pid, "*.json"))
+        try:
+            return self._load(pid)
+        finally:
+            self._listed.pop(pid, None)
+
+    def _load(self, pid: str) -> Proposal:
         folder = self.records_dir / pid
         d = Proposal(pid, self.threads.header(pid))
         d.red_team = red_team(self._place(pid))
@@ -280,7 +289,13 @@ class Reader:
                     vote.get(AUTHOR) or vote.get("operator"), rev.get(PLACE))
         return None
 
+    def _unlisted(self, path: Path) -> bool:
+        listed = self._listed.get(path.parent.name)
+        return listed is not None and path.name not in listed
+
     def _record(self, path: Path, author: str) -> dict[str, Any] | None:
+        if self._unlisted(path):
+            return None
         return self.threads.read(path.parent.name, path.name, author)
 
     def _giveup(self, path: Path, roles: Mapping[str, str]) -> dict[str, Any] | None:
@@ -292,6 +307,8 @@ class Reader:
                         rec.get("phase"))
             return False
 
+        if self._unlisted(path):
+            return None
         return self.threads.read(path.parent.name, path.name, accept=owes)
 
     def _human(self, path: Path) -> dict[str, Any] | None:
