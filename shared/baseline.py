@@ -78,14 +78,15 @@ def write_merged(shared_dir: Path, change_id: str, record: dict[str, Any],
 
 def reviewed_commits(shared_dir: Path, enforce: bool,
                      remote: Remote | None = None) -> set[str]:
-    if remote is not None:  # every server's merges: one listing of the folder
-        return {str(r["data"]["baseline_commit"]) for r in remote.records("merged")
-                if isinstance(r.get("data"), dict)
-                and isinstance(r["data"].get("baseline_commit"), str)}
+    """The commits the broker's merge records name: this server's files, and on several
+    servers every server's rows too (the files still count: a server that joins a
+    civilization keeps the merges it made alone)."""
+    found = set() if remote is None else {  # one listing of the folder
+        str(r["data"]["baseline_commit"]) for r in remote.records("merged")
+        if isinstance(r.get("data"), dict) and isinstance(r["data"].get("baseline_commit"), str)}
     folder = Layout(shared_dir).merged
     if not folder.is_dir():
-        return set()
-    found = set()
+        return found
     for path in folder.glob("*.json"):
         record = read_merged(shared_dir, path.stem, enforce)
         if record and isinstance(record.get("baseline_commit"), str):

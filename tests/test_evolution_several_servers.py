@@ -235,3 +235,17 @@ def test_the_merge_reaches_the_shared_remote_and_b_builds_on_its_own_copy(
     b_shared = tmp_path / "b-shared"  # b's own commons: no merge record of a's there
     assert base_records.unreviewed(b_copy, b_shared, False, release, remote=mira) == []
     assert base_records.unreviewed(b_copy, b_shared, False, release) == [merged]
+
+
+def test_a_server_joining_keeps_the_merges_it_made_alone(
+        sites: dict[str, Site], evo: Path) -> None:
+    """Merges a server made on its own are its broker's files; after it joins, they
+    still count as reviewed beside every server's rows (else its next merge is refused)."""
+    baseline = evo / "shared" / "baseline"
+    alone = commit(git.Repo(baseline), {"app.py": APP.replace("'hi'", "'yo'")}, "merged alone")
+    base_records.write_merged(evo / "shared", "opus-0123456789", {
+        "change": "opus-0123456789", "baseline_commit": alone, "by": "aria"})
+    mira = sites["b"].as_citizen("mira")
+    assert base_records.unreviewed(baseline, evo / "shared", False, remote=mira) == []
+    stray = commit(git.Repo(baseline), {"app.py": APP}, "no review")
+    assert base_records.unreviewed(baseline, evo / "shared", False, remote=mira) == [stray]
