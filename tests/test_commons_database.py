@@ -17,6 +17,7 @@ from citizen import config
 from citizen.access.commons import BrokerCommons, CommonsRefused
 from citizen.admin import founding
 from citizen.broker import commons, holds
+from citizen.broker.gateway import Gateway
 from citizen.broker.ledger import Ledger
 from citizen.broker.refused import Refused
 from citizen.broker.rings import Listener, Rings
@@ -241,3 +242,21 @@ def test_citizen_status_shows_every_servers_citizens_and_where_each_lives(
     assert table.exit_code == 0, table.output
     assert "SERVER" in table.output and "on b" in table.output
     assert "servers: a (2 citizens, heard never), b (1 citizens, heard never)" in table.output
+
+
+@pytest.mark.parametrize("key", ["draws/ch-20261129T100000-opus-1a2b.json",
+                                 "merged/ch-20261129T100000-opus-1a2b.json"])
+def test_a_citizen_cannot_file_what_only_a_broker_files(sites: dict[str, Site],
+                                                        key: str) -> None:
+    """The attack: opus files the draw of his own change first (picking his reviewers),
+    or a merge record for a commit no review passed. His route refuses both folders; the
+    broker's own step (citizen.broker.gateway) files there."""
+    opus = sites["a"].as_citizen("opus")
+    for step in (opus.create, opus.write):
+        with pytest.raises(CommonsRefused, match="only a broker files") as refused:
+            step(key, {"reviewers": ["aria"]})
+        assert refused.value.status == 403
+    assert opus.read(key) is None
+    Gateway(sites["a"].broker, "opus").create(key, {"reviewers": ["mira", "aria"]})
+    got = opus.read(key)
+    assert got is not None and got["data"]["reviewers"] == ["mira", "aria"]

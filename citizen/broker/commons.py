@@ -128,14 +128,42 @@ def _folder(key: str) -> str:
     return key.rpartition("/")[0]
 
 
+# Records only a broker files (its merge into the baseline, its draw of a change's
+# reviewers): a citizen's route refuses these folders, so every row in them is a broker's
+# (`citizen.broker.gateway`) - else a citizen could file the draw of its own change first
+# and pick its reviewers, or a merge record for a commit no review passed.
+BROKERS_ONLY = frozenset({"merged", "draws"})
+
+
+def _citizens_place(key: str) -> None:
+    """:raises Refused: 403, the key is in a folder only a broker files in."""
+    if key.split("/", 1)[0] in BROKERS_ONLY:
+        raise Refused(403, "permission_error", f"{key}: only a broker files records in "
+                      f"{key.split('/', 1)[0]}/ (it merges and draws; ask it through its "
+                      "routes)")
+
+
 def _row(key: str, author: str, data: Any) -> dict[str, Any]:
     return {"key": key, "author": author, "data": {**data, "author": author}}
 
 
 @route("POST", PREFIX + "record/create", commons=True)
 def create(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    return file_once(broker, citizen, raw)
+
+
+@route("POST", PREFIX + "record/write", commons=True)
+def write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    return file_own(broker, citizen, raw)
+
+
+def file_once(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool = False
+              ) -> tuple[int, Any]:
+    """record/create; `filed_by_broker`: the broker's own record (BROKERS_ONLY)."""
     body = _body(raw)
     key, data = key_of(body), _data(body)
+    if not filed_by_broker:
+        _citizens_place(key)
     record = {**data, "author": citizen}
     with _conn(broker) as conn:
         row = conn.execute(
@@ -148,10 +176,13 @@ def create(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     return 200, _row(key, citizen, record)
 
 
-@route("POST", PREFIX + "record/write", commons=True)
-def write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+def file_own(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool = False
+             ) -> tuple[int, Any]:
+    """record/write; `filed_by_broker`: the broker's own record (BROKERS_ONLY)."""
     body = _body(raw)
     key, data = key_of(body), _data(body)
+    if not filed_by_broker:
+        _citizens_place(key)
     record = {**data, "author": citizen}
     with _conn(broker) as conn:
         # The caller's own row at the key: another author's there stays as it is.

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Any, TypeVar
 
 from citizen.broker import commons
@@ -37,16 +38,21 @@ class Gateway:
         try:
             _, answer = route(self.broker, self.citizen, json.dumps(body).encode())
         except Refused as exc:
-            if exc.status == 409 and route is commons.create:
+            once = (commons.create, commons.file_once)
+            if exc.status == 409 and getattr(route, "func", route) in once:
                 raise Taken(409, str(exc)) from exc
             raise RemoteRefused(exc.status, str(exc)) from exc
         return dict(answer)
 
     def create(self, key: str, data: dict[str, Any]) -> dict[str, Any]:
-        return self._ask(commons.create, {"key": key, "data": data})
+        # filed_by_broker: the merge and draw records, in folders no citizen's route may
+        # file in (commons.BROKERS_ONLY) - so a row there is a broker's.
+        return self._ask(partial(commons.file_once, filed_by_broker=True),
+                         {"key": key, "data": data})
 
     def write(self, key: str, data: dict[str, Any]) -> dict[str, Any]:
-        return self._ask(commons.write, {"key": key, "data": data})
+        return self._ask(partial(commons.file_own, filed_by_broker=True),
+                         {"key": key, "data": data})
 
     def read(self, key: str, author: str | None = None) -> dict[str, Any] | None:
         try:
