@@ -260,3 +260,18 @@ def test_a_citizen_cannot_file_what_only_a_broker_files(sites: dict[str, Site],
     Gateway(sites["a"].broker, "opus").create(key, {"reviewers": ["mira", "aria"]})
     got = opus.read(key)
     assert got is not None and got["data"]["reviewers"] == ["mira", "aria"]
+
+
+def test_a_listing_longer_than_a_page_comes_whole(sites: dict[str, Site],
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folder past one answer's LIST_MAX (a civilization's merge records after
+    thousands of merges) is listed whole, page by page - none missed."""
+    monkeypatch.setattr(commons, "LIST_MAX", 3)
+    opus, mira = sites["a"].as_citizen("opus"), sites["b"].as_citizen("mira")
+    for i in range(5):
+        opus.create(f"notes/n{i}.json", {"i": i})
+    mira.create("notes/n2.json", {"i": 2})  # two authors at one key, across a page's edge
+    got = [(r["key"], r["author"]) for r in mira.records("notes")]
+    assert got == sorted([(f"notes/n{i}.json", "opus") for i in range(5)]
+                         + [("notes/n2.json", "mira")])
+    assert len(Gateway(sites["a"].broker, "opus").records("notes")) == 6

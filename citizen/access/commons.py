@@ -33,6 +33,19 @@ CommonsRefused = RemoteRefused  # the broker refused; `status` is its HTTP statu
 _FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.1
 
 
+def pages(ask: Callable[[list[str]], dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every record of a listing, asking page after page (each at most the broker's
+    LIST_MAX) from the last one's [key, author]."""
+    found: list[dict[str, Any]] = []
+    after = ["", ""]
+    while True:
+        answer = ask(after)
+        found += answer["records"]
+        if not answer.get("more") or not answer["records"]:
+            return found
+        after = [str(found[-1]["key"]), str(found[-1]["author"])]
+
+
 class BrokerCommons:
     """The commons' records, documents, leases and rings, through one broker's socket
     (`shared.remote.Remote`)."""
@@ -86,10 +99,10 @@ class BrokerCommons:
             raise
 
     def records(self, folder: str, *, deep: bool = False) -> list[dict[str, Any]]:
-        """The records in `folder` (`deep`: and in every folder below it), by key."""
-        answer: list[dict[str, Any]] = self.call("record/list", {"folder": folder,
-                                                                 "deep": deep})["records"]
-        return answer
+        """The records in `folder` (`deep`: and in every folder below it), by key and
+        author: every page of them."""
+        return pages(lambda after: self.call("record/list", {"folder": folder, "deep": deep,
+                                                             "after": after}))
 
     def stamp(self, folder: str) -> tuple[int, ...]:
         """Changes whenever a record beneath `folder` is written."""

@@ -220,12 +220,20 @@ def _beneath(folder: str) -> str:
 
 @route("POST", PREFIX + "record/list", commons=True)
 def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
+    """{folder, deep?, after?}: a page of the records by (key, author); `after` is the
+    last page's last [key, author], and `more` says whether to ask for the next."""
     body = _body(raw)
-    folder, deep = key_of(body, "folder", folder=True), body.get("deep") is True
+    folder, deep, after = key_of(body, "folder", folder=True), body.get("deep") is True, \
+        body.get("after") or ["", ""]
+    if not (isinstance(after, list) and len(after) == 2 and all(isinstance(a, str)
+                                                                for a in after)):
+        raise Refused(400, "invalid_request_error", "after is the last [key, author] listed")
     with _conn(broker) as conn:
-        rows = conn.execute("SELECT key, author, data FROM records WHERE folder = %s "
-                            "OR (%s AND folder LIKE %s) ORDER BY key, written LIMIT %s",
-                            (folder, deep, _beneath(folder), LIST_MAX + 1)).fetchall()
+        rows = conn.execute("SELECT key, author, data FROM records WHERE (folder = %s "
+                            "OR (%s AND folder LIKE %s)) AND (key, author) > (%s, %s) "
+                            "ORDER BY key, author LIMIT %s",
+                            (folder, deep, _beneath(folder), after[0], after[1],
+                             LIST_MAX + 1)).fetchall()
     return 200, {"records": [_row(*r) for r in rows[:LIST_MAX]], "more": len(rows) > LIST_MAX}
 
 

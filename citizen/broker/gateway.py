@@ -18,6 +18,7 @@ from contextlib import AbstractContextManager
 from functools import partial
 from typing import Any, TypeVar
 
+from citizen.access.commons import pages
 from citizen.broker import commons
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker
@@ -63,9 +64,8 @@ class Gateway:
             raise
 
     def records(self, folder: str, *, deep: bool = False) -> list[dict[str, Any]]:
-        found: list[dict[str, Any]] = self._ask(commons.listing, {"folder": folder,
-                                                                  "deep": deep})["records"]
-        return found
+        return pages(lambda after: self._ask(commons.listing, {"folder": folder, "deep": deep,
+                                                               "after": after}))
 
     def folders(self, folder: str) -> list[str]:
         found: list[str] = self._ask(commons.folders, {"folder": folder})["folders"]
