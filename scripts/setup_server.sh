@@ -562,7 +562,8 @@ if [ -n "$join" ] || [ -f /etc/experience/civilization.json ]; then
     fi
     # As the broker's user, with its passfile: the login works, and this server's
     # citizens are claimed as its own (the broker claims newcomers itself).
-    if out="$(runuser -u "$broker" -- env CIV_ROOT=/home PYTHONPATH="$release" \
+    # (cd /: the operator's directory, root's, is not the broker's to enter.)
+    if out="$(cd / && runuser -u "$broker" -- env CIV_ROOT=/home PYTHONPATH="$release" \
             PYTHONDONTWRITEBYTECODE=1 "$venv/bin/python" -m citizen.broker.membership claim 2>&1)"; then
         printf '%s\n' "$out" | sed 's/^/    /'
     elif [ -n "$join" ]; then

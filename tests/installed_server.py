@@ -36,12 +36,12 @@ class Server:
         return f"citizen:{name} sleeping" in status
 
 
-def install(box: Container) -> Server:
-    """Run setup_server.sh on the booted `box`, timed."""
+def install(box: Container, *args: str, env: dict[str, str] | None = None) -> Server:
+    """Run setup_server.sh (with `args`, and `env` beside pip's) on the booted `box`, timed."""
     started = time.monotonic()
-    out = box.run(SETUP, env=PIP_ENV, timeout=900).stdout
+    out = box.run(SETUP, *args, env={**PIP_ENV, **(env or {})}, timeout=900).stdout
     seconds = time.monotonic() - started
-    print(f"\nsetup_server.sh on a fresh container: {seconds:.1f} s")
+    print(f"\nsetup_server.sh on a fresh container ({box.name}): {seconds:.1f} s")
     return Server(box, out, seconds)
 
 

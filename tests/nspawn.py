@@ -11,7 +11,7 @@ import os
 import shutil
 import subprocess
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,9 +74,11 @@ def ensure_rootfs() -> Path:
 class Container:
     """One booted, ephemeral container with the project bound read-only at /srv/project."""
 
-    def __init__(self, project: Path, name: str = "experience-test") -> None:
+    def __init__(self, project: Path, name: str = "experience-test",
+                 args: Sequence[str] = ()) -> None:
         self.project = project
         self.name = name
+        self.args = tuple(args)  # more of nspawn's options (tests/lab.py: a private network)
         self.proc: subprocess.Popen[bytes] | None = None
         self.systemd_pid = 0
 
@@ -84,7 +86,7 @@ class Container:
         self.proc = subprocess.Popen(
             ["systemd-nspawn", "-D", str(ensure_rootfs()), "--ephemeral", "--boot",
              "--register=no", "--keep-unit", "--console=passive", f"--machine={self.name}",
-             f"--bind-ro={self.project}:/srv/project"],
+             f"--bind-ro={self.project}:/srv/project", *self.args],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

@@ -47,20 +47,25 @@ def _as_owner(cmd: list[str]) -> list[str]:
 
 @dataclass
 class Cluster:
-    """One running PostgreSQL server in `data`, listening on a socket in `socket_dir`."""
+    """One running PostgreSQL server in `data`, listening on a socket in `socket_dir` (and
+    on `listen`'s addresses in network namespace `netns`: tests/lab.py's servers)."""
 
     data: Path
     socket_dir: Path
     port: int = 5432  # the socket's name: .s.PGSQL.<port>
+    listen: str = ""  # listen_addresses: none, the socket alone
+    netns: str = ""
 
     def dsn(self, dbname: str = "postgres", user: str = "postgres") -> str:
         return f"host={self.socket_dir} port={self.port} dbname={dbname} user={user}"
 
     def start(self) -> None:
-        subprocess.run(_as_owner([str(BIN / "pg_ctl"), "-D", str(self.data), "-w", "-l",
-                                  str(self.data / "log"), "-o",
-                                  f"-k {self.socket_dir} -c listen_addresses='' "
-                                  f"-p {self.port} -c fsync=on", "start"]),
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []
+        subprocess.run([*inside, *_as_owner([str(BIN / "pg_ctl"), "-D", str(self.data), "-w",
+                                             "-l", str(self.data / "log"), "-o",
+                                             f"-k {self.socket_dir} "
+                                             f"-c listen_addresses='{self.listen}' "
+                                             f"-p {self.port} -c fsync=on", "start"])],
                        check=True, capture_output=True, timeout=60)
 
     def stop(self, mode: str = "fast") -> None:
@@ -83,12 +88,8 @@ class Cluster:
         return f"{prefix}_{secrets.token_hex(4)}"
 
 
-@pytest.fixture(scope="session")
-def cluster() -> Iterator[Cluster]:
-    why = unavailable()
-    if why:
-        pytest.skip(why)
-    top = Path(tempfile.mkdtemp(prefix="experience-pg-"))
+def initdb(top: Path) -> tuple[Path, Path]:
+    """A new cluster's data directory and socket directory in `top` (made by mkdtemp)."""
     data, sock = top / "data", top / "sock"
     sock.mkdir()
     if os.geteuid() == 0:  # mkdtemp's 0700 kept: the cluster's owner alone (root passes)
@@ -97,7 +98,16 @@ def cluster() -> Iterator[Cluster]:
     subprocess.run(_as_owner([str(BIN / "initdb"), "-D", str(data), "-U", "postgres",
                               "--auth=trust", "-E", "UTF8", "--no-instructions"]),
                    check=True, capture_output=True, timeout=120)
-    c = Cluster(data, sock)
+    return data, sock
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[Cluster]:
+    why = unavailable()
+    if why:
+        pytest.skip(why)
+    top = Path(tempfile.mkdtemp(prefix="experience-pg-"))
+    c = Cluster(*initdb(top))
     c.start()
     try:
         yield c
