@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -128,6 +129,117 @@ def test_a_rerun_of_the_join_changes_nothing(lab: Lab) -> None:
     # edited since the boot is a new release there).
     step = again.split("==> the civilization on several servers\n", 1)[1].split("==>", 1)[0]
     assert step == "    server b: 1 citizens claimed (mira)\n", again
+
+
+DEBATE = """
+import json, sys
+from citizen import civilization
+from shared.errors import SharedError
+me, did, side = sys.argv[1], sys.argv[2], sys.argv[3]
+debates = civilization.debates()
+if did == "new":
+    did = debates.start("Should every change ship with its tests?", ["opus", "mira", "aria"],
+                        me).id
+d = debates.load(did)
+assert d.owed_by() == me, d.owed_by()
+d = debates.move(did, me, {"move": "TOP_CLAIM", "content": me + " says " + side,
+                           "top_claim": {"statement": "Tests first keeps the code safe",
+                                         "side": side, "confidence": 0.7}})
+print(json.dumps({"id": did, "seq": d.seq, "next": d.owed_by()}))
+"""
+FORGE = """
+import json
+from citizen.access.commons import BrokerCommons
+from citizen.config import paths
+from shared.remote import RemoteRefused
+try:  # the header names mira; the kernel says opus
+    BrokerCommons(paths.broker_socket(), "mira").create("debates/x/moves/0001-mira.json", {})
+    print("WRITTEN")
+except RemoteRefused as exc:
+    print(exc.status, exc)
+"""
+
+
+def test_a_debate_runs_with_its_citizens_on_both_servers(lab: Lab) -> None:
+    """Real citizens, each through its own server's broker: opus (a) opens and moves,
+    mira (b) moves next, aria (a) after her; each row's author is the kernel's word on
+    its server. And opus, naming mira in the broker's header, is refused by a's broker."""
+    a, b = lab.box("a"), lab.box("b")
+    first = json.loads(a.run(*python_as("opus"), DEBATE, "opus", "new", "YES").stdout)
+    assert (first["seq"], first["next"]) == (1, "mira")
+    second = json.loads(b.run(*python_as("mira"), DEBATE, "mira", first["id"], "NO").stdout)
+    assert (second["seq"], second["next"]) == (2, "aria")
+    third = json.loads(a.run(*python_as("aria"), DEBATE, "aria", first["id"], "NO").stdout)
+    assert third["seq"] == 3
+    moves = lab.cluster.sql("SELECT key || ' ' || author FROM records WHERE folder LIKE "
+                            "'debates/%/moves' ORDER BY key", DATABASE)  # the one debate
+    assert [line.split("/")[-1] for line in moves.splitlines()] == [
+        "0001-opus.json opus", "0002-mira.json mira", "0003-aria.json aria"]
+    forged = a.run(*python_as("opus"), FORGE).stdout
+    assert forged.startswith("403") and "cannot call for mira" in forged, forged
+
+
+SPEND = """
+import sys
+from citizen.broker import database
+from citizen.broker.ledger import CapExceeded, Caps
+from citizen.broker.spend import SharedLedger
+who, n, cap = sys.argv[1], int(sys.argv[2]), float(sys.argv[3])
+db = database.Database(database.settings(), max_size=2)
+ledger, made = SharedLedger(db), 0
+for _ in range(n):
+    try:
+        ledger.reserve(who, "claude-haiku-4-5", 0.25, Caps(1e6, 1e6, cap, 1e6))
+        made += 1
+    except CapExceeded:
+        pass
+print(made)
+"""
+
+
+def test_the_civilizations_cap_holds_under_calls_raced_from_both_servers(lab: Lab) -> None:
+    """Each server's broker user reserves 40 calls of $0.25 as fast as it can, both at
+    once, against a civilization's daily cap that fits 30 (whatever was spent before):
+    exactly 30 reserved in all, and the totals are the calls."""
+    before = float(lab.cluster.sql("SELECT coalesce(max(used), 0) FROM spend WHERE "
+                                   "citizen = '*' AND period = to_char(now() at time zone "
+                                   "'utc', 'YYYY-MM-DD')", DATABASE) or 0)
+    cap = str(before + 7.5)
+    with ThreadPoolExecutor(2) as pool:
+        made = list(pool.map(lambda job: lab.release_python(
+            job[0], BROKER_USER, "-c", SPEND, job[1], "40", cap), [("a", "opus"),
+                                                                 ("b", "mira")]))
+    counts = [int(m.stdout.strip() or -1) for m in made]
+    assert sum(counts) == 30 and all(c > 0 for c in counts), [m.stderr for m in made]
+    leaked = lab.cluster.sql(
+        "SELECT count(*) FROM spend s WHERE s.citizen = '*' AND s.used <> (SELECT "
+        "coalesce(sum(CASE WHEN c.state = 'reserved' THEN c.reserved_usd ELSE c.cost_usd "
+        "END), 0) FROM calls c WHERE s.period IN (c.day, c.month))", DATABASE)
+    assert leaked == "0"
+
+
+def test_a_killed_broker_and_a_restarted_database_lose_nothing(lab: Lab) -> None:
+    """a's broker holds open reservations when it is killed (-9), then the database
+    restarts as from a crash: a's broker, started again by systemd, counts them at
+    their worst case; no reservation stays open and b's rows are untouched."""
+    # 2 reservations as a's broker user, never settled: what a broker killed mid-call leaves
+    held = lab.release_python("a", BROKER_USER, "-c", SPEND, "aria", "2", "1e6")
+    assert held.stdout.strip() == "2", held.stderr
+    a = lab.box("a")
+    pid = a.run("systemctl", "show", "-p", "MainPID", "--value", "experience-broker").stdout
+    a.run("kill", "-9", pid.strip())
+    lab.cluster.restart()
+    a.run("systemctl", "restart", "experience-broker")
+    until(lambda: lab.cluster.sql("SELECT count(*) FROM calls WHERE server = 'a' AND state "
+                                  "= 'reserved'", DATABASE) == "0", timeout=120)
+    orphaned = lab.cluster.sql("SELECT count(*) FROM calls WHERE citizen = 'aria' AND "
+                               "state = 'orphaned' AND cost_usd = reserved_usd", DATABASE)
+    assert orphaned == "2"
+    leaked = lab.cluster.sql(
+        "SELECT count(*) FROM spend s WHERE s.used <> (SELECT coalesce(sum(CASE WHEN "
+        "c.state = 'reserved' THEN c.reserved_usd ELSE c.cost_usd END), 0) FROM calls c "
+        "WHERE s.citizen IN ('*', c.citizen) AND s.period IN (c.day, c.month))", DATABASE)
+    assert leaked == "0"
 
 
 def test_with_b_powered_off_a_goes_on(lab: Lab) -> None:
