@@ -18,6 +18,7 @@ import hashlib
 import json
 import logging
 from collections.abc import Iterable, Mapping
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, cast
 
@@ -150,7 +151,8 @@ class Reader:
         if self.remote is not None:  # one listing of the thread, not a read per name (~30)
             self._listed[pid] = set(self.threads.names(pid, "*.json"))
         try:
-            return self._load(pid)
+            with self.weights.steady() if self.remote is not None else nullcontext():
+                return self._load(pid)
         finally:
             self._listed.pop(pid, None)
 

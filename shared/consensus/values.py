@@ -12,8 +12,8 @@ check-then-write (`diversity`) is a lease.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Mapping
-from contextlib import AbstractContextManager
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -71,6 +71,7 @@ class Weights:
         self.journal = None if remote is None else Journal(
             remote, folder_of(key(shared_dir, self.history_path)))
         self.evidence = Episodes(shared_dir, remote)  # only its stamp: when vouches change
+        self._pinned: tuple[int, ...] | None = None  # `steady`'s key
         self.framework = framework
         self.profiles = dict(profiles)  # citizen -> profile name (executor, verifier, …)
         self.vouch = vouch
@@ -108,6 +109,8 @@ class Weights:
 
     def key(self) -> tuple[int, ...]:
         """Changes whenever the replay may: the history or the episode log changed."""
+        if self._pinned is not None:
+            return self._pinned
         if self.journal is not None:
             return (*self.journal.stamp(), *self.evidence.stamp())
         return (*_stat(self.history_path), *_stat(self.episodes_path))
@@ -125,6 +128,19 @@ class Weights:
         if self.journal is not None:
             return self.journal.remote.lease(f"{self.journal.folder}.lock", seconds)
         return locked(self.history_path, timeout=seconds)
+
+    @contextmanager
+    def steady(self) -> Iterator[None]:
+        """Within: the key is asked once (a read that writes nothing, such as a proposal's
+        load: on several servers each ask is two calls to the broker)."""
+        if self._pinned is not None:
+            yield
+            return
+        self._pinned = self.key()
+        try:
+            yield
+        finally:
+            self._pinned = None
 
     def current(self, citizen: str) -> dict[str, float]:
         key = self.key()
