@@ -156,3 +156,20 @@ def test_the_days_diversity_steps_are_made_once_for_the_whole_civilization(
     assert diversity.enforce(by["opus"].weights, PEOPLE, "2026-11-29", 0.15) == []
     assert {c: by["opus"].weights.current(c) for c in PEOPLE} == \
         {c: by["mira"].weights.current(c) for c in PEOPLE}
+
+
+def test_a_justification_copied_from_an_older_proposal_is_flagged_on_every_server(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    """The gaming check's memory of every proposal's justifications (justifications.py)
+    reads the civilization's threads: a copy is flagged whichever server looks."""
+    by = seat(sites, tmp_path / "far")
+    # Chosen ids: "older" is the id's order, and two opened in one second draw theirs.
+    first = by["opus"].request(HELLO, "opus", "operator", pid="prop-20260101T000000-0001").id
+    by["opus"].propose(first, "opus", proposal())
+    by["opus"].load(first)  # the index is read, and kept, before the copy
+    copy = by["opus"].request("Write hello.md again", "opus", "operator",
+                              pid="prop-20260101T000001-0002").id
+    by["opus"].propose(copy, "opus", proposal())
+    for c in PEOPLE:
+        assert f"justification for truth repeated from {first}" in by[c].load(copy).flags
+        assert by[c].load(first).flags == []

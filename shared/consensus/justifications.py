@@ -25,6 +25,7 @@ class Justifications:
         self.threads = threads
         self._keys: dict[str, tuple[object, frozenset[str]]] = {}  # pid -> (seen, keys)
         self._frozen: dict[str, list[str]] | None = None
+        self._whole: tuple[tuple[int, ...], dict[str, list[str]]] | None = None  # remote
 
     def elsewhere(self, pid: str) -> dict[str, str]:
         """Each key cited by a proposal older than `pid`: the first proposal citing it.
@@ -40,6 +41,11 @@ class Justifications:
 
     def index(self) -> dict[str, list[str]]:
         """key -> the proposals citing it, oldest first."""
+        whole: tuple[int, ...] = ()
+        if self.threads.remote is not None:  # one stamp while no thread changed, not one each
+            whole = self.threads.remote.stamp(self.threads.key(self.threads.root))
+            if self._whole is not None and self._whole[0] == whole:
+                return {k: list(v) for k, v in self._whole[1].items()}
         out: dict[str, list[str]] = {}
         for pid in self.threads.ids():
             if not self.threads.exists(pid):
@@ -55,6 +61,8 @@ class Justifications:
                 cached = self._keys[pid] = (mtime, self._read(pid))
             for key in cached[1]:
                 out.setdefault(key, []).append(pid)
+        if whole:
+            self._whole = (whole, {k: list(v) for k, v in out.items()})
         return out
 
     @contextlib.contextmanager
