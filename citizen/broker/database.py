@@ -82,6 +82,7 @@ def settings(path: Path | None = None) -> Settings | None:
 
 def schema() -> str:
     """The civilization's schema, as shipped with the release (a data file)."""
+    # door: the release's own data file (root's), never a citizen's
     return resources.files("citizen.broker").joinpath("sql", SCHEMA).read_text("utf-8")
 
 

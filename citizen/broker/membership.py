@@ -89,7 +89,7 @@ def read_password(path: Path) -> str:
     :raises JoinError: it cannot be read or holds no password on one line.
     """
     try:
-        raw = path.read_text(encoding="utf-8")
+        raw = path.read_text(encoding="utf-8")  # door: root's copy of the admin's password file
     except (OSError, UnicodeDecodeError) as exc:
         raise JoinError(f"{path} cannot be read ({exc}) - copy the file that `citizen "
                         "civilization add-server` wrote to this server and name it") from exc
@@ -109,7 +109,7 @@ def _differs(path: Path, data: bytes, mode: int, owner: tuple[int, int]) -> bool
     if (not stat.S_ISREG(st.st_mode) or stat.S_IMODE(st.st_mode) != mode
             or (st.st_uid, st.st_gid) != owner):
         return True
-    return path.read_bytes() != data
+    return path.read_bytes() != data  # door: /etc/experience, root's (a regular file, above)
 
 
 def join(server: str, dsn: str, password_file: Path, folder: Path | None = None,

@@ -81,6 +81,7 @@ def _existing(path: Path) -> str:
     if path.stat().st_mode & (stat.S_IRWXG | stat.S_IRWXO):
         raise CitizenError(f"{path} may be read by others - chmod 600 {path}, or give a new "
                            "file name and a password is made there")
+    # door: the admin's own password file, named on its command line (its mode checked above)
     password = path.read_text(encoding="utf-8").rstrip("\r\n")
     if not password or "\n" in password:
         raise CitizenError(f"{path} holds no password on one line - give a new file name "
