@@ -173,3 +173,20 @@ def test_a_justification_copied_from_an_older_proposal_is_flagged_on_every_serve
     for c in PEOPLE:
         assert f"justification for truth repeated from {first}" in by[c].load(copy).flags
         assert by[c].load(first).flags == []
+
+
+def test_a_peers_row_in_a_proposals_thread_is_not_its_justification(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    """Each author writes in a namespace of its own: mira's row planted at opus's
+    proposal-01.json, first there, neither stands for opus's revision in the gaming
+    check's index nor hides it (a later copy of opus's words is still flagged)."""
+    by = seat(sites, tmp_path / "far")
+    ids = [f"prop-20260101T00000{n}-000{n}" for n in (1, 2)]
+    for pid in ids:
+        by["opus"].request(HELLO, "opus", "operator", pid=pid)
+    sites["b"].as_citizen("mira").create(f"proposals/records/{ids[0]}/proposal-01.json",
+                                         {"value_justification": {"truth": "planted words"}})
+    by["opus"].propose(ids[0], "opus", proposal("other.md", "Other text"))
+    d = by["opus"].propose(ids[1], "opus", proposal("other.md", "Other text"))
+    assert f"justification for truth repeated from {ids[0]}" in d.flags
+    assert by["mira"].load(ids[0]).revisions[0]["author"] == "opus"

@@ -77,8 +77,10 @@ class Justifications:
     def _read(self, pid: str) -> frozenset[str]:
         keys: set[str] = set()
         for name in self.threads.names(pid, "proposal-*.json"):
-            if self.threads.remote is not None:  # who wrote it is the load's question
-                rec = self.threads.read(pid, name)
+            if self.threads.remote is not None:  # the executor's row: a peer's there is not it
+                roles = self.threads.header(pid).get("roles")  # its opener's: any shape
+                executor = roles.get("executor") if isinstance(roles, dict) else None
+                rec = self.threads.read(pid, name, str(executor)) if executor else None
                 keys.update(gaming.justification_keys(rec) if rec is not None else ())
                 continue
             try:
