@@ -12,9 +12,10 @@ folder - `memory/episodes/`, `memory/consensus_history/`, `memory/patterns/`,
 
 Lines come back oldest key first: time-sortable by the writer's clock (servers' clocks
 agree to NTP's precision; two lines within that may swap - the replays that read them
-are rules over the set, not over microseconds). A listing is the broker's first
-LIST_MAX (2000) records of a folder: a history past that needs the broker's listing to
-page, or to start from the newest (not built yet).
+are rules over the set, not over microseconds). A history is listed whole, page after
+page of the broker's (`citizen.access.commons.pages`): each read costs a call per 2,000
+lines - a listing from the newest back, for the readers that want only the last few,
+is not built yet.
 """
 
 from __future__ import annotations
