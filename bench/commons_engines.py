@@ -7,7 +7,9 @@ citizen to another server's broker.
 `file`: `Document.update` (shared/documents.py, the one flock), as bench/documents.py.
 `postgres`: `BrokerCommons.update` (citizen/access/commons.py) through a broker process
 (citizen/broker/commons.py) on a throw-away Debian PostgreSQL 15 cluster (fsync on, as
-the tests' one): read, change, write-if-unchanged, again on a conflict. Each writer is a
+the tests' one): the row held FOR UPDATE in a transaction the broker keeps between the
+writer's two calls (citizen/broker/holds.py), changed by the writer, written and
+committed. Each writer is a
 real process; they start together (each says "ready", waits for "go"). Printed per run:
 updates/s, update() latency median, p95 and p99, tries per update, lost updates.
 
@@ -205,7 +207,8 @@ def main() -> None:
             return int(got or 0)
 
         print("\n# one shared document, read-modify-write; file = flock + fsync'd rename, "
-              "postgres = through the broker, written only at the version read")
+              "postgres = through the broker, the row held FOR UPDATE between the writer's "
+              "two calls")
         p99 = {}
         for writers in args.writers:
             p99[("file", writers)] = run("file", doc, writers, updates=args.updates, env=env,
