@@ -59,8 +59,8 @@ class Commons:
     draw_request: Any = None
     world_request: Any = None
     # A civilization of several servers: the records the broker keeps (shared.remote);
-    # None: the commons is the files under `dir`. Debates use it; the other protocols
-    # are still each server's files (docs/architecture.md §6 says which).
+    # None: the commons is the files under `dir`. Debates, Thought World and evolution
+    # use it; the other protocols are still each server's files (docs/architecture.md §6).
     remote: Remote | None = None
 
     @cached_property
