@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from citizen.broker import world
 from citizen.config import paths
 from shared.consensus import Consensus, diversity, render
 from shared.consensus.values import load_framework
@@ -190,3 +191,16 @@ def test_a_peers_row_in_a_proposals_thread_is_not_its_justification(
     d = by["opus"].propose(ids[1], "opus", proposal("other.md", "Other text"))
     assert f"justification for truth repeated from {ids[0]}" in d.flags
     assert by["mira"].load(ids[0]).revisions[0]["author"] == "opus"
+
+
+def test_the_brokers_world_step_reads_the_proposal_from_the_civilization(
+        sites: dict[str, Site], tmp_path: Path) -> None:
+    """The broker executes an approved proposal's actions for its executor
+    (citizen/broker/world.py): on several servers it reads the proposal's records from
+    the civilization's database, through its own pool - on this server's files alone it
+    answered NotFound for a proposal opened on another server."""
+    by = seat(sites, tmp_path / "far")
+    d = by["mira"].request(HELLO, "mira", "operator")  # opened on server b
+    for s in ("a", "b"):
+        seen = world.consensus(sites[s].broker, "opus").load(d.id)
+        assert (seen.id, seen.phase, seen.roles) == (d.id, d.phase, d.roles)

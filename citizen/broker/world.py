@@ -26,6 +26,7 @@ from typing import Any
 
 from citizen import config
 from citizen.broker import repos
+from citizen.broker.gateway import Gateway
 from citizen.broker.refused import Refused
 from citizen.broker.server import Broker, route
 from citizen.config import paths
@@ -119,14 +120,17 @@ def run_boxed(command: str, world: Path) -> str:
     return result
 
 
-def consensus(broker: Broker) -> Consensus:
-    """The protocol as the broker reads it: its own list of citizens, the release's
-    values, authorship enforced on a server, commands run in its sandbox."""
+def consensus(broker: Broker, citizen: str) -> Consensus:
+    """The protocol as the broker reads it for `citizen`'s step: its own list of citizens
+    (on several servers the civilization's, and the proposal's records in its database,
+    through its own pool: `gateway.Gateway`), the release's values, authorship enforced
+    on a server, commands run in its sandbox."""
     tpl = config.templates()
-    names = repos.citizens(broker.server_mode)
+    far = Gateway(broker, citizen) if broker.database is not None else None
+    names = sorted(far.citizens()) if far is not None else repos.citizens(broker.server_mode)
     commons = Commons(paths.shared_dir(), names, broker.server_mode, tpl.dir / "values.yaml",
                       {n: tpl.values_profile(n) for n in names},
-                      medium_programs=config.medium_programs())
+                      medium_programs=config.medium_programs(), remote=far)
     c = commons.consensus
     c.world.runner = run_boxed
     return c
@@ -152,7 +156,7 @@ def _keep(path: Path, done: dict[str, Any]) -> None:
 @route("POST", "/v1/experience/world/execute")
 def execute(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
     pid = repos.field(body, "proposal")
-    c = consensus(broker)
+    c = consensus(broker, citizen)
     with repos.LOCK:
         try:
             d = c.owing(pid, citizen, "execute")
@@ -172,7 +176,7 @@ def execute(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
 @route("POST", "/v1/experience/world/revert")
 def revert(broker: Broker, citizen: str, body: bytes) -> tuple[int, Any]:
     pid = repos.field(body, "proposal")
-    c = consensus(broker)
+    c = consensus(broker, citizen)
     with repos.LOCK:
         try:
             d = c.owing(pid, citizen, "check")
