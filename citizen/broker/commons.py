@@ -41,6 +41,7 @@ from typing import Any
 from citizen.access.commons import RINGS_VIEW
 from citizen.broker import holds, mailnews
 from citizen.broker.database import Database
+from citizen.broker.mailrules import json_body  # the routes' one JSON-object reader
 from citizen.broker.refused import Refused
 from citizen.broker.rings import CHANNEL, MAX_WAIT_S
 from citizen.broker.server import VIEWS, Broker, route
@@ -86,16 +87,6 @@ def _conn(broker: Broker) -> Iterator[Any]:
     """A pooled connection (autocommit) to the civilization's database (`_refusals`)."""
     with _refusals(broker) as db, db.connection() as conn:
         yield conn
-
-
-def _body(raw: bytes) -> dict[str, Any]:
-    try:
-        body = json.loads(raw or b"{}")
-    except ValueError as exc:
-        raise Refused(400, "invalid_request_error", f"send a JSON object ({exc})") from exc
-    if not isinstance(body, dict):
-        raise Refused(400, "invalid_request_error", "send a JSON object")
-    return body
 
 
 def key_of(body: dict[str, Any], name: str = "key", *, folder: bool = False) -> str:
@@ -157,14 +148,20 @@ def write(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     return file_own(broker, citizen, raw)
 
 
-def file_once(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool = False
-              ) -> tuple[int, Any]:
-    """record/create; `filed_by_broker`: the broker's own record (BROKERS_ONLY)."""
-    body = _body(raw)
+def _filing(citizen: str, raw: bytes, filed_by_broker: bool) -> tuple[str, dict[str, Any]]:
+    """The key and the record a create or write files: `author` the caller's, and in a
+    folder a citizen may file in unless the broker files it (BROKERS_ONLY)."""
+    body = json_body(raw)
     key, data = key_of(body), _data(body)
     if not filed_by_broker:
         _citizens_place(key)
-    record = {**data, "author": citizen}
+    return key, {**data, "author": citizen}
+
+
+def file_once(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool = False
+              ) -> tuple[int, Any]:
+    """record/create; `filed_by_broker`: the broker's own record (BROKERS_ONLY)."""
+    key, record = _filing(citizen, raw, filed_by_broker)
     with _conn(broker) as conn:
         row = conn.execute(
             "INSERT INTO records (key, folder, author, data) VALUES (%s, %s, %s, %s) "
@@ -179,11 +176,7 @@ def file_once(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool
 def file_own(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool = False
              ) -> tuple[int, Any]:
     """record/write; `filed_by_broker`: the broker's own record (BROKERS_ONLY)."""
-    body = _body(raw)
-    key, data = key_of(body), _data(body)
-    if not filed_by_broker:
-        _citizens_place(key)
-    record = {**data, "author": citizen}
+    key, record = _filing(citizen, raw, filed_by_broker)
     with _conn(broker) as conn:
         # The caller's own row at the key: another author's there stays as it is.
         conn.execute(
@@ -197,7 +190,7 @@ def file_own(broker: Broker, citizen: str, raw: bytes, *, filed_by_broker: bool 
 def read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """{key, author?}: that author's record at the key, or (no author named) the first
     written there."""
-    body = _body(raw)
+    body = json_body(raw)
     key, author = key_of(body), body.get("author")
     if author is not None and not isinstance(author, str):
         raise Refused(400, "invalid_request_error", "author is a citizen's name")
@@ -222,7 +215,7 @@ def _beneath(folder: str) -> str:
 def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """{folder, deep?, after?}: a page of the records by (key, author); `after` is the
     last page's last [key, author], and `more` says whether to ask for the next."""
-    body = _body(raw)
+    body = json_body(raw)
     folder, deep, after = key_of(body, "folder", folder=True), body.get("deep") is True, \
         body.get("after") or ["", ""]
     if not (isinstance(after, list) and len(after) == 2 and all(isinstance(a, str)
@@ -241,7 +234,7 @@ def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 def stamp(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """What changes whenever a record is added or rewritten beneath a folder: how many
     there are and the newest write (a thread's signature, for what is owed)."""
-    folder = key_of(_body(raw), "folder")
+    folder = key_of(json_body(raw), "folder")
     with _conn(broker) as conn:
         row = conn.execute("SELECT count(*), coalesce(floor(extract(epoch FROM max(written))"
                            " * 1e6), 0)::bigint FROM records WHERE folder = %s OR folder "
@@ -251,7 +244,7 @@ def stamp(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("POST", PREFIX + "record/folders", commons=True)
 def folders(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    folder = key_of(_body(raw), "folder", folder=True)
+    folder = key_of(json_body(raw), "folder", folder=True)
     prefix = f"{folder}/" if folder else ""
     with _conn(broker) as conn:
         rows = conn.execute(
@@ -263,7 +256,7 @@ def folders(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("POST", PREFIX + "document/read", commons=True)
 def document_read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    key = key_of(_body(raw))
+    key = key_of(json_body(raw))
     with _conn(broker) as conn:
         row = conn.execute("SELECT data, version FROM documents WHERE key = %s",
                            (key,)).fetchone()
@@ -272,14 +265,14 @@ def document_read(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("POST", PREFIX + "document/hold", commons=True)
 def document_hold(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    key = key_of(_body(raw))
+    key = key_of(json_body(raw))
     with _refusals(broker) as db:
         return 200, holds.of(db).hold(citizen, key)
 
 
 @route("POST", PREFIX + "document/put", commons=True)
 def document_put(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    body = _body(raw)
+    body = json_body(raw)
     data, token = _data(body), body.get("token")
     if not isinstance(token, str):
         raise Refused(400, "invalid_request_error", "send the token document/hold gave")
@@ -289,7 +282,7 @@ def document_put(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("POST", PREFIX + "document/drop", commons=True)
 def document_drop(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    token = _body(raw).get("token")
+    token = json_body(raw).get("token")
     if not isinstance(token, str):
         raise Refused(400, "invalid_request_error", "send the token document/hold gave")
     with _refusals(broker) as db:
@@ -301,7 +294,7 @@ def document_drop(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 def lease_take(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """Take the lease `name` for `seconds` if nobody holds it (or its holder's time is
     up): {taken: true, token} - or {taken: false}: ask again."""
-    body = _body(raw)
+    body = json_body(raw)
     name, seconds = key_of(body, "name"), body.get("seconds")
     if not isinstance(seconds, int | float) or not 0 < seconds <= MAX_LEASE_S:
         raise Refused(400, "invalid_request_error", f"a lease is 0-{MAX_LEASE_S} seconds")
@@ -320,7 +313,7 @@ def lease_take(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 @route("POST", PREFIX + "lease/give", commons=True)
 def lease_give(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
     """Give back a lease this caller holds under `token` (anyone else's stays)."""
-    body = _body(raw)
+    body = json_body(raw)
     name, token = key_of(body, "name"), body.get("token")
     if not isinstance(token, str):
         raise Refused(400, "invalid_request_error", "send the token lease/take gave")
@@ -333,7 +326,7 @@ def lease_give(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
 
 @route("POST", PREFIX + "ring", commons=True)
 def ring(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
-    body = _body(raw)
+    body = json_body(raw)
     target, wake_type = body.get("citizen"), body.get("wake_type")
     if not isinstance(target, str) or not isinstance(wake_type, str):
         raise Refused(400, "invalid_request_error", 'send {"citizen": …, "wake_type": …}')
