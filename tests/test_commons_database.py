@@ -275,3 +275,16 @@ def test_a_listing_longer_than_a_page_comes_whole(sites: dict[str, Site],
     assert got == sorted([(f"notes/n{i}.json", "opus") for i in range(5)]
                          + [("notes/n2.json", "mira")])
     assert len(Gateway(sites["a"].broker, "opus").records("notes")) == 6
+
+
+def test_a_page_is_cut_by_its_bytes_too(sites: dict[str, Site],
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records of near a megabyte (a change's bundle) are listed a few a page: an answer
+    never outgrows what the citizen's side reads, and none is lost between pages."""
+    monkeypatch.setattr(commons, "PAGE_BYTES", 3000)
+    opus = sites["a"].as_citizen("opus")
+    for i in range(4):
+        opus.create(f"big/b{i}.json", {"blob": "x" * 1200})
+    first = opus.call("record/list", {"folder": "big"})
+    assert len(first["records"]) == 2 and first["more"]
+    assert [r["key"] for r in opus.records("big")] == [f"big/b{i}.json" for i in range(4)]

@@ -70,7 +70,11 @@ class BrokerCommons:
                          .encode() + raw)
             answer = http.client.HTTPResponse(sock)
             answer.begin()
-            data = json.loads(answer.read(MAX_ANSWER) or b"{}")
+            try:
+                data = json.loads(answer.read(MAX_ANSWER) or b"{}")
+            except ValueError as exc:  # cut, or no broker's answer: a refusal, named
+                raise CommonsRefused(502, f"the broker's answer to {route} is not JSON "
+                                     f"({exc})") from exc
         if answer.status != 200:
             error = data.get("error", {}) if isinstance(data, dict) else {}
             message = str(error.get("message", data))

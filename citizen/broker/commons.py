@@ -53,6 +53,7 @@ SEGMENT = re.compile(r"^[A-Za-z0-9_~@+-][A-Za-z0-9._~@+-]{0,127}$")
 MAX_DEPTH, MAX_KEY = 8, 512
 MAX_RECORD = 1 << 20  # a record is KBs; a megabyte is no record (the body cap is 4 MB)
 LIST_MAX = 2000  # one answer's records; a folder holds a thread's steps, not thousands
+PAGE_BYTES = 4 << 20  # and one answer's bytes, at most (the citizen's side reads 8 MB)
 MAX_RING = 400  # a NOTIFY payload stays small (PostgreSQL's limit is 8000 bytes)
 MAX_LEASE_S = 60  # a lease outlives a dead holder by at most this (the flock it stands in for
 # waits APPEND_WAIT_S, 30 s: a peer that keeps taking one delays, it never blocks for long)
@@ -227,7 +228,14 @@ def listing(broker: Broker, citizen: str, raw: bytes) -> tuple[int, Any]:
                             "ORDER BY key, author LIMIT %s",
                             (folder, deep, _beneath(folder), after[0], after[1],
                              LIST_MAX + 1)).fetchall()
-    return 200, {"records": [_row(*r) for r in rows[:LIST_MAX]], "more": len(rows) > LIST_MAX}
+    page: list[dict[str, Any]] = []
+    size = 0
+    for r in rows[:LIST_MAX]:  # a page is also at most PAGE_BYTES (a change's bundle is
+        size += len(json.dumps(r[2]))  # a record of up to ~0.9 MB): never past the reader's cap
+        if page and size > PAGE_BYTES:
+            return 200, {"records": page, "more": True}
+        page.append(_row(*r))
+    return 200, {"records": page, "more": len(rows) > LIST_MAX}
 
 
 @route("POST", PREFIX + "record/stamp", commons=True)
