@@ -39,7 +39,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from citizen.access.commons import RINGS_VIEW
-from citizen.broker import holds, mailnews
+from citizen.broker import holds, mailnews, views
 from citizen.broker.database import Database
 from citizen.broker.mailrules import json_body  # the routes' one JSON-object reader
 from citizen.broker.refused import Refused
@@ -366,15 +366,9 @@ def rings_view(broker: Broker, uid: int, query: str) -> tuple[int, Any]:
     if broker.rings is None:
         raise Refused(404, "not_found_error", "this server hears no rings from others: no "
                       "civilization.json names a database")
-    wait = 0.0
-    for part in filter(None, query.split("&")):
-        name, _, value = part.partition("=")
-        try:
-            wait = float(value) if name == "wait" else -1.0
-        except ValueError:
-            wait = -1.0
-        if not 0 <= wait <= MAX_WAIT_S:
-            raise Refused(400, "invalid_request_error", f"ask ?wait=<0-{MAX_WAIT_S:.0f}>")
+    wait = views.params(query, ("wait",)).get("wait", 0)
+    if not 0 <= wait <= MAX_WAIT_S:
+        raise Refused(400, "invalid_request_error", f"ask ?wait=<0-{MAX_WAIT_S:.0f}>")
     return 200, {"rings": [{"citizen": r.citizen, "wake_type": r.wake_type,
                             "reason": r.reason, "sender": r.sender}
                            for r in broker.rings.take(timeout=wait)]}

@@ -114,8 +114,10 @@ _VIEWS: dict[str, tuple[Callable[..., dict[str, Any]], tuple[str, ...]]] = {
 
 # ---------------------------------------------------------------- in the broker
 
-def _params(query: str, allowed: tuple[str, ...]) -> dict[str, int]:
-    """:raises Refused: 400 for a parameter the view does not take or not a number."""
+def params(query: str, allowed: tuple[str, ...]) -> dict[str, int]:
+    """A view's whole-number parameters (every view of the broker reads its query here).
+
+    :raises Refused: 400 for a parameter the view does not take or not a number."""
     try:
         fields = parse_qs(query, max_num_fields=8)  # bounded: a query is a few numbers
     except ValueError as exc:
@@ -137,9 +139,9 @@ def _served(name: str) -> Callable[[Broker, int, str], tuple[int, Any]]:
 
     def view(broker: Broker, uid: int, query: str) -> tuple[int, Any]:
         may_view(uid, server_mode=broker.server_mode)  # first: a refused caller gets no more
-        params = _params(query, allowed)
+        asked = params(query, allowed)
         try:
-            return 200, compute(**params)
+            return 200, compute(**asked)
         except _STATE_ERRORS as exc:
             raise Refused(500, "api_error", f"the broker cannot read its {name}: {exc}") \
                 from exc
@@ -155,7 +157,7 @@ def _permits(broker: Broker, uid: int, query: str) -> tuple[int, Any]:
     """Who holds a wake permit and who waits (citizen.broker.permits): the broker's
     memory, so asked of it in dev mode too (`citizen.access.permit.listing`)."""
     may_view(uid, server_mode=broker.server_mode)
-    _params(query, ())
+    params(query, ())
     return 200, broker.permits.view()
 
 
