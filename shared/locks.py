@@ -134,7 +134,14 @@ def _acquire(fd: int, lock: Path, op: int, timeout: float | None, started: float
             if waited >= timeout:
                 raise LockTimeout(f"{lock} is held by another process (waited "
                                   f"{waited:.2f} s of {timeout:.2f} s)") from None
-            time.sleep(min(max(waited / 10, _FIRST_POLL_S), _LAST_POLL_S, timeout - waited))
+            pause(waited, timeout)
+
+
+def pause(waited: float, timeout: float) -> None:
+    """One step of a bounded wait for something another process holds (a flock, or a
+    lease on several servers): 1 ms at first, then a tenth of the time waited so far, at
+    most 100 ms, never past `timeout`."""
+    time.sleep(min(max(waited / 10, _FIRST_POLL_S), _LAST_POLL_S, timeout - waited))
 
 
 def is_locked(lock: Path) -> bool:

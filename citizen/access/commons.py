@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from citizen.access.client import CITIZEN_HEADER, connect
 from shared.errors import LockTimeout
+from shared.locks import pause
 from shared.remote import RemoteRefused, Taken
 
 T = TypeVar("T")
@@ -28,9 +29,6 @@ MAX_ANSWER = 8 << 20  # a folder's records; more is no answer of the broker's
 
 
 CommonsRefused = RemoteRefused  # the broker refused; `status` is its HTTP status
-# A lease asked for again while another holds it: 1 ms at first, then a tenth of the
-# time waited so far, at most 100 ms (as shared.locks waits for a flock).
-_FIRST_POLL_S, _LAST_POLL_S = 0.001, 0.1
 
 
 def pages(ask: Callable[[list[str]], dict[str, Any]]) -> list[dict[str, Any]]:
@@ -152,17 +150,15 @@ class BrokerCommons:
 
         :raises LockTimeout: another held it all that time (the message names it).
         """
-        deadline = time.monotonic() + seconds
-        poll = _FIRST_POLL_S
+        started = time.monotonic()
         while True:
             answer = self.call("lease/take", {"name": name, "seconds": seconds})
             if answer.get("taken"):
                 break
-            if time.monotonic() >= deadline:
+            if (waited := time.monotonic() - started) >= seconds:
                 raise LockTimeout(f"the lease {name} was held by another for {seconds:.0f} s;"
                                   " it frees itself when its holder's time is up - try again")
-            time.sleep(poll)  # a bounded wait for another process: nothing to be woken by
-            poll = min(_LAST_POLL_S, max(poll, (seconds - (deadline - time.monotonic())) / 10))
+            pause(waited, seconds)  # a bounded wait for another process: nothing wakes us
         try:
             yield
         finally:
