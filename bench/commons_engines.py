@@ -35,6 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.racers import race  # noqa: E402
 from bench.stats import pct  # noqa: E402
 from tests.postgres import BIN, Cluster, _as_owner, unavailable  # noqa: E402
 
@@ -126,22 +127,12 @@ def run(kind: str, target: Path, writers: int, *, updates: int, env: dict[str, s
         tmp: Path, read_count: Callable[[], int]) -> float:
     """One run of `writers` processes; prints its line, returns its update p99 (s)."""
     outs = [tmp / f"{kind}-{writers}-w{i}.json" for i in range(writers)]
+    before = read_count()  # no writer writes before "go"
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, kind, str(target), str(updates),
                                str(out), f"w{i}"], env=env, text=True,
                               stdin=subprocess.PIPE, stdout=subprocess.PIPE)
              for i, out in enumerate(outs)]
-    pipes = [(p.stdin, p.stdout) for p in procs if p.stdin and p.stdout]
-    for _, said in pipes:
-        said.readline()
-    before = read_count()
-    started = time.perf_counter()
-    for go, said in pipes:
-        go.write("go\n")
-        go.close()
-        said.close()
-    if any(p.wait() for p in procs):
-        raise SystemExit(f"a {kind} writer failed")
-    wall = time.perf_counter() - started
+    wall = race(procs, kind)
     figures = [json.loads(out.read_text()) for out in outs]
     calls = [c for f in figures for c in f[0]]
     tries = sum(f[1] for f in figures)

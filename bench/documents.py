@@ -25,12 +25,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.racers import race  # noqa: E402
 from bench.stats import pct  # noqa: E402
 
 WRITER = """
@@ -91,17 +91,7 @@ def run(kind: str, writers: int, updates: int) -> None:
                                    str(out), f"w{i}"], env=env, text=True,
                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE)
                  for i, out in enumerate(outs)]
-        pipes = [(p.stdin, p.stdout) for p in procs if p.stdin and p.stdout]
-        for _, said in pipes:  # every writer ready (a failed one reads "": seen below)
-            said.readline()
-        started = time.perf_counter()
-        for go, said in pipes:
-            go.write("go\n")
-            go.close()
-            said.close()
-        if any(p.wait() for p in procs):
-            raise SystemExit(f"a {kind} writer failed")
-        wall = time.perf_counter() - started
+        wall = race(procs, kind)
         figures = [json.loads(out.read_text()) for out in outs]
         data = json.loads(doc.read_text())
     waits, holds, calls = ([w for f in figures for w in f[k]] for k in range(3))
