@@ -4,6 +4,7 @@ workspace (context.md, notes, artifacts)."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -179,3 +180,20 @@ def test_a_count_that_is_not_a_finite_number_counts_as_none() -> None:
     for value in (json.loads("NaN"), json.loads("Infinity"), -3, "50", True, None):
         assert step_calls({CALLS: value}) == 0.0, value
     assert step_calls({CALLS: 2.5}) == 2.5
+
+
+def test_a_workspace_context_swapped_for_a_link_shows_nothing_of_its_target(
+        c: Consensus, tmp_path: Path) -> None:
+    """The attack: the task's opener owns context.md and swaps it for a link to a file
+    only the reader can read (or a FIFO). Another step's brief shows none of it."""
+    pid = c.request(TASK, "opus", "operator").id
+    context = c.workspace.path(pid) / "context.md"
+    assert TASK in c.workspace.brief(pid)["context_md"]
+    secret = tmp_path / "mira-only.txt"
+    secret.write_text("mira's secret words")
+    context.unlink()
+    context.symlink_to(secret)
+    assert c.workspace.brief(pid)["context_md"] == ""
+    context.unlink()
+    os.mkfifo(context)
+    assert c.workspace.brief(pid)["context_md"] == ""  # and no hang

@@ -29,11 +29,12 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from shared import clock, records
+from shared import clock, door, records
 from shared.layout import Layout
 from shared.remote import Remote, Taken, key
 
 CONTEXT_MODE = 0o644  # its opener writes it once; every citizen reads
+CONTEXT_CAP = 1 << 20  # a task's words; a bigger context.md is a peer's, not a task's
 NOTE_CHARS = 1000
 SHOWN_NOTES = 20  # the latest notes shown to a step; older ones stay on disk
 
@@ -135,8 +136,14 @@ class Workspace:
         if self.remote is not None:
             rec = self.remote.read(self._key(task, "context.md"))
             return str(rec["data"].get("text", "")) if rec is not None else ""
-        context = self.path(task) / "context.md"
-        return context.read_text(errors="replace") if context.is_file() else ""
+        # Through the door: the opener owns the file and may swap it for a link to what
+        # only the reader can read, or a FIFO - read as neither, and at most CONTEXT_CAP.
+        try:
+            raw = door.read_capped(self.path(task) / "context.md", CONTEXT_CAP,
+                                   beneath=self.dir)
+        except OSError:  # none yet, or no plain file of its size: no context shown
+            return ""
+        return raw.decode(errors="replace")
 
     def brief(self, task: str) -> dict[str, Any]:
         """What a step's prompt shows of the workspace: the context, the latest notes and
