@@ -302,7 +302,8 @@ _REFUSED = ("SELECT day, citizen, count(*), sum(reserved_usd)::float8 FROM calls
             "ORDER BY day DESC, citizen DESC LIMIT %s")
 
 
-def _read(query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+def _read(settings: database.Settings, query: str,
+          args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """Rows of the civilization's ledger, on a connection of this server's role (its
     passfile: the broker's user's and root's to read).
 
@@ -310,9 +311,6 @@ def _read(query: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
     """
     import psycopg  # noqa: PLC0415
 
-    settings = database.settings()
-    if settings is None:
-        raise LedgerUnavailable("no civilization.json: this server's ledger is its own file")
     try:
         with psycopg.connect(settings.dsn, connect_timeout=10) as conn:
             return conn.execute(query, args).fetchall()
@@ -328,17 +326,17 @@ def calls_since(state: Path, day: str) -> list[dict[str, Any]]:
 
     :raises LedgerUnavailable | sqlite3.Error: it cannot be read.
     """
-    if database.settings() is None:
+    if (settings := database.settings()) is None:
         return ledger.calls_since(state / ledger.FILE, day)
     keys = ("citizen", "day", "state", "reserved", "cost", "model", "purpose", "tokens_in",
             "cache_write", "cache_read")
-    return [dict(zip(keys, r, strict=True)) for r in _read(_CALLS, (day,))]
+    return [dict(zip(keys, r, strict=True)) for r in _read(settings, _CALLS, (day,))]
 
 
 def refused_per_day(state: Path, day: str, limit: int) -> tuple[list[dict[str, Any]], bool]:
     """ledger.refused_per_day, from whichever ledger this server keeps (calls_since)."""
-    if database.settings() is None:
+    if (settings := database.settings()) is None:
         return ledger.refused_per_day(state / ledger.FILE, day, limit)
-    rows = _read(_REFUSED, (day, limit + 1))
+    rows = _read(settings, _REFUSED, (day, limit + 1))
     return ([{"day": d, "citizen": c, "refused": n, "usd": round(float(usd or 0.0), 6)}
              for d, c, n, usd in reversed(rows[:limit])], len(rows) > limit)
