@@ -177,6 +177,11 @@ def test_a_debate_runs_with_its_citizens_on_both_servers(lab: Lab) -> None:
         "0001-opus.json opus", "0002-mira.json mira", "0003-aria.json aria"]
     forged = a.run(*python_as("opus"), FORGE).stdout
     assert forged.startswith("403") and "cannot call for mira" in forged, forged
+    # Who rings whom is the scheduler's to hear, not a citizen's (the rings view).
+    peek = a.run(*python_as("opus"), "from citizen.access import client; from citizen."
+                 "access.commons import RINGS_VIEW; print(client.view(RINGS_VIEW, "
+                 "{'wait': 0})[0])").stdout
+    assert peek.strip() == "403", peek
 
 
 SPEND = """
